@@ -1,0 +1,86 @@
+"""Feed-forward sublayers, chosen by `ModelConfig.mlp`.
+
+Two-matrix MLPs (`gelu`, `relu`): down(act(up(x))). Gated MLPs (`swiglu`, `geglu`, Shazeer 2020):
+down(act(gate(x)) * up(x)), with gate and up fused into one matrix `fc_in` of 2 * d_ff rows,
+[gate; up]. Canon D, when asked for, mixes the output of `fc_in` before the activation.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from slm.components.canon import canon_params, make_canon
+from slm.components.registry import Registry
+
+MLPS: Registry[type["MLP"]] = Registry("mlp")
+
+
+class MLP(nn.Module):
+    """Two-matrix MLP; subclasses set the activation and whether the MLP is gated."""
+
+    gated = False
+
+    def __init__(self, cfg):
+        super().__init__()
+        n_in = 2 * cfg.d_ff if self.gated else cfg.d_ff
+        self.gelu_approximate = cfg.gelu_approximate
+        self.fc_in = nn.Linear(cfg.d_model, n_in, bias=cfg.bias)  # (d -> [gate; up]) or (d -> d_ff)
+        self.canon_d = make_canon(cfg, "D", n_in)
+        self.fc_out = nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias)
+
+    @classmethod
+    def default_d_ff(cls, d_model: int, multiple: int) -> int:
+        """4d for two-matrix MLPs; 8/3 d rounded up to `multiple` for gated ones (same matmul cost)."""
+        if not cls.gated:
+            return 4 * d_model
+        return multiple * -(-8 * d_model // (3 * multiple))  # integer ceil
+
+    @classmethod
+    def num_params(cls, cfg) -> int:
+        n_in = 2 * cfg.d_ff if cls.gated else cfg.d_ff
+        bias = n_in + cfg.d_model if cfg.bias else 0
+        return cfg.d_model * n_in + cfg.d_ff * cfg.d_model + bias + canon_params(cfg, "D", n_in)
+
+    def act(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.fc_in(x)
+        if self.canon_d is not None:
+            h = self.canon_d(h)
+        if self.gated:
+            gate, up = h.chunk(2, dim=-1)
+            h = self.act(gate) * up
+        else:
+            h = self.act(h)
+        return self.fc_out(h)
+
+
+@MLPS.register("gelu")
+class GeluMLP(MLP):
+    def act(self, x):
+        return F.gelu(x, approximate=self.gelu_approximate)
+
+
+@MLPS.register("relu")
+class ReluMLP(MLP):
+    def act(self, x):
+        return F.relu(x)
+
+
+@MLPS.register("swiglu")
+class SwiGLU(MLP):
+    gated = True
+
+    def act(self, x):
+        return F.silu(x)
+
+
+@MLPS.register("geglu")
+class GeGLU(MLP):
+    gated = True
+
+    def act(self, x):
+        return F.gelu(x, approximate=self.gelu_approximate)

@@ -1,0 +1,62 @@
+"""Normalisation layers, chosen by `ModelConfig.norm`."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from slm.components.registry import Registry
+
+NORMS: Registry[type[nn.Module]] = Registry("norm")
+
+
+@NORMS.register("layernorm")
+class LayerNorm(nn.Module):
+    """LayerNorm with an optional bias (GPT-2 has one)."""
+
+    def __init__(self, dim: int, eps: float = 1e-5, bias: bool = True):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
+
+    @staticmethod
+    def num_params(dim: int, bias: bool) -> int:
+        return dim * (2 if bias else 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
+
+
+@NORMS.register("rmsnorm")
+class RMSNorm(nn.Module):
+    """RMSNorm (Zhang & Sennrich 2019): x / rms(x) * w, computed in float32 as LLaMA does."""
+
+    def __init__(self, dim: int, eps: float = 1e-6, bias: bool = False):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    @staticmethod
+    def num_params(dim: int, bias: bool) -> int:
+        return dim
+
+    def _normalize(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.float()
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.weight * self._normalize(x).to(x.dtype)
+
+
+@NORMS.register("rmsnorm_gemma")
+class GemmaRMSNorm(RMSNorm):
+    """Gemma's RMSNorm: scale by (1 + w), w initialised at zero, all in float32."""
+
+    def __init__(self, dim: int, eps: float = 1e-6, bias: bool = False):
+        super().__init__(dim, eps)
+        nn.init.zeros_(self.weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (self._normalize(x) * (1.0 + self.weight.float())).to(x.dtype)

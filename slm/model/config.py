@@ -1,0 +1,197 @@
+"""`ModelConfig`: one dataclass that fully describes a network (litgpt-style), validated on creation.
+
+Sizes left as None are derived in `__post_init__` (heads from head_dim or the reverse, kv heads = heads,
+d_ff from the MLP kind), so a preset can change `d_model` and stay consistent. After creation every size
+is filled in, and `ModelConfig(**asdict(cfg)) == cfg`. Named presets live in `conf/model/*.yaml`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+from slm.components import ATTENTIONS, CANON_POSITIONS, CANONS, MLPS, NORMS, POSITIONS
+
+NORM_PLACEMENTS = ("pre", "post", "sandwich")
+GELU_APPROXIMATIONS = ("none", "tanh")
+
+
+class ConfigError(ValueError):
+    """An invalid model config; the message names the field, the value and what is allowed."""
+
+
+def _bad(field: str, value, allowed: str) -> ConfigError:
+    return ConfigError(f"model.{field}={value!r} is invalid: {allowed}")
+
+
+@dataclass
+class ModelConfig:
+    # --- identity
+    family: str = "custom"
+    """Label for result tables (gpt2, llama3, ...); does not change the network."""
+
+    # --- shape
+    n_layers: int = 2
+    """Number of distinct transformer blocks (each applied `layer_repeat` times)."""
+    d_model: int = 64
+    """Width of the residual stream (hidden size)."""
+    n_heads: int | None = None
+    """Query heads; None derives d_model // head_dim."""
+    n_kv_heads: int | None = None
+    """Key/value heads (grouped-query attention when < n_heads); None means n_heads (MHA)."""
+    head_dim: int | None = None
+    """Channels per head; None derives d_model // n_heads. n_heads * head_dim may differ from d_model."""
+    d_ff: int | None = None
+    """MLP hidden size; None derives 4 d (two-matrix MLPs) or 8/3 d rounded up to d_ff_multiple (gated)."""
+    d_ff_multiple: int = 64
+    """Rounding multiple for a derived gated d_ff (LLaMA's multiple_of)."""
+    vocab_size: int = 256
+    """Token vocabulary size (rows of the embedding)."""
+    context_length: int = 128
+    """Longest sequence the model takes; sizes learned positions and bounds the sliding window."""
+    tie_embeddings: bool = True
+    """Share the input embedding matrix with the output head."""
+    layer_repeat: int = 1
+    """MobileLLM's immediate block-wise sharing: each block is applied this many times in a row."""
+
+    # --- components (registry keys)
+    norm: str = "rmsnorm"
+    """Normalisation: layernorm, rmsnorm, rmsnorm_gemma (scale by 1 + w)."""
+    norm_eps: float = 1e-6
+    """Epsilon of every norm."""
+    norm_placement: str = "pre"
+    """pre (norm before each sublayer), post (after the residual add), sandwich (before and after)."""
+    qk_norm: bool = False
+    """Per-head norm (of kind `norm`) on queries and keys, before RoPE (Qwen3, Gemma3)."""
+    position: str = "rope"
+    """Position information: learned (absolute), rope, none."""
+    rope_theta: float = 10000.0
+    """RoPE base."""
+    rope_theta_local: float | None = None
+    """RoPE base of sliding-window layers; None means rope_theta (Gemma3 uses 10k local, 1M global)."""
+    rotary_fraction: float = 1.0
+    """Fraction of each head's channels that RoPE rotates (partial rotary)."""
+    mlp: str = "swiglu"
+    """Feed-forward: gelu, relu (two matrices), swiglu, geglu (gated, three)."""
+    gelu_approximate: str = "tanh"
+    """GELU form for gelu/geglu: tanh (GPT-2's gelu_new, Gemma) or none (exact erf)."""
+    attention: str = "mha"
+    """Attention kind: mha (multi-head and grouped-query)."""
+    causal: bool = True
+    """Causal (autoregressive) or bidirectional attention."""
+    sliding_window: int | None = None
+    """Keys each local-layer query sees, itself included; used by the 'L' layers of attention_pattern."""
+    attention_pattern: str = "G"
+    """Per-layer local (L, sliding window) / global (G) pattern, cycled over layers; Gemma3: LLLLLG."""
+    attn_scale: float | None = None
+    """Scale of q.k; None means 1 / sqrt(head_dim)."""
+    attn_logit_softcap: float | None = None
+    """Soft-cap attention logits as cap * tanh(s / cap); None disables."""
+    final_logit_softcap: float | None = None
+    """Soft-cap output logits as cap * tanh(z / cap); None disables."""
+    canon: str = "conv"
+    """Canon layer kind: conv (depthwise causal conv1d, residual)."""
+    canon_set: str = ""
+    """Canon positions, any of ABCD: A before attention, B on fused qkv, C before the MLP, D inside it."""
+    canon_kernel: int = 4
+    """Canon convolution width (positions mixed, itself included)."""
+
+    # --- details
+    bias: bool = False
+    """Biases in every linear layer and in LayerNorm (GPT-2 has them)."""
+    scale_embeddings: bool = False
+    """Multiply token embeddings by sqrt(d_model) (Gemma)."""
+    dropout: float = 0.0
+    """Dropout on embeddings, attention probabilities and sublayer outputs."""
+    init_std: float = 0.02
+    """Std of normal init for linear and embedding weights; residual projections get / sqrt(2 * depth)."""
+
+    def __post_init__(self) -> None:
+        self._check_keys()
+        self._derive_sizes()
+        self._check_values()
+
+    # ------------------------------------------------------------------ derived
+    @property
+    def depth(self) -> int:
+        """Blocks applied per forward pass: n_layers * layer_repeat."""
+        return self.n_layers * self.layer_repeat
+
+    def is_local(self, layer: int) -> bool:
+        """Whether block `layer` uses the sliding window."""
+        return self.attention_pattern[layer % len(self.attention_pattern)] == "L"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+    # ------------------------------------------------------------------ checks
+    def _check_keys(self) -> None:
+        for registry, key in ((NORMS, self.norm), (POSITIONS, self.position), (MLPS, self.mlp),
+                              (ATTENTIONS, self.attention), (CANONS, self.canon)):
+            registry.get(key)  # raises "unknown norm 'x'; choose one of: ..."
+        if self.norm_placement not in NORM_PLACEMENTS:
+            raise _bad("norm_placement", self.norm_placement, f"choose one of: {', '.join(NORM_PLACEMENTS)}")
+        if self.gelu_approximate not in GELU_APPROXIMATIONS:
+            raise _bad("gelu_approximate", self.gelu_approximate, f"choose one of: {', '.join(GELU_APPROXIMATIONS)}")
+
+    def _positive(self, *names: str) -> None:
+        for name in names:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise _bad(name, value, "must be a positive integer")
+
+    def _derive_sizes(self) -> None:
+        self._positive("n_layers", "d_model", "vocab_size", "context_length", "layer_repeat", "d_ff_multiple")
+        if self.n_heads is None and self.head_dim is None:
+            raise _bad("n_heads", None, "set n_heads or head_dim (or both)")
+        if self.n_heads is None:
+            self._positive("head_dim")
+            if self.d_model % self.head_dim:
+                raise _bad("d_model", self.d_model, f"must be a multiple of head_dim={self.head_dim} when n_heads is derived")
+            self.n_heads = self.d_model // self.head_dim
+        if self.head_dim is None:
+            self._positive("n_heads")
+            if self.d_model % self.n_heads:
+                raise _bad("d_model", self.d_model, f"must be a multiple of n_heads={self.n_heads} when head_dim is derived")
+            self.head_dim = self.d_model // self.n_heads
+        if self.n_kv_heads is None:
+            self.n_kv_heads = self.n_heads
+        self._positive("n_heads", "head_dim", "n_kv_heads")
+        if self.n_heads % self.n_kv_heads:
+            raise _bad("n_kv_heads", self.n_kv_heads, f"must divide n_heads={self.n_heads}")
+        if self.d_ff is None:
+            self.d_ff = MLPS.get(self.mlp).default_d_ff(self.d_model, self.d_ff_multiple)
+        self._positive("d_ff")
+
+    def _check_values(self) -> None:
+        if not self.attention_pattern or set(self.attention_pattern) - {"L", "G"}:
+            raise _bad("attention_pattern", self.attention_pattern, "a non-empty string of L (local) and G (global)")
+        if "L" in self.attention_pattern:
+            if self.sliding_window is None:
+                raise _bad("sliding_window", None, f"attention_pattern {self.attention_pattern!r} has local layers; set a window")
+            self._positive("sliding_window")
+            if self.sliding_window > self.context_length:
+                raise _bad("sliding_window", self.sliding_window, f"must be <= context_length={self.context_length}")
+        elif self.sliding_window is not None:
+            raise _bad("sliding_window", self.sliding_window, "attention_pattern has no local (L) layer to use it; add L or set null")
+        if len(set(self.canon_set)) != len(self.canon_set) or set(self.canon_set) - set(CANON_POSITIONS):
+            raise _bad("canon_set", self.canon_set, f"distinct letters from {CANON_POSITIONS!r}, e.g. 'AC'")
+        self._positive("canon_kernel")
+        if self.position == "rope":
+            if not 0 < self.rotary_fraction <= 1:
+                raise _bad("rotary_fraction", self.rotary_fraction, "must be in (0, 1]")
+            if int(self.head_dim * self.rotary_fraction) < 2:
+                raise _bad("rotary_fraction", self.rotary_fraction, f"rotates < 2 of head_dim={self.head_dim} channels")
+            for name in ("rope_theta", "rope_theta_local"):
+                value = getattr(self, name)
+                if value is not None and value <= 0:
+                    raise _bad(name, value, "must be > 0")
+        for name in ("norm_eps", "init_std", "attn_scale", "attn_logit_softcap", "final_logit_softcap"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise _bad(name, value, "must be > 0 (or null where optional)")
+        if not 0 <= self.dropout < 1:
+            raise _bad("dropout", self.dropout, "must be in [0, 1)")

@@ -1,0 +1,62 @@
+"""Parameter and FLOP counts computed from a ModelConfig alone, without building the model.
+
+Each component class reports its own `num_params`, so a new component is counted with no change here.
+`tests/test_counting.py` checks these against `sum(p.numel())` of the built model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from slm.components import ATTENTIONS, MLPS, NORMS, POSITIONS
+from slm.components.canon import canon_params
+from slm.model.config import ModelConfig
+
+FLOPS_CONVENTION = (
+    "PaLM (Chowdhery et al. 2022, arXiv:2204.02311, App. B): 6*N + 12*L*H*hd*T per token for a "
+    "forward+backward pass; N = non-embedding parameters applied per token (shared blocks once per "
+    "application) plus the output head d*V; T = context_length, or the sliding window on local layers"
+)
+
+
+@dataclass(frozen=True)
+class Counts:
+    params_total: int
+    """Distinct parameters, tied and shared weights once (= sum(p.numel()) of the built model)."""
+    params_embedding: int
+    """Token embedding + learned positions + the output head when untied."""
+    params_non_embedding: int
+    """params_total - params_embedding."""
+    flops_per_token: int
+    """Training FLOPs per token at context_length (see FLOPS_CONVENTION)."""
+
+
+def _norm_params(cfg: ModelConfig) -> int:
+    return NORMS.get(cfg.norm).num_params(cfg.d_model, cfg.bias)
+
+
+def block_params(cfg: ModelConfig) -> int:
+    """Parameters of one transformer block."""
+    norms_per_sublayer = 2 if cfg.norm_placement == "sandwich" else 1
+    return (
+        2 * norms_per_sublayer * _norm_params(cfg)
+        + ATTENTIONS.get(cfg.attention).num_params(cfg)
+        + MLPS.get(cfg.mlp).num_params(cfg)
+        + canon_params(cfg, "A", cfg.d_model)
+        + canon_params(cfg, "C", cfg.d_model)
+    )
+
+
+def count(cfg: ModelConfig) -> Counts:
+    head = cfg.vocab_size * cfg.d_model
+    embedding = head + POSITIONS.get(cfg.position).num_params(cfg) + (0 if cfg.tie_embeddings else head)
+    final_norm = 0 if cfg.norm_placement == "post" else _norm_params(cfg)
+    blocks = cfg.n_layers * block_params(cfg)
+    applied = cfg.layer_repeat * blocks + final_norm + head  # weights used per token, with repeats
+    attended = sum(
+        min(cfg.sliding_window, cfg.context_length) if cfg.is_local(i) else cfg.context_length
+        for i in range(cfg.n_layers)
+    ) * cfg.layer_repeat
+    flops = 6 * applied + 12 * cfg.n_heads * cfg.head_dim * attended
+    total = embedding + blocks + final_norm
+    return Counts(total, embedding, total - embedding, flops)

@@ -1,0 +1,46 @@
+"""An slm checkpoint directory: `config.json` (the ModelConfig fields) + `model.safetensors`.
+
+Loading uses safetensors only, so no pickle is ever executed. Tied weights are stored once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import safetensors.torch
+
+from slm.model.config import ModelConfig
+from slm.model.transformer import Transformer
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+
+
+def save_model(model: Transformer, directory: str | os.PathLike) -> Path:
+    """Write config and weights into `directory` (created if missing); each file is written to a
+    temporary name and renamed, so a reader never sees half a file."""
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / (WEIGHTS_FILE + ".tmp")
+    safetensors.torch.save_model(model, str(tmp))
+    os.replace(tmp, out / WEIGHTS_FILE)
+    tmp = out / (CONFIG_FILE + ".tmp")
+    tmp.write_text(json.dumps(model.cfg.to_dict(), indent=2) + "\n")
+    os.replace(tmp, out / CONFIG_FILE)
+    return out
+
+
+def load_config(directory: str | os.PathLike) -> ModelConfig:
+    path = Path(directory) / CONFIG_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"no {CONFIG_FILE} in {directory}: not an slm checkpoint directory")
+    return ModelConfig(**json.loads(path.read_text()))
+
+
+def load_model(directory: str | os.PathLike, device: str = "cpu") -> Transformer:
+    """Build the model from `config.json` and load `model.safetensors` strictly."""
+    model = Transformer(load_config(directory))
+    safetensors.torch.load_model(model, str(Path(directory) / WEIGHTS_FILE), strict=True, device=device)
+    return model
