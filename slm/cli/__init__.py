@@ -1,0 +1,1 @@
+"""Thin command-line entry points; Hydra lives here and in conf/."""

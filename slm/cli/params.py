@@ -1,0 +1,52 @@
+"""`slm-params <hydra overrides>`: exact parameter and FLOP counts of a model config, as one JSON object.
+
+    slm-params model=gpt2                                   # 124,439,808 parameters
+    slm-params model=gpt2 model.n_layers=32 model.d_model=384
+    slm-params model=llama3 model.n_layers=12 model.param_budget=70e6   # solve the width
+
+Counts come from the config alone (no model is allocated); see slm.model.counting.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from omegaconf import OmegaConf
+
+from slm.cli.config import compose_config, reports_user_errors
+
+SHAPE_FIELDS = ("family", "n_layers", "layer_repeat", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff",
+                "vocab_size", "context_length", "tie_embeddings")
+
+
+def params_report(model_node: dict) -> dict:
+    """The slm-params JSON for a composed `model` node."""
+    from slm.model import FLOPS_CONVENTION, config_from_spec, count
+
+    cfg = config_from_spec(model_node)
+    report = {name: getattr(cfg, name) for name in SHAPE_FIELDS}
+    report.update(vars(count(cfg)))
+    budget = model_node.get("param_budget")
+    if budget is not None:
+        report["param_budget"] = float(budget)
+        report["budget_error"] = (report["params_total"] - float(budget)) / float(budget)
+    report["flops_convention"] = FLOPS_CONVENTION
+    return report
+
+
+@reports_user_errors("slm-params")
+def run(argv: list[str]) -> None:
+    if any(arg in ("-h", "--help") for arg in argv):
+        print(__doc__.strip())
+        return
+    cfg = compose_config(argv)
+    print(json.dumps(params_report(OmegaConf.to_container(cfg.model, resolve=True)), indent=2))
+
+
+def main() -> None:
+    run(sys.argv[1:])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,27 @@
+"""Shared fixtures: compose the real Hydra config tree, and tiny model configs."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+PRESETS = ["gpt2", "llama3", "qwen3", "gemma3", "llama3_canon", "mobilellm", "mobilellm_ls", "design_40m", "debug"]
+
+
+def compose_model_node(*overrides: str) -> dict:
+    """The `model` node of conf/config.yaml with overrides, as the CLI composes it."""
+    from slm.cli.config import compose_config
+
+    return OmegaConf.to_container(compose_config(list(overrides)).model, resolve=True)
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)

@@ -1,0 +1,102 @@
+"""Counts from the config equal the built model; published sizes; the budget solver."""
+
+import pytest
+import torch
+
+from slm.components.mlp import SwiGLU
+from slm.model import ModelConfig, Transformer, config_from_spec, count, solve_width
+from tests.conftest import PRESETS, compose_model_node
+
+# Published or derived-by-hand sizes (all with tied embeddings):
+#  GPT-2 124M: 124,439,808 (Radford et al. 2019; the count of transformers' GPT2LMHeadModel);
+#  llama3 at the study's 70M shape: 50304*384 + 32*(4*384*384 - 2*384*192 + 3*384*1024 + 2*384) + 384;
+#  MobileLLM-125M (arXiv:2402.14905, "125M"): 32000*576 + 30*(2*576*576 + 2*576*192 + 3*576*1536 + 2*576) + 576;
+#  the project brief's 40M design: 35,763,840.
+PUBLISHED = {"gpt2": 124_439_808, "llama3": 71_246_208, "mobilellm": 124_635_456, "mobilellm_ls": 124_635_456,
+             "design_40m": 35_763_840}
+GPT2_GRID = [(4, 768), (12, 512), (16, 448), (24, 384), (32, 384), (48, 320), (64, 256)]
+
+
+def built_count(cfg: ModelConfig) -> int:
+    with torch.device("meta"):  # shapes only: no memory for 124M parameters
+        return Transformer(cfg).num_params()
+
+
+def embedding_count(cfg: ModelConfig) -> int:
+    with torch.device("meta"):
+        model = Transformer(cfg)
+    params = {id(p) for p in (model.tok_emb.weight, model.lm_head.weight, *model.position.parameters())}
+    return sum(p.numel() for p in model.parameters() if id(p) in params)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_preset_counts_match_built_model(preset):
+    cfg = config_from_spec(compose_model_node(f"model={preset}"))
+    counts = count(cfg)
+    assert counts.params_total == built_count(cfg)
+    assert counts.params_embedding == embedding_count(cfg)
+    if preset in PUBLISHED:
+        assert counts.params_total == PUBLISHED[preset]
+
+
+@pytest.mark.parametrize("layers, width", GPT2_GRID)
+def test_gpt2_grid_counts(layers, width):
+    cfg = config_from_spec(compose_model_node("model=gpt2", f"model.n_layers={layers}", f"model.d_model={width}"))
+    assert cfg.n_heads == width // 64 and cfg.vocab_size == 50257
+    assert count(cfg).params_total == built_count(cfg)
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [dict(tie_embeddings=False), dict(canon_set="ABCD", mlp="gelu"), dict(norm_placement="post", norm="layernorm", bias=True),
+     dict(norm_placement="sandwich", qk_norm=True, norm="layernorm", bias=True), dict(position="learned", layer_repeat=3)],
+)
+def test_variant_counts_match(variant):
+    cfg = ModelConfig(n_layers=3, d_model=48, n_heads=4, n_kv_heads=2, vocab_size=97, context_length=40, **variant)
+    assert count(cfg).params_total == built_count(cfg)
+
+
+def test_flops_follow_palm_formula():
+    cfg = config_from_spec(compose_model_node("model=gpt2"))
+    c = count(cfg)
+    # 6 * (non-embedding without wpe + head) + 12 L H hd T (Chowdhery et al. 2022, App. B)
+    n = c.params_non_embedding + cfg.vocab_size * cfg.d_model
+    assert c.flops_per_token == 6 * n + 12 * 12 * 12 * 64 * 1024
+    shared = count(config_from_spec(compose_model_node("model=mobilellm_ls")))
+    single = count(config_from_spec(compose_model_node("model=mobilellm")))
+    assert shared.params_total == single.params_total and shared.flops_per_token > 1.8 * single.flops_per_token
+    windowed = count(config_from_spec(compose_model_node("model=gemma3", "model.sliding_window=256")))
+    full = count(config_from_spec(compose_model_node("model=gemma3")))
+    assert windowed.flops_per_token < full.flops_per_token
+
+
+@pytest.mark.parametrize("preset, layers", [("gpt2", 12), ("gpt2", 48), ("llama3", 12), ("llama3_canon", 24)])
+def test_budget_solver_picks_closest_width(preset, layers):
+    spec = compose_model_node(f"model={preset}", f"model.n_layers={layers}", "model.param_budget=70e6")
+    cfg = config_from_spec(spec)
+    got = count(cfg).params_total
+    assert cfg.n_layers == layers and cfg.d_model % 64 == 0 and cfg.n_heads * cfg.head_dim == cfg.d_model
+    assert built_count(cfg) == got
+    # no other admissible width is closer
+    base = {k: v for k, v in spec.items() if k not in ("param_budget", "width_step")}
+    for width in range(64, 2048, 64):
+        try:
+            other = ModelConfig(**{**base, "d_model": width, "n_heads": None})
+        except ValueError:
+            continue
+        assert abs(got - 70e6) <= abs(count(other).params_total - 70e6)
+
+
+def test_budget_solver_keeps_design():
+    spec = {k: v for k, v in compose_model_node("model=llama3").items() if k not in ("param_budget", "width_step")}
+    cfg = solve_width(spec, 30e6, step=48)
+    assert cfg.d_model != 384 and cfg.n_kv_heads == 4 and cfg.head_dim == 48
+    assert cfg.d_ff == SwiGLU.default_d_ff(cfg.d_model, 64)  # re-derived at the new width
+
+
+def test_budget_errors():
+    spec = compose_model_node("model=debug")
+    with pytest.raises(ValueError, match=r"model.param_budget=-1.0 is invalid"):
+        config_from_spec({**spec, "param_budget": -1})
+    with pytest.raises(ValueError, match=r"model.n_layer is not a model field"):
+        config_from_spec({**spec, "n_layer": 3})

@@ -1,0 +1,126 @@
+"""Masking, Canon, layer sharing, tying, init and the checkpoint format."""
+
+import pytest
+import torch
+
+from slm.components.canon import CausalConvCanon
+from slm.model import ModelConfig, Transformer
+from slm.model.weights import load_model, save_model
+
+TINY = dict(n_layers=2, d_model=32, n_heads=4, vocab_size=50, context_length=32)
+CAUSAL_VARIANTS = [
+    dict(),
+    dict(position="learned", norm="layernorm", mlp="gelu", bias=True),
+    dict(n_kv_heads=2, qk_norm=True, norm="rmsnorm_gemma", norm_placement="sandwich", mlp="geglu"),
+    dict(sliding_window=4, attention_pattern="LG", attn_logit_softcap=10.0),
+    dict(canon_set="ABCD"),
+    dict(layer_repeat=2, norm_placement="post", position="none"),
+]
+
+
+def _logits_after_changing(cfg: ModelConfig, t: int) -> tuple[torch.Tensor, torch.Tensor]:
+    model = Transformer(cfg).eval()
+    idx = torch.randint(0, cfg.vocab_size, (1, 20))
+    changed = idx.clone()
+    changed[0, t] = (idx[0, t] + 1) % cfg.vocab_size
+    with torch.no_grad():
+        return model(idx), model(changed)
+
+
+@pytest.mark.parametrize("variant", CAUSAL_VARIANTS)
+def test_causal_masking(variant):
+    t = 11
+    a, b = _logits_after_changing(ModelConfig(**TINY, **variant), t)
+    assert torch.equal(a[:, :t], b[:, :t]), "a logit before t changed"
+    assert not torch.allclose(a[:, t:], b[:, t:]), "changing token t changed nothing after it"
+
+
+def test_bidirectional_attention_sees_the_future():
+    t = 11
+    a, b = _logits_after_changing(ModelConfig(**TINY, causal=False), t)
+    assert not torch.allclose(a[:, :t], b[:, :t])
+
+
+def test_sliding_window_limits_what_a_token_sees():
+    # one local layer of window 4: position p sees only p-3..p, so a change at t reaches t..t+3
+    cfg = ModelConfig(**{**TINY, "n_layers": 1}, sliding_window=4, attention_pattern="L")
+    t = 5
+    a, b = _logits_after_changing(cfg, t)
+    diff = (a - b).abs().amax(dim=-1)[0]
+    assert torch.all(diff[:t] == 0) and torch.all(diff[t : t + 4] > 0) and torch.all(diff[t + 4 :] == 0)
+
+
+def test_canon_is_causal_residual_depthwise():
+    canon = CausalConvCanon(channels=6, kernel=4)
+    assert canon.conv.bias is None and canon.conv.groups == 6
+    # PyTorch's default init: kaiming-uniform with bound 1/sqrt(fan_in), fan_in = kernel
+    assert canon.conv.weight.abs().max() <= 0.5 and canon.conv.weight.std() > 0.1
+    h = torch.randn(2, 10, 6)
+    out = canon(h)
+    h2 = h.clone()
+    h2[:, 6] += 1.0
+    out2 = canon(h2)
+    assert torch.equal(out[:, :6], out2[:, :6])
+    assert not torch.allclose(out[:, 6:10], out2[:, 6:10])
+    with torch.no_grad():
+        canon.conv.weight.zero_()
+    assert torch.equal(canon(h), h)  # residual: a zero conv is the identity
+
+
+def test_model_init_leaves_canon_default():
+    model = Transformer(ModelConfig(**TINY, canon_set="A"))
+    w = model.blocks[0].canon_a.conv.weight
+    assert w.abs().max() <= 0.5 and w.std() > 0.1  # not the 0.02 normal of linear layers
+
+
+def test_layer_sharing_applies_each_block_k_times():
+    shared = Transformer(ModelConfig(**TINY, layer_repeat=2)).eval()
+    plain = Transformer(ModelConfig(**TINY)).eval()
+    assert shared.num_params() == plain.num_params()
+    # the same weights applied twice in a row == a 4-block model holding copies in order 0,0,1,1
+    unrolled = Transformer(ModelConfig(**{**TINY, "n_layers": 4})).eval()
+    sd = {k: v for k, v in shared.state_dict().items() if not k.startswith("blocks.")}
+    for i, src in enumerate([0, 0, 1, 1]):
+        for k, v in shared.blocks[src].state_dict().items():
+            sd[f"blocks.{i}.{k}"] = v
+    unrolled.load_state_dict(sd)
+    idx = torch.randint(0, 50, (2, 9))
+    with torch.no_grad():
+        assert torch.allclose(shared(idx), unrolled(idx), atol=1e-6)
+
+
+def test_tying():
+    tied = Transformer(ModelConfig(**TINY))
+    assert tied.lm_head.weight is tied.tok_emb.weight
+    untied = Transformer(ModelConfig(**TINY, tie_embeddings=False))
+    assert untied.lm_head.weight is not untied.tok_emb.weight
+    assert untied.num_params() == tied.num_params() + 50 * 32
+
+
+def test_residual_projections_scaled_at_init():
+    model = Transformer(ModelConfig(**{**TINY, "n_layers": 8, "d_model": 128}))
+    assert model.blocks[0].attn.qkv.weight.std().item() == pytest.approx(0.02, rel=0.1)
+    assert model.blocks[0].attn.proj.weight.std().item() == pytest.approx(0.02 / 4, rel=0.1)
+
+
+def test_sequence_longer_than_context_rejected():
+    model = Transformer(ModelConfig(**TINY))
+    with pytest.raises(ValueError, match="exceeds context_length=32"):
+        model(torch.zeros(1, 33, dtype=torch.long))
+
+
+def test_checkpoint_roundtrip_without_pickle(tmp_path):
+    model = Transformer(ModelConfig(**TINY, tie_embeddings=True, canon_set="AC")).eval()
+    save_model(model, tmp_path / "ckpt")
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["config.json", "model.safetensors"]
+    loaded = load_model(tmp_path / "ckpt").eval()
+    assert loaded.cfg == model.cfg
+    idx = torch.randint(0, 50, (1, 10))
+    with torch.no_grad():
+        assert torch.equal(model(idx), loaded(idx))
+    assert loaded.lm_head.weight is loaded.tok_emb.weight
+
+
+def test_load_model_missing_dir(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not an slm checkpoint directory"):
+        load_model(tmp_path)
