@@ -1,0 +1,1 @@
+"""Conversion between slm models and other libraries' models (see `slm.interop.hf` for transformers)."""

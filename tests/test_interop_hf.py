@@ -1,0 +1,193 @@
+"""slm.interop.hf and slm-import-hf, checked against transformers itself: random-init tiny HF models
+(norm weights and biases perturbed so they are not 1/0) must give the same logits once converted."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers as tf
+
+from slm.cli.import_hf import main as import_hf
+from slm.interop.hf import from_hf, to_hf
+from slm.model import ModelConfig, Transformer
+from slm.model.weights import load_model
+
+V, D, CTX, WINDOW = 128, 64, 64, 8
+T = 3 * WINDOW  # >= 2x the window, so sliding layers really drop keys
+TOL = 1e-4
+
+DECODER = dict(vocab_size=V, hidden_size=D, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+               num_key_value_heads=2, max_position_embeddings=CTX, bos_token_id=None, eos_token_id=None,
+               pad_token_id=None, initializer_range=0.1)
+
+
+def _perturb(model: torch.nn.Module) -> torch.nn.Module:
+    """Random norm weights/biases and biases (random init leaves them at 1 / 0), in place; eval mode."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.ndim == 1:  # every norm weight/bias and every linear bias
+                p.normal_(0.0, 0.5).add_(0.0 if "bias" in name or "gemma" in type(model).__name__.lower() else 1.0)
+    return model.eval()
+
+
+def _tokens(batch: int = 2, length: int = T) -> torch.Tensor:
+    return torch.randint(0, V, (batch, length))
+
+
+def _max_diff(hf_model, model: Transformer, idx: torch.Tensor) -> float:
+    with torch.no_grad():
+        return (hf_model(idx).logits - model.eval()(idx)).abs().max().item()
+
+
+HF_CASES = {
+    "gpt2": lambda: tf.GPT2LMHeadModel(tf.GPT2Config(
+        vocab_size=V, n_positions=CTX, n_embd=D, n_layer=2, n_head=4, layer_norm_epsilon=1e-3,
+        initializer_range=0.1, bos_token_id=None, eos_token_id=None)),
+    "gpt2_untied_exact_gelu": lambda: tf.GPT2LMHeadModel(tf.GPT2Config(
+        vocab_size=V, n_positions=CTX, n_embd=D, n_layer=2, n_head=4, n_inner=80, activation_function="gelu",
+        initializer_range=0.1, tie_word_embeddings=False, bos_token_id=None, eos_token_id=None)),
+    "llama_gqa_untied": lambda: tf.LlamaForCausalLM(tf.LlamaConfig(
+        **DECODER, rope_parameters={"rope_type": "default", "rope_theta": 500.0}, rms_norm_eps=1e-5,
+        tie_word_embeddings=False)),
+    "llama_tied_bias_head_dim": lambda: tf.LlamaForCausalLM(tf.LlamaConfig(
+        **DECODER, head_dim=24, attention_bias=True, mlp_bias=True, tie_word_embeddings=True)),
+    "qwen3_gqa_sliding": lambda: tf.Qwen3ForCausalLM(tf.Qwen3Config(
+        **DECODER, head_dim=16, use_sliding_window=True, sliding_window=WINDOW, max_window_layers=1,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000.0}, tie_word_embeddings=True)),
+    "gemma3_local_global": lambda: tf.Gemma3ForCausalLM(tf.Gemma3TextConfig(
+        **DECODER, head_dim=16, query_pre_attn_scalar=24, sliding_window=WINDOW,
+        layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
+                         "full_attention": {"rope_type": "default", "rope_theta": 20000.0}},
+        attn_logit_softcapping=5.0, final_logit_softcapping=3.0, attn_implementation="eager")),
+    "gemma2_softcaps": lambda: tf.Gemma2ForCausalLM(tf.Gemma2Config(
+        **DECODER, head_dim=16, query_pre_attn_scalar=24, sliding_window=WINDOW, rope_parameters={
+            "rope_type": "default", "rope_theta": 300.0}, attn_logit_softcapping=0.5,
+        final_logit_softcapping=3.0, attn_implementation="eager")),
+}
+
+
+@pytest.mark.parametrize("case", HF_CASES)
+def test_from_hf_matches_transformers(case):
+    hf_model = _perturb(HF_CASES[case]())
+    model = from_hf(hf_model)
+    assert model.num_params() == sum(p.numel() for p in hf_model.parameters())
+    assert _max_diff(hf_model, model, _tokens()) < TOL
+
+
+def test_from_hf_maps_the_config():
+    """The mapped fields that decide the function: checked directly, so a mapping that is wrong but
+    harmless on the tiny cases above still fails here."""
+    gpt2 = from_hf(HF_CASES["gpt2"]()).cfg
+    assert (gpt2.family, gpt2.position, gpt2.norm, gpt2.mlp, gpt2.gelu_approximate, gpt2.bias) == (
+        "gpt2", "learned", "layernorm", "gelu", "tanh", True)
+    llama = from_hf(HF_CASES["llama_gqa_untied"]()).cfg
+    assert (llama.n_heads, llama.n_kv_heads, llama.rope_theta, llama.tie_embeddings) == (4, 2, 500.0, False)
+    qwen = from_hf(HF_CASES["qwen3_gqa_sliding"]()).cfg
+    assert (qwen.qk_norm, qwen.attention_pattern, qwen.sliding_window) == (True, "GLL", WINDOW)
+    gemma = from_hf(HF_CASES["gemma3_local_global"]()).cfg
+    assert (gemma.attention_pattern, gemma.rope_theta, gemma.rope_theta_local) == ("LLG", 20000.0, 100.0)
+    assert (gemma.norm_placement, gemma.scale_embeddings, gemma.final_logit_softcap) == ("sandwich", True, 3.0)
+    assert gemma.attn_scale == pytest.approx(24**-0.5)
+
+
+def test_gemma3_pattern_is_shortened_to_its_repeating_unit():
+    hf_model = tf.Gemma3ForCausalLM(tf.Gemma3TextConfig(**{**DECODER, "num_hidden_layers": 8}, head_dim=16,
+                                                        sliding_window=WINDOW, sliding_window_pattern=3))
+    model = from_hf(_perturb(hf_model))
+    assert model.cfg.attention_pattern == "LLG"
+    assert [block.local for block in model.blocks] == [t == "sliding_attention" for t in hf_model.config.layer_types]
+    assert _max_diff(hf_model, model, _tokens(1)) < TOL
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: tf.LlamaForCausalLM(tf.LlamaConfig(**DECODER, rope_parameters={
+        "rope_type": "linear", "factor": 2.0, "rope_theta": 1e4})), "rope_type='linear'"),
+    (lambda: tf.LlamaForCausalLM(tf.LlamaConfig(**DECODER, mlp_bias=True)), "mlp_bias=True with attention_bias=False"),
+    (lambda: tf.Qwen3ForCausalLM(tf.Qwen3Config(**DECODER, attention_bias=True)), "attention_bias=True"),
+    (lambda: tf.GPT2LMHeadModel(tf.GPT2Config(vocab_size=V, n_positions=CTX, n_embd=D, n_layer=1, n_head=4,
+                                              scale_attn_by_inverse_layer_idx=True)), "scale_attn_by_inverse"),
+    (lambda: tf.GPT2Model(tf.GPT2Config(vocab_size=V, n_positions=CTX, n_embd=D, n_layer=1, n_head=4)),
+     "cannot convert GPT2Model: supported"),
+])
+def test_from_hf_refuses_what_it_cannot_represent(make, match):
+    with pytest.raises(ValueError, match=match):
+        from_hf(make())
+
+
+SLM_CASES = {
+    "gpt2_style": dict(position="learned", norm="layernorm", norm_eps=1e-5, mlp="gelu", bias=True,
+                       norm_placement="pre"),
+    "gpt2_style_untied_no_bias_relu": dict(position="learned", norm="layernorm", mlp="relu", bias=False,
+                                           tie_embeddings=False),
+    "llama_style": dict(position="rope", norm="rmsnorm", mlp="swiglu", n_kv_heads=2, rope_theta=777.0),
+    "llama_style_untied_bias": dict(position="rope", norm="rmsnorm", mlp="swiglu", head_dim=24, bias=True,
+                                    tie_embeddings=False),
+}
+
+
+@pytest.mark.parametrize("case", SLM_CASES)
+def test_to_hf_round_trip(case):
+    model = _perturb(Transformer(ModelConfig(n_layers=2, d_model=D, n_heads=4, vocab_size=V, context_length=CTX,
+                                             **SLM_CASES[case])))
+    hf_model = to_hf(model)
+    expected = tf.GPT2LMHeadModel if model.cfg.position == "learned" else tf.LlamaForCausalLM
+    assert type(hf_model) is expected and not hf_model.training
+    assert (hf_model.lm_head.weight is hf_model.get_input_embeddings().weight) == model.cfg.tie_embeddings
+    assert _max_diff(hf_model, model, _tokens()) < TOL
+    back = from_hf(hf_model)
+    assert _max_diff(hf_model, back, _tokens()) < TOL
+
+
+@pytest.mark.parametrize("change, match", [
+    (dict(canon_set="AC"), "Canon layers"),
+    (dict(layer_repeat=2), "layer_repeat=2"),
+    (dict(qk_norm=True), "qk_norm=True"),
+    (dict(sliding_window=8, attention_pattern="LG"), "sliding-window layers"),
+    (dict(norm="rmsnorm_gemma", norm_placement="sandwich"), "norm_placement='sandwich'.*norm='rmsnorm_gemma'"),
+    (dict(position="none"), "position='none'"),
+    (dict(rotary_fraction=0.5), "partial rotary"),
+])
+def test_to_hf_refuses_what_it_cannot_represent(change, match):
+    model = Transformer(ModelConfig(n_layers=1, d_model=D, n_heads=4, vocab_size=V, context_length=CTX, **change))
+    with pytest.raises(ValueError, match=match):
+        to_hf(model)
+
+
+def test_import_hf_cli_writes_a_loadable_checkpoint(tmp_path, capsys):
+    hf_model = _perturb(HF_CASES["llama_gqa_untied"]())
+    hf_model.save_pretrained(tmp_path / "hf")
+    capsys.readouterr()
+    import_hf([str(tmp_path / "hf"), str(tmp_path / "slm")])
+    out = capsys.readouterr().out
+    model = load_model(tmp_path / "slm")
+    assert out.strip() == f"{tmp_path / 'slm'}: llama3, {model.num_params():,} parameters"
+    assert _max_diff(hf_model, model, _tokens()) < TOL
+
+    # a second import into the now non-empty directory is refused, and leaves it untouched
+    before = (tmp_path / "slm" / "model.safetensors").read_bytes()
+    with pytest.raises(SystemExit) as exit_:
+        import_hf([str(tmp_path / "hf"), str(tmp_path / "slm")])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.startswith("slm-import-hf: error:") and "--force" in err
+    assert (tmp_path / "slm" / "model.safetensors").read_bytes() == before
+    import_hf([str(tmp_path / "hf"), str(tmp_path / "slm"), "--force"])
+
+
+@pytest.mark.parametrize("problem", ["missing", "not_a_model", "unsupported_architecture"])
+def test_import_hf_cli_bad_input_is_one_line(tmp_path, capsys, problem):
+    source = tmp_path / "in"
+    if problem == "not_a_model":
+        source.mkdir()
+        (source / "notes.txt").write_text("no config.json here")
+    if problem == "unsupported_architecture":
+        tf.MistralForCausalLM(tf.MistralConfig(**{**DECODER, "num_hidden_layers": 1})).save_pretrained(source)
+    capsys.readouterr()  # drop save_pretrained's progress output
+    with pytest.raises(SystemExit) as exit_:
+        import_hf([str(source), str(tmp_path / "out")])
+    captured = capsys.readouterr()
+    assert exit_.value.code == 2 and captured.out == ""
+    assert captured.err.startswith(f"slm-import-hf: error: {source}") and captured.err.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+    if problem == "unsupported_architecture":
+        assert "cannot convert MistralForCausalLM: supported transformers models are GPT2LMHeadModel" in captured.err
