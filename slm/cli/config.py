@@ -53,3 +53,26 @@ def compose_config(overrides: list[str], config_name: str = "config"):
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         return compose(config_name, overrides=overrides)
+
+
+def job_key(override_dirname: str) -> str:
+    """A run-directory name made from a job's overrides: readable, stable, filesystem-safe.
+
+    "" -> "default"; "/" becomes "~"; names over 120 characters keep their start plus a hash of the whole.
+    """
+    import hashlib
+
+    if not override_dirname:
+        return "default"
+    key = override_dirname.replace("/", "~")
+    if len(key) > 120:
+        key = key[:100] + "-" + hashlib.sha1(override_dirname.encode()).hexdigest()[:12]
+    return key
+
+
+def register_resolvers() -> None:
+    """Resolvers used by conf/config.yaml (`${slm_job_key:...}`); safe to call more than once."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("slm_job_key"):
+        OmegaConf.register_new_resolver("slm_job_key", job_key)

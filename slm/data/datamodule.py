@@ -1,0 +1,118 @@
+"""`SLMDataModule`: Lightning data for a `PreparedData`.
+
+Training batches are a pure function of (seed, batch index) (see `slm.data.mix`), so the loader needs no
+state: it starts at the batch the trainer is at (global_step x accumulate_grad_batches, restored by
+Lightning before it asks for the loader) and a resumed run continues exactly. Tokens consumed per source
+are a function of the same index. Batches are (batch_size, context_length + 1) int64; the objective shifts.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Iterator
+
+import lightning.pytorch as pl
+import torch
+from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
+
+from slm.data.errors import DataError
+from slm.data.mix import TrainSampler, validation_batches
+from slm.data.prepare import PreparedData
+
+
+class TrainBatches(IterableDataset):
+    """Batches start, start + 1, ... forever; with several workers, worker w yields every w-th of them
+    (the DataLoader reads workers round-robin, so the order is kept)."""
+
+    def __init__(self, sampler: TrainSampler, start: int):
+        self.sampler, self.start = sampler, start
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        info = get_worker_info()
+        step, stride = (self.start, 1) if info is None else (self.start + info.id, info.num_workers)
+        for index in itertools.count(step, stride):
+            yield torch.from_numpy(self.sampler.batch(index))
+
+
+class FixedBatches(Dataset):
+    """A list of ready batches as a map-style dataset."""
+
+    def __init__(self, batches: list[torch.Tensor]):
+        self.batches = batches
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return self.batches[i]
+
+
+class SLMDataModule(pl.LightningDataModule):
+    """Training batches from the mixed training shards, fixed validation batches from the validation shards.
+
+    num_workers defaults to 0 (a batch is a few memmap slices, ~50 us); pin_memory is on only with CUDA.
+    """
+
+    def __init__(self, prepared: PreparedData, batch_size: int, context_length: int, seed: int, val_batches: int,
+                 num_workers: int = 0):
+        super().__init__()
+        for name, value, low in (("batch_size", batch_size, 1), ("context_length", context_length, 1),
+                                 ("val_batches", val_batches, 0), ("num_workers", num_workers, 0)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise DataError(f"{name}={value!r} is invalid: must be an integer >= {low}")
+        self.prepared = prepared
+        self.batch_size, self.context_length, self.seed = batch_size, context_length, seed
+        self.val_batches, self.num_workers = val_batches, num_workers
+        need = context_length + 1
+        for s in prepared.sources:
+            for split, shard, needed in (("training", s.train, True), ("validation", s.valid, val_batches > 0)):
+                if needed and shard.n_tokens < need:
+                    raise DataError(f"source {s.name!r} has {shard.n_tokens} {split} tokens; it needs at least "
+                                    f"context_length + 1 = {need} (use a shorter context or more data)")
+        self.names = [s.name for s in prepared.sources]
+        self.weights = [s.weight for s in prepared.sources]
+        self.sampler = TrainSampler([s.train.tokens() for s in prepared.sources], self.names, self.weights,
+                                    batch_size, context_length, seed)
+        self._val: list[torch.Tensor] | None = None
+        self._restored: dict | None = None
+
+    # ---------------------------------------------------------------- position in the stream
+    def batches_done(self) -> int:
+        """Training batches consumed by completed optimizer steps (trainer attached), else the restored count."""
+        trainer = getattr(self, "trainer", None)
+        if trainer is not None:
+            return trainer.global_step * max(1, int(getattr(trainer, "accumulate_grad_batches", 1) or 1))
+        return int((self._restored or {}).get("batches", 0))
+
+    def tokens_per_source(self, batches: int | None = None) -> dict[str, int]:
+        """Training tokens (context_length per sample) drawn from each source in the first `batches`
+        batches (default: `batches_done()`)."""
+        done = self.batches_done() if batches is None else batches
+        counts = self.sampler.mixer.counts_before(done * self.batch_size)
+        return {name: int(c) * self.context_length for name, c in zip(self.names, counts)}
+
+    def state_dict(self) -> dict:
+        return {"batches": self.batches_done(), "tokens_per_source": self.tokens_per_source()}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self._restored = dict(state_dict)
+
+    # ---------------------------------------------------------------- loaders
+    def train_dataloader(self) -> DataLoader:
+        """Endless batches from `batches_done()` on; Lightning's max_steps ends training."""
+        return DataLoader(TrainBatches(self.sampler, self.batches_done()), batch_size=None,
+                          num_workers=self.num_workers, pin_memory=torch.cuda.is_available(),
+                          persistent_workers=self.num_workers > 0)
+
+    def validation_batches(self) -> list[torch.Tensor]:
+        """The fixed validation batches (computed once): the same for every call, seed and run."""
+        if self._val is None:
+            batches = validation_batches([s.valid.tokens() for s in self.prepared.sources], self.weights,
+                                         self.batch_size, self.context_length, self.val_batches)
+            self._val = [torch.from_numpy(b) for b in batches]
+        return self._val
+
+    def val_dataloader(self) -> DataLoader:
+        """The validation batches in order, wrapped in a DataLoader (Lightning reads a bare list as a list of loaders)."""
+        return DataLoader(FixedBatches(self.validation_batches()), batch_size=None, shuffle=False,
+                          pin_memory=torch.cuda.is_available())

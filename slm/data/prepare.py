@@ -1,0 +1,154 @@
+"""`prepare(data_node, tokenizer_node)`: build the tokenizer and every source's train/valid shards.
+
+Everything lands in the cache (see `slm.data.cache`), keyed by source, split, tokenizer and content, so a
+second job of a sweep finds it there. A char/word vocabulary is fitted on the training splits once and
+stored under a key of the training content, so every job gets identical ids.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from slm.data import cache
+from slm.data.config import DataConfig, TokenizerConfig
+from slm.data.errors import DataError
+from slm.data.shards import Shard, build_shard, shard_dtype
+from slm.data.sources import Source, Stream, build_source
+from slm.data.tokenizers import Tokenizer, tokenizer_class
+
+
+def _hash(value) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass
+class PreparedSource:
+    """One source, tokenized."""
+
+    name: str
+    """The source's name (distinct within the mix)."""
+    weight: float
+    """Share of training samples, normalised over the mix."""
+    source: Source
+    """The source object (its config is `source.cfg`)."""
+    train: Shard
+    """Training tokens."""
+    valid: Shard
+    """Validation tokens."""
+
+    def describe(self) -> dict:
+        return {**self.source.describe(), "weight": self.weight, "token_budget": self.source.budget,
+                "train_tokens": self.train.n_tokens, "valid_tokens": self.valid.n_tokens,
+                "cache_keys": {"train": self.train.key, "valid": self.valid.key},
+                "reused_cache": {"train": not self.train.built, "valid": not self.valid.built}}
+
+
+@dataclass
+class PreparedData:
+    """The result of `prepare`: what the DataModule and the model config need."""
+
+    tokenizer: Tokenizer
+    """The tokenizer the shards were made with."""
+    vocab_size: int
+    """tokenizer.vocab_size padded up to tokenizer.pad_vocab_multiple: the model's vocab_size."""
+    sources: list[PreparedSource]
+    """Sources in config order."""
+    config: DataConfig
+    """The parsed data node."""
+    tokenizer_config: TokenizerConfig
+    """The parsed tokenizer node."""
+    cache_dir: Path
+    """The cache directory used."""
+
+    def describe(self) -> dict:
+        """JSON-able summary for the run record."""
+        t = self.tokenizer
+        return {"name": self.config.name,
+                "tokenizer": {"name": t.name, "kind": t.kind, "vocab_size": t.vocab_size,
+                              "padded_vocab_size": self.vocab_size, "eot_id": t.eot_id,
+                              "fingerprint": t.fingerprint()[:16]},
+                "sources": [s.describe() for s in self.sources],
+                "token_budget": self.config.token_budget,
+                "cache_dir": str(self.cache_dir)}
+
+
+def prepare(data_node: dict, tokenizer_node: dict) -> PreparedData:
+    """Parse the `data` and `tokenizer` nodes, build the tokenizer, tokenize (or reuse) every shard."""
+    cfg = DataConfig.from_node(_plain(data_node))
+    tok_cfg = TokenizerConfig.from_node(_plain(tokenizer_node))
+    root = cache.cache_root(cfg.cache_dir)
+    total_weight = sum(s.weight for s in cfg.sources)
+    sources = []
+    for s in cfg.sources:
+        budget = s.token_budget
+        if budget is None and cfg.token_budget is not None:
+            budget = max(1, int(cfg.token_budget * s.weight / total_weight))
+        sources.append(build_source(s, budget))
+    streams = [src.streams() for src in sources]
+    tokenizer = build_tokenizer(tok_cfg, [st["train"] for st in streams], root)
+    dtype = shard_dtype(tokenizer.vocab_size)
+    prepared = []
+    for src, st in zip(sources, streams):
+        shards = {split: build_shard(root, shard_key(stream, tokenizer, dtype), stream, tokenizer, dtype, cfg.num_proc)
+                  for split, stream in st.items()}
+        prepared.append(PreparedSource(src.cfg.name, src.cfg.weight / total_weight, src, shards["train"], shards["valid"]))
+    return PreparedData(tokenizer, tok_cfg.padded(tokenizer.vocab_size), prepared, cfg, tok_cfg, root)
+
+
+def _plain(node):
+    """A composed OmegaConf node as plain containers (plain dicts pass through)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+
+
+def shard_key(stream: Stream, tokenizer: Tokenizer, dtype: np.dtype) -> str:
+    """<source>.<split>.<tokenizer>.<hash of content, tokenizer, cap, dtype>."""
+    material = {"stream": stream.key, "tokenizer": tokenizer.fingerprint(), "max_tokens": stream.max_tokens,
+                "dtype": dtype.str, "version": 1}
+    return f"{stream.source}.{stream.split}.{tokenizer.kind}.{_hash(material)}"
+
+
+def build_tokenizer(cfg: TokenizerConfig, train_streams: list[Stream], root: Path) -> Tokenizer:
+    """The configured tokenizer; char/word fit (or reuse from the cache) their vocabulary on the training streams."""
+    cls = tokenizer_class(cfg.kind)
+    if not cls.fitted:
+        return cls.from_config(cfg)
+    material = {"kind": cfg.kind, "max_vocab": cfg.max_vocab, "unk": cfg.unk, "eot": cfg.eot,
+                "fit_max_chars": cfg.fit_max_chars, "train": [s.key for s in train_streams]}
+    key = f"{cfg.kind}.{_hash(material)}"
+    path = cache.entry(root, "vocab", f"{key}.json")
+    meta = cache.read_json(path)
+    if meta is None:
+        with cache.locked(root, f"vocab.{key}", f"fitting the {cfg.kind} vocabulary"):
+            meta = cache.read_json(path)
+            if meta is None:
+                tokenizer = cls.from_config(cfg, cls.fit_counts(_fit_texts(cfg, train_streams)))
+                meta = tokenizer.meta()
+                cache.write_json(path, meta)
+                return tokenizer
+    return cls.from_meta(meta, path.parent)
+
+
+def _fit_texts(cfg: TokenizerConfig, streams: list[Stream]):
+    """Training text of each stream, at most fit_max_chars characters of each."""
+    for stream in streams:
+        if stream.remote and cfg.fit_max_chars is None:
+            raise DataError(f"tokenizer.fit_max_chars=null would read all of the hub source {stream.source!r}; "
+                            "set a number of characters")
+        left = cfg.fit_max_chars
+        pieces = stream.pieces()
+        try:
+            for text, _ in pieces:
+                if left is not None:
+                    text, left = text[:left], left - len(text)
+                yield text
+                if left is not None and left <= 0:
+                    break
+        finally:
+            pieces.close()

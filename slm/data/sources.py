@@ -1,0 +1,224 @@
+"""Data sources (a registry): tiny_shakespeare, local, hub.
+
+A source turns its `SourceConfig` into two `Stream`s, train and valid: a function yielding the pieces of
+text to tokenize, a `key` that identifies that content (hashed into the shard's cache key), and a token cap
+(the source's training budget; validation is never capped).
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Callable, ClassVar, Iterator
+
+from slm.components.registry import Registry, UnknownKeyError
+from slm.data import hub, readers
+from slm.data.config import SourceConfig
+from slm.data.errors import DataError
+from slm.data.readers import Piece
+
+CORPORA = "corpora"
+
+
+@dataclass
+class Stream:
+    """One split of one source, before tokenization."""
+
+    source: str
+    """Name of the source."""
+    split: str
+    """train or valid."""
+    key: dict
+    """Identifies the text (content hashes, or the hub coordinates); part of the cache key."""
+    pieces: Callable[[], Iterator[Piece]]
+    """Yields (text, ends_document) pieces in order."""
+    max_tokens: int | None = None
+    """Stop after this many tokens; None: the whole stream."""
+    remote: bool = False
+    """Read over the network (the hub): check reachability first."""
+
+
+class Source:
+    kind: ClassVar[str] = ""
+
+    def __init__(self, cfg: SourceConfig, budget: int | None):
+        self.cfg = cfg
+        self.budget = budget
+
+    def streams(self) -> dict[str, Stream]:
+        raise NotImplementedError
+
+    def describe(self) -> dict:
+        return {"name": self.cfg.name, "kind": self.kind}
+
+
+SOURCES: Registry[type[Source]] = Registry("source kind")
+
+
+def build_source(cfg: SourceConfig, budget: int | None) -> Source:
+    try:
+        cls = SOURCES.get(cfg.kind)
+    except UnknownKeyError as err:
+        raise DataError(f"{cfg.where}.kind: {err}") from None
+    return cls(cfg, budget)
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+@SOURCES.register("tiny_shakespeare")
+class TinyShakespeare(Source):
+    """The Tiny Shakespeare corpus shipped in this package, with its train/valid splits (one document each)."""
+
+    kind = "tiny_shakespeare"
+
+    def _file(self, split: str):
+        return resources.files("slm.data").joinpath(f"{CORPORA}/tiny_shakespeare/{split}.txt")
+
+    def streams(self) -> dict[str, Stream]:
+        out = {}
+        for split in ("train", "valid"):
+            file = self._file(split)
+            digest = hashlib.sha256(file.read_bytes()).hexdigest()
+
+            def pieces(file=file) -> Iterator[Piece]:
+                with resources.as_file(file) as path:
+                    yield from readers.read(path, "text", "text")
+
+            out[split] = Stream(self.cfg.name, split, {"kind": self.kind, "sha256": digest}, pieces,
+                                self.budget if split == "train" else None)
+        return out
+
+    def describe(self) -> dict:
+        return {**super().describe(), "corpus": "tiny_shakespeare (shipped in slm/data/corpora)"}
+
+
+@SOURCES.register("local")
+class LocalFiles(Source):
+    """Local text, jsonl or parquet files (globs), with validation files or a held-out tail."""
+
+    kind = "local"
+
+    def __init__(self, cfg: SourceConfig, budget: int | None):
+        super().__init__(cfg, budget)
+        where = cfg.where
+        if not cfg.paths:
+            raise DataError(f"{where}.paths is empty: list the files, e.g. data=local '{where}.paths=[/data/*.jsonl]'")
+        self.train_files = self._resolve(cfg.paths, f"{where}.paths")
+        self.valid_files = self._resolve(cfg.valid_paths, f"{where}.valid_paths") if cfg.valid_paths else []
+        formats = {readers.detect_format(p, cfg.format, where) for p in self.train_files + self.valid_files}
+        if len(formats) > 1:
+            raise DataError(f"{where} mixes formats {', '.join(sorted(formats))}; use one source per format")
+        self.format = formats.pop()
+
+    @staticmethod
+    def _resolve(patterns: list[str], where: str) -> list[Path]:
+        files: list[Path] = []
+        for pattern in patterns:
+            expanded = os.path.expanduser(pattern)
+            if glob.has_magic(expanded):
+                matches = [Path(m) for m in sorted(glob.glob(expanded, recursive=True)) if os.path.isfile(m)]
+                if not matches:
+                    raise DataError(f"{where}: no file matches {pattern!r}")
+            else:
+                path = Path(expanded)
+                if not path.exists():
+                    raise DataError(f"{where}: file not found: {pattern}")
+                if path.is_dir():
+                    raise DataError(f"{where}: {pattern} is a directory; use a glob such as {pattern.rstrip('/')}/*.jsonl")
+                matches = [path]
+            for path in matches:
+                if path.stat().st_size == 0:
+                    raise DataError(f"{where}: file {path} is empty")
+                if path not in files:
+                    files.append(path)
+        return files
+
+    def _key(self, split: str, files: list[Path], **extra) -> dict:
+        return {"kind": self.kind, "split": split, "format": self.format, "text_field": self.cfg.text_field,
+                "sha256": [sha256_file(p) for p in files], **extra}
+
+    def _stream(self, split: str, ranges: list[tuple[Path, int, int]], key: dict) -> Stream:
+        fmt, field = self.format, self.cfg.text_field
+
+        def pieces() -> Iterator[Piece]:
+            for path, start, stop in ranges:
+                yield from readers.read(path, fmt, field, start, stop)
+
+        return Stream(self.cfg.name, split, key, pieces, self.budget if split == "train" else None)
+
+    def streams(self) -> dict[str, Stream]:
+        whole = lambda files: [(p, 0, readers.units(p, self.format)) for p in files]  # noqa: E731
+        if self.valid_files:
+            return {"train": self._stream("train", whole(self.train_files), self._key("train", self.train_files)),
+                    "valid": self._stream("valid", whole(self.valid_files), self._key("valid", self.valid_files))}
+        # held out: the last valid_fraction of all units, cut at a point that keeps tokenization exact
+        ranges = whole(self.train_files)
+        target = int(sum(stop for _, _, stop in ranges) * (1 - self.cfg.valid_fraction))
+        train, valid, seen = [], [], 0
+        for path, _, size in ranges:
+            if seen + size <= target:
+                train.append((path, 0, size))
+            elif seen >= target:
+                valid.append((path, 0, size))
+            else:
+                point = readers.cut(path, self.format, target - seen)
+                train += [(path, 0, point)] if point > 0 else []
+                valid += [(path, point, size)] if point < size else []
+            seen += size
+        key = self._key("all", self.train_files, valid_fraction=self.cfg.valid_fraction)
+        return {"train": self._stream("train", train, {**key, "split": "train"}),
+                "valid": self._stream("valid", valid, {**key, "split": "valid"})}
+
+    def describe(self) -> dict:
+        out = {**super().describe(), "format": self.format, "paths": [str(p) for p in self.train_files]}
+        if self.valid_files:
+            out["valid_paths"] = [str(p) for p in self.valid_files]
+        else:
+            out["valid_fraction"] = self.cfg.valid_fraction
+        return out
+
+
+@SOURCES.register("hub")
+class HubDataset(Source):
+    """A Hugging Face hub dataset, streamed: validation is the first `valid_documents` documents,
+    training the documents after them, up to the source's token budget."""
+
+    kind = "hub"
+
+    def __init__(self, cfg: SourceConfig, budget: int | None):
+        super().__init__(cfg, budget)
+        if not cfg.dataset:
+            raise DataError(f"{cfg.where}.dataset is not set: name a hub dataset, e.g. HuggingFaceFW/fineweb-edu")
+        if budget is None:
+            raise DataError(f"{cfg.where}: hub dataset {cfg.dataset!r} needs a token budget; "
+                            f"set data.token_budget or {cfg.where}.token_budget")
+
+    def streams(self) -> dict[str, Stream]:
+        c = self.cfg
+        key = {"kind": self.kind, "dataset": c.dataset, "subset": c.subset, "split": c.split,
+               "revision": c.revision, "text_field": c.text_field, "valid_documents": c.valid_documents}
+        out = {}
+        for split in ("train", "valid"):
+            def pieces(split=split) -> Iterator[Piece]:
+                skip, take = (c.valid_documents, None) if split == "train" else (0, c.valid_documents)
+                for text in hub.documents(c, skip=skip, take=take):
+                    yield text, True
+
+            out[split] = Stream(c.name, split, {**key, "part": split}, pieces,
+                                self.budget if split == "train" else None, remote=True)
+        return out
+
+    def describe(self) -> dict:
+        c = self.cfg
+        return {**super().describe(), "dataset": c.dataset, "subset": c.subset, "split": c.split,
+                "revision": c.revision, "valid_documents": c.valid_documents}

@@ -1,0 +1,84 @@
+"""The run record: one `result.json` per run directory, always replaced atomically.
+
+Top-level sections (schema_version 1):
+  status       running | completed | failed | diverged
+  error        one line, or null
+  config       the resolved Hydra config of the run (model, tokenizer, data, train, ...)
+  model        every ModelConfig field (same names as conf/model) + params_* and flops_per_token
+  data         tokenizer, sources (weights, tokens, cache keys), tokens_per_source, token_share
+  training     max_steps, steps, tokens, wall_seconds, train_seconds, tokens_per_s, mfu, final_train_loss,
+               diverged {step, loss} or null
+  eval         val_nll, val_ppl, val_step; lm_eval {task: scores} and throughput, filled by later stages
+  environment  python, package versions, device, hostname, git revision
+  artifacts    paths relative to the run directory (weights, checkpoint, logs)
+  created_at, updated_at  ISO-8601 UTC
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+SCHEMA_VERSION = 1
+RESULT_FILE = "result.json"
+STATUSES = ("running", "completed", "failed", "diverged")
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _finite(value):
+    """JSON has no NaN or Infinity: write non-finite floats as the strings "nan", "inf", "-inf"."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def write_json_atomic(path: str | os.PathLike, data: dict) -> None:
+    """Write strict JSON to a temporary file in the same directory, fsync it, then rename over `path`."""
+    data = _finite(data)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2, default=str, allow_nan=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_record(run_dir: str | os.PathLike) -> dict | None:
+    """The run's record, or None if it has none yet."""
+    path = Path(run_dir) / RESULT_FILE
+    if not path.exists():
+        return None
+    return json.loads(path.read_text())
+
+
+def update_record(run_dir: str | os.PathLike, **sections) -> dict:
+    """Merge `sections` into the record (dict sections merged key by key, others replaced) and save."""
+    if "status" in sections and sections["status"] not in STATUSES:
+        raise ValueError(f"status {sections['status']!r} is not one of {STATUSES}")
+    record = load_record(run_dir) or {"schema_version": SCHEMA_VERSION, "created_at": now()}
+    for key, value in sections.items():
+        if isinstance(value, dict) and isinstance(record.get(key), dict):
+            record[key] = {**record[key], **value}
+        else:
+            record[key] = value
+    record["updated_at"] = now()
+    write_json_atomic(Path(run_dir) / RESULT_FILE, record)
+    return record

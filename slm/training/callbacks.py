@@ -1,0 +1,112 @@
+"""Callbacks: throughput and MFU, and the per-step training log used for exact loss curves."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import lightning as L
+import torch
+
+from slm.training.hardware import peak_flops
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class ThroughputMonitor(L.Callback):
+    """Logs tokens/s, FLOPs per token and MFU over windows of `interval` steps, and keeps totals.
+
+    MFU = flops_per_token * tokens/s / peak FLOP/s of the device (None where the peak is unknown).
+    Validation time is excluded from the training rate.
+    """
+
+    def __init__(self, tokens_per_step: int, flops_per_token: int, precision: str, interval: int,
+                 peak: float | None = None):
+        self.tokens_per_step, self.flops_per_token = tokens_per_step, flops_per_token
+        self.precision, self.interval, self.peak = precision, interval, peak
+        self.train_seconds = 0.0
+        self.steps = 0
+        self._window_start: float | None = None
+        self._window_steps = 0
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        if self.peak is None:
+            self.peak = peak_flops(pl_module.device, self.precision)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self._window_start is None:
+            _sync(pl_module.device)
+            self._window_start = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self._window_steps += 1
+        if self._window_steps >= self.interval or trainer.global_step >= trainer.max_steps:
+            self._close_window(pl_module)
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        if self._window_start is not None and self._window_steps:
+            self._close_window(pl_module)
+        self._window_start = None
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        if self._window_start is not None and self._window_steps:
+            self._close_window(pl_module)
+
+    def _close_window(self, pl_module) -> None:
+        _sync(pl_module.device)
+        seconds = time.perf_counter() - self._window_start
+        self.train_seconds += seconds
+        self.steps += self._window_steps
+        rate = self._window_steps * self.tokens_per_step / seconds
+        metrics = {"perf/tokens_per_s": rate, "perf/flops_per_token": float(self.flops_per_token)}
+        if self.peak:
+            metrics["perf/mfu"] = self.flops_per_token * rate / self.peak
+        pl_module.log_dict(metrics)
+        self._window_start, self._window_steps = None, 0
+
+    def totals(self) -> dict:
+        """Training steps, seconds, tokens/s and MFU of this process (validation excluded)."""
+        rate = self.steps * self.tokens_per_step / self.train_seconds if self.train_seconds else None
+        mfu = self.flops_per_token * rate / self.peak if (rate and self.peak) else None
+        return {"session_steps": self.steps, "train_seconds": self.train_seconds, "tokens_per_s": rate, "mfu": mfu,
+                "peak_flops": self.peak}
+
+
+class StepLog(L.Callback):
+    """Appends one JSON line per optimizer step (step, loss, lr) to `path`.
+
+    On resume the lines past the restored step are dropped first, so the file always holds exactly one
+    line per completed step: the loss curve of a resumed run equals an uninterrupted one.
+    """
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._file = None
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        step = trainer.global_step
+        lines = self.path.read_text().splitlines() if self.path.exists() else []
+        kept = [line for line in lines if line.strip() and json.loads(line)["step"] <= step]
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text("".join(line + "\n" for line in kept))
+        tmp.replace(self.path)
+        self._file = self.path.open("a")
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if pl_module.diverged is not None or pl_module.last_train_loss is None:
+            return
+        row = {"step": trainer.global_step, "loss": pl_module.last_train_loss, "lr": pl_module.last_lr}
+        self._file.write(json.dumps(row) + "\n")
+        self._file.flush()
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def on_exception(self, trainer, pl_module, exception) -> None:
+        self.on_train_end(trainer, pl_module)

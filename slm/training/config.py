@@ -1,0 +1,121 @@
+"""`TrainConfig`: optimisation, length, precision, logging and checkpointing of one training run."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+PRECISIONS = ("32", "bf16-mixed")
+LOGGERS = ("csv", "tensorboard", "wandb")
+
+
+class TrainConfigError(ValueError):
+    """An invalid training config; the message names the field, the value and what is allowed."""
+
+
+@dataclass
+class TrainConfig:
+    seed: int = 0
+    """Seed for model init, data order and dropout."""
+    objective: str = "causal_lm"
+    """Training objective (slm.objectives registry)."""
+    batch_size: int = 16
+    """Sequences per optimizer step (each context_length tokens)."""
+    tokens: float | None = 1.0e6
+    """Training length as a token budget; steps = tokens // (batch_size * context_length)."""
+    steps: int | None = None
+    """Training length in optimizer steps; overrides `tokens` when set."""
+    lr: float = 1.0e-3
+    """Peak learning rate."""
+    min_lr_ratio: float = 0.1
+    """Final learning rate as a fraction of lr (cosine and wsd)."""
+    schedule: str = "cosine"
+    """Learning-rate schedule: cosine, wsd (warmup-stable-decay) or constant; all with linear warmup."""
+    warmup_fraction: float = 0.05
+    """Warmup length as a fraction of the steps."""
+    warmup_steps: int | None = None
+    """Warmup length in steps; overrides warmup_fraction when set."""
+    decay_fraction: float = 0.2
+    """wsd: fraction of the steps spent in the final (linear) decay."""
+    weight_decay: float = 0.1
+    """AdamW decoupled weight decay on matrices."""
+    decay_embeddings: bool = False
+    """Also decay embeddings (norm weights and biases are never decayed)."""
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
+    """AdamW betas."""
+    eps: float = 1.0e-8
+    """AdamW epsilon."""
+    grad_clip: float | None = 1.0
+    """Clip the global gradient norm to this value; None disables clipping (the norm is still logged)."""
+    precision: str = "32"
+    """32 or bf16-mixed."""
+    compile: bool = False
+    """Compile the model with torch.compile."""
+    val_interval: int = 200
+    """Validate every this many steps (and always at the end); 0: only at the end."""
+    val_batches: int = 20
+    """Validation batches (fixed windows of the held-out split)."""
+    log_interval: int = 10
+    """Send metrics to the loggers every this many steps."""
+    ckpt_interval: int = 200
+    """Write last.ckpt every this many steps (and at the end)."""
+    loggers: list[str] = field(default_factory=lambda: ["csv"])
+    """Any of csv, tensorboard, wandb."""
+    accelerator: str = "auto"
+    """Lightning accelerator: auto, cpu, gpu."""
+    peak_flops: float | None = None
+    """Peak FLOP/s of one device for MFU; None looks the device up in slm.training.hardware."""
+    progress_bar: bool = True
+    """Show Lightning's progress bar."""
+    detect_anomaly: bool = False
+    """torch.autograd anomaly detection (slow; for debugging)."""
+
+    def __post_init__(self) -> None:
+        from slm.objectives import OBJECTIVES
+        from slm.training.schedules import SCHEDULES
+
+        OBJECTIVES.get(self.objective)
+        SCHEDULES.get(self.schedule)
+        for name in ("batch_size", "val_batches", "log_interval", "ckpt_interval"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise TrainConfigError(f"train.{name}={value!r} is invalid: must be a positive integer")
+        if self.steps is None and self.tokens is None:
+            raise TrainConfigError("train.tokens=None is invalid: set a token budget (train.tokens) or train.steps")
+        if self.steps is not None and (not isinstance(self.steps, int) or self.steps <= 0):
+            raise TrainConfigError(f"train.steps={self.steps!r} is invalid: must be a positive integer")
+        if self.tokens is not None and not self.tokens > 0:
+            raise TrainConfigError(f"train.tokens={self.tokens!r} is invalid: must be > 0")
+        if not self.lr > 0:
+            raise TrainConfigError(f"train.lr={self.lr!r} is invalid: must be > 0")
+        if self.precision not in PRECISIONS:
+            raise TrainConfigError(f"train.precision={self.precision!r} is invalid: choose one of: {', '.join(PRECISIONS)}")
+        for logger in self.loggers:
+            if logger not in LOGGERS:
+                raise TrainConfigError(f"train.loggers has {logger!r}: choose from: {', '.join(LOGGERS)}")
+        if not 0 <= self.warmup_fraction < 1:
+            raise TrainConfigError(f"train.warmup_fraction={self.warmup_fraction!r} is invalid: must be in [0, 1)")
+        if not 0 < self.decay_fraction <= 1:
+            raise TrainConfigError(f"train.decay_fraction={self.decay_fraction!r} is invalid: must be in (0, 1]")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise TrainConfigError(f"train.min_lr_ratio={self.min_lr_ratio!r} is invalid: must be in [0, 1]")
+        if self.val_interval < 0:
+            raise TrainConfigError(f"train.val_interval={self.val_interval!r} is invalid: must be >= 0")
+
+    def max_steps(self, context_length: int) -> int:
+        """Optimizer steps of the run: `steps`, or the token budget in whole batches."""
+        if self.steps is not None:
+            return self.steps
+        per_step = self.batch_size * context_length
+        steps = int(self.tokens // per_step)
+        if steps < 1:
+            raise TrainConfigError(
+                f"train.tokens={self.tokens:g} is invalid: smaller than one batch "
+                f"(batch_size {self.batch_size} x context {context_length} = {per_step} tokens)"
+            )
+        return steps
+
+    def warmup(self, max_steps: int) -> int:
+        return self.warmup_steps if self.warmup_steps is not None else int(self.warmup_fraction * max_steps)
+
+    def to_dict(self) -> dict:
+        return asdict(self)

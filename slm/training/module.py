@@ -1,0 +1,103 @@
+"""`LanguageModelModule`: the Lightning wrapper around a framework-free slm model and an objective."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import lightning as L
+import torch
+
+from slm.model import ModelConfig, Transformer
+from slm.objectives import OBJECTIVES
+from slm.training.config import TrainConfig
+from slm.training.optim import build_optimizer
+from slm.training.schedules import SCHEDULES
+
+
+class LanguageModelModule(L.LightningModule):
+    """Trains `Transformer(model_cfg)` with `train_cfg.objective`; validates NLL and perplexity.
+
+    A non-finite training loss stops the run: `diverged` then holds the step and the value, and the
+    batch is skipped (no update), so the last checkpoint holds the last finite weights.
+    """
+
+    def __init__(self, model_cfg: ModelConfig, train_cfg: TrainConfig, max_steps: int, tokens_per_step: int):
+        super().__init__()
+        self.model = Transformer(model_cfg)
+        self.train_cfg = train_cfg
+        self.objective = OBJECTIVES.get(train_cfg.objective)()
+        self.max_steps = max_steps
+        self.tokens_per_step = tokens_per_step
+        self.diverged: dict | None = None
+        self.last_train_loss: float | None = None
+        self.last_lr: float | None = None
+        self.val_metrics: dict[str, float] = {}
+        self._val_sums: list[tuple[torch.Tensor, int]] = []
+        self._forward = self.model
+
+    def configure_model(self) -> None:
+        if self.train_cfg.compile and self._forward is self.model:
+            self._forward = torch.compile(self.model)
+
+    # ------------------------------------------------------------------ training
+    def training_step(self, batch: torch.Tensor, batch_idx: int):
+        loss = self.objective.loss(self._forward, batch)
+        value = loss.detach().item()
+        if not math.isfinite(value):
+            self.diverged = {"step": self.global_step, "loss": value}
+            self.trainer.should_stop = True
+            return None  # no backward, no update
+        self.last_train_loss = value
+        self.last_lr = self.trainer.optimizers[0].param_groups[0]["lr"]
+        self.log("train/loss", loss.detach(), prog_bar=True)
+        self.log("train/lr", self.last_lr)
+        self.log("train/tokens", float((self.global_step + 1) * self.tokens_per_step))
+        return loss
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
+        max_norm = self.train_cfg.grad_clip if self.train_cfg.grad_clip is not None else float("inf")
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        self.log("train/grad_norm", norm)
+
+    def configure_optimizers(self):
+        optimizer = build_optimizer(self.model, self.train_cfg)
+        cfg = self.train_cfg
+        schedule = SCHEDULES.get(cfg.schedule)(self.max_steps, cfg.warmup(self.max_steps), cfg.min_lr_ratio, cfg.decay_fraction)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    # ------------------------------------------------------------------ validation
+    def on_validation_epoch_start(self) -> None:
+        self._val_sums = []
+
+    def validation_step(self, batch: torch.Tensor, batch_idx: int) -> None:
+        self._val_sums.append(self.objective.nll(self._forward, batch))
+
+    def on_validation_epoch_end(self) -> None:
+        if not self._val_sums:
+            return
+        total = sum(float(s) for s, _ in self._val_sums)
+        count = sum(n for _, n in self._val_sums)
+        nll = total / count
+        self.val_metrics = {"val_nll": nll, "val_ppl": math.exp(min(nll, 700.0)), "val_step": self.global_step}
+        self.log("val/nll", nll, prog_bar=True)
+        self.log("val/ppl", self.val_metrics["val_ppl"])
+
+    # ------------------------------------------------------------------ exact resume
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["slm_rng"] = {
+            "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            "python": list(random.getstate()[1]),
+        }
+        checkpoint["slm_last_train_loss"] = self.last_train_loss
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        state = checkpoint.get("slm_rng")
+        if state is not None:
+            torch.set_rng_state(state["torch"])
+            if state["cuda"] and torch.cuda.is_available():
+                torch.cuda.set_rng_state_all(state["cuda"])
+            random.setstate((3, tuple(state["python"]), None))
+        self.last_train_loss = checkpoint.get("slm_last_train_loss")

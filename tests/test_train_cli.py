@@ -1,0 +1,132 @@
+"""`slm-train` as a user runs it: a completed run, exact resume after SIGKILL, divergence, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from slm.data import load_tokenizer
+from slm.model.weights import load_model
+
+FAST = ["model=debug", "train.progress_bar=false", "train.val_batches=2", "train.log_interval=5"]
+
+
+def slm_train(tmp_path: Path, *overrides: str, wait: bool = True, group: str = "t"):
+    env = {**os.environ, "SLM_RUNS": str(tmp_path / "runs"), "SLM_CACHE": str(tmp_path.parent / "slm-cache"),
+           "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "slm.cli.train", f"run_group={group}", *overrides]
+    if not wait:
+        return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def run_dir(tmp_path: Path, group: str = "t") -> Path:
+    (only,) = (tmp_path / "runs" / group).iterdir()
+    return only
+
+
+def record(path: Path) -> dict:
+    return json.loads((path / "result.json").read_text())
+
+
+def test_trains_and_records(tmp_path):
+    out = slm_train(tmp_path, *FAST, "train.steps=12", "train.val_interval=6")
+    assert out.returncode == 0, out.stderr[-2000:]
+    path = run_dir(tmp_path)
+    r = record(path)
+    assert r["schema_version"] == 1 and r["status"] == "completed" and r["error"] is None
+    assert r["model"]["family"] == "debug" and r["model"]["vocab_size"] == 65  # from the char tokenizer
+    assert r["model"]["params_total"] == load_model(path / "model").num_params()
+    assert r["training"]["steps"] == 12 and r["training"]["tokens"] == 12 * 16 * 128
+    assert r["training"]["tokens_per_s"] > 0 and r["training"]["mfu"] is None  # no made-up MFU on a CPU
+    assert r["eval"]["val_step"] == 12 and 0 < r["eval"]["val_nll"] < 5
+    assert r["data"]["tokens_per_source"] == {"tiny_shakespeare": 12 * 16 * 128}
+    assert r["environment"]["packages"]["torch"] and r["config"]["train"]["steps"] == 12
+    assert load_tokenizer(path / "model").vocab_size == 65
+    assert (path / "checkpoints" / "last.ckpt").exists() and (path / "config.yaml").exists()
+    assert (path / "logs" / "csv" / "metrics.csv").exists()
+    # running the same command again trains nothing
+    again = slm_train(tmp_path, *FAST, "train.steps=12", "train.val_interval=6")
+    assert again.returncode == 0 and "already completed" in again.stdout
+    assert record(path)["updated_at"] == r["updated_at"]
+
+
+def _steps(path: Path) -> int:
+    log = path / "train_log.jsonl"
+    lines = log.read_text().splitlines() if log.exists() else []
+    return json.loads(lines[-1])["step"] if lines else 0
+
+
+def test_resume_after_sigkill_is_exact(tmp_path):
+    args = [*FAST, "model.d_model=128", "model.head_dim=32", "train.steps=60", "train.ckpt_interval=20",
+            "train.val_interval=30", "train.seed=3"]
+    ref_dir, cut_dir = tmp_path / "ref", tmp_path / "cut"
+    assert slm_train(ref_dir, *args).returncode == 0
+    proc = slm_train(cut_dir, *args, wait=False)
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        runs = cut_dir / "runs" / "t"
+        if runs.exists() and any(runs.iterdir()) and _steps(run_dir(cut_dir)) >= 25:
+            break
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    cut = run_dir(cut_dir)
+    assert record(cut)["status"] == "running" and 25 <= _steps(cut) < 60
+    out = slm_train(cut_dir, *args)
+    assert out.returncode == 0, out.stderr[-2000:]
+    ref = run_dir(ref_dir)
+    r = record(cut)
+    assert r["status"] == "completed" and r["training"]["resumed_from"] == "checkpoints/last.ckpt"
+    a, b = load_file(ref / "model" / "model.safetensors"), load_file(cut / "model" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert (ref / "train_log.jsonl").read_text() == (cut / "train_log.jsonl").read_text()
+    assert r["eval"]["val_nll"] == record(ref)["eval"]["val_nll"]
+
+
+def test_divergence_is_recorded(tmp_path):
+    out = slm_train(tmp_path, *FAST, "train.steps=30", "train.lr=1e4", "train.grad_clip=null", "train.warmup_steps=0")
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = record(run_dir(tmp_path))
+    assert r["status"] == "diverged" and r["error"].startswith("non-finite training loss")
+    assert r["training"]["diverged"]["loss"] in ("nan", "inf", "-inf")
+
+
+@pytest.mark.parametrize(
+    "setup, overrides, message",
+    [
+        (None, ["train.tokens=100"], "train.tokens=100 is invalid: smaller than one batch"),
+        (None, ["tokenizer.kind=bpe"], "unknown tokenizer 'bpe'"),
+        (None, ["data.sources.0.kind=ftp"], "unknown source kind 'ftp'"),
+        ("missing", ["data=local"], "file not found:"),
+        ("empty", ["data=local"], "empty"),
+        ("binary", ["data=local"], "invalid UTF-8 at byte 10"),
+        (None, ["data=fineweb_edu"], "HuggingFaceFW/fineweb-edu"),
+    ],
+)
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, setup, overrides, message):
+    extra = []
+    if setup:
+        path = tmp_path / f"{setup}.txt"
+        if setup == "empty":
+            path.write_text("")
+        elif setup == "binary":
+            path.write_bytes(b"fine text\n\xff\xfe broken")
+        extra = [f"data.sources.0.paths=[{path}]"]
+    out = slm_train(tmp_path, *FAST, *overrides, *extra)
+    assert out.returncode == 2, out.stderr[-2000:]
+    lines = out.stderr.strip().splitlines()
+    assert lines[-1].startswith("slm-train: error:") and message in lines[-1], lines[-1]
+    assert "Traceback" not in out.stderr
+    runs = tmp_path / "runs"
+    assert not list(runs.rglob("result.json")) if runs.exists() else True

@@ -1,0 +1,103 @@
+"""Training pieces without data: config, schedules, optimizer groups, objective, the run record."""
+
+import dataclasses
+import json
+import math
+
+import pytest
+import torch
+import yaml
+
+from slm.cli.config import CONF_DIR
+from slm.model import ModelConfig, Transformer
+from slm.objectives import OBJECTIVES
+from slm.runs.record import load_record, update_record, write_json_atomic
+from slm.training.config import TrainConfig, TrainConfigError
+from slm.training.optim import param_groups
+from slm.training.schedules import SCHEDULES
+
+
+def test_train_yaml_mirrors_dataclass_defaults():
+    base = yaml.safe_load((CONF_DIR / "train" / "default.yaml").read_text())
+    defaults = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())
+                for f in dataclasses.fields(TrainConfig)}
+    assert base == defaults
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (dict(batch_size=0), r"train.batch_size=0 is invalid: must be a positive integer"),
+        (dict(precision="fp8"), r"train.precision='fp8' is invalid: choose one of: 32, bf16-mixed"),
+        (dict(schedule="linear"), r"unknown schedule 'linear'; choose one of: constant, cosine, wsd"),
+        (dict(objective="mlm"), r"unknown objective 'mlm'; choose one of: causal_lm"),
+        (dict(tokens=None), r"train.tokens=None is invalid"),
+        (dict(loggers=["csv", "mlflow"]), r"train.loggers has 'mlflow'"),
+    ],
+)
+def test_invalid_train_configs(bad, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig(**bad)
+
+
+def test_length_from_token_budget():
+    assert TrainConfig(tokens=1e6, batch_size=16).max_steps(128) == 488
+    assert TrainConfig(tokens=1e6, steps=7).max_steps(128) == 7
+    with pytest.raises(TrainConfigError, match=r"train.tokens=100 is invalid: smaller than one batch \(batch_size 16 x context 128 = 2048 tokens\)"):
+        TrainConfig(tokens=100).max_steps(128)
+
+
+def test_schedules():
+    cos = SCHEDULES.get("cosine")(max_steps=100, warmup=10, min_ratio=0.1, decay_fraction=0.2)
+    assert cos(0) == pytest.approx(0.1) and cos(9) == pytest.approx(1.0)
+    assert cos(10) == pytest.approx(1.0) and cos(99) == pytest.approx(0.1)
+    assert cos(55) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 45 / 89)))
+    wsd = SCHEDULES.get("wsd")(max_steps=100, warmup=10, min_ratio=0.0, decay_fraction=0.2)
+    assert [wsd(s) for s in (10, 50, 79)] == [1.0, 1.0, 1.0]
+    assert wsd(80) == pytest.approx(1 - 1 / 20) and wsd(99) == pytest.approx(0.0)
+    const = SCHEDULES.get("constant")(max_steps=100, warmup=0, min_ratio=0.1, decay_fraction=0.2)
+    assert {const(s) for s in range(100)} == {1.0}
+
+
+def test_no_decay_on_norms_biases_embeddings():
+    model = Transformer(ModelConfig(n_layers=1, d_model=32, n_heads=4, bias=True, position="learned", norm="layernorm"))
+    decay, no_decay = param_groups(model, TrainConfig())
+    decayed = {id(p) for p in decay["params"]}
+    assert id(model.tok_emb.weight) not in decayed and id(model.position.weight) not in decayed
+    assert id(model.blocks[0].attn.qkv.weight) in decayed and id(model.blocks[0].attn.qkv.bias) not in decayed
+    assert id(model.blocks[0].attn_norm.weight) not in decayed
+    assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
+    with_emb, _ = param_groups(model, TrainConfig(decay_embeddings=True))
+    assert id(model.tok_emb.weight) in {id(p) for p in with_emb["params"]}
+
+
+def test_causal_lm_objective_matches_manual_cross_entropy():
+    model = Transformer(ModelConfig(n_layers=1, d_model=32, n_heads=4, vocab_size=40))
+    tokens = torch.randint(0, 40, (3, 17))
+    objective = OBJECTIVES.get("causal_lm")()
+    logits = model(tokens[:, :-1])
+    logp = logits.log_softmax(-1).gather(-1, tokens[:, 1:, None]).squeeze(-1)
+    assert objective.loss(model, tokens).item() == pytest.approx(-logp.mean().item(), rel=1e-5)
+    total, n = objective.nll(model, tokens)
+    assert n == 48 and total.item() == pytest.approx(-logp.sum().item(), rel=1e-5)
+
+
+def test_record_is_strict_json_and_merges(tmp_path):
+    update_record(tmp_path, status="running", training={"max_steps": 10})
+    update_record(tmp_path, status="diverged", training={"diverged": {"step": 3, "loss": float("nan")}})
+    raw = (tmp_path / "result.json").read_text()
+    json.loads(raw, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
+    record = load_record(tmp_path)
+    assert record["schema_version"] == 1 and record["status"] == "diverged"
+    assert record["training"] == {"max_steps": 10, "diverged": {"step": 3, "loss": "nan"}}
+    with pytest.raises(ValueError, match="status 'done' is not one of"):
+        update_record(tmp_path, status="done")
+
+
+def test_atomic_write_leaves_old_file_on_failure(tmp_path):
+    path = tmp_path / "result.json"
+    write_json_atomic(path, {"a": 1})
+    with pytest.raises(TypeError):
+        write_json_atomic(path, {"a": object.__new__(type("Unserialisable", (), {"__str__": None}))})
+    assert json.loads(path.read_text()) == {"a": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["result.json"]
