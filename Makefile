@@ -6,13 +6,14 @@ TORCH_SPEC ?= torch==2.13.0
 BIN        := $(VENV)/bin
 STAMP      := $(VENV)/.slm-installed
 
-.PHONY: help install test test-slow sweep clean
+.PHONY: help install test test-slow sweep bench clean
 
 help:
 	@echo "make install    create $(VENV): torch ($(TORCH_SPEC)) first, then slm with its dev extras"
 	@echo "make test       the fast test suite (installs first if needed)"
 	@echo "make test-slow  the tests marked slow"
 	@echo "make sweep      the default study (see README: what it runs today)"
+	@echo "make bench      benchmarks: slm-train vs a bare PyTorch loop, data loader share, tokenizers"
 
 install: $(STAMP)
 
@@ -46,3 +47,7 @@ sweep: install
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info
+
+# Benchmarks report ratios against a reference run in the same command (never timed tests).
+bench: install
+	$(BIN)/python bench/train_overhead.py

@@ -21,7 +21,8 @@ class ThroughputMonitor(L.Callback):
     """Logs tokens/s, FLOPs per token and MFU over windows of `interval` steps, and keeps totals.
 
     MFU = flops_per_token * tokens/s / peak FLOP/s of the device (None where the peak is unknown).
-    Validation time is excluded from the training rate.
+    Windows are contiguous (each starts where the last ended), so loop overhead, data loading and
+    checkpointing between steps count as training time; only validation is excluded.
     """
 
     def __init__(self, tokens_per_step: int, flops_per_token: int, precision: str, interval: int,
@@ -66,7 +67,7 @@ class ThroughputMonitor(L.Callback):
         if self.peak:
             metrics["perf/mfu"] = self.flops_per_token * rate / self.peak
         pl_module.log_dict(metrics)
-        self._window_start, self._window_steps = None, 0
+        self._window_start, self._window_steps = time.perf_counter(), 0
 
     def totals(self) -> dict:
         """Training steps, seconds, tokens/s and MFU of this process (validation excluded)."""
