@@ -51,3 +51,10 @@ clean:
 # Benchmarks report ratios against a reference run in the same command (never timed tests).
 bench: install
 	$(BIN)/python bench/train_overhead.py
+
+# Redraw the six analysis plots (PNG + SVG) from a results table written by slm-collect:
+#   make plots RESULTS=runs/cpu_default/results.parquet [OUT=dir]   (OUT defaults to plots/ next to RESULTS)
+.PHONY: plots
+plots: install
+	@test -n "$(RESULTS)" || { echo "usage: make plots RESULTS=path/to/results.parquet [OUT=dir]" >&2; exit 2; }
+	$(BIN)/slm-plot --kind all "$(RESULTS)" -o "$(if $(OUT),$(OUT),$(dir $(RESULTS))plots)"

@@ -4,6 +4,10 @@
 with an optional sliding window, per-head qk-norm (applied before RoPE, as Qwen3 and Gemma3), Canon B on
 the fused q,k,v projection, and optional attention-logit soft-capping cap * tanh(s / cap) (Gemma 2).
 It runs through `scaled_dot_product_attention` unless soft-capping is on, which SDPA cannot express.
+
+With a KV cache (`slm.model.cache`), `kv` is this block application's slot in it: the new keys and values
+are written there, queries attend over the S slots it returns, and `mask` (built by the cache) is
+(B, 1, T, S), or None: causal when T == S (prefill of an empty cache), else every slot (one new token).
 """
 
 from __future__ import annotations
@@ -66,12 +70,12 @@ class MultiHeadAttention(nn.Module):
             n += 2 * NORMS.get(cfg.norm).num_params(cfg.head_dim, cfg.bias)
         return n + canon_params(cfg, "B", q_dim + 2 * kv_dim)
 
-    def forward(self, x: torch.Tensor, rotary: Rotary | None, mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rotary: Rotary | None, mask: torch.Tensor | None, kv=None) -> torch.Tensor:
         B, T, _ = x.shape
         H, KV, hd = self.n_heads, self.n_kv_heads, self.head_dim
         qkv = self.qkv(x)  # (B, T, (H + 2 KV) hd)
         if self.canon_b is not None:
-            qkv = self.canon_b(qkv)
+            qkv = self.canon_b(qkv) if kv is None else kv.canon("B", self.canon_b, qkv)
         q, k, v = qkv.split([H * hd, KV * hd, KV * hd], dim=-1)
         q, k, v = q.view(B, T, H, hd), k.view(B, T, KV, hd), v.view(B, T, KV, hd)
         if self.q_norm is not None:
@@ -79,24 +83,27 @@ class MultiHeadAttention(nn.Module):
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, heads, T, hd)
         if rotary is not None:
             q, k = apply_rotary(q, rotary), apply_rotary(k, rotary)
+        if kv is not None:
+            k, v = kv.write(k, v)  # (B, KV, S, hd): the cached slots to attend over, these T included
         dropout = self.dropout if self.training else 0.0
+        causal = self.causal and mask is None and T == k.shape[2]
         if self.softcap is None:
             y = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=self.causal and mask is None,
+                q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal,
                 scale=self.scale, enable_gqa=H != KV,
             )
         else:
-            y = self._softcapped(q, k, v, mask, dropout)
+            y = self._softcapped(q, k, v, mask, dropout, causal)
         return self.proj(y.transpose(1, 2).reshape(B, T, H * hd))  # (B, T, d)
 
-    def _softcapped(self, q, k, v, mask, dropout) -> torch.Tensor:
+    def _softcapped(self, q, k, v, mask, dropout, causal) -> torch.Tensor:
         """Explicit attention: scores, cap * tanh(scores / cap), mask, softmax in float32."""
         groups = self.n_heads // self.n_kv_heads
         k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-        scores = (q @ k.transpose(-2, -1)) * self.scale  # (B, H, T, T)
+        scores = (q @ k.transpose(-2, -1)) * self.scale  # (B, H, T, S)
         scores = self.softcap * torch.tanh(scores / self.softcap)
         T = q.shape[2]
-        if mask is None and self.causal:
+        if causal:
             mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))

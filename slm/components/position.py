@@ -15,7 +15,7 @@ from slm.components.registry import Registry
 
 POSITIONS: Registry[type["Position"]] = Registry("position")
 
-Rotary = tuple[torch.Tensor, torch.Tensor]  # (cos, sin), each (T, rot_dim)
+Rotary = tuple[torch.Tensor, torch.Tensor]  # (cos, sin), each (T, rot_dim), or (B, 1, T, rot_dim) per row
 
 
 class Position(nn.Module):
@@ -30,11 +30,12 @@ class Position(nn.Module):
         return 0
 
     def embed(self, h: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        """h: (B, T, d), pos: (T,) absolute positions -> (B, T, d)."""
+        """h: (B, T, d), pos: (T,) or, with a KV cache, (B, T) absolute positions -> (B, T, d)."""
         return h
 
     def rotary(self, pos: torch.Tensor, local: bool, dtype: torch.dtype) -> Rotary | None:
-        """Tables for attention layers; `local` selects the sliding-window layers' base."""
+        """Tables for attention layers at positions (T,) or (B, T); `local` selects the sliding-window
+        layers' base."""
         return None
 
 
@@ -86,13 +87,15 @@ class RoPE(Position):
 
     def rotary(self, pos: torch.Tensor, local: bool, dtype: torch.dtype) -> Rotary:
         inv_freq = self.inv_freq_local if local else self.inv_freq
-        freqs = pos.float()[:, None] * inv_freq[None, :]  # (T, rot_dim/2)
-        emb = torch.cat([freqs, freqs], dim=-1)  # (T, rot_dim)
+        freqs = pos.float()[..., None] * inv_freq  # (T, rot_dim/2) or (B, T, rot_dim/2)
+        emb = torch.cat([freqs, freqs], dim=-1)  # (T, rot_dim) or (B, T, rot_dim)
+        if pos.dim() == 2:  # one row of positions per sequence (KV cache): broadcast over heads
+            emb = emb[:, None]  # (B, 1, T, rot_dim)
         return emb.cos().to(dtype), emb.sin().to(dtype)
 
 
 def apply_rotary(x: torch.Tensor, rotary: Rotary) -> torch.Tensor:
-    """Rotate the first rot_dim channels of x: (B, H, T, hd) with cos/sin (T, rot_dim)."""
+    """Rotate the first rot_dim channels of x: (B, H, T, hd) with cos/sin (T, rot_dim) or (B, 1, T, rot_dim)."""
     cos, sin = rotary
     rot_dim = cos.shape[-1]
     x_rot, x_pass = x[..., :rot_dim], x[..., rot_dim:]

@@ -1,7 +1,13 @@
-"""The decoder network assembled from the component registries. Plain PyTorch; takes only a ModelConfig."""
+"""The decoder network assembled from the component registries. Plain PyTorch; takes only a ModelConfig.
+
+`Transformer(cfg)(idx)` scores a whole sequence. Given a `slm.model.cache.KVCache`, the same call appends
+`idx` to the cached sequence instead (prefill, then one token at a time), each block application reading
+and writing its own slot of the cache.
+"""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -20,6 +26,7 @@ class Block(nn.Module):
     post:     h = norm(h + f(h))
     sandwich: h = h + norm_out(f(norm_in(h)))          (Gemma3)
     Canon A / C mix the sublayer input right before attention / the MLP.
+    `kv` is this application's slot of a KV cache, or None (whole-sequence forward).
     """
 
     def __init__(self, cfg: ModelConfig, local: bool):
@@ -41,18 +48,21 @@ class Block(nn.Module):
         self.mlp = MLPS.get(cfg.mlp)(cfg)
         self.drop = nn.Dropout(cfg.dropout)
 
-    def _sublayer(self, h, norm_in, canon, fn, norm_out, *args) -> torch.Tensor:
+    def _sublayer(self, h, norm_in, canon, where, fn, norm_out, kv, *args) -> torch.Tensor:
         x = h if norm_in is None else norm_in(h)
         if canon is not None:
-            x = canon(x)
+            x = canon(x) if kv is None else kv.canon(where, canon, x)
         y = self.drop(fn(x, *args))
         if self.placement == "post":
             return norm_out(h + y)
         return h + (y if norm_out is None else norm_out(y))
 
-    def forward(self, h: torch.Tensor, rotary, mask) -> torch.Tensor:
-        h = self._sublayer(h, self.attn_norm, self.canon_a, self.attn, self.attn_out_norm, rotary, mask)
-        return self._sublayer(h, self.mlp_norm, self.canon_c, self.mlp, self.mlp_out_norm)
+    def forward(self, h: torch.Tensor, rotary, mask, kv=None) -> torch.Tensor:
+        h = self._sublayer(h, self.attn_norm, self.canon_a, "A", self.attn, self.attn_out_norm, kv, rotary, mask, kv)
+        mlp = self.mlp
+        if kv is not None and getattr(mlp, "canon_d", None) is not None:
+            mlp = functools.partial(kv.mlp, mlp)  # Canon D sits inside the MLP: run it with its cached inputs
+        return self._sublayer(h, self.mlp_norm, self.canon_c, "C", mlp, self.mlp_out_norm, kv)
 
 
 class Transformer(nn.Module):
@@ -85,25 +95,40 @@ class Transformer(nn.Module):
         for p in self.position.parameters():
             nn.init.normal_(p, 0.0, std)
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+    def forward(self, idx: torch.Tensor, cache=None, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """idx (B, T) -> logits (B, T, V). With `cache`, idx continues the cached sequences; `lengths` (B,)
+        marks the first lengths[b] tokens of row b as real and the rest as padding (see KVCache.begin)."""
+        return self.head(self.hidden(idx, cache, lengths))
+
+    def hidden(self, idx: torch.Tensor, cache=None, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """idx (B, T) -> final hidden states (B, T, d), after the final norm: `head` turns them into logits."""
         B, T = idx.shape
-        if T > self.cfg.context_length:
-            raise ValueError(f"sequence length {T} exceeds context_length={self.cfg.context_length}")
-        pos = torch.arange(T, device=idx.device)
+        kinds = {block.local for block in self.blocks}
+        if cache is None:
+            if T > self.cfg.context_length:
+                raise ValueError(f"sequence length {T} exceeds context_length={self.cfg.context_length}")
+            pos = torch.arange(T, device=idx.device)
+            window = self.cfg.sliding_window
+            masks = {local: attention_mask(T, self.cfg.causal, window if local else None, idx.device)
+                     for local in kinds}
+        else:
+            pos, masks = cache.begin(T, lengths)  # pos (B, T); masks {local: (B, 1, T, S) or None}
         h = self.tok_emb(idx)  # (B, T, d)
         if self.cfg.scale_embeddings:
             h = h * torch.tensor(self.cfg.d_model**0.5, dtype=h.dtype)
         h = self.drop(self.position.embed(h, pos))
-        kinds = {block.local for block in self.blocks}
         rotary = {local: self.position.rotary(pos, local, h.dtype) for local in kinds}
-        window = self.cfg.sliding_window
-        masks = {local: attention_mask(T, self.cfg.causal, window if local else None, idx.device) for local in kinds}
-        for block in self.blocks:
-            for _ in range(self.cfg.layer_repeat):
-                h = block(h, rotary[block.local], masks[block.local])
+        for i, block in enumerate(self.blocks):
+            for r in range(self.cfg.layer_repeat):
+                kv = None if cache is None else cache.layers[i * self.cfg.layer_repeat + r]
+                h = block(h, rotary[block.local], masks[block.local], kv)
         if self.norm is not None:
             h = self.norm(h)
-        logits = self.lm_head(h)  # (B, T, V)
+        return h
+
+    def head(self, h: torch.Tensor) -> torch.Tensor:
+        """Final hidden states (..., d) -> logits (..., V), soft-capped if the config says so."""
+        logits = self.lm_head(h)  # (..., V)
         if self.cfg.final_logit_softcap is not None:
             cap = self.cfg.final_logit_softcap
             logits = cap * torch.tanh(logits / cap)

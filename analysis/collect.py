@@ -1,0 +1,420 @@
+"""result.json files -> one tidy table (pandas), one row per run.
+
+    table = collect(["runs/cpu_default", "runs/extra"])      # walks the directories
+    table.to_parquet("results.parquet")
+    table = load_results("results.parquet")                   # or a runs directory, or a .csv
+
+Where runs are found: every directory holding a `result.json` is one run (the walk does not descend
+into it). A Hydra job folder with no result.json (it has `.hydra/`, `config.yaml`, `checkpoints/` or a
+train log) becomes a row with status `not_started`; so does a job that a basic-sweeper `multirun.yaml`
+asked for but whose folder was never created, when the collector can expand that sweep exactly (simple
+`key=a,b,c` overrides; anything else is not guessed). A result.json that cannot be read or parsed is
+named in one warning line (logger `analysis.collect`) and skipped.
+
+Columns (missing values are NaN/None; every column is documented in COLUMN_DOCS):
+  identity   run (path relative to the collected root), sweep (the run group), run_dir, status, error
+  axes       every scalar ModelConfig field under its own name (family, n_layers, d_model, n_heads,
+             n_kv_heads, head_dim, d_ff, position, norm, mlp, canon_set, layer_repeat, ...), data (mix
+             name), tokenizer, objective, seed, lr, batch_size, schedule, precision
+  counts     params_total, params_embedding, params_non_embedding, flops_per_token, tokens, steps,
+             max_steps, train_flops = flops_per_token x tokens
+  training   wall_seconds, train_seconds, train_tokens_per_s, mfu, final_train_loss, diverged_step
+  metrics    val_nll, val_ppl, val_step; per lm-eval task: score_<task> (headline value), stderr_<task>,
+             metric_<task> (lm-eval's "metric,filter" key), samples_<task> (documents scored); per suite:
+             avg_<suite> (eval.lm_eval.averages)
+  throughput decode_tokens_per_s, time_to_first_token_s, peak_memory_bytes, peak_memory_measure,
+             kv_cache_bytes, decode_device, decode_dtype (eval.throughput, batch 1)
+  provenance device, git_revision, updated_at
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import math
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import pandas as pd
+
+from slm.runs.record import RESULT_FILE, STATUSES
+
+log = logging.getLogger(__name__)
+
+NOT_STARTED = "not_started"
+ALL_STATUSES = (*STATUSES, NOT_STARTED)
+"""Run statuses in the table: the record's own, plus `not_started` for a job folder without a record."""
+
+SWEEP_AXES = ["family", "n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "position", "norm",
+              "norm_placement", "mlp", "attention", "qk_norm", "canon_set", "layer_repeat", "attention_pattern",
+              "sliding_window", "tie_embeddings", "context_length", "vocab_size", "objective", "data", "tokenizer",
+              "lr", "batch_size", "schedule", "precision", "seed"]
+"""Columns that describe what was trained (a configuration = these minus `seed`)."""
+
+COUNT_COLUMNS = ["params_total", "params_embedding", "params_non_embedding", "flops_per_token", "tokens", "steps",
+                 "max_steps", "train_flops"]
+TRAINING_COLUMNS = ["wall_seconds", "train_seconds", "train_tokens_per_s", "mfu", "final_train_loss", "diverged_step"]
+THROUGHPUT_COLUMNS = ["decode_tokens_per_s", "time_to_first_token_s", "peak_memory_bytes", "peak_memory_measure",
+                      "kv_cache_bytes", "decode_device", "decode_dtype"]
+METRIC_COLUMNS = ["val_nll", "val_ppl", "val_step"]
+ID_COLUMNS = ["run", "sweep", "status", "error"]
+TAIL_COLUMNS = ["device", "git_revision", "updated_at", "run_dir"]
+
+COLUMN_DOCS = {
+    "run": "run directory relative to the collected root", "sweep": "run group (the folder above the run)",
+    "status": f"one of {', '.join(ALL_STATUSES)}", "error": "the record's error line",
+    "data": "data mix name (data.name)", "tokenizer": "tokenizer name", "objective": "training objective",
+    "seed": "train.seed", "lr": "peak learning rate", "tokens": "training tokens seen",
+    "train_flops": "training FLOPs = flops_per_token x tokens (PaLM convention, see model.flops_convention)",
+    "train_tokens_per_s": "training throughput (tokens/s)", "diverged_step": "step of the non-finite loss",
+    "val_nll": "validation NLL (nats/token)", "val_ppl": "validation perplexity (exp of val_nll)",
+    "decode_tokens_per_s": "batch-1 decode speed (tokens/s)", "time_to_first_token_s": "batch-1 prefill time (s)",
+    "peak_memory_bytes": "peak memory during decode (bytes; see peak_memory_measure)",
+    "score_<task>": "headline lm-eval value of the task (metric_<task> names it)",
+    "stderr_<task>": "lm-eval's standard error of score_<task>", "samples_<task>": "documents scored",
+    "avg_<suite>": "mean headline score of the suite's averaged tasks",
+}
+
+# Substrings of metric or column names whose values are better when lower.
+LOWER_IS_BETTER = ("nll", "perplexity", "ppl", "bits_per_byte", "bpb", "loss", "byte_perplexity")
+_SKIP_DIRS = {".hydra", "checkpoints", "model", "logs", "eval", "__pycache__", ".git"}
+_JOB_MARKERS = (".hydra", "config.yaml", "checkpoints", "train_log.jsonl", "train.log")
+
+
+def lower_is_better(name: str | None) -> bool:
+    """Whether a metric (lm-eval key like "bits_per_byte,none", or a column name) is better when lower."""
+    if not name:
+        return False
+    base = str(name).split(",")[0].lower()
+    return any(token in base for token in LOWER_IS_BETTER)
+
+
+def _number(value):
+    """A float for numbers and the record's non-finite strings ("nan", "inf"); None for anything else."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            return None
+        return number
+    return None
+
+
+def _scalar(value):
+    """Model fields that are lists/dicts become a compact string so the table stays one value per cell."""
+    if isinstance(value, (list, tuple, dict)):
+        return json.dumps(value, sort_keys=True)
+    return value
+
+
+def _stderr(details: dict, metric: str | None) -> float | None:
+    if not metric:
+        return None
+    name, _, filt = metric.partition(",")
+    for key in (f"{name}_stderr,{filt}" if filt else f"{name}_stderr", f"{name}_stderr"):
+        number = _number(details.get(key))
+        if number is not None and math.isfinite(number):
+            return number
+    return None
+
+
+def row_from_record(record: dict, run_dir: str | os.PathLike, root: str | os.PathLike | None = None) -> dict:
+    """One table row from a result.json record."""
+    run_dir = Path(run_dir)
+    config = record.get("config") or {}
+    model = record.get("model") or {}
+    data = record.get("data") or {}
+    training = record.get("training") or {}
+    ev = record.get("eval") or {}
+    env = record.get("environment") or {}
+    train_cfg = config.get("train") or {}
+
+    row: dict = {"run": _relative(run_dir, root), "sweep": run_dir.parent.name if root is not None else None,
+                 "status": record.get("status"), "error": record.get("error")}
+    if not model and isinstance(config.get("model"), dict):  # a run that failed before its model section
+        model = config["model"]
+    for key, value in model.items():
+        if key in ("flops_convention",):
+            continue
+        row[key] = _scalar(value)
+    tokenizer = data.get("tokenizer") if isinstance(data.get("tokenizer"), dict) else {}
+    row["data"] = data.get("name") or (config.get("data") or {}).get("name")
+    row["tokenizer"] = tokenizer.get("name") or (config.get("tokenizer") or {}).get("name")
+    row["objective"] = train_cfg.get("objective")
+    row["seed"] = train_cfg.get("seed")
+    row["lr"] = _number(train_cfg.get("lr"))
+    row["batch_size"] = train_cfg.get("batch_size")
+    row["schedule"] = train_cfg.get("schedule")
+    row["precision"] = training.get("precision") or train_cfg.get("precision")
+    if row["precision"] is not None:
+        row["precision"] = str(row["precision"])
+
+    row["tokens"] = _number(training.get("tokens"))
+    row["steps"] = _number(training.get("steps"))
+    row["max_steps"] = _number(training.get("max_steps"))
+    fpt = _number(model.get("flops_per_token"))
+    row["train_flops"] = fpt * row["tokens"] if fpt is not None and row["tokens"] is not None else None
+    row["wall_seconds"] = _number(training.get("wall_seconds"))
+    row["train_seconds"] = _number(training.get("train_seconds"))
+    row["train_tokens_per_s"] = _number(training.get("tokens_per_s"))
+    row["mfu"] = _number(training.get("mfu"))
+    row["final_train_loss"] = _number(training.get("final_train_loss"))
+    diverged = training.get("diverged")
+    row["diverged_step"] = _number(diverged.get("step")) if isinstance(diverged, dict) else None
+
+    row["val_nll"] = _number(ev.get("val_nll"))
+    row["val_ppl"] = _number(ev.get("val_ppl"))
+    row["val_step"] = _number(ev.get("val_step"))
+    lm = ev.get("lm_eval") or {}
+    details = lm.get("details") or {}
+    metrics = lm.get("metrics") or {}
+    for task, score in (lm.get("scores") or {}).items():
+        task_details = details.get(task) or {}
+        row[f"score_{task}"] = _number(score)
+        row[f"stderr_{task}"] = _stderr(task_details, metrics.get(task))
+        row[f"metric_{task}"] = metrics.get(task)
+        row[f"samples_{task}"] = _number(task_details.get("samples"))
+    for suite, value in (lm.get("averages") or {}).items():
+        row[f"avg_{suite}"] = _number(value)
+    tp = ev.get("throughput") or {}
+    row["decode_tokens_per_s"] = _number(tp.get("decode_tokens_per_s"))
+    row["time_to_first_token_s"] = _number(tp.get("time_to_first_token_s"))
+    row["peak_memory_bytes"] = _number(tp.get("peak_memory_bytes"))
+    row["peak_memory_measure"] = tp.get("peak_memory_measure")
+    row["kv_cache_bytes"] = _number(tp.get("kv_cache_bytes"))
+    row["decode_device"] = tp.get("device")
+    row["decode_dtype"] = tp.get("dtype")
+
+    row["device"] = env.get("device")
+    row["git_revision"] = env.get("git_revision")
+    row["updated_at"] = record.get("updated_at")
+    row["run_dir"] = str(run_dir)
+    return row
+
+
+def _relative(run_dir: Path, root) -> str:
+    if root is None:
+        return run_dir.name
+    try:
+        rel = run_dir.resolve().relative_to(Path(root).resolve())
+    except ValueError:
+        return run_dir.name
+    text = str(rel)
+    return Path(root).resolve().name if text == "." else text
+
+
+def _not_started_row(run_dir: Path, root, reason: str, overrides: dict | None = None) -> dict:
+    row = {"run": _relative(run_dir, root), "sweep": run_dir.parent.name, "status": NOT_STARTED, "error": reason,
+           "run_dir": str(run_dir)}
+    for key, value in (overrides or {}).items():
+        name = key.split(".")[-1]
+        if key.startswith(("model.", "train.")) and name in SWEEP_AXES:
+            row[name] = _parse_value(value)
+        elif key == "model":
+            row["family"] = value  # the preset name; its own family label is unknown until it runs
+        elif key in ("data", "tokenizer"):
+            row[key] = value
+    return row
+
+
+def _parse_value(text: str):
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False, "null": None}.get(text.lower(), text)
+
+
+def find_run_dirs(root: str | os.PathLike) -> tuple[list[Path], list[Path], list[Path]]:
+    """(run dirs with a result.json, Hydra job folders without one, multirun.yaml files) under root."""
+    root = Path(root)
+    runs, bare, sweeps = [], [], []
+    if (root / RESULT_FILE).is_file():
+        return [root], [], []
+    for current, dirs, files in os.walk(root):
+        here = Path(current)
+        if RESULT_FILE in files:
+            runs.append(here)
+            dirs[:] = []
+            continue
+        if "multirun.yaml" in files:
+            sweeps.append(here / "multirun.yaml")
+        is_job = here != root and "multirun.yaml" not in files and \
+            any((here / marker).exists() for marker in _JOB_MARKERS)
+        if is_job:
+            bare.append(here)
+            dirs[:] = []
+            continue
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.startswith("."))
+    return sorted(runs), sorted(bare), sorted(sweeps)
+
+
+def expected_jobs(multirun_yaml: str | os.PathLike) -> dict[str, dict] | None:
+    """{job folder name: overrides} of a basic-sweeper multirun, or None when the sweep cannot be expanded
+    exactly (another sweeper, sweeper params, range()/choice()/glob() or quoted values, a sub-directory
+    pattern other than slm's job key)."""
+    try:
+        import yaml
+
+        from slm.runs.keys import job_key
+    except ImportError:
+        return None
+    try:
+        cfg = yaml.safe_load(Path(multirun_yaml).read_text())
+        hydra = cfg["hydra"]
+        sweeper = hydra.get("sweeper") or {}
+        if not str(sweeper.get("_target_", "")).endswith("BasicSweeper") or sweeper.get("params"):
+            return None
+        if "slm_job_key:${hydra.job.override_dirname}" not in str(hydra["sweep"]["subdir"]):
+            return None
+        dirname_cfg = hydra["job"]["config"]["override_dirname"]
+        exclude = set(dirname_cfg.get("exclude_keys") or [])
+        kv_sep, item_sep = dirname_cfg.get("kv_sep", "="), dirname_cfg.get("item_sep", ",")
+        axes = []
+        for item in hydra["overrides"]["task"]:
+            key, sep, value = str(item).partition("=")
+            if not sep or any(c in value for c in "()[]{}'\"\\") or key.startswith(("~", "+")):
+                return None
+            axes.append((key, value.split(",")))
+    except Exception:  # noqa: BLE001 - any surprise means "cannot tell"
+        return None
+    jobs = {}
+    for combo in itertools.product(*(values for _, values in axes)):
+        overrides = dict(zip((key for key, _ in axes), combo))
+        dirname = item_sep.join(sorted(f"{k}{kv_sep}{v}" for k, v in overrides.items() if k not in exclude))
+        jobs[job_key(dirname)] = overrides
+    return jobs
+
+
+def read_record(path: Path) -> dict | None:
+    """The parsed result.json, or None (with one warning line naming the file) when it cannot be read."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        reason = " ".join(str(err).split()) or type(err).__name__
+        log.warning("cannot read %s (%s: %s); skipped", path, type(err).__name__, reason)
+        return None
+    if not isinstance(record, dict):
+        log.warning("cannot read %s (not a JSON object); skipped", path)
+        return None
+    return record
+
+
+def collect(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> pd.DataFrame:
+    """One row per run found under `paths` (directories walked, or result.json files). Raises
+    FileNotFoundError for a path that does not exist."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    rows, seen = [], set()
+    for path in map(Path, paths):
+        if not path.exists():
+            raise FileNotFoundError(f"no such file or directory: {path}")
+        root = path.parent if path.is_file() else path
+        if path.is_file():
+            run_dirs, bare, sweeps = [path.parent], [], []
+        else:
+            run_dirs, bare, sweeps = find_run_dirs(path)
+        for run_dir in run_dirs:
+            key = run_dir.resolve()
+            if key in seen:
+                continue
+            seen.add(key)
+            record = read_record(run_dir / RESULT_FILE)
+            if record is not None:
+                rows.append(row_from_record(record, run_dir, root))
+        for job_dir in bare:
+            if job_dir.resolve() not in seen:
+                seen.add(job_dir.resolve())
+                rows.append(_not_started_row(job_dir, root, "job folder without result.json"))
+        for multirun in sweeps:
+            jobs = expected_jobs(multirun)
+            for name, overrides in (jobs or {}).items():
+                job_dir = multirun.parent / name
+                if job_dir.resolve() not in seen:
+                    seen.add(job_dir.resolve())
+                    rows.append(_not_started_row(job_dir, root, "in multirun.yaml but no job folder", overrides))
+    return tidy(pd.DataFrame(rows))
+
+
+def tidy(table: pd.DataFrame) -> pd.DataFrame:
+    """Columns in a stable order (identity, axes, counts, training, metrics, lm-eval, throughput, the rest),
+    numbers as numbers."""
+    if table.empty:
+        return pd.DataFrame(columns=ID_COLUMNS + SWEEP_AXES + COUNT_COLUMNS + METRIC_COLUMNS + TAIL_COLUMNS)
+    for column in ID_COLUMNS + ["train_flops", "val_nll"] + TAIL_COLUMNS:
+        if column not in table:
+            table[column] = None
+    tasks = sorted({c[len("score_"):] for c in table.columns if c.startswith("score_")})
+    lm_cols = [f"{p}_{t}" for t in tasks for p in ("score", "stderr", "metric", "samples") if f"{p}_{t}" in table]
+    avg_cols = sorted(c for c in table.columns if c.startswith("avg_"))
+    order = [*ID_COLUMNS, *[c for c in SWEEP_AXES if c in table], *[c for c in COUNT_COLUMNS if c in table],
+             *[c for c in METRIC_COLUMNS if c in table], *avg_cols, *lm_cols,
+             *[c for c in THROUGHPUT_COLUMNS if c in table], *[c for c in TRAINING_COLUMNS if c in table]]
+    rest = [c for c in table.columns if c not in order and c not in TAIL_COLUMNS]
+    table = table[order + rest + TAIL_COLUMNS].copy()
+    for column in table.columns:
+        if table[column].dtype == object:
+            values = table[column].dropna()
+            if len(values) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+                table[column] = pd.to_numeric(table[column])
+            elif len(values) and all(isinstance(v, bool) for v in values):
+                table[column] = table[column].astype("boolean")
+    table = table.sort_values(["sweep", "run"], na_position="last", kind="stable").reset_index(drop=True)
+    return table
+
+
+def load_results(path: str | os.PathLike) -> pd.DataFrame:
+    """The results table from a .parquet or .csv file written by `slm-collect`, or collected afresh
+    from a runs directory (or a result.json)."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no such file or directory: {path}")
+    if path.is_dir() or path.name == RESULT_FILE:
+        return collect([path])
+    suffix = path.suffix.lower()
+    if suffix in (".parquet", ".pq"):
+        return pd.read_parquet(path)
+    if suffix == ".csv":
+        return pd.read_csv(path)
+    if suffix == ".json":
+        return tidy(pd.read_json(path, orient="records"))
+    raise ValueError(f"{path}: expected a .parquet or .csv results table, or a runs directory")
+
+
+def save_results(table: pd.DataFrame, path: str | os.PathLike) -> Path:
+    """Write the table as .parquet (default) or .csv, by the file name."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix.lower() == ".csv":
+        table.to_csv(path, index=False)
+    elif path.suffix.lower() == ".json":
+        table.to_json(path, orient="records", indent=1)
+    else:
+        table.to_parquet(path, index=False)
+    return path
+
+
+def task_names(table: pd.DataFrame) -> list[str]:
+    """lm-eval tasks with at least one score in the table."""
+    return [c[len("score_"):] for c in table.columns if c.startswith("score_") and table[c].notna().any()]
+
+
+def metric_of(table: pd.DataFrame, column: str) -> str | None:
+    """The lm-eval metric key behind a score column (score_<task> -> metric_<task>), else None."""
+    if column.startswith("score_") and f"metric_{column[len('score_'):]}" in table:
+        values = table[f"metric_{column[len('score_'):]}"].dropna()
+        return str(values.iloc[0]) if len(values) else None
+    return None
+
+
+def higher_is_better(table: pd.DataFrame, column: str) -> bool:
+    """Direction of a score column: from its lm-eval metric when known, else from its name."""
+    metric = metric_of(table, column)
+    return not lower_is_better(metric if metric else column)

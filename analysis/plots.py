@@ -1,0 +1,731 @@
+"""The study's six plots, from a results table (analysis.collect). Matplotlib, no display needed.
+
+    fig = plot_tiers(table)                                  # a matplotlib Figure
+    paths = save(fig, "out/plots", "tiers")                  # out/plots/tiers.png and .svg
+    draw_all(table, "out/plots")                             # all six, PNG and SVG
+
+KINDS:
+  tiers       runs sorted by score, tiers shaded, the gap annotated (analysis.tiers; refusals say so)
+  threshold   score against hidden size d_model, marker size = depth, the threshold line (analysis.thresholds)
+  depth       score against depth, one panel per lm-eval task
+  throughput  score against batch-1 decode speed, marker size = peak memory
+  pareto      validation NLL against training FLOPs with the Pareto frontier
+  heatmap     runs x tasks, coloured by rank within each task, values written in the cells
+
+Each plot degrades instead of failing: with no lm-eval scores the score is the validation NLL (and the
+title says so); without the columns a plot needs (no throughput measured, no d_model, no completed run)
+it draws a placeholder that names what is missing, and logs the reason (logger `analysis.plots`).
+Figures are made with matplotlib.figure.Figure (no pyplot state), so this works headless (Agg) and in
+notebooks alike.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+from analysis.collect import higher_is_better, metric_of, task_names
+from analysis.thresholds import find_threshold, pareto_mask
+from analysis.tiers import find_tiers, run_labels, units_of
+
+log = logging.getLogger(__name__)
+
+KINDS = ("tiers", "threshold", "depth", "throughput", "pareto", "heatmap")
+FORMATS = ("png", "svg")
+DPI = 150
+PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+           "#17becf"]
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "<", ">", "*"]
+_METRIC_NAMES = {"acc": "accuracy", "acc_norm": "normalised accuracy", "exact_match": "exact match",
+                 "bits_per_byte": "bits per byte", "byte_perplexity": "byte perplexity",
+                 "word_perplexity": "word perplexity", "mc2": "MC2"}
+_FRACTION_METRICS = ("acc", "acc_norm", "exact_match", "mc1", "mc2", "f1", "em")
+AXIS_LABELS = {
+    "val_nll": "validation NLL (nats/token)",
+    "val_ppl": "validation perplexity",
+    "d_model": "hidden size d_model (channels)",
+    "n_layers": "depth (layers)",
+    "train_flops": "training compute (FLOPs)",
+    "flops_per_token": "training FLOPs per token",
+    "params_total": "parameters",
+    "params_non_embedding": "non-embedding parameters",
+    "tokens": "training tokens",
+    "decode_tokens_per_s": "batch-1 decode speed (tokens/s)",
+    "time_to_first_token_s": "time to first token (s)",
+    "train_tokens_per_s": "training throughput (tokens/s)",
+}
+
+
+# ---------------------------------------------------------------------------------------------- labels
+
+
+def score_label(table: pd.DataFrame, column: str, direction: bool = True) -> str:
+    """Axis label of a score column with its unit and which way is better."""
+    if column in AXIS_LABELS:
+        text = AXIS_LABELS[column]
+    elif column.startswith("score_"):
+        task = column[len("score_"):]
+        metric = (metric_of(table, column) or "").split(",")[0]
+        name = _METRIC_NAMES.get(metric, metric or "score")
+        unit = " (fraction)" if metric in _FRACTION_METRICS else ""
+        text = f"{task}: {name}{unit}"
+    elif column.startswith("avg_"):
+        text = f"{column[len('avg_'):]} suite: mean score"
+    else:
+        text = column
+    if direction:
+        text += ", higher is better" if higher_is_better(table, column) else ", lower is better"
+    return text
+
+
+def choose_score(table: pd.DataFrame, score: str | None = None) -> tuple[str | None, str]:
+    """(score column, note): the requested one, else a suite average, else the first lm-eval task score,
+    else the validation NLL; note is "" or says that a fallback was used."""
+    if score:
+        if score not in table:
+            raise KeyError(f"no column {score!r} in the results (columns: {', '.join(_score_columns(table))})")
+        return score, ""
+    averages = [c for c in table.columns if c.startswith("avg_") and table[c].notna().any()]
+    if averages:
+        preferred = [c for c in averages if c == "avg_study7"]
+        return (preferred or averages)[0], ""
+    tasks = [f"score_{t}" for t in task_names(table)]
+    accuracy = [c for c in tasks if higher_is_better(table, c)]
+    if accuracy or tasks:
+        return (accuracy or tasks)[0], ""
+    if "val_nll" in table and table["val_nll"].notna().any():
+        return "val_nll", "no lm-eval scores: validation NLL used as the score"
+    return None, "no score: no lm-eval scores and no validation NLL"
+
+
+def _score_columns(table: pd.DataFrame) -> list[str]:
+    return [c for c in table.columns if c.startswith(("score_", "avg_")) or c in ("val_nll", "val_ppl")]
+
+
+def _completed(table: pd.DataFrame) -> pd.DataFrame:
+    return table[table["status"] == "completed"] if "status" in table else table
+
+
+def _colors(values: pd.Series) -> tuple[dict, dict]:
+    keys = sorted(values.dropna().astype(str).unique())
+    return ({k: PALETTE[i % len(PALETTE)] for i, k in enumerate(keys)},
+            {k: MARKERS[i % len(MARKERS)] for i, k in enumerate(keys)})
+
+
+def _group_column(table: pd.DataFrame) -> str | None:
+    """What colours the points: objective when it varies (causal vs diffusion), else family."""
+    for column in ("objective", "family"):
+        if column in table and table[column].dropna().astype(str).nunique() > 1:
+            return column
+    return "family" if "family" in table else None
+
+
+def _fmt_number(value: float) -> str:
+    if value is None or not math.isfinite(value):
+        return "n/a"
+    if float(value).is_integer() and abs(value) < 1e6:
+        return f"{int(value)}"
+    return f"{value:.3g}"
+
+
+def _si(value, _pos=None) -> str:
+    for scale, suffix in ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:g}{suffix}"
+    return f"{value:g}"
+
+
+def _figure(**kwargs) -> Figure:
+    """A Figure with an Agg canvas of its own (no pyplot, no global state)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = Figure(**kwargs)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _settle(fig: Figure) -> None:
+    """Run the layout now, so that positions in display space are final (for label placement)."""
+    engine = fig.get_layout_engine()
+    if engine is not None:
+        engine.execute(fig)
+
+
+def _title(fig: Figure, title: str, subtitle: str = "") -> None:
+    fig.suptitle(title + (f"\n{subtitle}" if subtitle else ""), fontsize=11, fontweight="normal")
+
+
+def placeholder(title: str, reason: str, size=(7.5, 3.0)) -> Figure:
+    """A figure that says which plot is missing and why (so reports keep their six slots)."""
+    fig = _figure(figsize=size, layout="constrained")
+    ax = fig.add_subplot()
+    ax.set_axis_off()
+    ax.text(0.5, 0.5, reason, ha="center", va="center", wrap=True, fontsize=10, color="#444444",
+            transform=ax.transAxes)
+    _title(fig, f"{title}: not drawn")
+    fig.slm_placeholder = reason
+    log.warning("%s: not drawn: %s", title, reason)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------- plots
+
+
+def plot_tiers(table: pd.DataFrame, score: str | None = None, k: int | None = None, **tier_args) -> Figure:
+    """Configurations sorted by score (best at the top), 95% intervals where known, tiers shaded and the gap
+    between them annotated with its statistic; a refusal is drawn unshaded and the title gives the reason."""
+    score, note = choose_score(table, score)
+    if score is None:
+        return placeholder("Tiers", note)
+    result = find_tiers(table, score, k=k, **tier_args)
+    units = result.units
+    if units.empty:
+        return placeholder("Tiers", f"no completed run has a value of {score}")
+    hib = result.higher_is_better
+    units = units.sort_values("value", ascending=hib, kind="stable").reset_index(drop=True)  # best last = top
+    n = len(units)
+    row, font = (0.32, 8.5) if n <= 40 else (0.2, 6.5) if n <= 100 else (0.13, 5)
+    fig = _figure(figsize=(8.5, 1.8 + row * n), layout="constrained")
+    ax = fig.add_subplot()
+    y = np.arange(n)
+    x = units["value"].to_numpy(float)
+    err = 1.96 * units["se"].to_numpy(float) if "se" in units else None
+    tier = units["tier"].to_numpy(int) if "tier" in units else np.ones(n, int)
+    shades = ["#dbe9f6", "#fde7d3", "#e1f2dc", "#eee0f3"]
+    if result.split:
+        for rank in sorted(set(tier)):
+            rows = np.flatnonzero(tier == rank)
+            ax.axhspan(rows.min() - 0.5, rows.max() + 0.5, color=shades[(rank - 1) % len(shades)], zorder=0)
+            ax.text(1.0, (rows.min() + rows.max()) / 2, f" tier {rank}", transform=ax.get_yaxis_transform(),
+                    va="center", ha="left", fontsize=9, fontweight="bold", color="#333333", clip_on=False)
+    ax.errorbar(x, y, xerr=None if err is None or np.isnan(err).all() else np.nan_to_num(err), fmt="o",
+                color="#1f3b57", ecolor="#7a8ea3", elinewidth=1.2, capsize=2.5, markersize=5, zorder=3)
+    ax.set_yticks(y, units["label"].tolist(), fontsize=font)
+    ax.set_ylim(-0.6, n - 0.4)
+    ax.set_xlabel(score_label(table, score))
+    ax.set_ylabel("configuration (best at the top)")
+    ax.grid(axis="x", color="#dddddd", linewidth=0.6)
+    if result.split:
+        title = f"{result.k} tiers in {_short(score)}"
+        sub = "shaded: tiers; arrows: gaps between tiers (T = gap / within-tier sd; p: against one population)"
+    else:
+        title = f"No significant tiers in {_short(score)}"
+        sub = result.reason
+    if err is not None and np.isfinite(err).any():
+        sources = []
+        if result.units_source.get("stderr"):
+            sources.append("lm-eval stderr")
+        if result.units_source.get("seeds"):
+            pooled = " (pooled, for single-seed runs)" if result.units_source.get("pooled") else ""
+            sources.append("seed-to-seed spread" + pooled)
+        sub += "\nbars: 95% interval from " + (" and ".join(sources) or "the runs' uncertainty")
+    elif not result.noise_known:
+        sub += "\nno per-run uncertainty known (single seed, no stderr)"
+    if note:
+        title += f" ({note})"
+    _title(fig, title, _wrap(sub, 95))
+    if result.split:
+        _settle(fig)
+        for gap in result.gaps:
+            _annotate_gap(ax, gap, np.flatnonzero(tier == gap.upper + 1).max() + 0.5)
+    fig.slm_result = result
+    return fig
+
+
+def _annotate_gap(ax, gap, yb: float, fontsize: float = 8) -> None:
+    """A double arrow across the gap at the boundary between two tiers, and its numbers: centred above the
+    arrow when they fit inside it, else beside it on a side with room, else centred in the axes."""
+    ax.annotate("", xy=(gap.high, yb), xytext=(gap.low, yb),
+                arrowprops=dict(arrowstyle="<->", color="#b22222", lw=1.4), zorder=4)
+    sep = "" if gap.separation is None else f", separation {gap.separation:.2f}"
+    text = f"gap {gap.size:.3g}  (T = {gap.t:.1f}, p {_p_text(gap.p_value)}{sep})"
+    box = ax.get_window_extent()
+    xmin, xmax = ax.get_xlim()
+    per_pixel = (xmax - xmin) / max(box.width, 1.0)
+    width = 0.56 * fontsize * len(text) * ax.figure.dpi / 72.0 * per_pixel + 8 * per_pixel  # in data units
+    lo_x, hi_x = sorted((gap.low, gap.high))
+    style = dict(fontsize=fontsize, color="#b22222", zorder=5, textcoords="offset points",
+                 bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.85))
+    if hi_x - lo_x >= width:
+        ax.annotate(text, xy=((lo_x + hi_x) / 2, yb), xytext=(0, 2), ha="center", va="bottom", **style)
+    elif xmax - hi_x >= width:
+        ax.annotate(text, xy=(hi_x, yb), xytext=(5, 0), ha="left", va="center", **style)
+    elif lo_x - xmin >= width:
+        ax.annotate(text, xy=(lo_x, yb), xytext=(-5, 0), ha="right", va="center", **style)
+    else:
+        ax.annotate(text, xy=((xmin + xmax) / 2, yb), xytext=(0, 2), ha="center", va="bottom", **style)
+
+
+def _p_text(p: float) -> str:
+    return "< 0.001" if p < 0.001 else f"= {p:.2g}"
+
+
+def _short(score: str) -> str:
+    if score.startswith("score_"):
+        return score[len("score_"):]
+    if score.startswith("avg_"):
+        return f"{score[len('avg_'):]} average"
+    return {"val_nll": "validation NLL", "val_ppl": "validation perplexity"}.get(score, score)
+
+
+def _wrap(text: str, width: int) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.fill(line, width) for line in text.split("\n"))
+
+
+def _log2_axis(ax, values) -> None:
+    values = sorted({float(v) for v in values if np.isfinite(v) and v > 0})
+    if len(values) >= 2 and values[-1] / values[0] >= 4:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(values)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: _fmt_number(v)))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlim(values[0] / 1.25, values[-1] * 1.25)
+    else:
+        ax.set_xticks(values)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: _fmt_number(v)))
+
+
+def plot_threshold(table: pd.DataFrame, score: str | None = None, axis: str = "d_model", **threshold_args) -> Figure:
+    """Score against d_model (log2 axis), marker area proportional to depth, colour = family; the threshold
+    line where analysis.thresholds finds one (and its p-value)."""
+    score, note = choose_score(table, score)
+    if score is None:
+        return placeholder("Threshold", note)
+    rows = _completed(table)
+    if axis not in rows or pd.to_numeric(rows[axis], errors="coerce").notna().sum() == 0:
+        return placeholder("Threshold", f"the results have no {axis} values")
+    rows = rows[pd.to_numeric(rows[score], errors="coerce").notna()
+                & pd.to_numeric(rows[axis], errors="coerce").notna()]
+    if rows.empty:
+        return placeholder("Threshold", f"no completed run has both {axis} and {score}")
+    result = find_threshold(table, axis, score, **threshold_args)
+    fig = _figure(figsize=(8.5, 5.2), layout="constrained")
+    ax = fig.add_subplot()
+    group = _group_column(rows)
+    colors, markers = _colors(rows[group]) if group else ({}, {})
+    depth = pd.to_numeric(rows["n_layers"], errors="coerce") if "n_layers" in rows else pd.Series(np.nan, rows.index)
+    dmax = max(float(depth.max()), 1.0) if depth.notna().any() else 1.0
+
+    def to_size(v):
+        return 25 + 300 * (v / dmax) if np.isfinite(v) else 60
+
+    stderr = f"stderr_{score[len('score_'):]}" if score.startswith("score_") else None
+    for key, part in rows.groupby(rows[group].astype(str) if group else pd.Series("all", rows.index)):
+        x = pd.to_numeric(part[axis]).to_numpy(float)
+        y = pd.to_numeric(part[score]).to_numpy(float)
+        if stderr and stderr in part and part[stderr].notna().any():
+            ax.errorbar(x, y, yerr=1.96 * part[stderr].fillna(0).to_numpy(float), fmt="none",
+                        ecolor=colors.get(key, "#555555"), alpha=0.5, elinewidth=1, zorder=2)
+        ax.scatter(x, y, s=[to_size(v) for v in depth.loc[part.index]], color=colors.get(key, "#1f77b4"),
+                   marker=markers.get(key, "o"), alpha=0.75, edgecolors="white", linewidths=0.8, zorder=3,
+                   label=str(key))
+    _log2_axis(ax, pd.to_numeric(rows[axis]).to_numpy(float))
+    ax.set_xlabel(AXIS_LABELS.get(axis, axis) + (", log scale" if ax.get_xscale() == "log" else ""))
+    ax.set_ylabel(score_label(table, score))
+    ax.grid(color="#e5e5e5", linewidth=0.6)
+    if result.found:
+        xline = math.sqrt(result.below * result.threshold) if ax.get_xscale() == "log" else \
+            (result.below + result.threshold) / 2
+        ax.axvline(xline, color="#b22222", ls="--", lw=1.5, zorder=1)
+        side = "≥" if result.better_side == "above" else "<"
+        ax.text(xline, 1.0, f" {axis} {side} {_fmt_number(result.threshold)}", transform=ax.get_xaxis_transform(),
+                ha="left", va="bottom", color="#b22222", fontsize=9, clip_on=False)
+        sub = (f"threshold: {axis} {side} {_fmt_number(result.threshold)}, D = {result.effect:.2f}, permutation "
+               f"p {_p_text(result.p_value)}, " + ("clean split" if result.clean else "sides overlap"))
+        title = f"{_short(score)} against {axis}: threshold at {_fmt_number(result.threshold)}"
+    else:
+        title = f"{_short(score)} against {axis}: no threshold"
+        sub = result.reason
+    if result.confounded_with:
+        sub += "; caution: " + ", ".join(f"{k} moves with {axis} (rho {v:+.2f})"
+                                         for k, v in result.confounded_with.items())
+    if note:
+        title += f" ({note})"
+    _title(fig, title, _wrap(sub, 95))
+    _legends_outside(ax, group, (depth.dropna().unique(), to_size, "depth\n(marker size,\nlayers)", _fmt_number)
+                     if depth.notna().any() else None)
+    _pad_y(ax)
+    fig.slm_result = result
+    return fig
+
+
+def _log_ticks(ax, values) -> None:
+    """Log x axis: labelled ticks at 1-2-5 steps when the data span under two decades, else at decades."""
+    values = np.asarray(values, float)
+    values = values[np.isfinite(values) & (values > 0)]
+    span = values.max() / values.min() if len(values) else 1.0
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0) if span < 100 else (1.0,)))
+    ax.xaxis.set_minor_locator(LogLocator(base=10, subs=tuple(range(1, 10))))
+    ax.xaxis.set_major_formatter(FuncFormatter(_si))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
+def _pad_y(ax, frac=0.12) -> None:
+    lo, hi = ax.get_ylim()
+    span = hi - lo or 1.0
+    ax.set_ylim(lo - frac * span, hi + frac * span)
+
+
+def plot_depth(table: pd.DataFrame, tasks: list[str] | None = None, max_panels: int = 9) -> Figure:
+    """One panel per lm-eval task (and suite average): score against depth; points are runs, lines the mean
+    per family at each depth. Without lm-eval scores: one panel of validation NLL."""
+    rows = _completed(table)
+    if "n_layers" not in rows or pd.to_numeric(rows["n_layers"], errors="coerce").notna().sum() == 0:
+        return placeholder("Depth", "the results have no n_layers values")
+    columns = [f"score_{t}" for t in (tasks or task_names(rows))]
+    columns += [c for c in rows.columns if c.startswith("avg_") and rows[c].notna().any() and not tasks]
+    note = ""
+    if not columns:
+        if "val_nll" not in rows or rows["val_nll"].notna().sum() == 0:
+            return placeholder("Depth", "no lm-eval scores and no validation NLL in the results")
+        columns, note = ["val_nll"], "no lm-eval scores: validation NLL shown"
+    columns = columns[:max_panels]
+    ncol = min(3, len(columns))
+    nrow = math.ceil(len(columns) / ncol)
+    fig = _figure(figsize=(max(4.2 * ncol + 0.6, 7.5), 3.5 * nrow + 1.3), layout="constrained")
+    axes = fig.subplots(nrow, ncol, squeeze=False)
+    group = _group_column(rows)
+    depth_values = pd.to_numeric(rows["n_layers"], errors="coerce")
+    # A grid that crosses depth with width (several d_model at one depth): one line per width; otherwise
+    # (e.g. a fixed parameter budget, where width follows depth) one line per family through the depth means.
+    crossed = "d_model" in rows and rows.assign(_g=rows[group] if group else "all").groupby(
+        ["_g", "n_layers"])["d_model"].nunique().max() > 1
+    if crossed:
+        series = (rows[group].astype(str) + " " if group else "") + "d" + \
+            pd.to_numeric(rows["d_model"], errors="coerce").map(_fmt_number)
+        how = "lines: one per " + (f"{group} and " if group else "") + "width (d_model)"
+    else:
+        series = rows[group].astype(str) if group else pd.Series("all", rows.index)
+        how = "lines: mean per " + (group or "group") + " at each depth"
+    keys_sorted = sorted(series.unique(), key=lambda k: (k.split(" d")[0], float(k.rsplit("d", 1)[-1])
+                                                         if crossed and k.rsplit("d", 1)[-1].isdigit() else 0))
+    colors = {k: PALETTE[i % len(PALETTE)] for i, k in enumerate(keys_sorted)}
+    markers = {k: MARKERS[i % len(MARKERS)] for i, k in enumerate(keys_sorted)}
+    for ax, column in zip(axes.flat, columns):
+        part = rows[pd.to_numeric(rows[column], errors="coerce").notna() & depth_values.notna()]
+        for key in keys_sorted:
+            sub = part[series.loc[part.index] == key]
+            if sub.empty:
+                ax.plot([], [], color=colors[key], marker=markers[key], label=key)
+                continue
+            x = pd.to_numeric(sub["n_layers"]).to_numpy(float)
+            y = pd.to_numeric(sub[column]).to_numpy(float)
+            ax.scatter(x, y, color=colors[key], marker=markers[key], s=28, alpha=0.6, edgecolors="none", zorder=3)
+            mean = sub.assign(_x=x, _y=y).groupby("_x")["_y"].mean()
+            ax.plot(mean.index, mean.values, color=colors[key], lw=1.6 if len(mean) >= 2 else 0, zorder=2,
+                    marker=markers[key] if len(mean) < 2 else None, label=key)
+        if part.empty:
+            ax.text(0.5, 0.5, "no values", ha="center", va="center", transform=ax.transAxes, color="#777777")
+        else:
+            _log2_axis(ax, pd.to_numeric(part["n_layers"]).to_numpy(float))
+        ax.set_title(_short(column), fontsize=10)
+        ax.set_xlabel(AXIS_LABELS["n_layers"] + (", log scale" if ax.get_xscale() == "log" else ""))
+        ax.set_ylabel(_wrap(score_label(table, column), 38), fontsize=9)
+        ax.grid(color="#e5e5e5", linewidth=0.6)
+        ax.tick_params(labelsize=8)
+    for ax in list(axes.flat)[len(columns):]:
+        ax.set_axis_off()
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    if len(labels) > 1:
+        fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 6), fontsize=8,
+                   frameon=False)
+    title = "Score against depth" + (" per task" if len(columns) > 1 else "")
+    _title(fig, title + (f" ({note})" if note else ""), "points: runs; " + how)
+    return fig
+
+
+def plot_throughput(table: pd.DataFrame, score: str | None = None) -> Figure:
+    """Score against batch-1 decode speed (log axis); marker area = peak memory during decode."""
+    score, note = choose_score(table, score)
+    if score is None:
+        return placeholder("Throughput vs accuracy", note)
+    rows = _completed(table)
+    if "decode_tokens_per_s" not in rows or rows["decode_tokens_per_s"].notna().sum() == 0:
+        return placeholder("Throughput vs accuracy", "no decode throughput in the results: it is measured by "
+                           "slm-eval (eval.throughput in result.json) with throughput enabled")
+    rows = rows[pd.to_numeric(rows["decode_tokens_per_s"], errors="coerce").notna()
+                & pd.to_numeric(rows[score], errors="coerce").notna()]
+    if rows.empty:
+        return placeholder("Throughput vs accuracy", f"no run has both a decode speed and {score}")
+    fig = _figure(figsize=(8.5, 5.2), layout="constrained")
+    ax = fig.add_subplot()
+    group = _group_column(rows)
+    colors, markers = _colors(rows[group]) if group else ({}, {})
+    mem = pd.to_numeric(rows.get("peak_memory_bytes"), errors="coerce") / 2 ** 20 if "peak_memory_bytes" in rows \
+        else pd.Series(np.nan, rows.index)
+    mmax = float(mem.max()) if mem.notna().any() else 1.0
+
+    def to_size(v):
+        return 30 + 400 * (v / mmax) if np.isfinite(v) and mmax > 0 else 60
+
+    labels = run_labels(rows)
+    for key, part in rows.groupby(rows[group].astype(str) if group else pd.Series("all", rows.index)):
+        ax.scatter(part["decode_tokens_per_s"].astype(float), part[score].astype(float),
+                   s=[to_size(v) for v in mem.loc[part.index]], color=colors.get(key, "#1f77b4"),
+                   marker=markers.get(key, "o"), alpha=0.7, edgecolors="white", linewidths=0.8, label=key, zorder=3)
+    speeds = rows["decode_tokens_per_s"].astype(float)
+    if speeds.max() / max(speeds.min(), 1e-9) >= 3:
+        ax.set_xscale("log")
+        _log_ticks(ax, speeds)
+    ax.set_xlabel(AXIS_LABELS["decode_tokens_per_s"] + (", log scale" if ax.get_xscale() == "log" else ""))
+    ax.set_ylabel(score_label(table, score))
+    ax.grid(color="#e5e5e5", linewidth=0.6)
+    measure = rows["peak_memory_measure"].dropna().astype(str).unique() if "peak_memory_measure" in rows else []
+    what = {"cuda_max_memory_allocated": "GPU allocated", "process_peak_rss": "process RSS"}
+    mem_title = "peak memory\n(marker size, MiB" + (",\n" + "/".join(what.get(m, m) for m in measure)
+                                                    if len(measure) else "") + ")"
+    _legends_outside(ax, group, (mem.dropna().to_numpy(), to_size, mem_title, lambda v: f"{v:,.0f}")
+                     if mem.notna().any() else None)
+    _pad_y(ax)
+    ax.margins(x=0.08)
+    devices = rows["decode_device"].dropna().astype(str).unique() if "decode_device" in rows else []
+    sub = "batch 1, greedy decode" + (f" on {', '.join(devices)}" if len(devices) else "")
+    if "process_peak_rss" in list(measure):
+        sub += "; process RSS includes everything the process held: compare within one command only"
+    _title(fig, f"{_short(score)} against decode speed" + (f" ({note})" if note else ""), _wrap(sub, 95))
+    if len(rows) <= 16:
+        _settle(fig)
+        _label_points(ax, speeds.to_numpy(), rows[score].astype(float).to_numpy(), labels.tolist(),
+                      [to_size(v) for v in mem.loc[rows.index]])
+    return fig
+
+
+def _label_points(ax, x, y, labels, sizes=None, fontsize=7.5) -> None:
+    """Labels next to points, each put at whichever of eight spots around its point overlaps least with the
+    labels already placed and with the other points (estimated in display space, no renderer needed)."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    sizes = np.full(len(x), 40.0) if sizes is None else np.asarray(sizes, float)
+    pts = ax.transData.transform(np.column_stack([x, y]))
+    scale = ax.figure.dpi / 72.0
+    radius = np.sqrt(np.maximum(sizes, 1.0)) / 2 * scale          # marker radius in pixels
+    placed: list[tuple[float, float, float, float]] = []
+    points = [(px - r, py - r, px + r, py + r) for (px, py), r in zip(pts, radius)]
+
+    def overlap(a, b) -> float:
+        w = min(a[2], b[2]) - max(a[0], b[0])
+        h = min(a[3], b[3]) - max(a[1], b[1])
+        return w * h if w > 0 and h > 0 else 0.0
+
+    axes_box = ax.get_window_extent()
+    for i in np.argsort(-pts[:, 1]):
+        w = 0.58 * fontsize * len(str(labels[i])) * scale
+        h = 1.2 * fontsize * scale
+        gap = radius[i] + 2 * scale
+        best = None
+        for dx, dy, ha, va in ((gap, gap * 0.5, "left", "bottom"), (gap, -gap * 0.5, "left", "top"),
+                               (-gap, gap * 0.5, "right", "bottom"), (-gap, -gap * 0.5, "right", "top"),
+                               (0, gap, "center", "bottom"), (0, -gap, "center", "top"),
+                               (gap, 0, "left", "center"), (-gap, 0, "right", "center")):
+            px, py = pts[i][0] + dx, pts[i][1] + dy
+            x0 = px if ha == "left" else px - w if ha == "right" else px - w / 2
+            y0 = py if va == "bottom" else py - h if va == "top" else py - h / 2
+            box = (x0, y0, x0 + w, y0 + h)
+            cost = sum(overlap(box, b) for b in placed) * 3
+            cost += sum(overlap(box, b) for j, b in enumerate(points) if j != i)
+            outside = max(0, axes_box.x0 - box[0]) + max(0, box[2] - axes_box.x1) + \
+                max(0, axes_box.y0 - box[1]) + max(0, box[3] - axes_box.y1)
+            cost += outside * h * 4
+            cx, cy = (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
+            own = math.hypot(cx - pts[i][0], cy - pts[i][1])
+            others = [math.hypot(cx - q[0], cy - q[1]) for j, q in enumerate(pts) if j != i]
+            if others and min(others) < own:  # the label would read as another point's
+                cost += w * h * 0.75
+            if best is None or cost < best[0] - 1e-9:
+                best = (cost, dx, dy, ha, va, box)
+        _, dx, dy, ha, va, box = best
+        placed.append(box)
+        ax.annotate(str(labels[i]), (x[i], y[i]), xytext=(dx / scale, dy / scale), textcoords="offset points",
+                    ha=ha, va=va, fontsize=fontsize, color="#333333", zorder=5)
+
+
+def _legends_outside(ax, group, size_legend=None) -> None:
+    """Group legend and (optionally) the marker-size legend, stacked to the right of the axes."""
+    handles, labels = ax.get_legend_handles_labels()
+    first = ax.legend(handles, labels, title=group, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8,
+                      title_fontsize=8, framealpha=0.9, markerscale=0.7, borderaxespad=0)
+    if size_legend is None:
+        return
+    ax.add_artist(first)
+    values, to_size, title, fmt = size_legend
+    values = np.asarray([v for v in values if np.isfinite(v)], float)
+    if not len(values):
+        return
+    picks = sorted({values.min(), float(np.median(values)), values.max()})
+    marks = [Line2D([], [], ls="", marker="o", color="#999999", alpha=0.6, markersize=math.sqrt(to_size(v)),
+                    label=fmt(v)) for v in picks]
+    ax.legend(handles=marks, title=title, loc="lower left", bbox_to_anchor=(1.01, 0.0), fontsize=8,
+              title_fontsize=8, labelspacing=1.3, borderpad=0.9, framealpha=0.9, borderaxespad=0)
+
+
+def plot_pareto(table: pd.DataFrame, x: str = "train_flops", y: str = "val_nll") -> Figure:
+    """Validation NLL against training FLOPs (log axis); the Pareto frontier (no run has both less compute
+    and lower NLL) as a step line, its runs labelled."""
+    rows = _completed(table)
+    for column in (x, y):
+        if column not in rows or pd.to_numeric(rows[column], errors="coerce").notna().sum() == 0:
+            return placeholder("NLL vs training FLOPs", f"the results have no {column} values (completed runs)")
+    rows = rows[pd.to_numeric(rows[x], errors="coerce").notna() & pd.to_numeric(rows[y], errors="coerce").notna()]
+    lower_y = not higher_is_better(table, y)
+    mask = pareto_mask(rows[x].astype(float), rows[y].astype(float), True, lower_y)
+    fig = _figure(figsize=(8.5, 5.2), layout="constrained")
+    ax = fig.add_subplot()
+    group = _group_column(rows)
+    colors, markers = _colors(rows[group]) if group else ({}, {})
+    for key, part in rows.groupby(rows[group].astype(str) if group else pd.Series("all", rows.index)):
+        ax.scatter(part[x].astype(float), part[y].astype(float), color=colors.get(key, "#1f77b4"),
+                   marker=markers.get(key, "o"), s=40, alpha=0.75, edgecolors="white", linewidths=0.6, label=key,
+                   zorder=3)
+    front = rows[mask].sort_values(x)
+    fx, fy = front[x].astype(float).to_numpy(), front[y].astype(float).to_numpy()
+    ax.step(fx, fy, where="post", color="#222222", lw=1.4, zorder=2, label="Pareto frontier")
+    ax.scatter(fx, fy, facecolors="none", edgecolors="#222222", s=110, linewidths=1.2, zorder=4)
+    xs = rows[x].astype(float)
+    if xs.max() / max(xs.min(), 1e-300) >= 3:
+        ax.set_xscale("log")
+        _log_ticks(ax, xs)
+    ax.xaxis.set_major_formatter(FuncFormatter(_si))
+    ax.set_xlabel(AXIS_LABELS.get(x, x) + (", log scale" if ax.get_xscale() == "log" else ""))
+    ax.set_ylabel(score_label(table, y))
+    ax.grid(color="#e5e5e5", linewidth=0.6)
+    _legends_outside(ax, group)
+    _pad_y(ax, 0.08)
+    ax.margins(x=0.08)
+    _title(fig, f"{_short(y)} against training compute: {int(mask.sum())} of {len(rows)} runs on the Pareto frontier",
+           "training FLOPs = FLOPs per token (PaLM: 6N + 12·L·H·hd·T) × training tokens")
+    if len(front) <= 12:
+        _settle(fig)
+        _label_points(ax, fx, fy, run_labels(rows).loc[front.index].tolist(), [110] * len(fx))
+    return fig
+
+
+def plot_heatmap(table: pd.DataFrame, tasks: list[str] | None = None, score: str | None = None,
+                 max_rows: int = 60) -> Figure:
+    """Runs (configurations, seeds pooled) x tasks. Colour: rank within each task (1 = best on that task,
+    0 = worst), so tasks on different scales and directions share one colour bar; each cell shows the value."""
+    rows = _completed(table)
+    columns = [f"score_{t}" for t in (tasks or task_names(rows))]
+    columns += [c for c in rows.columns if c.startswith("avg_") and rows[c].notna().any() and not tasks]
+    note = ""
+    if not columns:
+        columns = [c for c in ("val_nll", "val_ppl") if c in rows and rows[c].notna().any()]
+        note = "no lm-eval scores: validation NLL and perplexity shown"
+        if not columns:
+            return placeholder("Per-task heatmap", "no lm-eval scores and no validation NLL in the results")
+    order_by, _ = choose_score(rows, score)
+    frames = []
+    for column in columns:
+        units, _, _ = units_of(rows, column)
+        if len(units):
+            frames.append(units.set_index("label")["value"].rename(column))
+    if not frames:
+        return placeholder("Per-task heatmap", "no completed run has a score")
+    grid = pd.concat(frames, axis=1)
+    if order_by in grid:
+        grid = grid.sort_values(order_by, ascending=not higher_is_better(table, order_by), na_position="last")
+    if len(grid) > max_rows:
+        log.info("heatmap: showing the first %d of %d configurations", max_rows, len(grid))
+        grid = grid.iloc[:max_rows]
+    ranks = pd.DataFrame(index=grid.index)
+    for column in grid:
+        values = grid[column]
+        r = values.rank(ascending=higher_is_better(table, column), method="average")
+        count = values.notna().sum()
+        ranks[column] = (r - 1) / (count - 1) if count > 1 else 0.5
+    nr, nc = grid.shape
+    fig = _figure(figsize=(max(6.0, 1.25 * nc + 4.0), 1.6 + 0.3 * nr), layout="constrained")
+    ax = fig.add_subplot()
+    image = ax.imshow(ranks.to_numpy(float), aspect="auto", cmap="viridis", vmin=0, vmax=1)
+    for i in range(nr):
+        for j in range(nc):
+            value = grid.iat[i, j]
+            if np.isfinite(value):
+                shade = ranks.iat[i, j]
+                ax.text(j, i, _cell(value), ha="center", va="center", fontsize=7.5,
+                        color="black" if np.isfinite(shade) and shade > 0.55 else "white")
+    ax.set_xticks(range(nc), [_column_title(table, c) for c in grid],
+                  fontsize=8.5, rotation=30, ha="left", rotation_mode="anchor")
+    ax.set_yticks(range(nr), grid.index.tolist(), fontsize=8.5)
+    ax.set_xlabel("task (↑ higher is better, ↓ lower is better)")
+    ax.set_ylabel("configuration")
+    ax.tick_params(top=True, bottom=False, labeltop=True, labelbottom=False)
+    ax.xaxis.set_label_position("top")
+    bar = fig.colorbar(image, ax=ax, shrink=0.8, pad=0.02)
+    bar.set_label("rank within the task (1 = best, 0 = worst)")
+    _title(fig, "Per-task scores" + (f" ({note})" if note else ""),
+           "cells: the task's headline value; colour: rank among the configurations on that task")
+    return fig
+
+
+def _column_title(table: pd.DataFrame, column: str) -> str:
+    metric = (metric_of(table, column) or "").split(",")[0]
+    arrow = " ↑" if higher_is_better(table, column) else " ↓"
+    return _short(column) + (f"\n{metric}" if metric else "") + arrow
+
+
+def _cell(value: float) -> str:
+    if abs(value) >= 1000:
+        return f"{value:.3g}"
+    if abs(value) >= 10:
+        return f"{value:.1f}"
+    return f"{value:.3f}"
+
+
+PLOTTERS = {"tiers": plot_tiers, "threshold": plot_threshold, "depth": plot_depth, "throughput": plot_throughput,
+            "pareto": plot_pareto, "heatmap": plot_heatmap}
+FILE_NAMES = {"tiers": "tiers", "threshold": "threshold_d_model", "depth": "depth_vs_score",
+              "throughput": "throughput_vs_accuracy", "pareto": "pareto_nll_flops", "heatmap": "heatmap_tasks"}
+TITLES = {"tiers": "Tiers", "threshold": "Hidden-size threshold", "depth": "Depth against score",
+          "throughput": "Throughput against accuracy", "pareto": "NLL against training FLOPs",
+          "heatmap": "Per-task heatmap"}
+
+
+def save(fig: Figure, out_dir: str | os.PathLike, name: str, formats=FORMATS) -> list[Path]:
+    """Write the figure as <out_dir>/<name>.<format> for each format; returns the paths."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    import matplotlib
+
+    # SVG text stays text (searchable, smaller files); no timestamp, so a redraw of the same table is identical
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "slm"}):
+        for fmt in formats:
+            path = out_dir / f"{name}.{fmt}"
+            fig.savefig(path, dpi=DPI, format=fmt, metadata={"Date": None} if fmt == "svg" else None)
+            paths.append(path)
+    return paths
+
+
+def draw(kind: str, table: pd.DataFrame, out_dir: str | os.PathLike | None = None, formats=FORMATS,
+         **kwargs) -> tuple[Figure, list[Path]]:
+    """Draw one plot (KINDS) and save it under out_dir if given. A plot that raises becomes a placeholder
+    naming the error, so one bad column never loses the others."""
+    if kind not in PLOTTERS:
+        raise ValueError(f"unknown plot kind {kind!r}; choose one of: {', '.join(KINDS)}, all")
+    try:
+        fig = PLOTTERS[kind](table, **kwargs)
+    except KeyError:
+        raise
+    except Exception as err:  # noqa: BLE001 - draw the others; say what went wrong here
+        log.exception("%s plot failed", kind)
+        fig = placeholder(TITLES[kind], f"{type(err).__name__}: {err}")
+    paths = save(fig, out_dir, FILE_NAMES[kind], formats) if out_dir is not None else []
+    return fig, paths
+
+
+def draw_all(table: pd.DataFrame, out_dir: str | os.PathLike, formats=FORMATS, score: str | None = None) -> dict:
+    """All six plots into out_dir: {kind: (figure, paths)}."""
+    out = {}
+    for kind in KINDS:
+        kwargs = {"score": score} if score and kind in ("tiers", "threshold", "throughput", "heatmap") else {}
+        out[kind] = draw(kind, table, out_dir, formats, **kwargs)
+    return out

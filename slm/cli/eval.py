@@ -1,0 +1,191 @@
+"""`slm-eval <run dir or checkpoint> [--tasks ...]`: score a model with lm-eval, write lm-eval's results
+JSON and merge the scores (and batch-1 decode speed) into the run's result.json.
+
+    slm-eval runs/train/default                                  # the offline suite (conf/eval/offline.yaml)
+    slm-eval runs/train/default --tasks study7 --batch_size 32   # the study's seven benchmarks (hub)
+    slm-eval ckpt/tiny-llama --tasks hellaswag,piqa --limit 100 --num_fewshot 0 --no_throughput
+
+--tasks takes suite names (a file in conf/eval: offline, study7) and lm-eval task or group names, space or
+comma separated; a task's headline score is the metric the suites name for it (else its first metric).
+The other flags mirror `lm_eval run`: num_fewshot, batch_size, limit, output_path (a directory, or a
+.json file), include_path, device, gen_kwargs, seed, log_samples; plus dtype, the throughput switches
+(--no_throughput, --compile), --no_record, and --model_args for the `slm` lm-eval model (e.g.
+tokenizer=<dir>, max_length=512, prefix_sharing=False).
+
+Bad input (no such run, unknown task, a hub task while offline) is one line on stderr and exit code 2.
+lm-eval's own CLI can run the `slm` model too: `python -m slm.eval run --model slm
+--model_args pretrained=<run> --tasks slm_offline` (see slm/eval/__main__.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import sys
+from pathlib import Path
+
+import yaml
+
+from slm.cli.config import CONF_DIR
+from slm.runs.record import RESULT_FILE, load_record, update_record
+
+PROG = "slm-eval"
+SUITES_DIR = CONF_DIR / "eval"
+
+
+def _fail(message: str) -> None:
+    line = " ".join(part.strip() for part in str(message).splitlines() if part.strip())
+    print(f"{PROG}: error: {line}", file=sys.stderr)
+    sys.exit(2)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:
+        _fail(f"{message} (see {PROG} --help)")
+
+
+def _key_values(items: list[str] | None, what: str) -> dict:
+    """key=value pairs (comma or space separated), values parsed as Python literals when they are ones."""
+    out = {}
+    for item in (piece for arg in items or [] for piece in arg.split(",") if piece):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            _fail(f"{what}: expected key=value, got {item!r}")
+        try:
+            out[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            out[key] = value
+    return out
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = _Parser(prog=PROG, description="Score an slm run or checkpoint with lm-evaluation-harness and merge "
+                "the scores into the run's result.json.")
+    p.add_argument("path", type=Path, help="run directory (with result.json and model/) or checkpoint directory")
+    p.add_argument("--tasks", "-t", nargs="+", default=["offline"],
+                   help="suites (conf/eval/<name>.yaml: offline, study7) and lm-eval tasks (default: offline)")
+    p.add_argument("--num_fewshot", "-f", type=int, default=None, help="few-shot examples (default: each task's)")
+    p.add_argument("--batch_size", "-b", type=int, default=None,
+                   help="requests per forward (default: the suite's, else 16)")
+    p.add_argument("--limit", "-L", type=float, default=None, help="documents per task (a fraction if < 1)")
+    p.add_argument("--output_path", "-o", type=Path, default=None,
+                   help="directory or .json file for lm-eval's results (default: <run>/eval/)")
+    p.add_argument("--include_path", action="append", default=[], help="another directory of task YAMLs")
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: cuda if available)")
+    p.add_argument("--dtype", default=None, choices=["auto", "float32", "bfloat16", "float16"],
+                   help="model dtype (default: auto = bfloat16 on CUDA, float32 on CPU)")
+    p.add_argument("--gen_kwargs", nargs="+", default=None, help="generation overrides, e.g. temperature=0")
+    p.add_argument("--model_args", "-a", nargs="+", default=None,
+                   help="more `slm` model options, e.g. tokenizer=<dir> max_length=512 prefix_sharing=False")
+    p.add_argument("--seed", type=int, default=1234, help="python/numpy/torch/fewshot seed")
+    p.add_argument("--compile", action="store_true", help="torch.compile the decode step of the throughput "
+                   "measurement (CPU: several times faster for small models; compiling takes a minute)")
+    p.add_argument("--log_samples", "-s", action="store_true", help="also write every sample (…_samples.jsonl)")
+    p.add_argument("--throughput", dest="throughput", action="store_true", default=None,
+                   help="measure batch-1 decode speed (default: the suite's setting, else on)")
+    p.add_argument("--no_throughput", dest="throughput", action="store_false", help="skip the decode measurement")
+    p.add_argument("--no_record", action="store_true", help="do not touch result.json")
+    return p.parse_args(argv)
+
+
+def load_suite(name: str) -> dict | None:
+    """The `eval` config node conf/eval/<name>.yaml, or None if there is no such suite."""
+    path = SUITES_DIR / f"{name}.yaml"
+    return yaml.safe_load(path.read_text()) if path.is_file() else None
+
+
+def build_spec(args: argparse.Namespace):
+    """EvalSpec from the flags: suites expand into their tasks, metrics and average."""
+    from slm.eval.run import EvalSpec, spec_from_config
+
+    names = [piece for arg in args.tasks for piece in arg.split(",") if piece]
+    spec = EvalSpec()
+    for path in sorted(SUITES_DIR.glob("*.yaml")):  # a task's headline metric is the same in every suite
+        spec.metrics.update((yaml.safe_load(path.read_text()) or {}).get("metrics") or {})
+    for name in names:
+        node = load_suite(name)
+        if node is None:
+            if name not in spec.tasks:
+                spec.tasks.append(name)
+            continue
+        suite = spec_from_config(node, name)
+        spec.tasks += [t for t in suite.tasks if t not in spec.tasks]
+        spec.metrics.update(suite.metrics)
+        spec.average.update(suite.average)
+        for attr in ("num_fewshot", "limit", "device"):
+            if getattr(suite, attr) is not None and getattr(spec, attr) is None:
+                setattr(spec, attr, getattr(suite, attr))
+        spec.batch_size, spec.dtype, spec.throughput = suite.batch_size, suite.dtype, suite.throughput
+        spec.throughput_prompt_tokens = suite.throughput_prompt_tokens
+        spec.throughput_new_tokens = suite.throughput_new_tokens
+        spec.throughput_compile = suite.throughput_compile
+    if args.num_fewshot is not None:
+        spec.num_fewshot = args.num_fewshot
+    if args.batch_size is not None:
+        if args.batch_size < 1:
+            _fail(f"--batch_size {args.batch_size}: must be >= 1")
+        spec.batch_size = args.batch_size
+    if args.limit is not None:
+        if args.limit <= 0:
+            _fail(f"--limit {args.limit}: must be > 0")
+        spec.limit = int(args.limit) if args.limit >= 1 else args.limit
+    for attr in ("device", "dtype"):
+        if getattr(args, attr) is not None:
+            setattr(spec, attr, getattr(args, attr))
+    if args.throughput is not None:
+        spec.throughput = args.throughput
+    for path in args.include_path:
+        if not Path(path).is_dir():
+            _fail(f"--include_path {path}: no such directory")
+    spec.include_path = list(args.include_path)
+    spec.gen_kwargs = _key_values(args.gen_kwargs, "--gen_kwargs") or None
+    spec.model_args = _key_values(args.model_args, "--model_args")
+    spec.seed, spec.log_samples = args.seed, args.log_samples
+    spec.throughput_compile = spec.throughput_compile or args.compile
+    return spec
+
+
+def _print(summary: dict) -> None:
+    from lm_eval.utils import make_table
+
+    if "results" in summary:
+        print(make_table(summary["results"]))
+        if summary["results"].get("groups"):
+            print(make_table(summary["results"], "groups"))
+        for suite, value in summary.get("averages", {}).items():
+            print(f"{suite} average: {value:.4f}")
+        print(f"results: {summary['results_file']}")
+    if "throughput" in summary:
+        t = summary["throughput"]
+        print(f"decode (batch 1, {t['device']}, {t['dtype']}): {t['decode_tokens_per_s']:.1f} tokens/s, "
+              f"time to first token {1000 * t['time_to_first_token_s']:.1f} ms")
+
+
+def run_directory(path: Path) -> Path | None:
+    """The run directory of `path` (a run, or its model/ directory), or None for a bare checkpoint."""
+    for candidate in (path, path.parent):
+        if (candidate / RESULT_FILE).is_file() and (candidate / "model").is_dir():
+            return candidate
+    return None
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parse(argv)
+    from slm.eval.run import EvalError, eval_section, evaluate
+
+    run_dir = run_directory(args.path)
+    try:
+        summary = evaluate(run_dir or args.path, build_spec(args), output_path=args.output_path)
+    except (EvalError, FileNotFoundError, ValueError) as err:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        _fail(str(err) or type(err).__name__)
+    _print(summary)
+    if run_dir is not None and not args.no_record:
+        update_record(run_dir, eval=eval_section(summary, (load_record(run_dir) or {}).get("eval")))
+        print(f"{run_dir / RESULT_FILE}: eval updated")
+
+
+if __name__ == "__main__":
+    main()

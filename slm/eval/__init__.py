@@ -1,0 +1,17 @@
+"""Evaluation: lm-evaluation-harness scoring of slm checkpoints, offline tasks, decode throughput.
+
+    slm.eval.lm            the `slm` model registered with lm-eval (import it to register)
+    slm.eval.run           evaluate a run directory and merge scores into result.json (evaluate_run)
+    slm.eval.throughput    batch-1 decode tokens/s, time to first token, peak memory
+    slm.eval.offline_tasks documents of the offline tasks (task YAMLs in slm/eval/tasks/)
+    python -m slm.eval     lm-eval's own CLI with the `slm` model registered (slm/eval/__main__.py)
+
+Nothing heavy is imported here: lm-eval loads only with `slm.eval.lm`.
+"""
+
+from pathlib import Path
+
+TASKS_DIR = Path(__file__).resolve().parent / "tasks"
+"""The shipped lm-eval task YAMLs (slm_shakespeare_ppl, slm_shakespeare_mc, group slm_offline)."""
+
+__all__ = ["TASKS_DIR"]

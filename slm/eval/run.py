@@ -1,0 +1,308 @@
+"""Evaluate a run (or a bare checkpoint) with lm-eval: scores, lm-eval's results JSON, decode speed.
+
+    summary = evaluate("runs/train/default", EvalSpec(tasks=["slm_shakespeare_ppl", "slm_shakespeare_mc"]))
+    preflight(cfg["eval"])                            # before training: bad fields, hub tasks offline
+    summary = evaluate_config(run_dir, cfg["eval"])   # the `eval` config node (conf/eval/*.yaml); None if off
+    update_record(run_dir, eval=eval_section(summary, record["eval"]))   # the caller owns result.json
+
+This layer never writes the run record (slm.runs sits above it): `eval_section` turns a summary into
+the record's `eval` fields, merged with what an earlier evaluation left there:
+  eval.lm_eval      scores {task: headline score}, metrics {task: "metric,filter"},
+                    details {task: every metric lm-eval reported, num_fewshot, samples, limit},
+                    averages {suite: mean headline score of its `average` tasks}, version,
+                    results_file; merged task by task, so offline and study7 scores coexist
+  eval.throughput   batch-1 decode speed (slm.eval.throughput.measure_decode), replaced
+lm-eval's results JSON goes to <path>/eval/results_<time>.json unless output_path says otherwise.
+
+Tasks are resolved before the model is loaded: the offline tasks shipped in slm/eval/tasks need no index
+of lm-eval's own tasks (seconds saved); a task whose data must come from the Hugging Face hub fails
+here, at once, with one line when the hub is unreachable or HF_HUB_OFFLINE=1 (EvalError).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from slm.eval import TASKS_DIR
+
+
+class _DropCustomDatasetNotice(logging.Filter):
+    """lm-eval warns on every load of a `custom_dataset` task about passing kwargs via --metadata;
+    the offline tasks take none, so the notice is noise."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Custom kwargs can be passed" not in record.getMessage()
+
+
+logging.getLogger("lm_eval.api.task").addFilter(_DropCustomDatasetNotice())
+
+
+class EvalError(ValueError):
+    """Bad evaluation input (path, task, option); the message is one line."""
+
+
+@dataclass
+class EvalSpec:
+    """What to evaluate: the fields of an `eval` config node (conf/eval/*.yaml)."""
+
+    tasks: list[str] = field(default_factory=list)
+    """lm-eval task or group names (the offline tasks ship in slm/eval/tasks)."""
+    metrics: dict[str, str] = field(default_factory=dict)
+    """Headline metric per task, as lm-eval names it ("acc_norm,none"); others: the task's first metric."""
+    average: dict[str, list[str]] = field(default_factory=dict)
+    """Suite name -> tasks whose headline scores are averaged into eval.lm_eval.averages[suite]."""
+    num_fewshot: int | None = None
+    """None: each task's default (lm-eval's own YAMLs)."""
+    batch_size: int = 16
+    limit: float | None = None
+    """Documents per task (a fraction if < 1); None: all. For smoke tests only."""
+    device: str | None = None
+    dtype: str = "auto"
+    include_path: list[str] = field(default_factory=list)
+    """More task directories, searched after slm/eval/tasks."""
+    throughput: bool = True
+    """Also measure batch-1 decode speed (eval.throughput)."""
+    throughput_prompt_tokens: int = 128
+    throughput_new_tokens: int = 128
+    throughput_compile: bool = False
+    """torch.compile the decode step (CPU: ~4x faster for small models, after 20-60 s of compiling)."""
+    gen_kwargs: dict | None = None
+    seed: int = 1234
+    log_samples: bool = False
+    model_args: dict = field(default_factory=dict)
+    """Extra arguments of the `slm` lm-eval model (e.g. tokenizer, max_length, prefix_sharing)."""
+
+
+def spec_from_config(node: dict, name: str | None = None) -> EvalSpec:
+    """EvalSpec from an `eval` config node: tasks, metrics, average (a list: averaged under the node's
+    name), num_fewshot, batch_size, limit, device, dtype, throughput ({enabled, prompt_tokens,
+    new_tokens} or a bool), include_path."""
+    node = dict(node or {})
+    name = node.pop("name", None) or name or "eval"
+    node.pop("enabled", None)
+    known = set(EvalSpec.__dataclass_fields__)
+    throughput = node.pop("throughput", True)
+    if isinstance(throughput, dict):
+        node["throughput_prompt_tokens"] = throughput.get("prompt_tokens", 128)
+        node["throughput_new_tokens"] = throughput.get("new_tokens", 128)
+        node["throughput_compile"] = bool(throughput.get("compile", False))
+        throughput = throughput.get("enabled", True)
+    average = node.pop("average", None)
+    if isinstance(average, list):
+        average = {name: average} if average else {}
+    unknown = sorted(set(node) - known)
+    if unknown:
+        raise EvalError(f"eval config: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    node["include_path"] = list(node.get("include_path") or [])
+    node["metrics"] = dict(node.get("metrics") or {})
+    node["tasks"] = list(node.get("tasks") or [])
+    if node.get("limit") is not None and node["limit"] >= 1:
+        node["limit"] = int(node["limit"])
+    return EvalSpec(**node, throughput=bool(throughput), average=average or {})
+
+
+def task_manager(tasks: list[str], include_path: list[str]):
+    """A TaskManager that knows every task in `tasks`: the shipped offline tasks alone when that suffices
+    (no scan of lm-eval's ~15k task files), else lm-eval's tasks plus ours plus `include_path`."""
+    from lm_eval.tasks import TaskManager
+
+    paths = [str(TASKS_DIR), *map(str, include_path)]
+    local = TaskManager(include_path=paths, include_defaults=False)
+    if all(t in local.all_tasks for t in tasks):
+        return local
+    manager = TaskManager(include_path=paths)
+    missing = [t for t in tasks if t not in manager.all_tasks]
+    if missing:
+        raise EvalError(f"unknown task(s) {', '.join(missing)} (lm-eval's tasks, slm/eval/tasks and "
+                        f"--include_path; `lm-eval ls tasks` lists lm-eval's)")
+    return manager
+
+
+def load_tasks(manager, tasks: list[str]) -> list:
+    """Task/Group objects for the names, loading their data now: a hub dataset that cannot be reached
+    fails here, before any model is loaded, as one EvalError line."""
+    objects = []
+    for name in tasks:
+        try:
+            loaded = manager.load([name])
+        except Exception as err:  # noqa: BLE001 - datasets raises many kinds; all mean "cannot load"
+            raise EvalError(_load_failure(name, err)) from None
+        group = loaded["groups"].get(name)
+        objects += [group] if group is not None else list(loaded["tasks"].values())
+    return objects
+
+
+def _load_failure(task: str, err: BaseException) -> str:
+    text = " ".join(str(err).split()) or type(err).__name__
+    offline = os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes") or \
+        os.environ.get("HF_DATASETS_OFFLINE", "0").lower() in ("1", "true", "yes")
+    if offline or isinstance(err, ConnectionError) or "Hub" in text or "offline" in text.lower():
+        return (f"task {task} needs its dataset from the Hugging Face hub, which is not reachable "
+                f"(HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', 'unset')}): {text[:300]}; "
+                f"run where the hub is reachable, or choose offline tasks (eval=offline / --tasks offline)")
+    return f"task {task} cannot be loaded: {type(err).__name__}: {text[:300]}"
+
+
+def headline(task: str, values: dict, metrics: dict[str, str]) -> tuple[str | None, float | None]:
+    """(metric key, value) reported for a task: metrics[task], else its first metric."""
+    key = metrics.get(task)
+    if key is None:
+        key = next((k for k in values if "," in k and "_stderr" not in k), None)
+    value = values.get(key) if key else None
+    return key, (float(value) if isinstance(value, (int, float)) else None)
+
+
+def _clean(values: dict) -> dict:
+    """JSON-safe copy of one task's lm-eval results (numbers as float, 'N/A' kept)."""
+    out = {}
+    for k, v in values.items():
+        if isinstance(v, bool) or v is None or isinstance(v, str):
+            out[k] = v
+        elif isinstance(v, int):
+            out[k] = v
+        elif isinstance(v, float) or hasattr(v, "item"):
+            v = float(v)
+            out[k] = v if math.isfinite(v) else str(v)
+    return out
+
+
+def _results_path(output_path: str | os.PathLike) -> Path:
+    out = Path(output_path).expanduser()
+    if out.suffix == ".json":
+        return out
+    return out / f"results_{time.strftime('%Y-%m-%dT%H-%M-%S')}.json"
+
+
+def evaluate(path: str | os.PathLike, spec: EvalSpec, output_path: str | os.PathLike | None = None) -> dict:
+    """Score the run or checkpoint at `path` on spec.tasks (and its decode speed if spec.throughput) and
+    write lm-eval's results JSON. Returns the summary: scores, metrics, details, averages, version,
+    results_file (relative to `path` when inside it), throughput, and `results` (lm-eval's whole output,
+    not for the record)."""
+    import lm_eval
+    from lm_eval.utils import handle_non_serializable
+
+    from slm.eval.lm import SLMLM, resolve_model_dir
+
+    try:
+        model_dir = resolve_model_dir(path)
+    except FileNotFoundError as err:
+        raise EvalError(str(err)) from None
+    path = Path(path)
+    summary: dict = {}
+    lm = None
+    if spec.tasks:
+        manager = task_manager(spec.tasks, spec.include_path)
+        objects = load_tasks(manager, spec.tasks)
+        lm = SLMLM(pretrained=str(model_dir), batch_size=spec.batch_size, device=spec.device, dtype=spec.dtype,
+                   **spec.model_args)
+        results = lm_eval.simple_evaluate(
+            model=lm, tasks=objects, task_manager=manager, num_fewshot=spec.num_fewshot, limit=spec.limit,
+            gen_kwargs=spec.gen_kwargs, log_samples=spec.log_samples, random_seed=spec.seed,
+            numpy_random_seed=spec.seed, torch_random_seed=spec.seed, fewshot_random_seed=spec.seed)
+        results["config"]["model"] = "slm"
+        results["config"]["model_args"] = {"pretrained": str(model_dir), **spec.model_args}
+        out_file = _results_path(output_path or path / "eval")
+        out_file.parent.mkdir(parents=True, exist_ok=True)
+        samples = results.pop("samples", None)
+        out_file.write_text(json.dumps(results, indent=2, default=handle_non_serializable, ensure_ascii=False))
+        if samples is not None:
+            with open(out_file.with_name(out_file.stem + "_samples.jsonl"), "w") as f:
+                for task, docs in samples.items():
+                    for doc in docs:
+                        f.write(json.dumps({"task": task, **doc}, default=handle_non_serializable,
+                                           ensure_ascii=False) + "\n")
+        summary = summarize(results, spec)
+        inside = out_file.resolve().is_relative_to(path.resolve())
+        summary["results_file"] = os.path.relpath(out_file, path) if inside else str(out_file)
+        summary["results"] = results  # everything lm-eval reported (printed by slm-eval, not recorded)
+
+    if spec.throughput:
+        from slm.eval.throughput import measure_decode
+
+        model = lm.model if lm is not None else _load_for_throughput(model_dir, spec)
+        summary["throughput"] = measure_decode(model, spec.throughput_prompt_tokens, spec.throughput_new_tokens,
+                                               compile=spec.throughput_compile)
+    return summary
+
+
+def _load_for_throughput(model_dir: Path, spec: EvalSpec):
+    import torch
+
+    from slm.eval.lm import DTYPES
+    from slm.model.weights import load_model
+
+    cuda = torch.cuda.is_available()
+    device = torch.device(spec.device if spec.device and (cuda or not spec.device.startswith("cuda"))
+                          else "cuda" if cuda else "cpu")
+    dtype = spec.dtype
+    if dtype == "auto":
+        dtype = "bfloat16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
+    return load_model(model_dir).to(device, DTYPES[dtype]).eval()
+
+
+def summarize(results: dict, spec: EvalSpec) -> dict:
+    """eval.lm_eval fields from lm-eval's results: headline scores, details and suite averages for the
+    requested tasks and groups (not every subtask of a group: those stay in the results JSON)."""
+    import lm_eval
+
+    scores, metrics, details = {}, {}, {}
+    n_samples = results.get("n-samples", {})
+    for task in spec.tasks:
+        values = results["results"].get(task)
+        if values is None:
+            continue
+        key, value = headline(task, values, spec.metrics)
+        scores[task], metrics[task] = value, key
+        details[task] = {**_clean({k: v for k, v in values.items() if k not in ("alias", "name")}),
+                         "num_fewshot": results.get("n-shot", {}).get(task),
+                         "samples": n_samples.get(task, {}).get("effective"), "limit": spec.limit}
+    averages = {}
+    for suite, tasks in spec.average.items():
+        values = [scores.get(t) for t in tasks]
+        if values and all(v is not None for v in values):
+            averages[suite] = sum(values) / len(values)
+    return {"scores": scores, "metrics": metrics, "details": details, "averages": averages,
+            "version": lm_eval.__version__, "limit": spec.limit}
+
+
+def eval_section(summary: dict, previous: dict | None) -> dict:
+    """The record's `eval` fields for a summary, merged with the previous `eval` section: lm_eval task by
+    task (earlier tasks and suites kept), throughput replaced. Pass it to update_record(run_dir, eval=...)."""
+    old = (previous or {}).get("lm_eval") or {}
+    section = {}
+    if "scores" in summary:
+        lm = {key: {**old.get(key, {}), **summary[key]} for key in ("scores", "metrics", "details", "averages")}
+        lm.update(version=summary["version"], results_file=summary["results_file"],
+                  evaluated_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        section["lm_eval"] = lm
+    if "throughput" in summary:
+        section["throughput"] = summary["throughput"]
+    return section
+
+
+def preflight(eval_cfg: dict | None) -> None:
+    """Check an `eval` config node before training: its fields, and that every task loads (so hub tasks
+    while offline fail now, not after training). Raises EvalError; no model is needed."""
+    if not eval_cfg or eval_cfg.get("enabled", True) is False:
+        return
+    spec = spec_from_config(eval_cfg)
+    if spec.tasks:
+        load_tasks(task_manager(spec.tasks, spec.include_path), spec.tasks)
+
+
+def evaluate_config(path: str | os.PathLike, eval_cfg: dict | None) -> dict | None:
+    """Evaluation as the run's `eval` config node asks (e.g. at the end of training); None when it asks
+    for nothing (eval=none: `enabled: false`). Raises EvalError for bad input (e.g. hub tasks offline)."""
+    if not eval_cfg or eval_cfg.get("enabled", True) is False:
+        return None
+    spec = spec_from_config(eval_cfg)
+    if not spec.tasks and not spec.throughput:
+        return None
+    return evaluate(path, spec)

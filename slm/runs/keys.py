@@ -1,0 +1,42 @@
+"""Job keys: the run-directory name of a job, made from the overrides that define it.
+
+A sweep writes each job to `runs/<run_group>/<job key>/`. The key is Hydra's `override_dirname` of the
+job (its overrides sorted and joined by ",", keys listed in `hydra.job.config.override_dirname.exclude_keys`
+left out: run_group, sweep, rerun_failed, progress bar), made filesystem-safe:
+
+- stable: the same overrides give the same key in any order, on any machine, in any later run;
+- readable: `model.d_model=384,model.n_layers=32` stays as it is, "/" becomes "~";
+- distinct: different overrides never share a key ("~" and "%" and characters that are awkward in a
+  file name are %-escaped, so the mapping is one-to-one; keys over MAX_LEN characters keep their start
+  plus a hash of the whole).
+
+Concurrent sweeps do not collide because each writes under its own run_group; two processes that reach
+the same job (the same sweep started twice) are kept apart by the run's lock (slm.runs.job).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import string
+
+DEFAULT_KEY = "default"  # the job with no overrides (an override always holds "=" or starts with "~")
+MAX_LEN = 200  # file names may have 255 bytes; leave room for suffixes
+_KEEP = frozenset(string.ascii_letters + string.digits + "._,=+-@:[]{}")
+
+
+def _escape(char: str) -> str:
+    if char in _KEEP:
+        return char
+    if char == "/":
+        return "~"
+    return "".join(f"%{byte:02X}" for byte in char.encode())
+
+
+def job_key(override_dirname: str) -> str:
+    """The run-directory name for a job whose Hydra `override_dirname` is given ("" -> "default")."""
+    if not override_dirname:
+        return DEFAULT_KEY
+    key = "".join(_escape(c) for c in override_dirname)
+    if len(key) > MAX_LEN:
+        key = key[: MAX_LEN - 20] + "-" + hashlib.sha1(override_dirname.encode()).hexdigest()[:12]
+    return key

@@ -1,0 +1,201 @@
+"""The collector: fabricated result.json files of every status, an unreadable one, Hydra job folders
+without a record, a multirun.yaml job that never started; the slm-collect CLI; the layering rule."""
+
+from __future__ import annotations
+
+import ast
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from analysis import collect, load_results, save_results
+from analysis.cli import collect_main
+from analysis.collect import NOT_STARTED, lower_is_better
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def make_record(status="completed", family="gpt2", n_layers=4, d_model=128, seed=0, tokens=1_000_000,
+                val_nll=3.0, scores=None, throughput=None, error=None, model_section=True) -> dict:
+    """A result.json as slm.runs.job and slm.eval.run write it (only the fields the collector reads, plus
+    a few it must ignore)."""
+    model = {"family": family, "n_layers": n_layers, "d_model": d_model, "n_heads": d_model // 32,
+             "n_kv_heads": d_model // 32, "head_dim": 32, "d_ff": 4 * d_model, "vocab_size": 256,
+             "context_length": 128, "tie_embeddings": True, "layer_repeat": 1, "norm": "layernorm",
+             "position": "learned", "mlp": "gelu", "canon_set": "", "qk_norm": False, "attention_pattern": "G",
+             "sliding_window": None, "rope_theta_local": None, "params_total": 1000 * n_layers * d_model,
+             "params_embedding": 256 * d_model, "params_non_embedding": 1000 * n_layers * d_model - 256 * d_model,
+             "flops_per_token": 6000 * n_layers * d_model, "flops_convention": "PaLM ...", "param_budget": None}
+    config = {"model": {"family": family, "n_layers": n_layers, "d_model": d_model},
+              "data": {"name": "tiny_shakespeare"}, "tokenizer": {"name": "char"},
+              "train": {"seed": seed, "objective": "causal_lm", "lr": 1e-3, "batch_size": 16, "schedule": "cosine",
+                        "precision": "32"}}
+    record = {"schema_version": 1, "created_at": "2026-01-01T00:00:00+00:00", "status": status, "error": error,
+              "config": config, "environment": {"device": "cpu (2 threads)", "git_revision": "abc"},
+              "updated_at": "2026-01-01T00:01:00+00:00"}
+    if model_section:
+        record["model"] = model
+        record["data"] = {"name": "tiny_shakespeare", "tokenizer": {"name": "char", "vocab_size": 65}}
+    if status in ("completed", "diverged"):
+        record["training"] = {"max_steps": 100, "steps": 100 if status == "completed" else 40,
+                              "tokens": tokens if status == "completed" else tokens * 0.4, "wall_seconds": 10.0,
+                              "train_seconds": 9.0, "tokens_per_s": 1e5, "mfu": None, "final_train_loss": 3.1,
+                              "diverged": {"step": 40, "loss": "nan"} if status == "diverged" else None,
+                              "precision": "32"}
+    elif status == "running":
+        record["training"] = {"max_steps": 100, "tokens_per_step": 2048}
+    if status == "completed":
+        ev = {"val_nll": val_nll, "val_ppl": 2.718281828 ** val_nll, "val_step": 100}
+        if scores:
+            ev["lm_eval"] = {
+                "scores": {t: v for t, (v, _) in scores.items()},
+                "metrics": {t: ("bits_per_byte,none" if "ppl" in t else "acc_norm,none") for t in scores},
+                "details": {t: {("bits_per_byte,none" if "ppl" in t else "acc_norm,none"): v,
+                                ("bits_per_byte_stderr,none" if "ppl" in t else "acc_norm_stderr,none"):
+                                    "N/A" if se is None else se,
+                                "num_fewshot": 0, "samples": 447, "limit": None} for t, (v, se) in scores.items()},
+                "averages": {"offline": float(np.mean([v for t, (v, _) in scores.items() if "ppl" not in t]))},
+                "version": "0.4.13", "results_file": "eval/results.json"}
+        if throughput:
+            ev["throughput"] = {"decode_tokens_per_s": throughput, "time_to_first_token_s": 0.002,
+                                "peak_memory_bytes": 400 * 2 ** 20, "peak_memory_measure": "process_peak_rss",
+                                "kv_cache_bytes": 1000, "device": "cpu", "dtype": "float32"}
+        record["eval"] = ev
+    return record
+
+
+def write(run_dir: Path, record: dict | str) -> Path:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / ".hydra").mkdir(exist_ok=True)
+    text = record if isinstance(record, str) else json.dumps(record)
+    (run_dir / "result.json").write_text(text)
+    return run_dir
+
+
+@pytest.fixture
+def sweep(tmp_path) -> Path:
+    root = tmp_path / "runs" / "grid"
+    write(root / "model.d_model=128,model.n_layers=4", make_record(
+        scores={"slm_shakespeare_mc": (0.31, 0.02), "slm_shakespeare_ppl": (4.2, None)}, throughput=900.0))
+    write(root / "model.d_model=64,model.n_layers=4", make_record(d_model=64, val_nll=3.3))
+    write(root / "model.d_model=64,model.n_layers=8", make_record("running", n_layers=8, d_model=64))
+    write(root / "model.d_model=32,model.n_layers=8", make_record("diverged", n_layers=8, d_model=32,
+                                                                error="non-finite training loss nan at step 40"))
+    write(root / "model.d_model=33,model.n_layers=8", make_record(
+        "failed", n_layers=8, d_model=33, error="ValueError: d_model 33 is not divisible by n_heads",
+        model_section=False))
+    write(root / "model.d_model=16,model.n_layers=2", '{"status": "completed", "config": ')   # truncated file
+    (root / "model.d_model=16,model.n_layers=16" / ".hydra").mkdir(parents=True)               # never wrote a record
+    multirun = {"hydra": {
+        "sweep": {"dir": "runs/grid", "subdir": "${slm_job_key:${hydra.job.override_dirname}}"},
+        "sweeper": {"_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper", "params": None},
+        "job": {"config": {"override_dirname": {"kv_sep": "=", "item_sep": ",",
+                                                "exclude_keys": ["run_group", "train.progress_bar"]}}},
+        "overrides": {"task": ["model.n_layers=4,8", "model.d_model=64,256", "run_group=grid",
+                               "train.progress_bar=false"]}}}
+    (root / "multirun.yaml").write_text(yaml.safe_dump(multirun))
+    return root
+
+
+def test_every_status_is_a_row_and_the_unreadable_file_is_named(sweep, caplog):
+    with caplog.at_level(logging.WARNING, logger="analysis.collect"):
+        table = collect([sweep])
+    unreadable = [r for r in caplog.records if "model.d_model=16,model.n_layers=2" in r.getMessage()]
+    assert len(unreadable) == 1 and "skipped" in unreadable[0].getMessage()
+    assert not table["run"].str.contains("n_layers=2$").any()
+    by_run = table.set_index(table["run"].str.split("/").str[-1])
+    assert by_run.loc["model.d_model=128,model.n_layers=4", "status"] == "completed"
+    assert by_run.loc["model.d_model=64,model.n_layers=8", "status"] == "running"
+    assert by_run.loc["model.d_model=32,model.n_layers=8", "status"] == "diverged"
+    failed = by_run.loc["model.d_model=33,model.n_layers=8"]
+    assert failed["status"] == "failed" and "not divisible" in failed["error"]
+    assert failed["d_model"] == 33  # from the config when the model section is missing
+    assert by_run.loc["model.d_model=16,model.n_layers=16", "status"] == NOT_STARTED
+    # multirun.yaml asked for 4 x {64, 256} and 8 x {64, 256}: the two with d_model=256 never got a folder
+    missing = table[table["error"].fillna("").str.contains("multirun.yaml")]
+    assert sorted(missing["run"].str.split("/").str[-1]) == ["model.d_model=256,model.n_layers=4",
+                                                             "model.d_model=256,model.n_layers=8"]
+    assert (missing["status"] == NOT_STARTED).all() and set(missing["d_model"]) == {256}
+    assert len(table) == 8
+
+
+def test_columns_units_and_values(sweep):
+    table = collect(sweep)
+    row = table[table["run"].str.endswith("model.d_model=128,model.n_layers=4")].iloc[0]
+    for column in ("family", "n_layers", "d_model", "n_heads", "n_kv_heads", "position", "norm", "mlp", "canon_set",
+                   "data", "tokenizer", "seed", "objective", "params_total", "params_non_embedding",
+                   "flops_per_token", "tokens", "train_flops", "val_nll", "val_ppl", "decode_tokens_per_s",
+                   "time_to_first_token_s", "peak_memory_bytes", "status", "error", "run_dir", "sweep"):
+        assert column in table, column
+    assert row["train_flops"] == row["flops_per_token"] * row["tokens"] == 6000 * 4 * 128 * 1_000_000
+    assert row["score_slm_shakespeare_mc"] == 0.31 and row["stderr_slm_shakespeare_mc"] == 0.02
+    assert row["metric_slm_shakespeare_mc"] == "acc_norm,none" and row["samples_slm_shakespeare_mc"] == 447
+    assert pd.isna(row["stderr_slm_shakespeare_ppl"])  # lm-eval's "N/A"
+    assert row["avg_offline"] == 0.31 and row["data"] == "tiny_shakespeare" and row["seed"] == 0
+    assert row["sweep"] == "grid" and row["decode_tokens_per_s"] == 900.0
+    assert pd.api.types.is_numeric_dtype(table["d_model"]) and pd.api.types.is_numeric_dtype(table["val_nll"])
+    assert lower_is_better("bits_per_byte,none") and lower_is_better("val_nll") and not lower_is_better("acc,none")
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".csv"])
+def test_round_trip_and_load_results(sweep, tmp_path, suffix):
+    table = collect(sweep)
+    path = save_results(table, tmp_path / f"results{suffix}")
+    back = load_results(path)
+    assert list(back["run"]) == list(table["run"]) and list(back["status"]) == list(table["status"])
+    assert back["val_nll"].equals(table["val_nll"])
+    assert len(load_results(sweep)) == len(table)  # a runs directory is collected on the fly
+    with pytest.raises(FileNotFoundError):
+        load_results(tmp_path / "nope.parquet")
+
+
+def test_single_run_dir_and_result_file(sweep):
+    run = sweep / "model.d_model=128,model.n_layers=4"
+    assert collect(run)["status"].tolist() == ["completed"]
+    assert collect(run / "result.json")["status"].tolist() == ["completed"]
+
+
+def test_cli_collect(sweep, tmp_path, capsys):
+    out = tmp_path / "out" / "results.parquet"
+    collect_main([str(sweep), "-o", str(out)])
+    printed = capsys.readouterr()
+    assert out.is_file() and "8 runs" in printed.out and "completed" in printed.out
+    assert "slm-collect: warning: cannot read" in printed.err and "model.d_model=16,model.n_layers=2" in printed.err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["/no/such/dir"], "no such file or directory"),
+    (["{empty}"], "no runs found"),
+    (["{empty}", "-o", "x.xlsx"], "expected a .parquet or .csv"),
+])
+def test_cli_collect_bad_input_is_one_line(tmp_path, capsys, argv, message):
+    (tmp_path / "empty").mkdir()
+    argv = [a.replace("{empty}", str(tmp_path / "empty")) for a in argv]
+    with pytest.raises(SystemExit) as exit_info:
+        collect_main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("slm-collect: error: ") and message in err and err.count("\n") == 1
+
+
+def _imports(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def test_layering_analysis_imports_only_slm_runs_and_slm_never_imports_analysis():
+    for path in (ROOT / "analysis").rglob("*.py"):
+        bad = [m for m in _imports(path) if m.split(".")[0] == "slm" and not m.startswith("slm.runs")]
+        assert not bad, f"{path} imports {bad}"
+    for path in (ROOT / "slm").rglob("*.py"):
+        assert not [m for m in _imports(path) if m.split(".")[0] == "analysis"], path

@@ -1,0 +1,121 @@
+"""Each of the six plots renders from a small table (PNG and SVG written, non-empty, the expected axis labels),
+and degrades to a clear fallback when the table lacks what it needs."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis import collect
+from analysis.plots import FILE_NAMES, KINDS, choose_score, draw, draw_all, plot_tiers
+from tests.test_analysis_collect import make_record, write
+
+GRID = [(4, 768), (12, 512), (16, 448), (24, 384), (32, 384), (48, 320), (64, 256)]
+
+
+def study_runs(root, with_scores=True, with_throughput=True):
+    """Fabricated runs shaped like the study's depth/width grid: two families, two seeds of one point, a failed
+    and a running job. lm-eval scores (made up, for tests only) put d_model >= 512 in a higher tier."""
+    rng = np.random.default_rng(0)
+    for family, offset in (("gpt2", 0.0), ("llama3", 0.01)):
+        for n_layers, d_model in GRID:
+            for seed in (0, 1) if (n_layers, d_model) == (12, 512) else (0,):
+                top = d_model >= 512
+                scores = None
+                if with_scores:
+                    scores = {"hellaswag": (0.30 + 0.05 * top + offset + 0.002 * rng.standard_normal(), 0.004),
+                              "piqa": (0.55 + 0.04 * top + offset + 0.003 * rng.standard_normal(), 0.011),
+                              "slm_shakespeare_ppl": (4.5 - 0.3 * top + 0.01 * rng.standard_normal(), None)}
+                record = make_record(family=family, n_layers=n_layers, d_model=d_model, seed=seed,
+                                     tokens=2e6 * (1 + n_layers / 64), val_nll=3.2 - 0.1 * top - 0.001 * n_layers,
+                                     scores=scores, throughput=4000 / n_layers if with_throughput else None)
+                write(root / family / f"L{n_layers}_d{d_model}_s{seed}", record)
+    write(root / "gpt2" / "L8_d33", make_record("failed", n_layers=8, d_model=33, error="ValueError: bad width"))
+    write(root / "gpt2" / "L8_d64", make_record("running", n_layers=8, d_model=64))
+    return root
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory):
+    return collect(study_runs(tmp_path_factory.mktemp("runs")))
+
+
+def svg_text(path) -> str:
+    root = ET.parse(path).getroot()
+    return " ".join(t.strip() for t in root.itertext() if t.strip())
+
+
+EXPECTED = {  # words that must appear in the plot's axis labels
+    "tiers": ["offline suite: mean score", "configuration"],
+    "threshold": ["hidden size d_model (channels)", "higher is better"],
+    "depth": ["depth (layers)", "hellaswag", "piqa"],
+    "throughput": ["decode speed (tokens/s)", "peak memory"],
+    "pareto": ["training compute (FLOPs)", "validation NLL (nats/token)"],
+    "heatmap": ["configuration", "hellaswag"],
+}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_plot_renders(table, tmp_path, kind):
+    fig, paths = draw(kind, table, tmp_path)
+    assert [p.name for p in paths] == [f"{FILE_NAMES[kind]}.png", f"{FILE_NAMES[kind]}.svg"]
+    assert all(p.stat().st_size > 2000 for p in paths)
+    assert paths[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not hasattr(fig, "slm_placeholder")
+    labels = " ".join(ax.get_xlabel() + " " + ax.get_ylabel() + " " + ax.get_title() for ax in fig.axes)
+    labels += " " + " ".join(t.get_text() for ax in fig.axes for t in ax.get_xticklabels())
+    text = svg_text(paths[1])
+    for word in EXPECTED[kind]:
+        assert word in labels or word in text, f"{kind}: {word!r} not in {labels!r}"
+    for ax in fig.axes:
+        if ax.get_xlabel():
+            assert ax.get_xlabel() in text  # SVG keeps text as text
+
+
+def test_tier_plot_shows_the_split(table):
+    fig = plot_tiers(table, "score_hellaswag")
+    result = fig.slm_result
+    assert result.split and result.k >= 2
+    assert "tiers in hellaswag" in fig._suptitle.get_text()
+    annotations = [t.get_text() for t in fig.axes[0].texts]
+    assert any(t.startswith("gap ") and "T =" in t for t in annotations)
+    assert any("tier 1" in t for t in annotations)
+
+
+def test_threshold_plot_draws_the_line(table):
+    fig, _ = draw("threshold", table)
+    assert fig.slm_result.found and fig.slm_result.threshold == 512
+    assert any("d_model ≥ 512" in t.get_text() for t in fig.axes[0].texts)
+
+
+def test_without_lm_eval_scores_the_nll_is_used_and_said(tmp_path):
+    bare = collect(study_runs(tmp_path / "runs", with_scores=False, with_throughput=False))
+    assert choose_score(bare) == ("val_nll", "no lm-eval scores: validation NLL used as the score")
+    out = draw_all(bare, tmp_path / "plots")
+    assert set(out) == set(KINDS)
+    for kind in ("tiers", "threshold", "depth", "heatmap"):
+        fig, paths = out[kind]
+        assert not hasattr(fig, "slm_placeholder") and all(p.stat().st_size > 0 for p in paths)
+        assert "validation NLL" in fig._suptitle.get_text(), kind
+    fig, paths = out["throughput"]
+    assert "no decode throughput" in fig.slm_placeholder and "not drawn" in fig._suptitle.get_text()
+    assert paths[0].stat().st_size > 0
+    assert not hasattr(out["pareto"][0], "slm_placeholder")
+
+
+def test_nearly_empty_tables_give_placeholders(tmp_path):
+    failed_only = pd.DataFrame([{"run": "a", "status": "failed", "error": "x", "family": "gpt2"}])
+    for kind in KINDS:
+        fig, paths = draw(kind, failed_only, tmp_path)
+        assert hasattr(fig, "slm_placeholder"), kind
+        assert paths[0].stat().st_size > 0
+
+
+def test_unknown_kind_and_score(table):
+    with pytest.raises(ValueError, match="unknown plot kind"):
+        draw("violin", table)
+    with pytest.raises(KeyError, match="no column"):
+        draw("tiers", table, score="score_nope")

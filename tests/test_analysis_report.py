@@ -1,0 +1,78 @@
+"""The report (Markdown + HTML, six figures) and the slm-plot / slm-report entry points."""
+
+from __future__ import annotations
+
+from html.parser import HTMLParser
+
+import pytest
+
+from analysis import collect, save_results
+from analysis.cli import plot_main, report_main
+from analysis.plots import FILE_NAMES, KINDS
+from analysis.report import build_report
+from tests.test_analysis_plots import study_runs
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    root = tmp_path_factory.mktemp("study")
+    table = collect(study_runs(root / "runs"))
+    return save_results(table, root / "results.parquet")
+
+
+class _Images(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.images, self.tables = [], 0
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "img":
+            self.images.append(dict(attrs)["src"])
+        self.tables += tag == "table"
+
+
+def test_build_report_writes_markdown_html_and_six_figures(results, tmp_path):
+    path = build_report(results, tmp_path / "report")
+    assert path == tmp_path / "report" / "report.html"
+    md = (tmp_path / "report" / "report.md").read_text()
+    for kind in KINDS:
+        for fmt in ("png", "svg"):
+            assert (tmp_path / "report" / "figures" / f"{FILE_NAMES[kind]}.{fmt}").stat().st_size > 0
+        assert f"figures/{FILE_NAMES[kind]}.png" in md
+    for heading in ("## Summary", "## Runs that did not complete", "## Tiers", "## Hidden-size threshold",
+                    "## Best configuration per family", "## NLL against training FLOPs", "## All runs"):
+        assert heading in md
+    assert "ValueError: bad width" in md and "running" in md       # unfinished runs are listed, not dropped
+    assert "2 tiers" in md or "3 tiers" in md
+    assert "d_model >= 512 is better" in md
+    parser = _Images()
+    parser.feed(path.read_text())
+    assert sorted(parser.images) == sorted(f"figures/{FILE_NAMES[k]}.svg" for k in KINDS) and parser.tables >= 3
+
+
+def test_cli_plot_and_report(results, tmp_path, capsys):
+    plot_main(["--kind", "pareto", str(results), "-o", str(tmp_path / "one")])
+    assert sorted(p.name for p in (tmp_path / "one").iterdir()) == ["pareto_nll_flops.png", "pareto_nll_flops.svg"]
+    plot_main([str(results), "--kind", "heatmap", "-o", str(tmp_path / "one"), "--format", "png"])
+    assert (tmp_path / "one" / "heatmap_tasks.png").is_file()
+    report_main([str(results), "-o", str(tmp_path / "rep")])
+    out = capsys.readouterr().out
+    assert "slm-plot: pareto:" in out and "slm-report: wrote" in out
+    assert (tmp_path / "rep" / "report.md").is_file()
+
+
+@pytest.mark.parametrize("main, argv, message", [
+    (plot_main, ["{missing}"], "no such file or directory"),
+    (plot_main, ["{results}", "--score", "score_nope"], "--score score_nope: no such column"),
+    (plot_main, ["{results}", "--format", "gif"], "--format gif"),
+    (report_main, ["{bad}"], "expected a .parquet or .csv"),
+])
+def test_cli_bad_input_is_one_line(results, tmp_path, capsys, main, argv, message):
+    bad = tmp_path / "results.txt"
+    bad.write_text("x")
+    argv = [a.format(missing=tmp_path / "nope.parquet", results=results, bad=bad) for a in argv]
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and ": error: " in err and message in err

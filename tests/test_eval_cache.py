@@ -1,0 +1,156 @@
+"""KV cache and generation (slm.model.cache, slm.model.generate): decoding with the cache must give the
+logits of the whole-sequence forward for every architecture variant, in eager and static (CUDA-graph
+ready) mode, for padded batches of different lengths and for rows copied out of a prefilled cache."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from slm.model import ModelConfig, Transformer
+from slm.model.cache import KVCache
+from slm.model.generate import Decoder, generate, sample
+
+V, CTX, TOL = 97, 48, 1e-5
+
+VARIANTS = {
+    "llama_gqa": dict(n_kv_heads=2),
+    "gpt2_learned_layernorm_bias": dict(position="learned", norm="layernorm", mlp="gelu", bias=True),
+    "nope": dict(position="none"),
+    "sliding_window_local_theta": dict(sliding_window=5, attention_pattern="LLG", rope_theta_local=100.0),
+    "layer_repeat": dict(layer_repeat=2, n_kv_heads=1),
+    "softcaps_window": dict(attn_logit_softcap=3.0, final_logit_softcap=5.0, sliding_window=4, attention_pattern="LG"),
+    "canon_abcd": dict(canon_set="ABCD", mlp="gelu"),
+    "canon_ac_kernel1": dict(canon_set="AC", canon_kernel=1),
+    "canon_bd_repeat_gated": dict(canon_set="BD", layer_repeat=2, canon_kernel=3),
+    "gemma_sandwich_qknorm": dict(norm="rmsnorm_gemma", norm_placement="sandwich", qk_norm=True, mlp="geglu",
+                                  scale_embeddings=True, sliding_window=6, attention_pattern="LG"),
+    "post_norm_partial_rotary": dict(norm_placement="post", rotary_fraction=0.5),
+}
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Small ops run faster (and steadier on a shared machine) on one thread."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _model(**change) -> Transformer:
+    model = Transformer(ModelConfig(n_layers=3, d_model=64, n_heads=4, vocab_size=V, context_length=CTX, **change))
+    with torch.no_grad():  # random norm weights and canon kernels, so nothing is an identity by accident
+        for p in model.parameters():
+            if p.ndim == 1:
+                p.normal_(1.0, 0.3)
+    return model.eval()
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["eager", "static"])
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_cached_decode_matches_full_forward(variant, static):
+    model = _model(**VARIANTS[variant])
+    idx = torch.randint(0, V, (2, 40))
+    with torch.no_grad():
+        full = model(idx)
+        cache = KVCache(model.cfg, batch=2, capacity=CTX, static=static)
+        chunks = [model(idx[:, :7], cache), model(idx[:, 7:20], cache)]  # prefill, then a chunk
+        chunks += [model(idx[:, t:t + 1], cache) for t in range(20, 40)]  # one token at a time
+    assert (torch.cat(chunks, dim=1) - full).abs().max().item() < TOL
+
+
+@pytest.mark.parametrize("variant", ["llama_gqa", "gpt2_learned_layernorm_bias", "sliding_window_local_theta",
+                                     "canon_abcd", "softcaps_window"])
+def test_padded_rows_keep_their_own_positions(variant):
+    """Prompts of different lengths right-padded into one prefill, then one token per row: each row
+    sees exactly its own sequence (padding takes no position and is never attended to)."""
+    model = _model(**VARIANTS[variant])
+    idx = torch.randint(0, V, (3, 40))
+    lens = torch.tensor([9, 25, 1])
+    with torch.no_grad():
+        full = model(idx)
+        cache = KVCache(model.cfg, batch=3, capacity=CTX + 8)
+        padded = idx[:, :25].clone()
+        padded[torch.arange(25)[None, :] >= lens[:, None]] = 0
+        out = model(padded, cache, lens)
+        worst = max((out[b, :n] - full[b, :n]).abs().max().item() for b, n in enumerate(lens.tolist()))
+        for step in range(10):
+            tokens = idx[torch.arange(3), lens + step][:, None]
+            out = model(tokens, cache)
+            worst = max(worst, (out[:, 0] - full[torch.arange(3), lens + step]).abs().max().item())
+    assert worst < TOL
+
+
+def test_rows_selected_from_a_prefilled_cache_continue_independently():
+    """One context prefilled once, copied into a row per continuation (prefix sharing in slm.eval.lm)."""
+    model = _model(**VARIANTS["canon_bd_repeat_gated"])
+    ctx, conts = torch.randint(0, V, (1, 12)), torch.randint(0, V, (3, 6))
+    with torch.no_grad():
+        cache = KVCache(model.cfg, batch=1, capacity=20)
+        model(ctx, cache)
+        rows = cache.select(torch.tensor([0, 0, 0]))
+        out = model(conts, rows)
+        full = model(torch.cat([ctx.expand(3, -1), conts], dim=1))[:, 12:]
+    assert (out - full).abs().max().item() < TOL
+
+
+@pytest.mark.parametrize("variant", ["llama_gqa", "gpt2_learned_layernorm_bias", "canon_abcd",
+                                     "sliding_window_local_theta"])
+def test_greedy_generation_equals_argmax_of_full_forward(variant):
+    model = _model(**VARIANTS[variant])
+    prompts = [torch.randint(0, V, (n,)).tolist() for n in (5, 11)]
+    out = generate(model, prompts, max_new_tokens=12)
+    with torch.no_grad():
+        for prompt, new in zip(prompts, out):
+            seq = list(prompt)
+            for _ in range(12):
+                seq.append(int(model(torch.tensor([seq]))[0, -1].argmax()))
+            assert new == seq[len(prompt):]
+
+
+def test_stops_sampling_and_context_limit():
+    model = _model()
+    prompt = torch.randint(0, V, (6,)).tolist()
+    greedy = generate(model, [prompt], 10)[0]
+    # a stop token ends the row before it (not returned); a stop callback after the token it accepts
+    assert generate(model, [prompt], 10, stop_tokens={greedy[3]})[0] == greedy[:greedy.index(greedy[3])]
+    assert generate(model, [prompt], 10, stop=lambda row, ids: len(ids) == 4)[0] == greedy[:4]
+    # sampling: reproducible with a seed, and every draw respects top_k
+    a = generate(model, [prompt], 10, temperature=1.0, top_k=3, seed=1)[0]
+    assert a == generate(model, [prompt], 10, temperature=1.0, top_k=3, seed=1)[0]
+    logits = torch.randn(4, V)
+    allowed = logits.topk(3).indices
+    for seed in range(5):
+        drawn = sample(logits, 1.0, top_k=3, generator=torch.Generator().manual_seed(seed))
+        assert all(d in allowed[r] for r, d in enumerate(drawn.tolist()))
+    # a row stops when its sequence fills the context: CTX - len(prompt) + 1 new tokens at most
+    long = torch.randint(0, V, (CTX - 3,)).tolist()
+    assert len(generate(model, [long], 50)[0]) == 4
+    # a reused decoder gives the same tokens twice
+    dec = Decoder(model, batch_size=2)
+    assert dec.generate([prompt, prompt[:3]], 8) == dec.generate([prompt, prompt[:3]], 8)
+
+
+def test_cache_refuses_what_it_cannot_do():
+    with pytest.raises(ValueError, match="causal"):
+        KVCache(ModelConfig(n_layers=1, d_model=32, n_heads=2, causal=False), batch=1, capacity=8)
+    model = _model()
+    cache = KVCache(model.cfg, batch=1, capacity=8)
+    with pytest.raises(ValueError, match="full"):
+        model(torch.zeros(1, 9, dtype=torch.long), cache)
+
+
+@pytest.mark.slow  # torch.compile takes 20-60 s per variant
+@pytest.mark.parametrize("variant", ["canon_abcd", "sliding_window_local_theta", "gpt2_learned_layernorm_bias"])
+def test_compiled_decode_step_matches_full_forward(variant):
+    """The torch.compile'd static step (Decoder(compile=True)), fed the sequence one token at a time."""
+    model = _model(**VARIANTS[variant])
+    seq = torch.randint(0, V, (1, 30))
+    decoder = Decoder(model, batch_size=1, capacity=CTX, compile=True)
+    with torch.no_grad():
+        full = model(seq)[0]
+        model.hidden(seq[:, :10], decoder.cache)
+        worst = max((decoder.step(seq[:, t:t + 1], torch.ones(1, dtype=torch.long))[0] - full[t]).abs().max().item()
+                    for t in range(10, 30))
+    assert worst < TOL
