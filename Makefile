@@ -12,7 +12,11 @@ help:
 	@echo "make install    create $(VENV): torch ($(TORCH_SPEC)) first, then slm with its dev extras"
 	@echo "make test       the fast test suite (installs first if needed)"
 	@echo "make test-slow  the tests marked slow"
-	@echo "make sweep      the default study (see README: what it runs today)"
+	@echo "make sweep      the default study: cpu_default sweep, offline eval, results table, plots, report"
+	@echo "make smoke      the CI smoke sweep (4 tiny runs); again, it trains nothing"
+	@echo "make sweep-dry SWEEP=name   a sweep's jobs, parameter counts, tokens and GPU-hours; trains nothing"
+	@echo "make plots RESULTS=file     redraw the six plots from a results table"
+	@echo "make test-slurm the Slurm tests on a local single-node cluster (root; installs Slurm from apt)"
 	@echo "make bench      benchmarks: slm-train vs a bare PyTorch loop, data loader share, tokenizers"
 
 install: $(STAMP)
@@ -37,13 +41,17 @@ test: install
 test-slow: install
 	$(BIN)/python -m pytest -m slow
 
-# Today: prints the exact size of every model preset. Training sweeps land with the training and
-# sweep issues; this target then runs the cpu_default sweep end to end.
+# The main job: the cpu_default sweep (9 runs, embedded corpus, offline eval after each), then the
+# results table, the six plots and the report. Started again, it trains only what is missing.
+# A failed run is shown in the report and makes the target exit non-zero after the report is written.
+RUNS ?= $(if $(SLM_RUNS),$(SLM_RUNS),runs)
 sweep: install
-	@for m in gpt2 llama3 qwen3 gemma3 llama3_canon mobilellm mobilellm_ls design_40m debug; do \
-		$(BIN)/slm-params model=$$m | $(BIN)/python -c "import json,sys; r=json.load(sys.stdin); \
-		print(f\"{'$$m':14s} {r['params_total']:>13,d} params  {r['flops_per_token']:>15,d} FLOPs/token\")"; \
-	done
+	@OMP_NUM_THREADS=1 $(BIN)/slm-train -m sweep=cpu_default; rc=$$?; \
+	$(BIN)/slm-collect $(RUNS)/cpu_default -o $(RUNS)/cpu_default/results.parquet && \
+	$(BIN)/slm-report $(RUNS)/cpu_default/results.parquet -o $(RUNS)/cpu_default/report \
+		--title "slm cpu_default: depth x width x family at 0.5M parameters" && \
+	echo "make sweep: report: $(RUNS)/cpu_default/report/report.html (figures in $(RUNS)/cpu_default/report/figures/)" && \
+	exit $$rc
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info
@@ -51,6 +59,7 @@ clean:
 # Benchmarks report ratios against a reference run in the same command (never timed tests).
 bench: install
 	$(BIN)/python bench/train_overhead.py
+	$(BIN)/python bench/eval_speed.py --threads 1
 
 # Redraw the six analysis plots (PNG + SVG) from a results table written by slm-collect:
 #   make plots RESULTS=runs/cpu_default/results.parquet [OUT=dir]   (OUT defaults to plots/ next to RESULTS)
@@ -58,3 +67,25 @@ bench: install
 plots: install
 	@test -n "$(RESULTS)" || { echo "usage: make plots RESULTS=path/to/results.parquet [OUT=dir]" >&2; exit 2; }
 	$(BIN)/slm-plot --kind all "$(RESULTS)" -o "$(if $(OUT),$(OUT),$(dir $(RESULTS))plots)"
+
+# ---------------------------------------------------------------- sweeps (README: Sweeps)
+SWEEP      ?= depth_width_gpt2_70m
+SLURM_BASE ?= /tmp/slm-test-slurm
+.PHONY: smoke sweep-dry test-slurm
+
+# The CI smoke sweep (sweeps/smoke.yaml: 4 tiny jobs into runs/smoke/); run again, it trains nothing.
+# One thread: models this small gain nothing from more, and lose a lot when other work shares the cores.
+smoke: install
+	OMP_NUM_THREADS=1 $(BIN)/slm-train -m sweep=smoke
+
+# A sweep's jobs with parameter counts, tokens and GPU-hours, training nothing: make sweep-dry SWEEP=families_70m
+sweep-dry: install
+	$(BIN)/slm-train -m sweep=$(SWEEP) hydra.sweeper.dry_run=true
+
+# Slurm from Debian packages (needs root), a single-node cluster with accounting on this machine, the
+# tests marked slurm (tests/slurm/), then the cluster stopped whatever the outcome.
+test-slurm: install
+	tests/slurm/install.sh
+	@export SLM_SLURM_BASE=$(SLURM_BASE); tests/slurm/start.sh || { tests/slurm/stop.sh; exit 1; }; \
+	SLURM_CONF=$(SLURM_BASE)/etc/slurm.conf $(BIN)/python -m pytest -m slurm tests/slurm; rc=$$?; \
+	tests/slurm/stop.sh; exit $$rc

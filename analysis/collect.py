@@ -59,12 +59,13 @@ TRAINING_COLUMNS = ["wall_seconds", "train_seconds", "train_tokens_per_s", "mfu"
 THROUGHPUT_COLUMNS = ["decode_tokens_per_s", "time_to_first_token_s", "peak_memory_bytes", "peak_memory_measure",
                       "kv_cache_bytes", "decode_device", "decode_dtype"]
 METRIC_COLUMNS = ["val_nll", "val_ppl", "val_step"]
-ID_COLUMNS = ["run", "sweep", "status", "error"]
+ID_COLUMNS = ["run", "sweep", "status", "error", "eval_error"]
 TAIL_COLUMNS = ["device", "git_revision", "updated_at", "run_dir"]
 
 COLUMN_DOCS = {
     "run": "run directory relative to the collected root", "sweep": "run group (the folder above the run)",
     "status": f"one of {', '.join(ALL_STATUSES)}", "error": "the record's error line",
+    "eval_error": "why the lm-eval suite failed after training (the run itself completed)",
     "data": "data mix name (data.name)", "tokenizer": "tokenizer name", "objective": "training objective",
     "seed": "train.seed", "lr": "peak learning rate", "tokens": "training tokens seen",
     "train_flops": "training FLOPs = flops_per_token x tokens (PaLM convention, see model.flops_convention)",
@@ -136,7 +137,8 @@ def row_from_record(record: dict, run_dir: str | os.PathLike, root: str | os.Pat
     train_cfg = config.get("train") or {}
 
     row: dict = {"run": _relative(run_dir, root), "sweep": run_dir.parent.name if root is not None else None,
-                 "status": record.get("status"), "error": record.get("error")}
+                 "status": record.get("status"), "error": record.get("error"),
+                 "eval_error": (record.get("eval") or {}).get("lm_eval_error")}
     if not model and isinstance(config.get("model"), dict):  # a run that failed before its model section
         model = config["model"]
     for key, value in model.items():

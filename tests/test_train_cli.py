@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 from slm.data import load_tokenizer
 from slm.model.weights import load_model
 
-FAST = ["model=debug", "train.progress_bar=false", "train.val_batches=2", "train.log_interval=5"]
+FAST = ["model=debug", "eval=none", "train.progress_bar=false", "train.val_batches=2", "train.log_interval=5"]
 
 
 def slm_train(tmp_path: Path, *overrides: str, wait: bool = True, group: str = "t"):
@@ -130,3 +130,48 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, setup, overrides, me
     assert "Traceback" not in out.stderr
     runs = tmp_path / "runs"
     assert not list(runs.rglob("result.json")) if runs.exists() else True
+
+
+SCORED = [o for o in FAST if o != "eval=none"]  # the default eval=offline
+
+
+def test_scores_the_offline_suite_after_training(tmp_path):
+    out = slm_train(tmp_path, *SCORED, "train.steps=6", "train.val_interval=6", "eval.limit=8",
+                    "eval.throughput.prompt_tokens=8", "eval.throughput.new_tokens=8")
+    assert out.returncode == 0, out.stderr[-2000:]
+    path = run_dir(tmp_path)
+    r = record(path)
+    assert r["status"] == "completed" and r["eval"]["lm_eval_error"] is None
+    lm = r["eval"]["lm_eval"]
+    assert set(lm["scores"]) == {"slm_shakespeare_ppl", "slm_shakespeare_mc"}
+    assert 0 <= lm["scores"]["slm_shakespeare_mc"] <= 1 and lm["details"]["slm_shakespeare_mc"]["samples"] == 8
+    assert lm["averages"]["offline"] == lm["scores"]["slm_shakespeare_mc"]
+    assert (path / lm["results_file"]).exists() and (path / "eval" / "lm_eval.log").stat().st_size > 0
+    assert r["eval"]["throughput"]["new_tokens"] == 8 and r["eval"]["throughput"]["decode_tokens_per_s"] > 0
+    assert "Running loglikelihood requests" not in out.stderr  # lm-eval's progress goes to eval/lm_eval.log
+
+
+def test_hub_tasks_offline_fail_before_training(tmp_path):
+    out = slm_train(tmp_path, *SCORED, "eval=study7")
+    assert out.returncode == 2, out.stderr[-2000:]
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("slm-train: error:") and "hellaswag" in last, last
+    assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").rglob("result.json"))
+
+
+def test_a_failing_evaluation_leaves_the_run_completed(tmp_path, monkeypatch):
+    from analysis import load_results
+    from slm.eval import run as eval_run
+    from slm.runs.job import _evaluate
+    from slm.runs.record import update_record
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(eval_run, "evaluate_config", broken)
+    rec = update_record(tmp_path / "r", status="completed", eval={"val_nll": 2.0})
+    rec = _evaluate({"eval": {"name": "offline"}}, tmp_path / "r", rec)
+    assert rec["status"] == "completed" and rec["eval"]["val_nll"] == 2.0
+    assert rec["eval"]["lm_eval_error"] == "RuntimeError: out of memory"
+    row = load_results(tmp_path).iloc[0]
+    assert row["status"] == "completed" and row["eval_error"] == "RuntimeError: out of memory"

@@ -15,6 +15,8 @@ from typing import Callable
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
+from slm.runs.keys import job_key  # the run-directory name, resolver `slm_job_key`
+
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 # Errors that mean "the user's input is wrong", as opposed to a bug in slm.
@@ -53,21 +55,6 @@ def compose_config(overrides: list[str], config_name: str = "config"):
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         return compose(config_name, overrides=overrides)
-
-
-def job_key(override_dirname: str) -> str:
-    """A run-directory name made from a job's overrides: readable, stable, filesystem-safe.
-
-    "" -> "default"; "/" becomes "~"; names over 120 characters keep their start plus a hash of the whole.
-    """
-    import hashlib
-
-    if not override_dirname:
-        return "default"
-    key = override_dirname.replace("/", "~")
-    if len(key) > 120:
-        key = key[:100] + "-" + hashlib.sha1(override_dirname.encode()).hexdigest()[:12]
-    return key
 
 
 def register_resolvers() -> None:

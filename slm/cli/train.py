@@ -2,16 +2,25 @@
 
     slm-train model=debug train.tokens=2e5
     slm-train model=gpt2 model.n_layers=4 model.d_model=256 tokenizer=gpt2 train.precision=bf16-mixed
+    slm-train -m sweep=smoke                       # an experiment file of sweeps/ (see README: Sweeps)
 
 The run directory is runs/<run_group>/<job key>, where the job key is made from the command's
 overrides; running the same command again resumes that run from its last checkpoint (or does nothing
 if it completed).
+
+A single run that fails exits non-zero (bad input: one line, exit 2). In a sweep (-m) every job's
+outcome is recorded in its result.json and the sweep goes on: an invalid config or a failure is recorded
+`failed` with its error line, a divergence `diverged`; completed jobs are skipped, interrupted ones
+resume, and failed or diverged ones run again only with `rerun_failed=true`.
 """
 
 from __future__ import annotations
 
+import sys
+
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from slm.cli.config import CONF_DIR, register_resolvers, reports_user_errors
@@ -20,13 +29,44 @@ register_resolvers()
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
+def main(cfg: DictConfig) -> dict:
+    hydra_cfg = HydraConfig.get()
+    run_dir = hydra_cfg.runtime.output_dir
+    if hydra_cfg.mode == RunMode.MULTIRUN:
+        return sweep_job(cfg, run_dir)
+    return single_run(cfg, run_dir)
+
+
 @reports_user_errors("slm-train")
-def main(cfg: DictConfig) -> None:
+def single_run(cfg: DictConfig, run_dir: str) -> dict:
     from slm.runs.job import train_run
 
-    run_dir = HydraConfig.get().runtime.output_dir
     record = train_run(OmegaConf.to_container(cfg, resolve=True), run_dir)
     print(f"slm-train: {record['status']}: {run_dir}")
+    return outcome(record, run_dir)
+
+
+def sweep_job(cfg: DictConfig, run_dir: str) -> dict:
+    """One job of a sweep: never raises for a failure of its own, so the other jobs go on."""
+    from slm.runs.job import record_failure, train_run
+
+    try:
+        resolved = OmegaConf.to_container(cfg, resolve=True)
+    except Exception as err:  # an interpolation that does not resolve: an invalid config
+        record = record_failure(run_dir, OmegaConf.to_container(cfg, resolve=False), err)
+    else:
+        record = train_run(resolved, run_dir, sweep=True, rerun_failed=bool(resolved.get("rerun_failed", False)))
+    line = f"slm-train: {record['status']}: {run_dir}"
+    if record.get("error"):
+        line += f": {record['error']}"
+    print(line, file=sys.stderr if record["status"] == "failed" else sys.stdout)
+    return outcome(record, run_dir)
+
+
+def outcome(record: dict, run_dir: str) -> dict:
+    """What a job returns to Hydra's sweeper: status, error line, validation NLL, run directory."""
+    return {"status": record["status"], "error": record.get("error"),
+            "val_nll": (record.get("eval") or {}).get("val_nll"), "run_dir": str(run_dir)}
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ here, at once, with one line when the hub is unreachable or HF_HUB_OFFLINE=1 (Ev
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -282,6 +283,7 @@ def eval_section(summary: dict, previous: dict | None) -> dict:
         lm.update(version=summary["version"], results_file=summary["results_file"],
                   evaluated_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
         section["lm_eval"] = lm
+        section["lm_eval_error"] = None  # a failure of an earlier attempt (slm.runs.job) is cleared
     if "throughput" in summary:
         section["throughput"] = summary["throughput"]
     return section
@@ -297,12 +299,31 @@ def preflight(eval_cfg: dict | None) -> None:
         load_tasks(task_manager(spec.tasks, spec.include_path), spec.tasks)
 
 
-def evaluate_config(path: str | os.PathLike, eval_cfg: dict | None) -> dict | None:
+def evaluate_config(path: str | os.PathLike, eval_cfg: dict | None,
+                    log_file: str | os.PathLike | None = None) -> dict | None:
     """Evaluation as the run's `eval` config node asks (e.g. at the end of training); None when it asks
-    for nothing (eval=none: `enabled: false`). Raises EvalError for bad input (e.g. hub tasks offline)."""
+    for nothing (eval=none: `enabled: false`). Raises EvalError for bad input (e.g. hub tasks offline).
+    With `log_file`, lm-eval's progress bars and INFO lines go there instead of the console."""
     if not eval_cfg or eval_cfg.get("enabled", True) is False:
         return None
     spec = spec_from_config(eval_cfg)
     if not spec.tasks and not spec.throughput:
         return None
-    return evaluate(path, spec)
+    if log_file is None:
+        return evaluate(path, spec)
+    Path(log_file).parent.mkdir(parents=True, exist_ok=True)
+    logger = logging.getLogger("lm_eval")
+    level, propagate = logger.level, logger.propagate
+    handler = logging.FileHandler(log_file)
+    handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
+    with open(log_file, "a") as log, contextlib.redirect_stderr(log):
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+        try:
+            return evaluate(path, spec)
+        finally:
+            logger.removeHandler(handler)
+            handler.close()
+            logger.setLevel(level)
+            logger.propagate = propagate

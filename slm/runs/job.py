@@ -7,12 +7,18 @@ Layout of a run directory:
   model/                   final weights (model.safetensors), config.json and the tokenizer
   train_log.jsonl          one line per optimizer step: step, loss, lr
   logs/                    CSV (and TensorBoard / W&B) logger output
+  .lock                    held (flock) by the process training the run; `slm-status` reads it
+
+A run is trained by one process at a time: a second one (the same sweep started twice) finds the lock
+held and leaves the run alone. Interruptions (Ctrl-C, scancel, a Slurm preemption or time limit) leave
+the record `running`, so the next attempt resumes from checkpoints/last.ckpt.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -21,10 +27,15 @@ import yaml
 from slm.model import FLOPS_CONVENTION, config_from_spec, count
 from slm.model.weights import save_model
 from slm.runs.environment import environment
-from slm.runs.record import load_record, update_record
+from slm.runs.record import load_record, now, update_record
+from slm.runs.status import run_lock
 from slm.training.config import TrainConfig
 
 CHECKPOINT = Path("checkpoints") / "last.ckpt"
+
+
+class RunInUseError(ValueError):
+    """Another process holds the run's lock (it is training this run right now)."""
 
 
 def _one_line(err: BaseException) -> str:
@@ -50,37 +61,76 @@ def _data_section(prepared, datamodule) -> dict:
             "token_share": {k: (v / total if total else 0.0) for k, v in consumed.items()}}
 
 
-def train_run(cfg: dict, run_dir: str | os.PathLike) -> dict:
+def train_run(cfg: dict, run_dir: str | os.PathLike, *, sweep: bool = False, rerun_failed: bool = False) -> dict:
     """Train (or resume, or skip if completed) the run described by the resolved config `cfg`.
 
-    Returns the final record. Bad input raises before anything is written; a failure during the run
-    is recorded as `failed` with its error line and re-raised; a divergence is recorded as `diverged`.
+    Returns the final record. A single run (sweep=False) trains again a run recorded failed or diverged;
+    bad input raises before anything is written; a failure during the run is recorded as `failed` with
+    its error line and re-raised; a divergence is recorded as `diverged`.
+    A sweep job (sweep=True) skips a run recorded failed or diverged unless `rerun_failed`, and raises
+    nothing: bad input and failures are recorded as `failed` (with the error line) and returned, so that
+    the other jobs of the sweep go on. In both, an interruption (KeyboardInterrupt, SystemExit: Ctrl-C,
+    a Slurm preemption) leaves the record `running` and propagates.
     """
     run_dir = Path(run_dir)
-    existing = load_record(run_dir)
-    if existing and existing.get("status") == "completed":
-        print(f"slm-train: {run_dir} is already completed; nothing to do")
-        return existing
+    with run_lock(run_dir) as held:
+        if not held:
+            if not sweep:
+                raise RunInUseError(f"{run_dir} is being trained by another process (its .lock is held)")
+            print(f"slm-train: {run_dir} is being trained by another process; skipped")
+            return {"status": "running", "error": None, "busy": True}
+        existing = load_record(run_dir)
+        status = existing.get("status") if existing else None
+        if status == "completed":
+            print(f"slm-train: {run_dir} is already completed; nothing to do "
+                  f"(another eval suite: slm-eval {run_dir} --tasks ...)")
+            return existing
+        if sweep and status in ("failed", "diverged") and not rerun_failed:
+            print(f"slm-train: {run_dir} is recorded {status}; skipped (rerun_failed=true runs it again)")
+            return existing
+        try:
+            setup = _setup(cfg)  # validates the config and prepares the data before anything is written
+        except Exception as err:
+            if not sweep:
+                raise
+            return record_failure(run_dir, cfg, err)
+        try:
+            return _train(cfg, run_dir, *setup)
+        except Exception:
+            if not sweep:
+                raise
+            return load_record(run_dir)  # recorded failed by _train
 
+
+def record_failure(run_dir: str | os.PathLike, cfg: dict, err: BaseException | str) -> dict:
+    """Record a job that could not start (invalid config or data) as failed, with its error line."""
+    return update_record(run_dir, status="failed", error=err if isinstance(err, str) else _one_line(err), config=cfg)
+
+
+def _setup(cfg: dict) -> tuple:
     from slm.data import prepare
+    from slm.eval.run import preflight
 
-    train_cfg = TrainConfig(**cfg["train"])  # validates before any file is written
+    train_cfg = TrainConfig(**cfg["train"])
+    preflight(cfg.get("eval"))  # hub tasks while offline, unknown tasks, bad fields: fail before training
     prepared = prepare(cfg["data"], cfg["tokenizer"])
     model_cfg = config_from_spec({**cfg["model"], "vocab_size": prepared.vocab_size})
     counts = count(model_cfg)
     max_steps = train_cfg.max_steps(model_cfg.context_length)
+    return train_cfg, prepared, model_cfg, counts, max_steps
+
+
+def _train(cfg: dict, run_dir: Path, train_cfg, prepared, model_cfg, counts, max_steps) -> dict:
     tokens_per_step = train_cfg.batch_size * model_cfg.context_length
     model_section = {**model_cfg.to_dict(), **vars(counts), "flops_convention": FLOPS_CONVENTION,
                      "param_budget": cfg["model"].get("param_budget")}
-
     started = time.time()
-    run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     update_record(run_dir, status="running", error=None, config=cfg, model=model_section,
                   training={"max_steps": max_steps, "tokens_per_step": tokens_per_step}, environment=environment())
     try:
         record = _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens_per_step, started)
-    except BaseException as err:
+    except Exception as err:  # an interruption (BaseException) leaves the run `running`, to be resumed
         update_record(run_dir, status="failed", error=_one_line(err))
         raise
     return record
@@ -89,11 +139,14 @@ def train_run(cfg: dict, run_dir: str | os.PathLike) -> dict:
 def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens_per_step, started) -> dict:
     import lightning as L
     from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.plugins.environments import SLURMEnvironment
 
     from slm.data import SLMDataModule
-    from slm.training.callbacks import StepLog, ThroughputMonitor
+    from slm.training.callbacks import SignalCheckpoint, StepLog, ThroughputMonitor
+    from slm.training.logs import tidy_lightning_logging
     from slm.training.module import LanguageModelModule
 
+    tidy_lightning_logging()
     L.seed_everything(train_cfg.seed, workers=True, verbose=False)
     module = LanguageModelModule(model_cfg, train_cfg, max_steps, tokens_per_step)
     datamodule = SLMDataModule(prepared, train_cfg.batch_size, model_cfg.context_length, train_cfg.seed,
@@ -102,12 +155,18 @@ def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens
                                    train_cfg.log_interval, train_cfg.peak_flops)
     checkpoint = ModelCheckpoint(dirpath=run_dir / CHECKPOINT.parent, save_top_k=0, save_last=True,
                                  every_n_train_steps=train_cfg.ckpt_interval)
+    preemption = SignalCheckpoint(run_dir / CHECKPOINT)
+    # Requeueing is submitit's (conf/hydra/launcher/slurm.yaml): where Lightning would pick SLURMEnvironment
+    # (srun, not an interactive job), it gets one with its own auto-requeue off.
+    under_srun = "SLURM_NTASKS" in os.environ and os.environ.get("SLURM_JOB_NAME") not in ("bash", "interactive")
+    plugins = [SLURMEnvironment(auto_requeue=False)] if under_srun else None
     val_every = train_cfg.val_interval or max_steps
     trainer = L.Trainer(
         default_root_dir=run_dir, accelerator=train_cfg.accelerator, devices=1, precision=train_cfg.precision,
         max_steps=max_steps, max_epochs=-1, val_check_interval=min(val_every, max_steps), check_val_every_n_epoch=None,
         limit_val_batches=train_cfg.val_batches, num_sanity_val_steps=0, log_every_n_steps=train_cfg.log_interval,
-        logger=_loggers(train_cfg.loggers, run_dir), callbacks=[checkpoint, throughput, StepLog(run_dir / "train_log.jsonl")],
+        logger=_loggers(train_cfg.loggers, run_dir), plugins=plugins,
+        callbacks=[checkpoint, throughput, StepLog(run_dir / "train_log.jsonl"), preemption],
         enable_progress_bar=train_cfg.progress_bar, enable_model_summary=False, detect_anomaly=train_cfg.detect_anomaly,
         use_distributed_sampler=False,
     )
@@ -115,7 +174,14 @@ def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens
     resumed_from = None
     if ckpt.exists():
         resumed_from = str(CHECKPOINT)
-    trainer.fit(module, datamodule=datamodule, ckpt_path=str(ckpt) if ckpt.exists() else None, weights_only=True)
+    try:
+        trainer.fit(module, datamodule=datamodule, ckpt_path=str(ckpt) if ckpt.exists() else None, weights_only=True)
+    except BaseException:
+        if preemption.step is not None:  # checkpointed on a preemption signal; submitit requeues the job
+            before = (load_record(run_dir) or {}).get("training", {}).get("interruptions", 0)
+            update_record(run_dir, training={"interruptions": before + 1, "interrupted": {
+                "step": preemption.step, "signal": preemption.signal_name, "at": now()}})
+        raise
 
     steps = trainer.global_step
     totals = throughput.totals()
@@ -137,6 +203,26 @@ def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens
     if not math.isfinite(val.get("val_nll", float("nan"))):
         raise FloatingPointError(f"validation NLL is {val.get('val_nll')}")
     artifacts.update(weights="model/model.safetensors", model_dir="model")
-    return update_record(run_dir, status="completed", error=None, training=training,
-                         data=_data_section(prepared, datamodule), artifacts=artifacts,
-                         eval={"val_nll": val["val_nll"], "val_ppl": val["val_ppl"], "val_step": val["val_step"]})
+    record = update_record(run_dir, status="completed", error=None, training=training,
+                           data=_data_section(prepared, datamodule), artifacts=artifacts,
+                           eval={"val_nll": val["val_nll"], "val_ppl": val["val_ppl"], "val_step": val["val_step"]})
+    return _evaluate(cfg, run_dir, record)
+
+
+def _evaluate(cfg: dict, run_dir: Path, record: dict) -> dict:
+    """The `eval` suite (conf/eval) on the trained model, merged into the record. The run stays
+    `completed` whatever happens here: a failure is recorded as eval.lm_eval_error, and
+    `slm-eval <run dir> --tasks ...` can score it again."""
+    from slm.eval.run import eval_section, evaluate_config
+
+    try:
+        summary = evaluate_config(run_dir, cfg.get("eval"), log_file=run_dir / "eval" / "lm_eval.log")
+    except Exception as err:
+        print(f"slm-train: evaluation failed for {run_dir}: {_one_line(err)}", file=sys.stderr)
+        return update_record(run_dir, eval={"lm_eval_error": _one_line(err)})
+    if summary is None:
+        return record
+    section = eval_section(summary, record.get("eval"))
+    scores = (section.get("lm_eval") or {}).get("scores") or {}
+    print(f"slm-train: evaluated {run_dir}: " + ", ".join(f"{k} {v:.4g}" for k, v in scores.items() if v is not None))
+    return update_record(run_dir, eval=section)

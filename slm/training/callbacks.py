@@ -1,8 +1,12 @@
-"""Callbacks: throughput and MFU, and the per-step training log used for exact loss curves."""
+"""Callbacks: throughput and MFU, the per-step training log used for exact loss curves, and the
+checkpoint taken on a Slurm preemption signal."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import threading
 import time
 from pathlib import Path
 
@@ -111,3 +115,59 @@ class StepLog(L.Callback):
 
     def on_exception(self, trainer, pl_module, exception) -> None:
         self.on_train_end(trainer, pl_module)
+
+
+class SignalCheckpoint(L.Callback):
+    """On a preemption signal, saves `path` after the current optimizer step, then passes the signal on.
+
+    Slurm sends the signal before a time limit (submitit's `--signal USR2@<delay>`) or on
+    `scancel --signal=USR2`; the signal is $SUBMITIT_PREEMPT_SIGNAL, USR2 by default. The handler only
+    notes it; at the next step boundary the full training state is written (atomically, to the file that
+    ModelCheckpoint keeps as last.ckpt, so resuming is exact), and the handler that was installed before
+    this callback's runs: submitit's, which requeues the job and exits. Without one, training stops with
+    SystemExit(128 + signal); an ignored signal is only checkpointed. `step` is the step checkpointed on a signal (None if none came).
+    """
+
+    def __init__(self, path: Path, signal_name: str | None = None):
+        self.path = Path(path)
+        self.signal_name = "SIG" + (signal_name or os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2"))
+        self.signum = getattr(signal, self.signal_name)
+        self.step: int | None = None
+        self._pending = False
+        self._previous = None
+        self._installed = False
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(self.signum, self._note)
+            self._installed = True
+
+    def _note(self, signum, frame) -> None:
+        self._pending = True
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if not self._pending:
+            return
+        self._pending = False
+        self.step = trainer.global_step
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        trainer.save_checkpoint(tmp, weights_only=False)
+        os.replace(tmp, self.path)
+        previous = self._restore()
+        if callable(previous):
+            previous(self.signum, None)  # submitit: requeue this job, then sys.exit; if it returns, go on
+        elif previous != signal.SIG_IGN:
+            raise SystemExit(128 + self.signum)
+
+    def _restore(self):
+        previous = self._previous
+        if self._installed:
+            signal.signal(self.signum, previous)
+            self._installed = False
+        return previous
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self._restore()
+
+    def on_exception(self, trainer, pl_module, exception) -> None:
+        self._restore()

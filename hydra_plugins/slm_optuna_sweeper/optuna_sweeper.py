@@ -1,0 +1,250 @@
+"""`hydra/sweeper=optuna`: hyperparameter search with Optuna (>= 4) through its ask/tell interface.
+
+Each trial is one slm-train job with the trial's values as overrides, so it gets its own run directory
+(runs/<run_group>/<job key>) and result.json like any sweep job, and any launcher runs it (basic: here,
+one trial after another; slurm: `n_jobs` trials per Slurm array). The objective is read from the run's
+result.json (`objective`, default eval.val_nll); a failed or diverged trial is told FAIL and the study goes on.
+
+Search space (`params`, Hydra's override syntax; plain values are fixed overrides, null drops a key;
+sweep overrides on the command line, e.g. 'train.lr=interval(1e-4,1e-2)', are dimensions too):
+    train.lr: tag(log, interval(1e-4, 1e-2))    float, log scale        interval(a, b): uniform
+    train.batch_size: choice(8, 16, 32)         categorical (also "8,16,32")
+    model.n_layers: range(2, 8, 2)              integers 2, 4, 6 (int distribution with a step)
+    train.warmup_steps: int(interval(0, 500))   integers 0..500 (also tag(int, interval(0, 500)))
+
+The study lives in `storage` (default: SQLite at <sweep dir>/optuna.db; a path ending in .journal uses
+Optuna's JournalFileBackend; any RDB URL, e.g. postgresql://... on a cluster). `n_trials` is the size of
+the whole study: starting the same command again resumes it, first finishing the trials an interrupted
+run left RUNNING (same values, same run directory: their training resumes from its checkpoint), then
+asking only for the trials still missing. One driver per study at a time (a lock in the sweep dir).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import yaml
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, Override, RangeSweep
+from hydra.core.plugins import Plugins
+from hydra.errors import HydraException
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf
+
+from hydra_plugins.slm_sweeps import jobs as J
+
+log = logging.getLogger(__name__)
+
+SAMPLERS = {"tpe": "TPESampler", "random": "RandomSampler", "cmaes": "CmaEsSampler", "qmc": "QMCSampler",
+            "gp": "GPSampler", "nsga2": "NSGAIISampler"}
+
+
+def distribution(override: Override):
+    """The Optuna distribution of a sweep override (choice, range, interval; tag `log`)."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    sweep = override.value()
+    log_scale = "log" in (sweep.tags or set())
+    if isinstance(sweep, ChoiceSweep):
+        return CategoricalDistribution([v for v in sweep.list])
+    if isinstance(sweep, RangeSweep):
+        values = list(override.sweep_iterator())
+        if all(isinstance(v, int) for v in values):
+            return IntDistribution(values[0], values[-1], step=int(sweep.step), log=log_scale and sweep.step == 1)
+        return FloatDistribution(values[0], values[-1], step=float(sweep.step))
+    if isinstance(sweep, IntervalSweep):
+        if "int" in (sweep.tags or set()) or (isinstance(sweep.start, int) and isinstance(sweep.end, int)):
+            return IntDistribution(int(sweep.start), int(sweep.end), log=log_scale)
+        return FloatDistribution(float(sweep.start), float(sweep.end), log=log_scale)
+    raise HydraException(f"optuna sweeper: {override.input_line}: unsupported sweep {type(sweep).__name__}")
+
+
+def _value_str(value: Any) -> str:
+    """A trial value as an override value; floats to 4 significant digits, so job keys stay readable
+    (the run's config holds the value actually used)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _select(record: dict, dotted: str) -> Optional[float]:
+    node: Any = record
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return float(node) if isinstance(node, (int, float)) and math.isfinite(node) else None
+
+
+class OptunaSweeper(Sweeper):
+    def __init__(self, study_name: Optional[str] = None, storage: Optional[str] = None,
+                 direction: str = "minimize", n_trials: int = 20, n_jobs: int = 1,
+                 sampler: Optional[Dict[str, Any]] = None, params: Optional[Dict[str, Any]] = None,
+                 objective: str = "eval.val_nll") -> None:
+        if not isinstance(n_trials, int) or n_trials < 1 or not isinstance(n_jobs, int) or n_jobs < 1:
+            raise HydraException(f"optuna sweeper: n_trials={n_trials!r} and n_jobs={n_jobs!r} must be positive integers")
+        if direction not in ("minimize", "maximize"):
+            raise HydraException(f"optuna sweeper: direction={direction!r}: choose minimize or maximize")
+        self.study_name, self.storage, self.direction = study_name, storage, direction
+        self.n_trials, self.n_jobs, self.objective = n_trials, n_jobs, objective
+        self.sampler_cfg = dict(sampler or {"name": "tpe"})
+        self.params = {str(k): v for k, v in (params or {}).items()}
+        self.config: Optional[DictConfig] = None
+        self.hydra_context: Optional[HydraContext] = None
+        self.launcher = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        self.config, self.hydra_context = config, hydra_context
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config)
+
+    # ------------------------------------------------------------------ study
+    def _storage(self, sweep_dir: Path):
+        import optuna
+
+        url = self.storage or f"sqlite:///{(sweep_dir / 'optuna.db').resolve()}"
+        if "://" not in url:  # a file path: a journal file
+            from optuna.storages.journal import JournalFileBackend
+
+            return optuna.storages.JournalStorage(JournalFileBackend(str(Path(url).resolve())))
+        return url
+
+    def _sampler(self, n_existing: int):
+        """The sampler; its seed is offset by the trials the study holds already, so that a resumed study
+        does not draw its first (random start-up) points again."""
+        import optuna
+
+        cfg = dict(self.sampler_cfg)
+        name = str(cfg.pop("name", "tpe"))
+        if name not in SAMPLERS:
+            raise HydraException(f"optuna sweeper: sampler {name!r}: choose one of {', '.join(SAMPLERS)}")
+        if cfg.get("seed") is not None:
+            cfg["seed"] = int(cfg["seed"]) + n_existing
+        return getattr(optuna.samplers, SAMPLERS[name])(**cfg)
+
+    def _space(self, arguments: List[str]):
+        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
+        lines = [f"{k}={v}" for k, v in self.params.items() if v is not None] + list(arguments)
+        space, fixed = {}, []
+        for override in parser.parse_overrides(lines):
+            if override.is_sweep_override():
+                space[override.get_key_element()] = distribution(override)
+            else:
+                fixed.append(f"{override.get_key_element()}={override.get_value_element_as_str()}")
+        if not space:
+            raise HydraException("optuna sweeper: no search space: give hydra.sweeper.params, e.g. "
+                                 "'train.lr: tag(log, interval(1e-4, 1e-2))'")
+        return space, fixed
+
+    # ------------------------------------------------------------------ sweep
+    def sweep(self, arguments: List[str]) -> Any:
+        assert self.config is not None and self.launcher is not None and self.hydra_context is not None
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        name = self.study_name or str(self.config.get("run_group", sweep_dir.name))
+        lock = os.open(sweep_dir / ".optuna.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise HydraException(f"optuna sweeper: another process is driving the study in {sweep_dir}") from None
+        try:
+            return self._optimize(arguments, sweep_dir, name)
+        finally:
+            os.close(lock)
+
+    def _optimize(self, arguments: List[str], sweep_dir: Path, name: str) -> list:
+        import optuna
+        from optuna.trial import TrialState
+
+        space, fixed = self._space(arguments)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        study = optuna.create_study(study_name=name, storage=self._storage(sweep_dir), direction=self.direction,
+                                    load_if_exists=True)
+        study.sampler = self._sampler(len(study.get_trials(deepcopy=False)))
+        # trials an interrupted driver left RUNNING: finish them first, with their own values
+        stale = [optuna.Trial(study, t._trial_id) for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
+        if stale:
+            log.info(f"optuna: resuming {len(stale)} interrupted trial(s): {[t.number for t in stale]}")
+        returns, job_idx = [], 0
+        while True:
+            finished = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)))
+            batch = [stale.pop(0) for _ in range(min(self.n_jobs, len(stale)))]
+            while len(batch) < self.n_jobs and finished + len(batch) + len(stale) < self.n_trials:
+                batch.append(study.ask(space))
+            if not batch:
+                break
+            returns.append(self._run_batch(study, batch, fixed, space, job_idx))
+            job_idx += len(batch)
+        self._report(study, sweep_dir, name)
+        return returns
+
+    def _run_batch(self, study, batch, fixed: List[str], space: dict, job_idx: int) -> list:
+        from optuna.trial import TrialState
+
+        from slm.runs.record import load_record
+
+        loader = self.hydra_context.config_loader
+        by_dir: Dict[Path, J.Job] = {}
+        trial_jobs = []
+        for trial in batch:
+            if set(trial.params) != set(space):  # a resumed trial asked under another search space
+                trial.set_user_attr("error", f"search space changed since this trial was asked: {sorted(trial.params)}")
+                study.tell(trial, state=TrialState.FAIL)
+                continue
+            overrides = fixed + [f"{k}={_value_str(trial.params[k])}" for k in space]
+            job = J.compose_job(loader, self.config, overrides)
+            job = by_dir.setdefault(job.run_dir, job)  # equal values: one run serves both trials
+            trial.set_user_attr("run_dir", str(job.run_dir))
+            trial.set_user_attr("overrides", overrides)
+            trial_jobs.append((trial, job))
+        jobs = list(by_dir.values())
+        for job in jobs:
+            if job.cfg is None:
+                J.record_invalid(job, rerun=bool(self.config.get("rerun_failed", False)))
+        runnable = [j for j in jobs if j.cfg is not None and not J.finished(j)]
+        results = J.launch(self.launcher, runnable, initial_job_idx=job_idx) if runnable else []
+        outcomes = {j.run_dir: J.outcome(j, r) for j, r in zip(runnable, results)}
+        outcomes.update({j.run_dir: J.outcome(j) for j in jobs if j.run_dir not in outcomes})
+        for trial, job in trial_jobs:
+            o = outcomes[job.run_dir]
+            value = _select(load_record(job.run_dir) or {}, self.objective) if o["status"] == "completed" else None
+            trial.set_user_attr("status", o["status"])
+            if value is None:
+                trial.set_user_attr("error", o["error"] or f"no finite {self.objective} in result.json")
+                study.tell(trial, state=TrialState.FAIL)
+                log.warning(f"optuna: trial {trial.number} {o['status']}: {o['error'] or ''}")
+            else:
+                study.tell(trial, value)
+                log.info(f"optuna: trial {trial.number} {self.objective}={value:.5g} ({job.key})")
+        return [r for r in results if r is not None]
+
+    def _report(self, study, sweep_dir: Path, name: str) -> None:
+        from optuna.trial import TrialState
+
+        trials = study.get_trials(deepcopy=False)
+        done = [t for t in trials if t.state == TrialState.COMPLETE]
+        failed = [t for t in trials if t.state == TrialState.FAIL]
+        summary: Dict[str, Any] = {"study": name, "n_trials": len(trials), "complete": len(done), "failed": len(failed),
+                                   "objective": self.objective, "direction": self.direction}
+        if done:
+            best = study.best_trial
+            summary.update(best_trial=best.number, best_value=best.value, best_params=best.params,
+                           best_run_dir=best.user_attrs.get("run_dir"))
+        (sweep_dir / "optuna_best.yaml").write_text(yaml.safe_dump(summary, sort_keys=False))
+        line = f"optuna study {name}: {len(trials)} trials: {len(done)} complete, {len(failed)} failed"
+        if done:
+            line += f"; best #{summary['best_trial']} {self.objective}={summary['best_value']:.5g} {summary['best_params']}"
+        print(f"{line} (details: {sweep_dir / 'optuna_best.yaml'}, slm-status {sweep_dir})")
+        if not done:
+            sys.stdout.flush()
+            sys.exit(1)

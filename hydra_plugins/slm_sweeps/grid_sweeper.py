@@ -1,0 +1,87 @@
+"""`hydra/sweeper=grid` (slm's default): Hydra's basic sweeper plus paired points, per-job outcomes and a
+dry run.
+
+    hydra.sweeper.params   crossed axes, as in Hydra's basic sweeper ("model.n_layers: 4,8,16")
+    hydra.sweeper.points   paired axes: a list of override lists, one job per point, crossed with params
+                           (e.g. [[model.n_layers=4, model.d_model=768], [model.n_layers=12, model.d_model=512]])
+    hydra.sweeper.dry_run  print the job list with parameter counts, tokens and GPU-hours; train nothing
+
+Every job is composed before anything is launched: a job whose overrides do not compose is recorded
+failed in its run directory (the others still run), jobs that name the same run directory run once, and
+jobs already completed (or failed or diverged, unless rerun_failed=true) are not launched at all.
+After the sweep one line sums up the outcomes read from the jobs' result.json files, with a line per
+failed or diverged job; the command exits 1 if a job failed. The launcher is whatever hydra/launcher
+names (basic: in this process, one job after another; slurm: a Slurm array).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from omegaconf import OmegaConf
+
+from hydra_plugins.slm_sweeps import jobs as J
+
+
+class GridSweeper(BasicSweeper):
+    def __init__(self, max_batch_size: Optional[int] = None, params: Optional[Dict[str, str]] = None,
+                 points: Optional[List[List[str]]] = None, dry_run: bool = False,
+                 estimate: Optional[Dict[str, Any]] = None) -> None:
+        super().__init__(max_batch_size=max_batch_size, params=dict(params or {}))
+        self.points = [[str(o) for o in point] for point in (points or [])]
+        self.dry_run = bool(dry_run)
+        self.estimate = dict(estimate or {})
+
+    def job_overrides(self, arguments: List[str]) -> List[List[str]]:
+        """Every job's overrides: the crossed params and command-line sweeps, times the points."""
+        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
+        crossed = self.split_arguments(parser.parse_overrides(self._parse_config() + list(arguments)), None)[0]
+        for point in self.points:
+            if any(o.is_sweep_override() for o in parser.parse_overrides(point)):
+                raise HydraException(f"hydra.sweeper.points: {point} sweeps; a point holds single values only")
+        return [combo + point for combo in crossed for point in (self.points or [[]])]
+
+    def sweep(self, arguments: List[str]) -> Any:
+        assert self.config is not None and self.launcher is not None and self.hydra_context is not None
+        loader = self.hydra_context.config_loader
+        jobs = J.unique([J.compose_job(loader, self.config, o) for o in self.job_overrides(arguments)])
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        name = str(self.config.get("run_group", sweep_dir.name))
+        if self.dry_run:
+            from hydra_plugins.slm_sweeps.plan import print_plan
+
+            print_plan(name, sweep_dir, jobs, self.estimate)
+            return []
+
+        from slm.runs.status import list_jobs
+
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        list_jobs(sweep_dir, {j.key: j.overrides for j in jobs})
+        outcomes = {}
+        for job in jobs:
+            if job.cfg is None:
+                J.record_invalid(job, rerun=bool(self.config.get("rerun_failed", False)))
+            if job.cfg is None or J.finished(job):
+                outcomes[job.key] = J.outcome(job)
+        runnable = [j for j in jobs if j.key not in outcomes]
+        if len(runnable) < len(jobs):
+            print(f"sweep {name}: launching {len(runnable)} of {len(jobs)} jobs; the others are completed, or "
+                  f"recorded failed, diverged or invalid (rerun_failed=true runs those again)")
+        size = self.max_batch_size or len(runnable) or 1
+        returns = []
+        for start in range(0, len(runnable), size):
+            batch = runnable[start:start + size]
+            results = J.launch(self.launcher, batch, initial_job_idx=start)
+            returns.append([r for r in results if r is not None])
+            for job, ret in zip(batch, results):
+                outcomes[job.key] = J.outcome(job, ret)
+        if J.summarize(name, sweep_dir, [outcomes[j.key] for j in jobs]):
+            sys.stdout.flush()
+            sys.exit(1)
+        return returns

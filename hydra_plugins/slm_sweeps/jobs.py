@@ -1,0 +1,136 @@
+"""What the slm sweepers share: each job's config and run directory, its outcome, the sweep's summary.
+
+A job's outcome is read from its run directory's result.json (the same file `slm-status` reads), so a
+sweeper sees the same thing whichever launcher ran the job, in this process or on a Slurm node.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from hydra.core.utils import JobReturn, JobStatus
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger(__name__)
+
+FINAL = ("completed", "failed", "diverged")
+
+
+def one_line(err: BaseException | str, limit: int = 500) -> str:
+    text = str(err).split("Config search path:")[0]  # Hydra's search-path dump is noise here
+    text = text.split("Error stream produced:")[0]  # submitit: the job's stderr follows (see its log)
+    text = " ".join(text.split())[:limit]
+    if isinstance(err, BaseException):
+        return f"{type(err).__name__}: {text}" if text else type(err).__name__
+    return text
+
+
+@dataclass
+class Job:
+    overrides: list[str]
+    run_dir: Path
+    cfg: Optional[DictConfig]  # None when the overrides do not compose into a config
+    error: Optional[str] = None
+
+    @property
+    def key(self) -> str:
+        return self.run_dir.name
+
+
+def _dirname(overrides: list[str], master: DictConfig) -> str:
+    """Hydra's override_dirname of raw overrides (for a job whose config does not compose)."""
+    od = master.hydra.job.config.override_dirname
+    exclude = set(od.exclude_keys)
+    lines = sorted(o for o in overrides if o.split("=", 1)[0].lstrip("+~").split("@")[0] not in exclude)
+    return od.item_sep.join(line.replace("=", od.kv_sep) for line in lines)
+
+
+def compose_job(config_loader: Any, master: DictConfig, overrides: list[str]) -> Job:
+    """The job's config and run directory (hydra.sweep.dir / hydra.sweep.subdir), as the launcher will
+    make them; a config that does not compose gives cfg None, its error line and the directory its key
+    names."""
+    from slm.runs.keys import job_key
+
+    try:
+        cfg = config_loader.load_sweep_config(master, list(overrides))
+        return Job(list(overrides), Path(str(cfg.hydra.sweep.dir)) / str(cfg.hydra.sweep.subdir), cfg)
+    except Exception as err:
+        run_dir = Path(str(master.hydra.sweep.dir)) / job_key(_dirname(list(overrides), master))
+        return Job(list(overrides), run_dir, None, one_line(err))
+
+
+def unique(jobs: list[Job]) -> list[Job]:
+    """Jobs with distinct run directories (two identical points are one job)."""
+    seen, out = set(), []
+    for job in jobs:
+        if job.run_dir not in seen:
+            seen.add(job.run_dir)
+            out.append(job)
+    return out
+
+
+def finished(job: Job) -> bool:
+    """True if the job need not be launched: recorded completed, or failed/diverged without rerun_failed."""
+    from slm.runs.record import load_record
+
+    status = (load_record(job.run_dir) or {}).get("status")
+    rerun = job.cfg is not None and bool(OmegaConf.select(job.cfg, "rerun_failed", default=False))
+    return status == "completed" or (status in ("failed", "diverged") and not rerun)
+
+
+def record_invalid(job: Job, rerun: bool) -> None:
+    """Record a job whose config does not compose as failed, unless its record is final already (and
+    not to be redone: `rerun`, from rerun_failed)."""
+    from slm.runs.job import record_failure
+    from slm.runs.record import load_record
+
+    status = (load_record(job.run_dir) or {}).get("status")
+    if status == "completed" or (status in ("failed", "diverged") and not rerun):
+        return
+    job.run_dir.mkdir(parents=True, exist_ok=True)
+    record_failure(job.run_dir, {"overrides": job.overrides}, job.error or "invalid config")
+
+
+def outcome(job: Job, ret: Optional[JobReturn] = None) -> dict:
+    """The job's status, error line and val_nll, from its result.json; a job that raised or left no
+    record is recorded failed here (with the launcher's error line when there is one)."""
+    from slm.runs.job import record_failure
+    from slm.runs.record import load_record
+
+    record = load_record(job.run_dir) or {}
+    if record.get("status") not in FINAL and ret is not None and ret.status == JobStatus.FAILED:
+        record = record_failure(job.run_dir, record.get("config") or {"overrides": job.overrides},
+                                one_line(ret._return_value))
+    status = record.get("status")
+    if status is None:
+        status, error = "failed", "the job left no result.json (see its log)"
+    else:
+        error = record.get("error")
+    return {"key": job.key, "status": status, "error": error,
+            "val_nll": (record.get("eval") or {}).get("val_nll"), "run_dir": str(job.run_dir)}
+
+
+def launch(launcher: Any, jobs: list[Job], initial_job_idx: int) -> list[Optional[JobReturn]]:
+    """Launch jobs; if the launcher itself fails (e.g. submitit: a Slurm job died without a result), log
+    it and return None for each, so that outcomes are read from the run directories."""
+    try:
+        return list(launcher.launch([j.overrides for j in jobs], initial_job_idx=initial_job_idx))
+    except Exception as err:
+        log.error(f"launcher: {one_line(err)}")
+        return [None] * len(jobs)
+
+
+def summarize(name: str, sweep_dir: Path, outcomes: list[dict]) -> bool:
+    """Print one line per sweep and one per failed or diverged job; True if any job failed."""
+    tally: dict[str, int] = {}
+    for o in outcomes:
+        tally[o["status"]] = tally.get(o["status"], 0) + 1
+    parts = ", ".join(f"{n} {s}" for s, n in tally.items())
+    print(f"sweep {name}: {len(outcomes)} jobs: {parts} (details: slm-status {sweep_dir})")
+    for o in outcomes:
+        if o["status"] in ("failed", "diverged") or o["status"] not in FINAL:
+            print(f"  {o['status']:9s} {o['key']}: {o['error'] or ''}")
+    return any(o["status"] == "failed" for o in outcomes)

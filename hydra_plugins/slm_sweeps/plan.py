@@ -1,0 +1,81 @@
+"""The dry run of a sweep (`hydra.sweeper.dry_run=true`): the job list with exact parameter counts,
+token budgets and a GPU-hours estimate, from the configs: nothing is trained or downloaded.
+
+GPU-hours = tokens x flops_per_token / (mfu x peak_flops) / 3600, with flops_per_token the training
+FLOPs per token of slm.model.count (PaLM's convention, 6N + attention) and mfu and peak_flops from
+`hydra.sweeper.estimate` (default: 40% of an H100 SXM's 989.4 TFLOP/s dense bf16).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from hydra_plugins.slm_sweeps.jobs import Job, one_line
+
+
+def _vocab(tokenizer_node: dict, data_node: dict) -> int | None:
+    """The model's (padded) vocabulary: from a tokenizer that needs no data (gpt2, hf), or for one fitted
+    on the data (char, word) from the prepared data when it is local (shipped corpus, files; cached after
+    the first time); None for a fitted vocabulary of hub data, which a dry run does not download."""
+    from slm.data import TokenizerConfig, prepare
+    from slm.data.tokenizers import tokenizer_class
+
+    cfg = TokenizerConfig.from_node(tokenizer_node)
+    try:
+        return cfg.padded(tokenizer_class(cfg.kind).from_config(cfg).vocab_size)
+    except Exception:
+        pass
+    if any(source.get("kind") == "hub" for source in data_node.get("sources") or []):
+        return None
+    return prepare(data_node, tokenizer_node).vocab_size
+
+
+def plan_row(job: Job, estimate: dict) -> dict:
+    from slm.cli.params import params_report
+    from slm.runs.record import load_record
+    from slm.training.config import TrainConfig
+
+    row = {"key": job.key, "state": (load_record(job.run_dir) or {}).get("status", "-")}
+    if job.cfg is None:
+        return {**row, "error": job.error}
+    try:
+        cfg = {k: OmegaConf.to_container(job.cfg[k], resolve=True) for k in ("model", "tokenizer", "data", "train")}
+        vocab = _vocab(cfg["tokenizer"], cfg["data"])
+        report = params_report({**cfg["model"], **({"vocab_size": vocab} if vocab else {})})
+        train = TrainConfig(**cfg["train"])
+        steps = train.max_steps(report["context_length"])
+        tokens = steps * train.batch_size * report["context_length"]
+    except Exception as err:
+        return {**row, "error": one_line(err)}
+    flops = tokens * report["flops_per_token"]
+    return {**row, "error": None, "n_layers": report["n_layers"], "d_model": report["d_model"],
+            "params": report["params_total"], "non_embedding": report["params_non_embedding"],
+            "vocab_fitted": vocab is None, "steps": steps, "tokens": tokens, "flops": flops,
+            "gpu_hours": flops / (float(estimate["mfu"]) * float(estimate["peak_flops"])) / 3600}
+
+
+def print_plan(name: str, sweep_dir: Path, jobs: list[Job], estimate: dict) -> list[dict]:
+    rows = [plan_row(job, estimate) for job in jobs]
+    width = max([len(r["key"]) for r in rows] + [7])
+    print(f"dry run of sweep {name}: {len(rows)} jobs into {sweep_dir}/ (nothing is trained)")
+    print(f"{'job key':{width}s} {'layers':>6s} {'d_model':>7s} {'params':>13s} {'non-embed':>13s} "
+          f"{'steps':>8s} {'tokens':>9s} {'FLOPs':>9s} {'GPU-h':>8s}  state")
+    for r in rows:
+        if r["error"]:
+            print(f"{r['key']:{width}s} invalid: {r['error']}")
+            continue
+        mark = "*" if r["vocab_fitted"] else " "
+        print(f"{r['key']:{width}s} {r['n_layers']:6d} {r['d_model']:7d} {r['params']:13,d}{mark}{r['non_embedding']:12,d}"
+              f" {r['steps']:8d} {r['tokens']:9.3g} {r['flops']:9.3g} {r['gpu_hours']:8.2f}  {r['state']}")
+    ok = [r for r in rows if not r["error"]]
+    todo = [r for r in ok if r["state"] != "completed"]
+    print(f"{'total':{width}s} {'':6s} {'':7s} {'':13s} {'':13s} {'':8s} {sum(r['tokens'] for r in ok):9.3g} "
+          f"{sum(r['flops'] for r in ok):9.3g} {sum(r['gpu_hours'] for r in ok):8.2f}  "
+          f"({sum(r['gpu_hours'] for r in todo):.2f} GPU-h not completed yet)")
+    print(f"GPU-hours = tokens x FLOPs/token / ({float(estimate['mfu']):.0%} MFU x {float(estimate['peak_flops']) / 1e12:.1f} "
+          f"TFLOP/s, {estimate.get('device', 'assumed device')}) / 3600; FLOPs/token: training, PaLM convention")
+    if any(r.get("vocab_fitted") for r in ok):
+        print("* vocabulary fitted on hub data (char/word tokenizer), not read by a dry run: counted with model.vocab_size")
+    return rows

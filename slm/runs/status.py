@@ -1,0 +1,158 @@
+"""Where the runs of a sweep stand, read from their directories alone (`slm-status` prints it).
+
+A job's state comes from its result.json, its progress from the last line of train_log.jsonl (one line
+per optimizer step, so it is current to the step) over `training.max_steps`, and whether a process is
+training it right now from the run's lock (run_lock below, held by slm.runs.job while it trains):
+
+  completed | failed | diverged   as recorded (failed and diverged with their error line)
+  running                         recorded running and a process holds the lock
+  stopped                         started but no process holds the lock: killed, interrupted, or
+                                  preempted and waiting to be requeued; the next attempt resumes it
+  pending                         listed by the sweep (sweep.json) but not started yet
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import yaml
+
+from slm.runs.record import RESULT_FILE, load_record
+
+LOCK_FILE = ".lock"  # flock-ed by the process training the run (slm.runs.job)
+SWEEP_FILE = "sweep.json"  # written by the sweepers into the sweep directory: every job key and its overrides
+ORDER = ("failed", "diverged", "running", "stopped", "pending", "completed")
+
+
+@dataclass
+class JobState:
+    key: str
+    status: str
+    error: str | None = None
+    step: int | None = None
+    max_steps: int | None = None
+    val_nll: float | None = None
+    note: str | None = None
+    overrides: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@contextmanager
+def run_lock(run_dir: Path, attempts: int = 10):
+    """Hold the run's lock (an exclusive flock on run_dir/.lock) for the block; yields False if another
+    process holds it. Retries for a second, since lock_held takes it for an instant to test for a holder."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        for _ in range(attempts):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                time.sleep(0.1)
+        else:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def lock_held(run_dir: Path) -> bool:
+    """True if a process holds the run's lock (is training it now)."""
+    path = Path(run_dir) / LOCK_FILE
+    if not path.exists():
+        return False
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # also releases the shared lock just taken
+    return False
+
+
+def last_step(run_dir: Path) -> int | None:
+    """The step of the last line of train_log.jsonl (read from the end of the file), or None."""
+    path = Path(run_dir) / "train_log.jsonl"
+    if not path.exists():
+        return None
+    with path.open("rb") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        f.seek(max(0, size - 4096))
+        lines = [line for line in f.read().splitlines() if line.strip()]
+    for line in reversed(lines):
+        try:
+            return int(json.loads(line)["step"])
+        except (ValueError, KeyError, TypeError):
+            continue  # a partly written line
+    return None
+
+
+def _overrides(run_dir: Path) -> list[str]:
+    path = run_dir / ".hydra" / "overrides.yaml"
+    return list(yaml.safe_load(path.read_text()) or []) if path.exists() else []
+
+
+def run_state(run_dir: str | os.PathLike, key: str | None = None) -> JobState:
+    run_dir = Path(run_dir)
+    record = load_record(run_dir)
+    state = JobState(key=key or run_dir.name, status="pending", overrides=_overrides(run_dir))
+    if record is None:  # started (Hydra made the directory) but no record yet
+        state.status, state.note = ("running", "preparing") if lock_held(run_dir) else ("stopped", "before training")
+        return state
+    training = record.get("training") or {}
+    state.status, state.error = record.get("status", "running"), record.get("error")
+    state.max_steps = training.get("max_steps")
+    state.step = last_step(run_dir)
+    if state.step is None:
+        state.step = training.get("steps")
+    state.val_nll = (record.get("eval") or {}).get("val_nll")
+    if state.status == "running" and not lock_held(run_dir):
+        state.status = "stopped"
+        interrupted = training.get("interrupted")
+        if interrupted:
+            state.note = f"{interrupted['signal']} at step {interrupted['step']}: checkpointed, to be requeued"
+    return state
+
+
+def sweep_states(sweep_dir: str | os.PathLike) -> list[JobState]:
+    """Every job of a sweep directory: its run directories, and the jobs its sweep.json lists."""
+    sweep_dir = Path(sweep_dir)
+    if (sweep_dir / RESULT_FILE).exists():  # a run directory itself
+        return [run_state(sweep_dir)]
+    states = {}
+    for run_dir in sorted(p for p in sweep_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        if (run_dir / RESULT_FILE).exists() or (run_dir / ".hydra").exists():
+            states[run_dir.name] = run_state(run_dir)
+    listed = sweep_dir / SWEEP_FILE
+    if listed.exists():
+        for key, overrides in json.loads(listed.read_text()).get("jobs", {}).items():
+            states.setdefault(key, JobState(key=key, status="pending", overrides=overrides))
+    return sorted(states.values(), key=lambda s: (ORDER.index(s.status) if s.status in ORDER else len(ORDER), s.key))
+
+
+def list_jobs(sweep_dir: str | os.PathLike, jobs: dict[str, list[str]]) -> None:
+    """Add jobs (key -> overrides) to the sweep's sweep.json, so that slm-status shows those not started."""
+    from slm.runs.record import write_json_atomic
+
+    path = Path(sweep_dir) / SWEEP_FILE
+    known = json.loads(path.read_text()).get("jobs", {}) if path.exists() else {}
+    write_json_atomic(path, {"jobs": {**known, **jobs}})
+
+
+def counts(states: list[JobState]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for s in states:
+        out[s.status] = out.get(s.status, 0) + 1
+    return {k: out[k] for k in sorted(out, key=lambda k: ORDER.index(k) if k in ORDER else len(ORDER))}

@@ -1,0 +1,149 @@
+"""Sweeps through hydra/launcher=slurm on a real single-node Slurm cluster (tests/slurm/start.sh;
+`make test-slurm` installs, starts, runs these and stops it): the smoke sweep, a preemption that
+checkpoints, requeues and resumes to the weights of an uninterrupted run, and failing jobs reported."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+pytestmark = pytest.mark.slurm
+
+# the test cluster has no GPU and little memory; one thread per job keeps the runs bit-identical
+LAUNCHER = ["hydra/launcher=slurm", "hydra.launcher.gpus_per_node=null", "hydra.launcher.cpus_per_task=1",
+            "hydra.launcher.mem_gb=null", "hydra.launcher.timeout_min=20",
+            "hydra.launcher.setup=['export OMP_NUM_THREADS=1']"]
+LONG = ["model=debug", "eval=none", "train.steps=600", "train.ckpt_interval=1000", "train.val_interval=200", "train.val_batches=2",
+        "train.log_interval=10", "train.progress_bar=false"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cluster():
+    if not os.environ.get("SLURM_CONF") or shutil.which("sinfo") is None:
+        pytest.skip("no Slurm cluster: run `make test-slurm`")
+    if subprocess.run(["sinfo", "-h"], capture_output=True, timeout=30).returncode != 0:
+        pytest.skip("the Slurm cluster does not answer: run `make test-slurm`")
+
+
+def env(root: Path) -> dict:
+    return {**os.environ, "SLM_RUNS": str(root / "runs"), "SLM_CACHE": str(root.parent / "slm-cache"),
+            "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+
+
+def sweep(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "slm.cli.train", "-m", *args, *LAUNCHER], env=env(root),
+                          capture_output=True, text=True, timeout=900)
+
+
+def start(root: Path, *args: str) -> tuple[subprocess.Popen, Path]:
+    log = root / "driver.log"
+    root.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen([sys.executable, "-m", "slm.cli.train", "-m", *args, *LAUNCHER], env=env(root),
+                            stdout=log.open("w"), stderr=subprocess.STDOUT, text=True)
+    return proc, log
+
+
+def slurm_job(log: Path, sweep_dir: Path, marker: str, timeout: float = 120) -> str:
+    """The Slurm id (<array>_<index>) of the job whose overrides contain `marker`."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        index = re.search(rf"#(\d+) : .*{re.escape(marker)}", log.read_text())
+        arrays = {t.split("_")[0] for t in tasks(sweep_dir)} if index else set()
+        if arrays:
+            return f"{max(arrays, key=int)}_{index.group(1)}"
+        time.sleep(0.5)
+    raise AssertionError(f"no Slurm job for {marker}:\n{log.read_text()[-3000:]}")
+
+
+def tasks(sweep_dir: Path) -> list[str]:
+    """The Slurm array tasks (<array>_<index>) submitit made folders for."""
+    folder = sweep_dir / ".submitit"
+    return sorted(p.name for p in folder.iterdir() if re.fullmatch(r"\d+_\d+", p.name)) if folder.exists() else []
+
+
+def last_step(run_dir: Path) -> int:
+    path = run_dir / "train_log.jsonl"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return json.loads(lines[-1])["step"] if lines else 0
+
+
+def wait_for_step(sweep_dir: Path, marker: str, step: int, proc: subprocess.Popen, timeout: float = 300) -> Path:
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None:
+        for run_dir in sweep_dir.glob(f"*{marker}*"):
+            if last_step(run_dir) >= step:
+                return run_dir
+        time.sleep(0.2)
+    raise AssertionError(f"{marker} never reached step {step}")
+
+
+def sacct(job: str) -> list[str]:
+    out = subprocess.run(["sacct", "-j", job, "-D", "-X", "-n", "-P", "-o", "JobID,State"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return [line.split("|")[1].split()[0] for line in out.stdout.splitlines() if line.strip()]
+
+
+def record(run_dir: Path) -> dict:
+    return json.loads((run_dir / "result.json").read_text())
+
+
+def test_smoke_sweep_through_slurm_and_again_without_jobs(tmp_path):
+    out = sweep(tmp_path, "sweep=smoke")
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    assert "sweep smoke: 4 jobs: 4 completed" in out.stdout
+    sweep_dir = tmp_path / "runs" / "smoke"
+    submitted = tasks(sweep_dir)
+    assert len(submitted) == 4 and all(sacct(t) == ["COMPLETED"] for t in submitted)
+    again = sweep(tmp_path, "sweep=smoke")
+    assert again.returncode == 0 and "launching 0 of 4 jobs" in again.stdout
+    assert tasks(sweep_dir) == submitted  # nothing submitted
+
+
+def test_preemption_checkpoints_requeues_and_resumes_to_the_same_weights(tmp_path):
+    proc, log = start(tmp_path, "run_group=pre", *LONG, "+replica=ref,cut")
+    sweep_dir = tmp_path / "runs" / "pre"
+    job = slurm_job(log, sweep_dir, "+replica=cut")
+    cut = wait_for_step(sweep_dir, "replica=cut", 100, proc)
+    subprocess.run(["scancel", "--signal=USR2", job], check=True, timeout=60)
+    proc.wait(timeout=900)
+    assert proc.returncode == 0, log.read_text()[-3000:]
+    (ref,) = sweep_dir.glob("*replica=ref*")
+    r = record(cut)
+    assert r["status"] == "completed" and r["training"]["resumed_from"] == "checkpoints/last.ckpt"
+    assert r["training"]["interruptions"] == 1 and r["training"]["interrupted"]["signal"] == "SIGUSR2"
+    assert 100 <= r["training"]["interrupted"]["step"] < 600
+    assert "REQUEUED" in sacct(job) and sacct(job)[-1] == "COMPLETED"
+    a, b = load_file(ref / "model" / "model.safetensors"), load_file(cut / "model" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert (ref / "train_log.jsonl").read_text() == (cut / "train_log.jsonl").read_text()
+    assert r["eval"]["val_nll"] == record(ref)["eval"]["val_nll"]
+
+
+def test_failing_jobs_are_reported_failed_and_the_others_complete(tmp_path):
+    proc, log = start(tmp_path, "run_group=die", *LONG, "train.lr=0.001,0.002,-1")
+    sweep_dir = tmp_path / "runs" / "die"
+    job = slurm_job(log, sweep_dir, "train.lr=0.002")
+    wait_for_step(sweep_dir, "train.lr=0.002", 20, proc)
+    subprocess.run(["scancel", job], check=True, timeout=60)  # the job dies without a result
+    proc.wait(timeout=900)
+    out = log.read_text()
+    assert proc.returncode == 1, out[-3000:]
+    status = {re.search(r"train.lr=([^,]+)", p.name).group(1): record(p) for p in sweep_dir.glob("*train.lr=*")}
+    assert {k: r["status"] for k, r in status.items()} == {"0.001": "completed", "0.002": "failed", "-1": "failed"}
+    assert "CANCELLED" in status["0.002"]["error"] and "UncompletedJobError" in status["0.002"]["error"]
+    assert status["-1"]["error"].startswith("TrainConfigError: train.lr=-1 is invalid")
+    assert "sweep die: 3 jobs: 1 completed, 2 failed" in out
+    assert sacct(job)[-1].startswith("CANCELLED")
+    report = subprocess.run([sys.executable, "-m", "slm.cli.status", str(sweep_dir)], capture_output=True, text=True)
+    assert "failed (2)" in report.stdout and "CANCELLED" in report.stdout

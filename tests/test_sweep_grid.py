@@ -1,0 +1,109 @@
+"""Sweeps as a user runs them (`slm-train -m`): failures recorded per job while the others complete,
+re-runs that skip finished jobs, the experiment files of sweeps/ and their dry run."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from slm.cli.params import params_report
+from tests.conftest import compose_model_node
+
+# a 1-layer, 32-wide model: a few seconds per job on a CPU
+TINY = ["model=debug", "eval=none", "model.n_layers=1", "model.d_model=32", "train.val_batches=1", "train.log_interval=2",
+        "train.progress_bar=false"]
+
+
+def slm(tmp_path: Path, *args: str, module: str = "slm.cli.train", timeout: int = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "SLM_RUNS": str(tmp_path / "runs"), "SLM_CACHE": str(tmp_path.parent / "slm-cache"),
+           "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-m", module, *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def records(sweep: Path) -> dict[str, dict]:
+    return {p.parent.name: json.loads(p.read_text()) for p in sweep.glob("*/result.json")}
+
+
+def test_failed_diverged_and_invalid_jobs_are_recorded_and_the_others_complete(tmp_path):
+    args = ["-m", "run_group=mixed", *TINY, "train.steps=12", "train.grad_clip=null", "train.warmup_steps=0",
+            "model=debug,nosuch", "train.lr=1e-3,1e4,-1"]
+    out = slm(tmp_path, *args)
+    assert out.returncode == 1, out.stderr[-3000:]  # a job failed: the sweep says so, after running all
+    sweep = tmp_path / "runs" / "mixed"
+    recs = records(sweep)
+    by_lr = {k: r for k, r in recs.items() if ",model=debug," in k}
+    status = {re.search(r"train.lr=([^,]+)", k).group(1): r["status"] for k, r in by_lr.items()}
+    assert status == {"0.001": "completed", "10000.0": "diverged", "-1": "failed"}, status
+    ok, = (r for r in by_lr.values() if r["status"] == "completed")
+    assert 0 < ok["eval"]["val_nll"] < 10 and (sweep / next(k for k in by_lr if "0.001" in k) / "model").is_dir()
+    bad, = (r for r in by_lr.values() if r["status"] == "failed")
+    assert bad["error"].startswith("TrainConfigError: train.lr=-1 is invalid")
+    assert bad["config"]["train"]["lr"] == -1  # the job's config is kept with its error
+    nosuch = [r for k, r in recs.items() if ",model=nosuch," in k]
+    assert len(nosuch) == 3 and all(r["status"] == "failed" and "model/nosuch" in r["error"] for r in nosuch)
+    assert "sweep mixed: 6 jobs: 1 completed, 1 diverged, 4 failed" in out.stdout
+
+    status_out = slm(tmp_path, str(sweep), module="slm.cli.status")
+    assert status_out.returncode == 0
+    assert "6 jobs: 4 failed, 1 diverged, 1 completed" in status_out.stdout
+    assert "non-finite training loss" in status_out.stdout and "train.lr=-1 is invalid" in status_out.stdout
+
+    # the same sweep again: nothing is launched, nothing is rewritten
+    before = {k: r["updated_at"] for k, r in records(sweep).items()}
+    again = slm(tmp_path, *args)
+    assert again.returncode == 1 and "launching 0 of 6 jobs" in again.stdout, again.stdout[-2000:]
+    assert "Trainer.fit" not in again.stderr
+    assert {k: r["updated_at"] for k, r in records(sweep).items()} == before
+
+    # rerun_failed=true runs the failed and diverged ones again (those that compose: 2), records the
+    # invalid ones again, and leaves the completed one alone
+    rerun = slm(tmp_path, *args, "rerun_failed=true")
+    assert "launching 2 of 6 jobs" in rerun.stdout, rerun.stdout[-2000:]
+    after = {k: r["updated_at"] for k, r in records(sweep).items()}
+    assert [k for k in after if after[k] == before[k]] == [k for k in by_lr if "0.001" in k]
+
+
+def test_dry_run_prints_exact_counts_and_gpu_hours_and_writes_nothing(tmp_path):
+    out = slm(tmp_path, "-m", "sweep=depth_width_gpt2_70m", "hydra.sweeper.dry_run=true")
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = {m.group(1): m.groups() for m in re.finditer(
+        r"^(model\.d_model=(\d+),model\.n_layers=(\d+))\s+\d+\s+\d+\s+([\d,]+)\s+([\d,]+)\s+(\d+)\s+(\S+)\s+(\S+)\s+(\S+)",
+        out.stdout, re.M)}
+    assert len(rows) == 7, out.stdout
+    shapes = {(int(g[2]), int(g[1])) for g in rows.values()}
+    assert shapes == {(4, 768), (12, 512), (16, 448), (24, 384), (32, 384), (48, 320), (64, 256)}
+    key, d, layers, params, _, steps, tokens, flops, gpu_h = rows["model.d_model=384,model.n_layers=32"]
+    report = params_report(compose_model_node("model=gpt2", "model.n_layers=32", "model.d_model=384",
+                                              "model.vocab_size=50304"))  # GPT-2 BPE padded to 64
+    assert int(params.replace(",", "")) == report["params_total"]
+    tokens_run = int(steps) * 64 * 1024
+    assert int(steps) == int(1e9 // (64 * 1024))
+    expected_h = tokens_run * report["flops_per_token"] / (0.4 * 989.4e12) / 3600
+    assert float(gpu_h) == pytest.approx(expected_h, abs=0.006)
+    assert "40% MFU x 989.4 TFLOP/s" in out.stdout
+    assert not (tmp_path / "runs").exists()  # nothing trained, no run directory
+
+
+def test_sweep_files_compose_as_documented(tmp_path):
+    seeds = slm(tmp_path, "-m", "sweep=[families_70m,seeds]", "hydra.sweeper.dry_run=true")
+    assert seeds.returncode == 0, seeds.stderr[-3000:]
+    keys = re.findall(r"^(model=\w+,train\.seed=\d)\s", seeds.stdout, re.M)
+    assert len(keys) == 18 and "runs/families_70m/" in seeds.stdout
+    assert len({k.split(",")[0] for k in keys}) == 6
+    # every family at the shared 32 x 384 shape
+    assert set(re.findall(r"^model=\w+,train\.seed=\d\s+(\d+)\s+(\d+)", seeds.stdout, re.M)) == {("32", "384")}
+
+    cpu = slm(tmp_path, "-m", "sweep=cpu_default", "hydra.sweeper.dry_run=true")
+    assert cpu.returncode == 0, cpu.stderr[-3000:]
+    rows = re.findall(r"^(\S*model=(gpt2|llama3_canon|llama3))\s+(\d+)\s+(\d+)\s+([\d,]+) ", cpu.stdout, re.M)
+    assert len(rows) == 9 and {(r[1], r[2]) for r in rows} == {(f, n) for f in ("gpt2", "llama3", "llama3_canon")
+                                                                for n in ("2", "4", "8")}
+    for _, family, layers, width, params in rows:  # the width solved for the budget, with the char vocabulary
+        assert abs(int(params.replace(",", "")) - 5e5) < 0.25 * 5e5, (family, layers, width, params)
