@@ -25,3 +25,12 @@ def compose_model_node(*overrides: str) -> dict:
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture
+def one_thread():
+    """Torch on one thread for the test: small ops run faster, and steadier on a shared machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

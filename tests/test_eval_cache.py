@@ -11,6 +11,8 @@ from slm.model import ModelConfig, Transformer
 from slm.model.cache import KVCache
 from slm.model.generate import Decoder, generate, sample
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+
 V, CTX, TOL = 97, 48, 1e-5
 
 VARIANTS = {
@@ -28,14 +30,6 @@ VARIANTS = {
     "post_norm_partial_rotary": dict(norm_placement="post", rotary_fraction=0.5),
 }
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Small ops run faster (and steadier on a shared machine) on one thread."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _model(**change) -> Transformer:

@@ -20,15 +20,10 @@ from slm.model import ModelConfig, Transformer
 from slm.model.weights import save_model
 from slm.runs.record import load_record, update_record
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+
 CTX = 64
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,8 @@ from slm.eval.run import task_manager
 pytest.importorskip("accelerate", reason="lm-eval's hf model needs accelerate (lm-eval[hf])")
 from lm_eval.models.huggingface import HFLM  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+
 V, CTX, TOL = 128, 64, 1e-4
 EOT = "<|endoftext|>"
 
@@ -38,13 +40,6 @@ HF_MODELS = {
         tie_word_embeddings=False, rope_parameters={"rope_type": "default", "rope_theta": 500.0})),
 }
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

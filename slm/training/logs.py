@@ -1,5 +1,5 @@
-"""Lightning's console lines in slm: each once, without its advertisement and a deprecation notice of
-its own making (lightning 2.6 on torch 2.13: `isinstance(treespec, LeafSpec)`)."""
+"""Lightning's console lines in slm: each once, without its advertisement, a deprecation notice of its
+own making (lightning 2.6 on torch 2.13: `isinstance(treespec, LeafSpec)`) and the srun hint."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ def tidy_lightning_logging() -> None:
     records on to the root logger; under Hydra (root handlers configured) every line is printed twice.
     Keep the root's copy (it also goes to the job's log file), and drop the LitLogger tip. Idempotent."""
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated")
+    # slm never launches through srun (submitit starts one process per job): the hint does not apply
+    warnings.filterwarnings("ignore", message=r"The `srun` command is available on your system but is not used")
     import lightning  # noqa: F401  (installs the handler this removes)
 
     if logging.getLogger().handlers:
