@@ -1,6 +1,7 @@
 """Sweeps through hydra/launcher=slurm on a real single-node Slurm cluster (tests/slurm/start.sh;
 `make test-slurm` installs, starts, runs these and stops it): the smoke sweep, a preemption that
-checkpoints, requeues and resumes to the weights of an uninterrupted run, and failing jobs reported."""
+checkpoints, requeues and resumes to the weights of an uninterrupted run, failing jobs reported, and an
+Optuna study whose trials run as Slurm jobs."""
 
 from __future__ import annotations
 
@@ -147,3 +148,19 @@ def test_failing_jobs_are_reported_failed_and_the_others_complete(tmp_path):
     assert sacct(job)[-1].startswith("CANCELLED")
     report = subprocess.run([sys.executable, "-m", "slm.cli.status", str(sweep_dir)], capture_output=True, text=True)
     assert "failed (2)" in report.stdout and "CANCELLED" in report.stdout
+
+
+def test_optuna_trials_run_as_slurm_jobs(tmp_path):
+    import optuna
+
+    out = sweep(tmp_path, "hydra/sweeper=optuna", "run_group=opt", "model=debug", "eval=none", "train.steps=10",
+                "train.val_batches=1", "train.progress_bar=false", "hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2")
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    sweep_dir = tmp_path / "runs" / "opt"
+    study = optuna.load_study(study_name="opt", storage=f"sqlite:///{sweep_dir / 'optuna.db'}")
+    trials = study.get_trials(deepcopy=False)
+    assert len(trials) == 4 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    runs = {p.name: record(p) for p in sweep_dir.glob("model=debug,*")}
+    assert len(runs) == 4 and all(r["status"] == "completed" for r in runs.values())
+    assert sorted(t.value for t in trials) == sorted(r["eval"]["val_nll"] for r in runs.values())
+    assert (sweep_dir / ".submitit").is_dir()  # the trials went through Slurm
