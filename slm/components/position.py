@@ -98,6 +98,9 @@ def apply_rotary(x: torch.Tensor, rotary: Rotary) -> torch.Tensor:
     """Rotate the first rot_dim channels of x: (B, H, T, hd) with cos/sin (T, rot_dim) or (B, 1, T, rot_dim)."""
     cos, sin = rotary
     rot_dim = cos.shape[-1]
+    if rot_dim == x.shape[-1]:  # full rotary: no pass-through channels to put back
+        x1, x2 = x.chunk(2, dim=-1)
+        return x * cos + torch.cat([-x2, x1], dim=-1) * sin
     x_rot, x_pass = x[..., :rot_dim], x[..., rot_dim:]
     x1, x2 = x_rot.chunk(2, dim=-1)
     rotated = torch.cat([-x2, x1], dim=-1)
