@@ -46,10 +46,12 @@ class MLP(nn.Module):
     def act(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, kv=None) -> torch.Tensor:
+        """x (B, T, d) -> (B, T, d). `kv`: the block application's KV-cache slot (slm.model.cache), which
+        runs Canon D over its cached past inputs; None for a whole-sequence forward."""
         h = self.fc_in(x)
         if self.canon_d is not None:
-            h = self.canon_d(h)
+            h = self.canon_d(h) if kv is None else kv.canon("D", self.canon_d, h)
         if self.gated:
             gate, up = h.chunk(2, dim=-1)
             h = self.act(gate) * up

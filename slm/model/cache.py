@@ -25,7 +25,6 @@ from torch import nn
 
 from slm.components.attention import attention_mask
 from slm.components.canon import CausalConvCanon
-from slm.components.mlp import MLP
 from slm.model.config import ModelConfig
 
 
@@ -191,15 +190,3 @@ class LayerCache:
                 new_state = full.gather(1, idx[:, :, None].expand(B, keep, C))
             state.copy_(new_state)
         return x + mixed
-
-    def mlp(self, mlp: nn.Module, x: torch.Tensor) -> torch.Tensor:
-        """`mlp(x)` with its Canon D layer run through the cache (MLP.forward, canon step swapped)."""
-        if not isinstance(mlp, MLP):
-            raise NotImplementedError(f"KV cache: MLP kind {type(mlp).__name__} has no cached Canon D")
-        h = self.canon("D", mlp.canon_d, mlp.fc_in(x))
-        if mlp.gated:
-            gate, up = h.chunk(2, dim=-1)
-            h = mlp.act(gate) * up
-        else:
-            h = mlp.act(h)
-        return mlp.fc_out(h)

@@ -7,7 +7,6 @@ and writing its own slot of the cache.
 
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
@@ -25,7 +24,7 @@ class Block(nn.Module):
     pre:      h = h + f(norm(h))
     post:     h = norm(h + f(h))
     sandwich: h = h + norm_out(f(norm_in(h)))          (Gemma3)
-    Canon A / C mix the sublayer input right before attention / the MLP.
+    Canon A / C mix the sublayer input right before attention / the MLP (B and D sit inside them).
     `kv` is this application's slot of a KV cache, or None (whole-sequence forward).
     """
 
@@ -59,10 +58,7 @@ class Block(nn.Module):
 
     def forward(self, h: torch.Tensor, rotary, mask, kv=None) -> torch.Tensor:
         h = self._sublayer(h, self.attn_norm, self.canon_a, "A", self.attn, self.attn_out_norm, kv, rotary, mask, kv)
-        mlp = self.mlp
-        if kv is not None and getattr(mlp, "canon_d", None) is not None:
-            mlp = functools.partial(kv.mlp, mlp)  # Canon D sits inside the MLP: run it with its cached inputs
-        return self._sublayer(h, self.mlp_norm, self.canon_c, "C", mlp, self.mlp_out_norm, kv)
+        return self._sublayer(h, self.mlp_norm, self.canon_c, "C", self.mlp, self.mlp_out_norm, kv, kv)
 
 
 class Transformer(nn.Module):
