@@ -14,7 +14,7 @@ KINDS:
 
 Each plot degrades instead of failing: with no lm-eval scores the score is the validation NLL (and the
 title says so); without the columns a plot needs (no throughput measured, no d_model, no completed run)
-it draws a placeholder that names what is missing, and logs the reason (logger `analysis.plots`).
+it draws a style.placeholder that names what is missing, and logs the reason (logger `analysis.plots`).
 Figures are made with matplotlib.figure.Figure (no pyplot state), so this works headless (Agg) and in
 notebooks alike.
 """
@@ -29,10 +29,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+from matplotlib.ticker import FuncFormatter
 
-from analysis.collect import higher_is_better, metric_of, task_names
+from analysis import plot_style as style
+from analysis.collect import higher_is_better, task_names
+from analysis.plot_style import choose_score, score_label  # noqa: F401  (re-exported: report, notebook)
 from analysis.thresholds import find_threshold, pareto_mask
 from analysis.tiers import find_tiers, run_labels, units_of
 
@@ -40,140 +41,9 @@ log = logging.getLogger(__name__)
 
 KINDS = ("tiers", "threshold", "depth", "throughput", "pareto", "heatmap")
 FORMATS = ("png", "svg")
-DPI = 150
-PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
-           "#17becf"]
-MARKERS = ["o", "s", "^", "D", "v", "P", "X", "<", ">", "*"]
-_METRIC_NAMES = {"acc": "accuracy", "acc_norm": "normalised accuracy", "exact_match": "exact match",
-                 "bits_per_byte": "bits per byte", "byte_perplexity": "byte perplexity",
-                 "word_perplexity": "word perplexity", "mc2": "MC2"}
-_FRACTION_METRICS = ("acc", "acc_norm", "exact_match", "mc1", "mc2", "f1", "em")
-AXIS_LABELS = {
-    "val_nll": "validation NLL (nats/token)",
-    "val_ppl": "validation perplexity",
-    "d_model": "hidden size d_model (channels)",
-    "n_layers": "depth (layers)",
-    "train_flops": "training compute (FLOPs)",
-    "flops_per_token": "training FLOPs per token",
-    "params_total": "parameters",
-    "params_non_embedding": "non-embedding parameters",
-    "tokens": "training tokens",
-    "decode_tokens_per_s": "batch-1 decode speed (tokens/s)",
-    "time_to_first_token_s": "time to first token (s)",
-    "train_tokens_per_s": "training throughput (tokens/s)",
-}
 
 
 # ---------------------------------------------------------------------------------------------- labels
-
-
-def score_label(table: pd.DataFrame, column: str, direction: bool = True) -> str:
-    """Axis label of a score column with its unit and which way is better."""
-    if column in AXIS_LABELS:
-        text = AXIS_LABELS[column]
-    elif column.startswith("score_"):
-        task = column[len("score_"):]
-        metric = (metric_of(table, column) or "").split(",")[0]
-        name = _METRIC_NAMES.get(metric, metric or "score")
-        unit = " (fraction)" if metric in _FRACTION_METRICS else ""
-        text = f"{task}: {name}{unit}"
-    elif column.startswith("avg_"):
-        text = f"{column[len('avg_'):]} suite: mean score"
-    else:
-        text = column
-    if direction:
-        text += ", higher is better" if higher_is_better(table, column) else ", lower is better"
-    return text
-
-
-def choose_score(table: pd.DataFrame, score: str | None = None) -> tuple[str | None, str]:
-    """(score column, note): the requested one, else a suite average, else the first lm-eval task score,
-    else the validation NLL; note is "" or says that a fallback was used."""
-    if score:
-        if score not in table:
-            raise KeyError(f"no column {score!r} in the results (columns: {', '.join(_score_columns(table))})")
-        return score, ""
-    averages = [c for c in table.columns if c.startswith("avg_") and table[c].notna().any()]
-    if averages:
-        preferred = [c for c in averages if c == "avg_study7"]
-        return (preferred or averages)[0], ""
-    tasks = [f"score_{t}" for t in task_names(table)]
-    accuracy = [c for c in tasks if higher_is_better(table, c)]
-    if accuracy or tasks:
-        return (accuracy or tasks)[0], ""
-    if "val_nll" in table and table["val_nll"].notna().any():
-        return "val_nll", "no lm-eval scores: validation NLL used as the score"
-    return None, "no score: no lm-eval scores and no validation NLL"
-
-
-def _score_columns(table: pd.DataFrame) -> list[str]:
-    return [c for c in table.columns if c.startswith(("score_", "avg_")) or c in ("val_nll", "val_ppl")]
-
-
-def _completed(table: pd.DataFrame) -> pd.DataFrame:
-    return table[table["status"] == "completed"] if "status" in table else table
-
-
-def _colors(values: pd.Series) -> tuple[dict, dict]:
-    keys = sorted(values.dropna().astype(str).unique())
-    return ({k: PALETTE[i % len(PALETTE)] for i, k in enumerate(keys)},
-            {k: MARKERS[i % len(MARKERS)] for i, k in enumerate(keys)})
-
-
-def _group_column(table: pd.DataFrame) -> str | None:
-    """What colours the points: objective when it varies (causal vs diffusion), else family."""
-    for column in ("objective", "family"):
-        if column in table and table[column].dropna().astype(str).nunique() > 1:
-            return column
-    return "family" if "family" in table else None
-
-
-def _fmt_number(value: float) -> str:
-    if value is None or not math.isfinite(value):
-        return "n/a"
-    if float(value).is_integer() and abs(value) < 1e6:
-        return f"{int(value)}"
-    return f"{value:.3g}"
-
-
-def _si(value, _pos=None) -> str:
-    for scale, suffix in ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= scale:
-            return f"{value / scale:g}{suffix}"
-    return f"{value:g}"
-
-
-def _figure(**kwargs) -> Figure:
-    """A Figure with an Agg canvas of its own (no pyplot, no global state)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    fig = Figure(**kwargs)
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def _settle(fig: Figure) -> None:
-    """Run the layout now, so that positions in display space are final (for label placement)."""
-    engine = fig.get_layout_engine()
-    if engine is not None:
-        engine.execute(fig)
-
-
-def _title(fig: Figure, title: str, subtitle: str = "") -> None:
-    fig.suptitle(title + (f"\n{subtitle}" if subtitle else ""), fontsize=11, fontweight="normal")
-
-
-def placeholder(title: str, reason: str, size=(7.5, 3.0)) -> Figure:
-    """A figure that says which plot is missing and why (so reports keep their six slots)."""
-    fig = _figure(figsize=size, layout="constrained")
-    ax = fig.add_subplot()
-    ax.set_axis_off()
-    ax.text(0.5, 0.5, reason, ha="center", va="center", wrap=True, fontsize=10, color="#444444",
-            transform=ax.transAxes)
-    _title(fig, f"{title}: not drawn")
-    fig.slm_placeholder = reason
-    log.warning("%s: not drawn: %s", title, reason)
-    return fig
 
 
 # ---------------------------------------------------------------------------------------------- plots
@@ -182,18 +52,18 @@ def placeholder(title: str, reason: str, size=(7.5, 3.0)) -> Figure:
 def plot_tiers(table: pd.DataFrame, score: str | None = None, k: int | None = None, **tier_args) -> Figure:
     """Configurations sorted by score (best at the top), 95% intervals where known, tiers shaded and the gap
     between them annotated with its statistic; a refusal is drawn unshaded and the title gives the reason."""
-    score, note = choose_score(table, score)
+    score, note = style.choose_score(table, score)
     if score is None:
-        return placeholder("Tiers", note)
+        return style.placeholder("Tiers", note)
     result = find_tiers(table, score, k=k, **tier_args)
     units = result.units
     if units.empty:
-        return placeholder("Tiers", f"no completed run has a value of {score}")
+        return style.placeholder("Tiers", f"no completed run has a value of {score}")
     hib = result.higher_is_better
     units = units.sort_values("value", ascending=hib, kind="stable").reset_index(drop=True)  # best last = top
     n = len(units)
     row, font = (0.32, 8.5) if n <= 40 else (0.2, 6.5) if n <= 100 else (0.13, 5)
-    fig = _figure(figsize=(8.5, 1.8 + row * n), layout="constrained")
+    fig = style.new_figure(figsize=(8.5, 1.8 + row * n), layout="constrained")
     ax = fig.add_subplot()
     y = np.arange(n)
     x = units["value"].to_numpy(float)
@@ -210,14 +80,14 @@ def plot_tiers(table: pd.DataFrame, score: str | None = None, k: int | None = No
                 color="#1f3b57", ecolor="#7a8ea3", elinewidth=1.2, capsize=2.5, markersize=5, zorder=3)
     ax.set_yticks(y, units["label"].tolist(), fontsize=font)
     ax.set_ylim(-0.6, n - 0.4)
-    ax.set_xlabel(score_label(table, score))
+    ax.set_xlabel(style.score_label(table, score))
     ax.set_ylabel("configuration (best at the top)")
     ax.grid(axis="x", color="#dddddd", linewidth=0.6)
     if result.split:
-        title = f"{result.k} tiers in {_short(score)}"
+        title = f"{result.k} tiers in {style.short_name(score)}"
         sub = "shaded: tiers; arrows: gaps between tiers (T = gap / within-tier sd; p: against one population)"
     else:
-        title = f"No significant tiers in {_short(score)}"
+        title = f"No significant tiers in {style.short_name(score)}"
         sub = result.reason
     if err is not None and np.isfinite(err).any():
         sources = []
@@ -231,9 +101,9 @@ def plot_tiers(table: pd.DataFrame, score: str | None = None, k: int | None = No
         sub += "\nno per-run uncertainty known (single seed, no stderr)"
     if note:
         title += f" ({note})"
-    _title(fig, title, _wrap(sub, 95))
+    style.set_title(fig, title, style.wrap_text(sub, 95))
     if result.split:
-        _settle(fig)
+        style.settle_layout(fig)
         for gap in result.gaps:
             _annotate_gap(ax, gap, np.flatnonzero(tier == gap.upper + 1).max() + 0.5)
     fig.slm_result = result
@@ -246,73 +116,42 @@ def _annotate_gap(ax, gap, yb: float, fontsize: float = 8) -> None:
     ax.annotate("", xy=(gap.high, yb), xytext=(gap.low, yb),
                 arrowprops=dict(arrowstyle="<->", color="#b22222", lw=1.4), zorder=4)
     sep = "" if gap.separation is None else f", separation {gap.separation:.2f}"
-    text = f"gap {gap.size:.3g}  (T = {gap.t:.1f}, p {_p_text(gap.p_value)}{sep})"
+    text = f"gap {gap.size:.3g}  (T = {gap.t:.1f}, p {style.p_text(gap.p_value)}{sep})"
     box = ax.get_window_extent()
     xmin, xmax = ax.get_xlim()
     per_pixel = (xmax - xmin) / max(box.width, 1.0)
     width = 0.56 * fontsize * len(text) * ax.figure.dpi / 72.0 * per_pixel + 8 * per_pixel  # in data units
     lo_x, hi_x = sorted((gap.low, gap.high))
-    style = dict(fontsize=fontsize, color="#b22222", zorder=5, textcoords="offset points",
+    text_style = dict(fontsize=fontsize, color="#b22222", zorder=5, textcoords="offset points",
                  bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.85))
     if hi_x - lo_x >= width:
-        ax.annotate(text, xy=((lo_x + hi_x) / 2, yb), xytext=(0, 2), ha="center", va="bottom", **style)
+        ax.annotate(text, xy=((lo_x + hi_x) / 2, yb), xytext=(0, 2), ha="center", va="bottom", **text_style)
     elif xmax - hi_x >= width:
-        ax.annotate(text, xy=(hi_x, yb), xytext=(5, 0), ha="left", va="center", **style)
+        ax.annotate(text, xy=(hi_x, yb), xytext=(5, 0), ha="left", va="center", **text_style)
     elif lo_x - xmin >= width:
-        ax.annotate(text, xy=(lo_x, yb), xytext=(-5, 0), ha="right", va="center", **style)
+        ax.annotate(text, xy=(lo_x, yb), xytext=(-5, 0), ha="right", va="center", **text_style)
     else:
-        ax.annotate(text, xy=((xmin + xmax) / 2, yb), xytext=(0, 2), ha="center", va="bottom", **style)
-
-
-def _p_text(p: float) -> str:
-    return "< 0.001" if p < 0.001 else f"= {p:.2g}"
-
-
-def _short(score: str) -> str:
-    if score.startswith("score_"):
-        return score[len("score_"):]
-    if score.startswith("avg_"):
-        return f"{score[len('avg_'):]} average"
-    return {"val_nll": "validation NLL", "val_ppl": "validation perplexity"}.get(score, score)
-
-
-def _wrap(text: str, width: int) -> str:
-    import textwrap
-
-    return "\n".join(textwrap.fill(line, width) for line in text.split("\n"))
-
-
-def _log2_axis(ax, values) -> None:
-    values = sorted({float(v) for v in values if np.isfinite(v) and v > 0})
-    if len(values) >= 2 and values[-1] / values[0] >= 4:
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(values)
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: _fmt_number(v)))
-        ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.set_xlim(values[0] / 1.25, values[-1] * 1.25)
-    else:
-        ax.set_xticks(values)
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: _fmt_number(v)))
+        ax.annotate(text, xy=((xmin + xmax) / 2, yb), xytext=(0, 2), ha="center", va="bottom", **text_style)
 
 
 def plot_threshold(table: pd.DataFrame, score: str | None = None, axis: str = "d_model", **threshold_args) -> Figure:
     """Score against d_model (log2 axis), marker area proportional to depth, colour = family; the threshold
     line where analysis.thresholds finds one (and its p-value)."""
-    score, note = choose_score(table, score)
+    score, note = style.choose_score(table, score)
     if score is None:
-        return placeholder("Threshold", note)
-    rows = _completed(table)
+        return style.placeholder("Threshold", note)
+    rows = style.completed_runs(table)
     if axis not in rows or pd.to_numeric(rows[axis], errors="coerce").notna().sum() == 0:
-        return placeholder("Threshold", f"the results have no {axis} values")
+        return style.placeholder("Threshold", f"the results have no {axis} values")
     rows = rows[pd.to_numeric(rows[score], errors="coerce").notna()
                 & pd.to_numeric(rows[axis], errors="coerce").notna()]
     if rows.empty:
-        return placeholder("Threshold", f"no completed run has both {axis} and {score}")
+        return style.placeholder("Threshold", f"no completed run has both {axis} and {score}")
     result = find_threshold(table, axis, score, **threshold_args)
-    fig = _figure(figsize=(8.5, 5.2), layout="constrained")
+    fig = style.new_figure(figsize=(8.5, 5.2), layout="constrained")
     ax = fig.add_subplot()
-    group = _group_column(rows)
-    colors, markers = _colors(rows[group]) if group else ({}, {})
+    group = style.group_column(rows)
+    colors, markers = style.group_colors(rows[group]) if group else ({}, {})
     depth = pd.to_numeric(rows["n_layers"], errors="coerce") if "n_layers" in rows else pd.Series(np.nan, rows.index)
     dmax = max(float(depth.max()), 1.0) if depth.notna().any() else 1.0
 
@@ -329,72 +168,55 @@ def plot_threshold(table: pd.DataFrame, score: str | None = None, axis: str = "d
         ax.scatter(x, y, s=[to_size(v) for v in depth.loc[part.index]], color=colors.get(key, "#1f77b4"),
                    marker=markers.get(key, "o"), alpha=0.75, edgecolors="white", linewidths=0.8, zorder=3,
                    label=str(key))
-    _log2_axis(ax, pd.to_numeric(rows[axis]).to_numpy(float))
-    ax.set_xlabel(AXIS_LABELS.get(axis, axis) + (", log scale" if ax.get_xscale() == "log" else ""))
-    ax.set_ylabel(score_label(table, score))
+    style.log2_axis(ax, pd.to_numeric(rows[axis]).to_numpy(float))
+    ax.set_xlabel(style.AXIS_LABELS.get(axis, axis) + (", log scale" if ax.get_xscale() == "log" else ""))
+    ax.set_ylabel(style.score_label(table, score))
     ax.grid(color="#e5e5e5", linewidth=0.6)
     if result.found:
         xline = math.sqrt(result.below * result.threshold) if ax.get_xscale() == "log" else \
             (result.below + result.threshold) / 2
         ax.axvline(xline, color="#b22222", ls="--", lw=1.5, zorder=1)
         side = "≥" if result.better_side == "above" else "<"
-        ax.text(xline, 1.0, f" {axis} {side} {_fmt_number(result.threshold)}", transform=ax.get_xaxis_transform(),
+        ax.text(xline, 1.0, f" {axis} {side} {style.format_number(result.threshold)}", transform=ax.get_xaxis_transform(),
                 ha="left", va="bottom", color="#b22222", fontsize=9, clip_on=False)
-        sub = (f"threshold: {axis} {side} {_fmt_number(result.threshold)}, D = {result.effect:.2f}, permutation "
-               f"p {_p_text(result.p_value)}, " + ("clean split" if result.clean else "sides overlap"))
-        title = f"{_short(score)} against {axis}: threshold at {_fmt_number(result.threshold)}"
+        sub = (f"threshold: {axis} {side} {style.format_number(result.threshold)}, D = {result.effect:.2f}, permutation "
+               f"p {style.p_text(result.p_value)}, " + ("clean split" if result.clean else "sides overlap"))
+        title = f"{style.short_name(score)} against {axis}: threshold at {style.format_number(result.threshold)}"
     else:
-        title = f"{_short(score)} against {axis}: no threshold"
+        title = f"{style.short_name(score)} against {axis}: no threshold"
         sub = result.reason
     if result.confounded_with:
         sub += "; caution: " + ", ".join(f"{k} moves with {axis} (rho {v:+.2f})"
                                          for k, v in result.confounded_with.items())
     if note:
         title += f" ({note})"
-    _title(fig, title, _wrap(sub, 95))
-    _legends_outside(ax, group, (depth.dropna().unique(), to_size, "depth\n(marker size,\nlayers)", _fmt_number)
+    style.set_title(fig, title, style.wrap_text(sub, 95))
+    style.legends_outside(ax, group, (depth.dropna().unique(), to_size, "depth\n(marker size,\nlayers)", style.format_number)
                      if depth.notna().any() else None)
-    _pad_y(ax)
+    style.pad_y(ax)
     fig.slm_result = result
     return fig
-
-
-def _log_ticks(ax, values) -> None:
-    """Log x axis: labelled ticks at 1-2-5 steps when the data span under two decades, else at decades."""
-    values = np.asarray(values, float)
-    values = values[np.isfinite(values) & (values > 0)]
-    span = values.max() / values.min() if len(values) else 1.0
-    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0) if span < 100 else (1.0,)))
-    ax.xaxis.set_minor_locator(LogLocator(base=10, subs=tuple(range(1, 10))))
-    ax.xaxis.set_major_formatter(FuncFormatter(_si))
-    ax.xaxis.set_minor_formatter(NullFormatter())
-
-
-def _pad_y(ax, frac=0.12) -> None:
-    lo, hi = ax.get_ylim()
-    span = hi - lo or 1.0
-    ax.set_ylim(lo - frac * span, hi + frac * span)
 
 
 def plot_depth(table: pd.DataFrame, tasks: list[str] | None = None, max_panels: int = 9) -> Figure:
     """One panel per lm-eval task (and suite average): score against depth; points are runs, lines the mean
     per family at each depth. Without lm-eval scores: one panel of validation NLL."""
-    rows = _completed(table)
+    rows = style.completed_runs(table)
     if "n_layers" not in rows or pd.to_numeric(rows["n_layers"], errors="coerce").notna().sum() == 0:
-        return placeholder("Depth", "the results have no n_layers values")
+        return style.placeholder("Depth", "the results have no n_layers values")
     columns = [f"score_{t}" for t in (tasks or task_names(rows))]
     columns += [c for c in rows.columns if c.startswith("avg_") and rows[c].notna().any() and not tasks]
     note = ""
     if not columns:
         if "val_nll" not in rows or rows["val_nll"].notna().sum() == 0:
-            return placeholder("Depth", "no lm-eval scores and no validation NLL in the results")
+            return style.placeholder("Depth", "no lm-eval scores and no validation NLL in the results")
         columns, note = ["val_nll"], "no lm-eval scores: validation NLL shown"
     columns = columns[:max_panels]
     ncol = min(3, len(columns))
     nrow = math.ceil(len(columns) / ncol)
-    fig = _figure(figsize=(max(4.2 * ncol + 0.6, 7.5), 3.5 * nrow + 1.3), layout="constrained")
+    fig = style.new_figure(figsize=(max(4.2 * ncol + 0.6, 7.5), 3.5 * nrow + 1.3), layout="constrained")
     axes = fig.subplots(nrow, ncol, squeeze=False)
-    group = _group_column(rows)
+    group = style.group_column(rows)
     depth_values = pd.to_numeric(rows["n_layers"], errors="coerce")
     # A grid that crosses depth with width (several d_model at one depth): one line per width; otherwise
     # (e.g. a fixed parameter budget, where width follows depth) one line per family through the depth means.
@@ -402,15 +224,15 @@ def plot_depth(table: pd.DataFrame, tasks: list[str] | None = None, max_panels: 
         ["_g", "n_layers"])["d_model"].nunique().max() > 1
     if crossed:
         series = (rows[group].astype(str) + " " if group else "") + "d" + \
-            pd.to_numeric(rows["d_model"], errors="coerce").map(_fmt_number)
+            pd.to_numeric(rows["d_model"], errors="coerce").map(style.format_number)
         how = "lines: one per " + (f"{group} and " if group else "") + "width (d_model)"
     else:
         series = rows[group].astype(str) if group else pd.Series("all", rows.index)
         how = "lines: mean per " + (group or "group") + " at each depth"
     keys_sorted = sorted(series.unique(), key=lambda k: (k.split(" d")[0], float(k.rsplit("d", 1)[-1])
                                                          if crossed and k.rsplit("d", 1)[-1].isdigit() else 0))
-    colors = {k: PALETTE[i % len(PALETTE)] for i, k in enumerate(keys_sorted)}
-    markers = {k: MARKERS[i % len(MARKERS)] for i, k in enumerate(keys_sorted)}
+    colors = {k: style.PALETTE[i % len(style.PALETTE)] for i, k in enumerate(keys_sorted)}
+    markers = {k: style.MARKERS[i % len(style.MARKERS)] for i, k in enumerate(keys_sorted)}
     for ax, column in zip(axes.flat, columns):
         part = rows[pd.to_numeric(rows[column], errors="coerce").notna() & depth_values.notna()]
         for key in keys_sorted:
@@ -427,10 +249,10 @@ def plot_depth(table: pd.DataFrame, tasks: list[str] | None = None, max_panels: 
         if part.empty:
             ax.text(0.5, 0.5, "no values", ha="center", va="center", transform=ax.transAxes, color="#777777")
         else:
-            _log2_axis(ax, pd.to_numeric(part["n_layers"]).to_numpy(float))
-        ax.set_title(_short(column), fontsize=10)
-        ax.set_xlabel(AXIS_LABELS["n_layers"] + (", log scale" if ax.get_xscale() == "log" else ""))
-        ax.set_ylabel(_wrap(score_label(table, column), 38), fontsize=9)
+            style.log2_axis(ax, pd.to_numeric(part["n_layers"]).to_numpy(float))
+        ax.set_title(style.short_name(column), fontsize=10)
+        ax.set_xlabel(style.AXIS_LABELS["n_layers"] + (", log scale" if ax.get_xscale() == "log" else ""))
+        ax.set_ylabel(style.wrap_text(style.score_label(table, column), 38), fontsize=9)
         ax.grid(color="#e5e5e5", linewidth=0.6)
         ax.tick_params(labelsize=8)
     for ax in list(axes.flat)[len(columns):]:
@@ -440,27 +262,27 @@ def plot_depth(table: pd.DataFrame, tasks: list[str] | None = None, max_panels: 
         fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 6), fontsize=8,
                    frameon=False)
     title = "Score against depth" + (" per task" if len(columns) > 1 else "")
-    _title(fig, title + (f" ({note})" if note else ""), "points: runs; " + how)
+    style.set_title(fig, title + (f" ({note})" if note else ""), "points: runs; " + how)
     return fig
 
 
 def plot_throughput(table: pd.DataFrame, score: str | None = None) -> Figure:
     """Score against batch-1 decode speed (log axis); marker area = peak memory during decode."""
-    score, note = choose_score(table, score)
+    score, note = style.choose_score(table, score)
     if score is None:
-        return placeholder("Throughput vs accuracy", note)
-    rows = _completed(table)
+        return style.placeholder("Throughput vs accuracy", note)
+    rows = style.completed_runs(table)
     if "decode_tokens_per_s" not in rows or rows["decode_tokens_per_s"].notna().sum() == 0:
-        return placeholder("Throughput vs accuracy", "no decode throughput in the results: it is measured by "
+        return style.placeholder("Throughput vs accuracy", "no decode throughput in the results: it is measured by "
                            "slm-eval (eval.throughput in result.json) with throughput enabled")
     rows = rows[pd.to_numeric(rows["decode_tokens_per_s"], errors="coerce").notna()
                 & pd.to_numeric(rows[score], errors="coerce").notna()]
     if rows.empty:
-        return placeholder("Throughput vs accuracy", f"no run has both a decode speed and {score}")
-    fig = _figure(figsize=(8.5, 5.2), layout="constrained")
+        return style.placeholder("Throughput vs accuracy", f"no run has both a decode speed and {score}")
+    fig = style.new_figure(figsize=(8.5, 5.2), layout="constrained")
     ax = fig.add_subplot()
-    group = _group_column(rows)
-    colors, markers = _colors(rows[group]) if group else ({}, {})
+    group = style.group_column(rows)
+    colors, markers = style.group_colors(rows[group]) if group else ({}, {})
     mem = pd.to_numeric(rows.get("peak_memory_bytes"), errors="coerce") / 2 ** 20 if "peak_memory_bytes" in rows \
         else pd.Series(np.nan, rows.index)
     mmax = float(mem.max()) if mem.notna().any() else 1.0
@@ -476,111 +298,44 @@ def plot_throughput(table: pd.DataFrame, score: str | None = None) -> Figure:
     speeds = rows["decode_tokens_per_s"].astype(float)
     if speeds.max() / max(speeds.min(), 1e-9) >= 3:
         ax.set_xscale("log")
-        _log_ticks(ax, speeds)
-    ax.set_xlabel(AXIS_LABELS["decode_tokens_per_s"] + (", log scale" if ax.get_xscale() == "log" else ""))
-    ax.set_ylabel(score_label(table, score))
+        style.log_ticks(ax, speeds)
+    ax.set_xlabel(style.AXIS_LABELS["decode_tokens_per_s"] + (", log scale" if ax.get_xscale() == "log" else ""))
+    ax.set_ylabel(style.score_label(table, score))
     ax.grid(color="#e5e5e5", linewidth=0.6)
     measure = rows["peak_memory_measure"].dropna().astype(str).unique() if "peak_memory_measure" in rows else []
     what = {"cuda_max_memory_allocated": "GPU allocated", "process_peak_rss": "process RSS"}
     mem_title = "peak memory\n(marker size, MiB" + (",\n" + "/".join(what.get(m, m) for m in measure)
                                                     if len(measure) else "") + ")"
-    _legends_outside(ax, group, (mem.dropna().to_numpy(), to_size, mem_title, lambda v: f"{v:,.0f}")
+    style.legends_outside(ax, group, (mem.dropna().to_numpy(), to_size, mem_title, lambda v: f"{v:,.0f}")
                      if mem.notna().any() else None)
-    _pad_y(ax)
+    style.pad_y(ax)
     ax.margins(x=0.08)
     devices = rows["decode_device"].dropna().astype(str).unique() if "decode_device" in rows else []
     sub = "batch 1, greedy decode" + (f" on {', '.join(devices)}" if len(devices) else "")
     if "process_peak_rss" in list(measure):
         sub += "; process RSS includes everything the process held: compare within one command only"
-    _title(fig, f"{_short(score)} against decode speed" + (f" ({note})" if note else ""), _wrap(sub, 95))
+    style.set_title(fig, f"{style.short_name(score)} against decode speed" + (f" ({note})" if note else ""), style.wrap_text(sub, 95))
     if len(rows) <= 16:
-        _settle(fig)
-        _label_points(ax, speeds.to_numpy(), rows[score].astype(float).to_numpy(), labels.tolist(),
+        style.settle_layout(fig)
+        style.label_points(ax, speeds.to_numpy(), rows[score].astype(float).to_numpy(), labels.tolist(),
                       [to_size(v) for v in mem.loc[rows.index]])
     return fig
-
-
-def _label_points(ax, x, y, labels, sizes=None, fontsize=7.5) -> None:
-    """Labels next to points, each put at whichever of eight spots around its point overlaps least with the
-    labels already placed and with the other points (estimated in display space, no renderer needed)."""
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    sizes = np.full(len(x), 40.0) if sizes is None else np.asarray(sizes, float)
-    pts = ax.transData.transform(np.column_stack([x, y]))
-    scale = ax.figure.dpi / 72.0
-    radius = np.sqrt(np.maximum(sizes, 1.0)) / 2 * scale          # marker radius in pixels
-    placed: list[tuple[float, float, float, float]] = []
-    points = [(px - r, py - r, px + r, py + r) for (px, py), r in zip(pts, radius)]
-
-    def overlap(a, b) -> float:
-        w = min(a[2], b[2]) - max(a[0], b[0])
-        h = min(a[3], b[3]) - max(a[1], b[1])
-        return w * h if w > 0 and h > 0 else 0.0
-
-    axes_box = ax.get_window_extent()
-    for i in np.argsort(-pts[:, 1]):
-        w = 0.58 * fontsize * len(str(labels[i])) * scale
-        h = 1.2 * fontsize * scale
-        gap = radius[i] + 2 * scale
-        best = None
-        for dx, dy, ha, va in ((gap, gap * 0.5, "left", "bottom"), (gap, -gap * 0.5, "left", "top"),
-                               (-gap, gap * 0.5, "right", "bottom"), (-gap, -gap * 0.5, "right", "top"),
-                               (0, gap, "center", "bottom"), (0, -gap, "center", "top"),
-                               (gap, 0, "left", "center"), (-gap, 0, "right", "center")):
-            px, py = pts[i][0] + dx, pts[i][1] + dy
-            x0 = px if ha == "left" else px - w if ha == "right" else px - w / 2
-            y0 = py if va == "bottom" else py - h if va == "top" else py - h / 2
-            box = (x0, y0, x0 + w, y0 + h)
-            cost = sum(overlap(box, b) for b in placed) * 3
-            cost += sum(overlap(box, b) for j, b in enumerate(points) if j != i)
-            outside = max(0, axes_box.x0 - box[0]) + max(0, box[2] - axes_box.x1) + \
-                max(0, axes_box.y0 - box[1]) + max(0, box[3] - axes_box.y1)
-            cost += outside * h * 4
-            cx, cy = (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
-            own = math.hypot(cx - pts[i][0], cy - pts[i][1])
-            others = [math.hypot(cx - q[0], cy - q[1]) for j, q in enumerate(pts) if j != i]
-            if others and min(others) < own:  # the label would read as another point's
-                cost += w * h * 0.75
-            if best is None or cost < best[0] - 1e-9:
-                best = (cost, dx, dy, ha, va, box)
-        _, dx, dy, ha, va, box = best
-        placed.append(box)
-        ax.annotate(str(labels[i]), (x[i], y[i]), xytext=(dx / scale, dy / scale), textcoords="offset points",
-                    ha=ha, va=va, fontsize=fontsize, color="#333333", zorder=5)
-
-
-def _legends_outside(ax, group, size_legend=None) -> None:
-    """Group legend and (optionally) the marker-size legend, stacked to the right of the axes."""
-    handles, labels = ax.get_legend_handles_labels()
-    first = ax.legend(handles, labels, title=group, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8,
-                      title_fontsize=8, framealpha=0.9, markerscale=0.7, borderaxespad=0)
-    if size_legend is None:
-        return
-    ax.add_artist(first)
-    values, to_size, title, fmt = size_legend
-    values = np.asarray([v for v in values if np.isfinite(v)], float)
-    if not len(values):
-        return
-    picks = sorted({values.min(), float(np.median(values)), values.max()})
-    marks = [Line2D([], [], ls="", marker="o", color="#999999", alpha=0.6, markersize=math.sqrt(to_size(v)),
-                    label=fmt(v)) for v in picks]
-    ax.legend(handles=marks, title=title, loc="lower left", bbox_to_anchor=(1.01, 0.0), fontsize=8,
-              title_fontsize=8, labelspacing=1.3, borderpad=0.9, framealpha=0.9, borderaxespad=0)
 
 
 def plot_pareto(table: pd.DataFrame, x: str = "train_flops", y: str = "val_nll") -> Figure:
     """Validation NLL against training FLOPs (log axis); the Pareto frontier (no run has both less compute
     and lower NLL) as a step line, its runs labelled."""
-    rows = _completed(table)
+    rows = style.completed_runs(table)
     for column in (x, y):
         if column not in rows or pd.to_numeric(rows[column], errors="coerce").notna().sum() == 0:
-            return placeholder("NLL vs training FLOPs", f"the results have no {column} values (completed runs)")
+            return style.placeholder("NLL vs training FLOPs", f"the results have no {column} values (completed runs)")
     rows = rows[pd.to_numeric(rows[x], errors="coerce").notna() & pd.to_numeric(rows[y], errors="coerce").notna()]
     lower_y = not higher_is_better(table, y)
     mask = pareto_mask(rows[x].astype(float), rows[y].astype(float), True, lower_y)
-    fig = _figure(figsize=(8.5, 5.2), layout="constrained")
+    fig = style.new_figure(figsize=(8.5, 5.2), layout="constrained")
     ax = fig.add_subplot()
-    group = _group_column(rows)
-    colors, markers = _colors(rows[group]) if group else ({}, {})
+    group = style.group_column(rows)
+    colors, markers = style.group_colors(rows[group]) if group else ({}, {})
     for key, part in rows.groupby(rows[group].astype(str) if group else pd.Series("all", rows.index)):
         ax.scatter(part[x].astype(float), part[y].astype(float), color=colors.get(key, "#1f77b4"),
                    marker=markers.get(key, "o"), s=40, alpha=0.75, edgecolors="white", linewidths=0.6, label=key,
@@ -592,19 +347,19 @@ def plot_pareto(table: pd.DataFrame, x: str = "train_flops", y: str = "val_nll")
     xs = rows[x].astype(float)
     if xs.max() / max(xs.min(), 1e-300) >= 3:
         ax.set_xscale("log")
-        _log_ticks(ax, xs)
-    ax.xaxis.set_major_formatter(FuncFormatter(_si))
-    ax.set_xlabel(AXIS_LABELS.get(x, x) + (", log scale" if ax.get_xscale() == "log" else ""))
-    ax.set_ylabel(score_label(table, y))
+        style.log_ticks(ax, xs)
+    ax.xaxis.set_major_formatter(FuncFormatter(style.si_ticks))
+    ax.set_xlabel(style.AXIS_LABELS.get(x, x) + (", log scale" if ax.get_xscale() == "log" else ""))
+    ax.set_ylabel(style.score_label(table, y))
     ax.grid(color="#e5e5e5", linewidth=0.6)
-    _legends_outside(ax, group)
-    _pad_y(ax, 0.08)
+    style.legends_outside(ax, group)
+    style.pad_y(ax, 0.08)
     ax.margins(x=0.08)
-    _title(fig, f"{_short(y)} against training compute: {int(mask.sum())} of {len(rows)} runs on the Pareto frontier",
+    style.set_title(fig, f"{style.short_name(y)} against training compute: {int(mask.sum())} of {len(rows)} runs on the Pareto frontier",
            "training FLOPs = FLOPs per token (PaLM: 6N + 12·L·H·hd·T) × training tokens")
     if len(front) <= 12:
-        _settle(fig)
-        _label_points(ax, fx, fy, run_labels(rows).loc[front.index].tolist(), [110] * len(fx))
+        style.settle_layout(fig)
+        style.label_points(ax, fx, fy, run_labels(rows).loc[front.index].tolist(), [110] * len(fx))
     return fig
 
 
@@ -612,7 +367,7 @@ def plot_heatmap(table: pd.DataFrame, tasks: list[str] | None = None, score: str
                  max_rows: int = 60) -> Figure:
     """Runs (configurations, seeds pooled) x tasks. Colour: rank within each task (1 = best on that task,
     0 = worst), so tasks on different scales and directions share one colour bar; each cell shows the value."""
-    rows = _completed(table)
+    rows = style.completed_runs(table)
     columns = [f"score_{t}" for t in (tasks or task_names(rows))]
     columns += [c for c in rows.columns if c.startswith("avg_") and rows[c].notna().any() and not tasks]
     note = ""
@@ -620,15 +375,15 @@ def plot_heatmap(table: pd.DataFrame, tasks: list[str] | None = None, score: str
         columns = [c for c in ("val_nll", "val_ppl") if c in rows and rows[c].notna().any()]
         note = "no lm-eval scores: validation NLL and perplexity shown"
         if not columns:
-            return placeholder("Per-task heatmap", "no lm-eval scores and no validation NLL in the results")
-    order_by, _ = choose_score(rows, score)
+            return style.placeholder("Per-task heatmap", "no lm-eval scores and no validation NLL in the results")
+    order_by, _ = style.choose_score(rows, score)
     frames = []
     for column in columns:
         units, _, _ = units_of(rows, column)
         if len(units):
             frames.append(units.set_index("label")["value"].rename(column))
     if not frames:
-        return placeholder("Per-task heatmap", "no completed run has a score")
+        return style.placeholder("Per-task heatmap", "no completed run has a score")
     grid = pd.concat(frames, axis=1)
     if order_by in grid:
         grid = grid.sort_values(order_by, ascending=not higher_is_better(table, order_by), na_position="last")
@@ -642,7 +397,7 @@ def plot_heatmap(table: pd.DataFrame, tasks: list[str] | None = None, score: str
         count = values.notna().sum()
         ranks[column] = (r - 1) / (count - 1) if count > 1 else 0.5
     nr, nc = grid.shape
-    fig = _figure(figsize=(max(6.0, 1.25 * nc + 4.0), 1.6 + 0.3 * nr), layout="constrained")
+    fig = style.new_figure(figsize=(max(6.0, 1.25 * nc + 4.0), 1.6 + 0.3 * nr), layout="constrained")
     ax = fig.add_subplot()
     image = ax.imshow(ranks.to_numpy(float), aspect="auto", cmap="viridis", vmin=0, vmax=1)
     for i in range(nr):
@@ -650,9 +405,9 @@ def plot_heatmap(table: pd.DataFrame, tasks: list[str] | None = None, score: str
             value = grid.iat[i, j]
             if np.isfinite(value):
                 shade = ranks.iat[i, j]
-                ax.text(j, i, _cell(value), ha="center", va="center", fontsize=7.5,
+                ax.text(j, i, style.cell_text(value), ha="center", va="center", fontsize=7.5,
                         color="black" if np.isfinite(shade) and shade > 0.55 else "white")
-    ax.set_xticks(range(nc), [_column_title(table, c) for c in grid],
+    ax.set_xticks(range(nc), [style.column_title(table, c) for c in grid],
                   fontsize=8.5, rotation=30, ha="left", rotation_mode="anchor")
     ax.set_yticks(range(nr), grid.index.tolist(), fontsize=8.5)
     ax.set_xlabel("task (↑ higher is better, ↓ lower is better)")
@@ -661,23 +416,9 @@ def plot_heatmap(table: pd.DataFrame, tasks: list[str] | None = None, score: str
     ax.xaxis.set_label_position("top")
     bar = fig.colorbar(image, ax=ax, shrink=0.8, pad=0.02)
     bar.set_label("rank within the task (1 = best, 0 = worst)")
-    _title(fig, "Per-task scores" + (f" ({note})" if note else ""),
+    style.set_title(fig, "Per-task scores" + (f" ({note})" if note else ""),
            "cells: the task's headline value; colour: rank among the configurations on that task")
     return fig
-
-
-def _column_title(table: pd.DataFrame, column: str) -> str:
-    metric = (metric_of(table, column) or "").split(",")[0]
-    arrow = " ↑" if higher_is_better(table, column) else " ↓"
-    return _short(column) + (f"\n{metric}" if metric else "") + arrow
-
-
-def _cell(value: float) -> str:
-    if abs(value) >= 1000:
-        return f"{value:.3g}"
-    if abs(value) >= 10:
-        return f"{value:.1f}"
-    return f"{value:.3f}"
 
 
 PLOTTERS = {"tiers": plot_tiers, "threshold": plot_threshold, "depth": plot_depth, "throughput": plot_throughput,
@@ -700,14 +441,14 @@ def save(fig: Figure, out_dir: str | os.PathLike, name: str, formats=FORMATS) ->
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "slm"}):
         for fmt in formats:
             path = out_dir / f"{name}.{fmt}"
-            fig.savefig(path, dpi=DPI, format=fmt, metadata={"Date": None} if fmt == "svg" else None)
+            fig.savefig(path, dpi=style.DPI, format=fmt, metadata={"Date": None} if fmt == "svg" else None)
             paths.append(path)
     return paths
 
 
 def draw(kind: str, table: pd.DataFrame, out_dir: str | os.PathLike | None = None, formats=FORMATS,
          **kwargs) -> tuple[Figure, list[Path]]:
-    """Draw one plot (KINDS) and save it under out_dir if given. A plot that raises becomes a placeholder
+    """Draw one plot (KINDS) and save it under out_dir if given. A plot that raises becomes a style.placeholder
     naming the error, so one bad column never loses the others."""
     if kind not in PLOTTERS:
         raise ValueError(f"unknown plot kind {kind!r}; choose one of: {', '.join(KINDS)}, all")
@@ -717,7 +458,7 @@ def draw(kind: str, table: pd.DataFrame, out_dir: str | os.PathLike | None = Non
         raise
     except Exception as err:  # noqa: BLE001 - draw the others; say what went wrong here
         log.exception("%s plot failed", kind)
-        fig = placeholder(TITLES[kind], f"{type(err).__name__}: {err}")
+        fig = style.placeholder(TITLES[kind], f"{type(err).__name__}: {err}")
     paths = save(fig, out_dir, FILE_NAMES[kind], formats) if out_dir is not None else []
     return fig, paths
 

@@ -1,0 +1,293 @@
+"""What the six plots share: colours and markers, axis labels with units, the score column to plot,
+number formats, figure and title helpers, label placement and legends (analysis.plots draws the plots).
+
+Figures are matplotlib.figure.Figure objects with their own Agg canvas (no pyplot state), so everything
+works headless and in notebooks alike.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+from analysis.collect import higher_is_better, metric_of, task_names
+
+log = logging.getLogger("analysis.plots")  # one logger for the plots and their placeholders
+
+
+DPI = 150
+
+
+PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+           "#17becf"]
+
+
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "<", ">", "*"]
+
+
+METRIC_NAMES = {"acc": "accuracy", "acc_norm": "normalised accuracy", "exact_match": "exact match",
+                 "bits_per_byte": "bits per byte", "byte_perplexity": "byte perplexity",
+                 "word_perplexity": "word perplexity", "mc2": "MC2"}
+
+
+FRACTION_METRICS = ("acc", "acc_norm", "exact_match", "mc1", "mc2", "f1", "em")
+
+
+AXIS_LABELS = {
+    "val_nll": "validation NLL (nats/token)",
+    "val_ppl": "validation perplexity",
+    "d_model": "hidden size d_model (channels)",
+    "n_layers": "depth (layers)",
+    "train_flops": "training compute (FLOPs)",
+    "flops_per_token": "training FLOPs per token",
+    "params_total": "parameters",
+    "params_non_embedding": "non-embedding parameters",
+    "tokens": "training tokens",
+    "decode_tokens_per_s": "batch-1 decode speed (tokens/s)",
+    "time_to_first_token_s": "time to first token (s)",
+    "train_tokens_per_s": "training throughput (tokens/s)",
+}
+
+
+def score_label(table: pd.DataFrame, column: str, direction: bool = True) -> str:
+    """Axis label of a score column with its unit and which way is better."""
+    if column in AXIS_LABELS:
+        text = AXIS_LABELS[column]
+    elif column.startswith("score_"):
+        task = column[len("score_"):]
+        metric = (metric_of(table, column) or "").split(",")[0]
+        name = METRIC_NAMES.get(metric, metric or "score")
+        unit = " (fraction)" if metric in FRACTION_METRICS else ""
+        text = f"{task}: {name}{unit}"
+    elif column.startswith("avg_"):
+        text = f"{column[len('avg_'):]} suite: mean score"
+    else:
+        text = column
+    if direction:
+        text += ", higher is better" if higher_is_better(table, column) else ", lower is better"
+    return text
+
+
+def choose_score(table: pd.DataFrame, score: str | None = None) -> tuple[str | None, str]:
+    """(score column, note): the requested one, else a suite average, else the first lm-eval task score,
+    else the validation NLL; note is "" or says that a fallback was used."""
+    if score:
+        if score not in table:
+            raise KeyError(f"no column {score!r} in the results (columns: {', '.join(score_columns(table))})")
+        return score, ""
+    averages = [c for c in table.columns if c.startswith("avg_") and table[c].notna().any()]
+    if averages:
+        preferred = [c for c in averages if c == "avg_study7"]
+        return (preferred or averages)[0], ""
+    tasks = [f"score_{t}" for t in task_names(table)]
+    accuracy = [c for c in tasks if higher_is_better(table, c)]
+    if accuracy or tasks:
+        return (accuracy or tasks)[0], ""
+    if "val_nll" in table and table["val_nll"].notna().any():
+        return "val_nll", "no lm-eval scores: validation NLL used as the score"
+    return None, "no score: no lm-eval scores and no validation NLL"
+
+
+def score_columns(table: pd.DataFrame) -> list[str]:
+    return [c for c in table.columns if c.startswith(("score_", "avg_")) or c in ("val_nll", "val_ppl")]
+
+
+def completed_runs(table: pd.DataFrame) -> pd.DataFrame:
+    return table[table["status"] == "completed"] if "status" in table else table
+
+
+def group_colors(values: pd.Series) -> tuple[dict, dict]:
+    keys = sorted(values.dropna().astype(str).unique())
+    return ({k: PALETTE[i % len(PALETTE)] for i, k in enumerate(keys)},
+            {k: MARKERS[i % len(MARKERS)] for i, k in enumerate(keys)})
+
+
+def group_column(table: pd.DataFrame) -> str | None:
+    """What colours the points: objective when it varies (causal vs diffusion), else family."""
+    for column in ("objective", "family"):
+        if column in table and table[column].dropna().astype(str).nunique() > 1:
+            return column
+    return "family" if "family" in table else None
+
+
+def format_number(value: float) -> str:
+    if value is None or not math.isfinite(value):
+        return "n/a"
+    if float(value).is_integer() and abs(value) < 1e6:
+        return f"{int(value)}"
+    return f"{value:.3g}"
+
+
+def si_ticks(value, _pos=None) -> str:
+    for scale, suffix in ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:g}{suffix}"
+    return f"{value:g}"
+
+
+def new_figure(**kwargs) -> Figure:
+    """A Figure with an Agg canvas of its own (no pyplot, no global state)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = Figure(**kwargs)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def settle_layout(fig: Figure) -> None:
+    """Run the layout now, so that positions in display space are final (for label placement)."""
+    engine = fig.get_layout_engine()
+    if engine is not None:
+        engine.execute(fig)
+
+
+def set_title(fig: Figure, title: str, subtitle: str = "") -> None:
+    fig.suptitle(title + (f"\n{subtitle}" if subtitle else ""), fontsize=11, fontweight="normal")
+
+
+def placeholder(title: str, reason: str, size=(7.5, 3.0)) -> Figure:
+    """A figure that says which plot is missing and why (so reports keep their six slots)."""
+    fig = new_figure(figsize=size, layout="constrained")
+    ax = fig.add_subplot()
+    ax.set_axis_off()
+    ax.text(0.5, 0.5, reason, ha="center", va="center", wrap=True, fontsize=10, color="#444444",
+            transform=ax.transAxes)
+    set_title(fig, f"{title}: not drawn")
+    fig.slm_placeholder = reason
+    log.warning("%s: not drawn: %s", title, reason)
+    return fig
+
+
+def p_text(p: float) -> str:
+    return "< 0.001" if p < 0.001 else f"= {p:.2g}"
+
+
+def short_name(score: str) -> str:
+    if score.startswith("score_"):
+        return score[len("score_"):]
+    if score.startswith("avg_"):
+        return f"{score[len('avg_'):]} average"
+    return {"val_nll": "validation NLL", "val_ppl": "validation perplexity"}.get(score, score)
+
+
+def wrap_text(text: str, width: int) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.fill(line, width) for line in text.split("\n"))
+
+
+def log2_axis(ax, values) -> None:
+    values = sorted({float(v) for v in values if np.isfinite(v) and v > 0})
+    if len(values) >= 2 and values[-1] / values[0] >= 4:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(values)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: format_number(v)))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlim(values[0] / 1.25, values[-1] * 1.25)
+    else:
+        ax.set_xticks(values)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: format_number(v)))
+
+
+def log_ticks(ax, values) -> None:
+    """Log x axis: labelled ticks at 1-2-5 steps when the data span under two decades, else at decades."""
+    values = np.asarray(values, float)
+    values = values[np.isfinite(values) & (values > 0)]
+    span = values.max() / values.min() if len(values) else 1.0
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0) if span < 100 else (1.0,)))
+    ax.xaxis.set_minor_locator(LogLocator(base=10, subs=tuple(range(1, 10))))
+    ax.xaxis.set_major_formatter(FuncFormatter(si_ticks))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
+def pad_y(ax, frac=0.12) -> None:
+    lo, hi = ax.get_ylim()
+    span = hi - lo or 1.0
+    ax.set_ylim(lo - frac * span, hi + frac * span)
+
+
+def label_points(ax, x, y, labels, sizes=None, fontsize=7.5) -> None:
+    """Labels next to points, each put at whichever of eight spots around its point overlaps least with the
+    labels already placed and with the other points (estimated in display space, no renderer needed)."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    sizes = np.full(len(x), 40.0) if sizes is None else np.asarray(sizes, float)
+    pts = ax.transData.transform(np.column_stack([x, y]))
+    scale = ax.figure.dpi / 72.0
+    radius = np.sqrt(np.maximum(sizes, 1.0)) / 2 * scale          # marker radius in pixels
+    placed: list[tuple[float, float, float, float]] = []
+    points = [(px - r, py - r, px + r, py + r) for (px, py), r in zip(pts, radius)]
+
+    def overlap(a, b) -> float:
+        w = min(a[2], b[2]) - max(a[0], b[0])
+        h = min(a[3], b[3]) - max(a[1], b[1])
+        return w * h if w > 0 and h > 0 else 0.0
+
+    axes_box = ax.get_window_extent()
+    for i in np.argsort(-pts[:, 1]):
+        w = 0.58 * fontsize * len(str(labels[i])) * scale
+        h = 1.2 * fontsize * scale
+        gap = radius[i] + 2 * scale
+        best = None
+        for dx, dy, ha, va in ((gap, gap * 0.5, "left", "bottom"), (gap, -gap * 0.5, "left", "top"),
+                               (-gap, gap * 0.5, "right", "bottom"), (-gap, -gap * 0.5, "right", "top"),
+                               (0, gap, "center", "bottom"), (0, -gap, "center", "top"),
+                               (gap, 0, "left", "center"), (-gap, 0, "right", "center")):
+            px, py = pts[i][0] + dx, pts[i][1] + dy
+            x0 = px if ha == "left" else px - w if ha == "right" else px - w / 2
+            y0 = py if va == "bottom" else py - h if va == "top" else py - h / 2
+            box = (x0, y0, x0 + w, y0 + h)
+            cost = sum(overlap(box, b) for b in placed) * 3
+            cost += sum(overlap(box, b) for j, b in enumerate(points) if j != i)
+            outside = max(0, axes_box.x0 - box[0]) + max(0, box[2] - axes_box.x1) + \
+                max(0, axes_box.y0 - box[1]) + max(0, box[3] - axes_box.y1)
+            cost += outside * h * 4
+            cx, cy = (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
+            own = math.hypot(cx - pts[i][0], cy - pts[i][1])
+            others = [math.hypot(cx - q[0], cy - q[1]) for j, q in enumerate(pts) if j != i]
+            if others and min(others) < own:  # the label would read as another point's
+                cost += w * h * 0.75
+            if best is None or cost < best[0] - 1e-9:
+                best = (cost, dx, dy, ha, va, box)
+        _, dx, dy, ha, va, box = best
+        placed.append(box)
+        ax.annotate(str(labels[i]), (x[i], y[i]), xytext=(dx / scale, dy / scale), textcoords="offset points",
+                    ha=ha, va=va, fontsize=fontsize, color="#333333", zorder=5)
+
+
+def legends_outside(ax, group, size_legend=None) -> None:
+    """Group legend and (optionally) the marker-size legend, stacked to the right of the axes."""
+    handles, labels = ax.get_legend_handles_labels()
+    first = ax.legend(handles, labels, title=group, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8,
+                      title_fontsize=8, framealpha=0.9, markerscale=0.7, borderaxespad=0)
+    if size_legend is None:
+        return
+    ax.add_artist(first)
+    values, to_size, title, fmt = size_legend
+    values = np.asarray([v for v in values if np.isfinite(v)], float)
+    if not len(values):
+        return
+    picks = sorted({values.min(), float(np.median(values)), values.max()})
+    marks = [Line2D([], [], ls="", marker="o", color="#999999", alpha=0.6, markersize=math.sqrt(to_size(v)),
+                    label=fmt(v)) for v in picks]
+    ax.legend(handles=marks, title=title, loc="lower left", bbox_to_anchor=(1.01, 0.0), fontsize=8,
+              title_fontsize=8, labelspacing=1.3, borderpad=0.9, framealpha=0.9, borderaxespad=0)
+
+
+def column_title(table: pd.DataFrame, column: str) -> str:
+    metric = (metric_of(table, column) or "").split(",")[0]
+    arrow = " ↑" if higher_is_better(table, column) else " ↓"
+    return short_name(column) + (f"\n{metric}" if metric else "") + arrow
+
+
+def cell_text(value: float) -> str:
+    if abs(value) >= 1000:
+        return f"{value:.3g}"
+    if abs(value) >= 10:
+        return f"{value:.1f}"
+    return f"{value:.3f}"
