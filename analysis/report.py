@@ -144,8 +144,8 @@ def sections(table: pd.DataFrame, results_path: str, score: str | None = None) -
     return out
 
 
-def _markdown(title: str, parts: list, notes: dict) -> str:
-    text = [f"# {title}\n", f"_Generated {datetime.now(timezone.utc).isoformat(timespec='seconds')} by slm-report._\n"]
+def _markdown(title: str, parts: list, notes: dict, generated: str) -> str:
+    text = [f"# {title}\n", f"_Generated {generated} by slm-report._\n"]
     for heading, blocks in parts:
         text.append(f"\n## {heading}\n")
         for block in blocks:
@@ -168,7 +168,7 @@ img{max-width:100%;border:1px solid #eee;margin:0.5em 0}code{background:#f4f4f4;
 .note{color:#666;font-size:0.9em}"""
 
 
-def _html(title: str, parts: list, notes: dict) -> str:
+def _html(title: str, parts: list, notes: dict, generated: str) -> str:
     import re
 
     def inline(text: str) -> str:
@@ -177,7 +177,7 @@ def _html(title: str, parts: list, notes: dict) -> str:
         return re.sub(r"`(.+?)`", r"<code>\1</code>", text)
 
     body = [f"<h1>{html.escape(title)}</h1>",
-            f"<p class='note'>Generated {datetime.now(timezone.utc).isoformat(timespec='seconds')} by slm-report.</p>"]
+            f"<p class='note'>Generated {generated} by slm-report.</p>"]
     for heading, blocks in parts:
         body.append(f"<h2>{html.escape(heading)}</h2>")
         for block in blocks:
@@ -210,7 +210,8 @@ def build_report(results_path: str | os.PathLike, out_dir: str | os.PathLike, sc
     drawn = draw_all(table, out_dir / FIGURES, score=score)
     notes = {kind: getattr(fig, "slm_placeholder", None) for kind, (fig, _) in drawn.items()}
     parts = sections(table, str(results_path), score)
-    (out_dir / "report.md").write_text(_markdown(title, parts, notes))
+    generated = datetime.now(timezone.utc).isoformat(timespec="seconds")  # the same stamp in both files
+    (out_dir / "report.md").write_text(_markdown(title, parts, notes, generated))
     path = out_dir / "report.html"
-    path.write_text(_html(title, parts, notes))
+    path.write_text(_html(title, parts, notes, generated))
     return path

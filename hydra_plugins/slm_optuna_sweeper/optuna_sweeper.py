@@ -21,10 +21,8 @@ asking only for the trials still missing. One driver per study at a time (a lock
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import math
-import os
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -151,15 +149,12 @@ class OptunaSweeper(Sweeper):
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
         name = self.study_name or str(self.config.get("run_group", sweep_dir.name))
-        lock = os.open(sweep_dir / ".optuna.lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise HydraException(f"optuna sweeper: another process is driving the study in {sweep_dir}") from None
-        try:
+        from slm.runs.status import run_lock
+
+        with run_lock(sweep_dir, attempts=1, name=".optuna.lock") as held:
+            if not held:
+                raise HydraException(f"optuna sweeper: another process is driving the study in {sweep_dir}")
             return self._optimize(arguments, sweep_dir, name)
-        finally:
-            os.close(lock)
 
     def _optimize(self, arguments: List[str], sweep_dir: Path, name: str) -> list:
         import optuna

@@ -14,9 +14,10 @@ from typing import Any, Optional
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig, OmegaConf
 
+from slm.runs.record import FINAL, load_record, settled
+
 log = logging.getLogger(__name__)
 
-FINAL = ("completed", "failed", "diverged")
 
 
 def one_line(err: BaseException | str, limit: int = 500) -> str:
@@ -74,21 +75,16 @@ def unique(jobs: list[Job]) -> list[Job]:
 
 def finished(job: Job) -> bool:
     """True if the job need not be launched: recorded completed, or failed/diverged without rerun_failed."""
-    from slm.runs.record import load_record
-
-    status = (load_record(job.run_dir) or {}).get("status")
     rerun = job.cfg is not None and bool(OmegaConf.select(job.cfg, "rerun_failed", default=False))
-    return status == "completed" or (status in ("failed", "diverged") and not rerun)
+    return settled((load_record(job.run_dir) or {}).get("status"), rerun)
 
 
 def record_invalid(job: Job, rerun: bool) -> None:
     """Record a job whose config does not compose as failed, unless its record is final already (and
     not to be redone: `rerun`, from rerun_failed)."""
     from slm.runs.job import record_failure
-    from slm.runs.record import load_record
 
-    status = (load_record(job.run_dir) or {}).get("status")
-    if status == "completed" or (status in ("failed", "diverged") and not rerun):
+    if settled((load_record(job.run_dir) or {}).get("status"), rerun):
         return
     job.run_dir.mkdir(parents=True, exist_ok=True)
     record_failure(job.run_dir, {"overrides": job.overrides}, job.error or "invalid config")
@@ -98,7 +94,6 @@ def outcome(job: Job, ret: Optional[JobReturn] = None) -> dict:
     """The job's status, error line and val_nll, from its result.json; a job that raised or left no
     record is recorded failed here (with the launcher's error line when there is one)."""
     from slm.runs.job import record_failure
-    from slm.runs.record import load_record
 
     record = load_record(job.run_dir) or {}
     if record.get("status") not in FINAL and ret is not None and ret.status == JobStatus.FAILED:

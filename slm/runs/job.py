@@ -27,7 +27,7 @@ import yaml
 from slm.model import FLOPS_CONVENTION, config_from_spec, count
 from slm.model.weights import save_model
 from slm.runs.environment import environment
-from slm.runs.record import load_record, now, update_record
+from slm.runs.record import load_record, now, settled, update_record
 from slm.runs.status import run_lock
 from slm.training.config import TrainConfig
 
@@ -81,12 +81,12 @@ def train_run(cfg: dict, run_dir: str | os.PathLike, *, sweep: bool = False, rer
             return {"status": "running", "error": None, "busy": True}
         existing = load_record(run_dir)
         status = existing.get("status") if existing else None
-        if status == "completed":
-            print(f"slm-train: {run_dir} is already completed; nothing to do "
-                  f"(another eval suite: slm-eval {run_dir} --tasks ...)")
-            return existing
-        if sweep and status in ("failed", "diverged") and not rerun_failed:
-            print(f"slm-train: {run_dir} is recorded {status}; skipped (rerun_failed=true runs it again)")
+        if settled(status, rerun_failed=rerun_failed or not sweep):
+            if status == "completed":
+                print(f"slm-train: {run_dir} is already completed; nothing to do "
+                      f"(another eval suite: slm-eval {run_dir} --tasks ...)")
+            else:
+                print(f"slm-train: {run_dir} is recorded {status}; skipped (rerun_failed=true runs it again)")
             return existing
         try:
             setup = _setup(cfg)  # validates the config and prepares the data before anything is written
@@ -156,10 +156,9 @@ def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens
     checkpoint = ModelCheckpoint(dirpath=run_dir / CHECKPOINT.parent, save_top_k=0, save_last=True,
                                  every_n_train_steps=train_cfg.ckpt_interval)
     preemption = SignalCheckpoint(run_dir / CHECKPOINT)
-    # Requeueing is submitit's (conf/hydra/launcher/slurm.yaml): where Lightning would pick SLURMEnvironment
-    # (srun, not an interactive job), it gets one with its own auto-requeue off.
-    under_srun = "SLURM_NTASKS" in os.environ and os.environ.get("SLURM_JOB_NAME") not in ("bash", "interactive")
-    plugins = [SLURMEnvironment(auto_requeue=False)] if under_srun else None
+    # Requeueing is submitit's (conf/hydra/launcher/slurm.yaml): where Lightning would pick SLURMEnvironment,
+    # it gets one with its own auto-requeue off.
+    plugins = [SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else None
     val_every = train_cfg.val_interval or max_steps
     trainer = L.Trainer(
         default_root_dir=run_dir, accelerator=train_cfg.accelerator, devices=1, precision=train_cfg.precision,

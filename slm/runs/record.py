@@ -26,6 +26,13 @@ from pathlib import Path
 SCHEMA_VERSION = 1
 RESULT_FILE = "result.json"
 STATUSES = ("running", "completed", "failed", "diverged")
+FINAL = ("completed", "failed", "diverged")  # a run that ended (running: in progress or interrupted)
+
+
+def settled(status: str | None, rerun_failed: bool = False) -> bool:
+    """True if a run recorded `status` is left alone when its job comes round again: completed, or
+    failed / diverged unless `rerun_failed` (sweeps: rerun_failed=true; a single run always retries)."""
+    return status == "completed" or (status in ("failed", "diverged") and not rerun_failed)
 
 
 def now() -> str:

@@ -46,11 +46,13 @@ class JobState:
 
 
 @contextmanager
-def run_lock(run_dir: Path, attempts: int = 10):
-    """Hold the run's lock (an exclusive flock on run_dir/.lock) for the block; yields False if another
-    process holds it. Retries for a second, since lock_held takes it for an instant to test for a holder."""
+def run_lock(run_dir: Path, attempts: int = 10, name: str = LOCK_FILE):
+    """Hold the run's lock (an exclusive flock on run_dir/.lock, or on run_dir/`name`) for the block;
+    yields False if another process holds it. Retries `attempts` times over a second, since lock_held
+    takes it for an instant to test for a holder."""
+    run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(run_dir / name, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         for _ in range(attempts):
             try:
