@@ -1,0 +1,87 @@
+"""One logit fingerprint per preset: a refactor must leave every preset's function bit-identical.
+
+Each preset is built at its full size from seed 0 (on one thread, so the float summation order is fixed)
+and run on a fixed batch of token ids; the fingerprint is the SHA-256 of the float32 logits plus a few
+values. On a CPU with the instruction set the file was recorded on, the digest must match exactly; on
+another, kernels may round differently, so only the values are compared (to 1e-5).
+
+A change that is meant to alter a preset (a new init scheme, a fixed bug) re-records the file:
+`python -m tests.test_fingerprints` — and says in its commit why the numbers moved.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import PRESETS, compose_model_node
+
+FILE = Path(__file__).parent / "data" / "logit_fingerprints.json"
+
+# Tiny configurations that reach code paths no preset uses (post-norm, learned positions with sharing,
+# every Canon position, soft-caps, partial rotary, bidirectional attention).
+TINY = dict(n_layers=3, d_model=32, n_heads=4, vocab_size=61, context_length=16)
+VARIANTS = {
+    "post_norm_shared_learned": dict(norm_placement="post", norm="layernorm", bias=True, position="learned",
+                                     layer_repeat=2, mlp="relu"),
+    "canon_abcd_gelu_untied": dict(canon_set="ABCD", mlp="gelu", tie_embeddings=False, n_kv_heads=2),
+    "window_softcaps": dict(sliding_window=4, attention_pattern="LG", attn_logit_softcap=5.0,
+                            final_logit_softcap=3.0, rope_theta_local=100.0),
+    "partial_rotary_bidirectional": dict(rotary_fraction=0.5, causal=False, qk_norm=True, attn_scale=0.3),
+}
+
+
+def _config(name: str):
+    from slm.model import ModelConfig, config_from_spec
+
+    if name in VARIANTS:
+        return ModelConfig(**TINY, **VARIANTS[name])
+    return config_from_spec(compose_model_node(f"model={name}"))
+
+
+def fingerprint(name: str) -> dict:
+    from slm.model import Transformer, count
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        cfg = _config(name)
+        torch.manual_seed(0)
+        model = Transformer(cfg).eval()
+        idx = torch.randint(0, cfg.vocab_size, (2, 12), generator=torch.Generator().manual_seed(1))
+        with torch.no_grad():
+            logits = model(idx).float()
+    finally:
+        torch.set_num_threads(threads)
+    return {"params_total": count(cfg).params_total,
+            "sha256": hashlib.sha256(logits.numpy().tobytes()).hexdigest(),
+            "values": [round(v, 7) for v in logits[:, -1, :4].flatten().tolist()],
+            "sum": float(logits.double().sum())}
+
+
+def _recorded() -> dict:
+    return json.loads(FILE.read_text())
+
+
+@pytest.mark.parametrize("name", PRESETS + list(VARIANTS))
+def test_logits_are_unchanged(name):
+    recorded = _recorded()
+    assert name in recorded["models"], f"no fingerprint for {name}: run python -m tests.test_fingerprints"
+    want, got = recorded["models"][name], fingerprint(name)
+    assert got["params_total"] == want["params_total"]
+    assert got["values"] == pytest.approx(want["values"], abs=1e-5)
+    assert got["sum"] == pytest.approx(want["sum"], rel=1e-5, abs=1e-3)
+    if torch.backends.cpu.get_cpu_capability() == recorded["cpu_capability"]:
+        assert got["sha256"] == want["sha256"], f"{name}: logits are no longer bit-identical"
+
+
+if __name__ == "__main__":
+    FILE.parent.mkdir(exist_ok=True)
+    data = {"cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
+            "models": {name: fingerprint(name) for name in PRESETS + list(VARIANTS)}}
+    FILE.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"wrote {FILE} ({len(data['models'])} models)")
