@@ -14,10 +14,12 @@ named in one warning line (logger `analysis.collect`) and skipped.
 Columns (missing values are NaN/None; every column is documented in COLUMN_DOCS):
   identity   run (path relative to the collected root), sweep (the run group), run_dir, status, error
   axes       every scalar ModelConfig field under its own name (family, n_layers, d_model, n_heads,
-             n_kv_heads, head_dim, d_ff, position, norm, mlp, canon_set, layer_repeat, ...), data (mix
+             n_kv_heads, head_dim, d_ff, position, norm, mlp, canon_set, layer_repeat, ...; layer_types and
+             mlp_types as "conv,conv,attn"; records from before layer_types are upgraded), data (mix
              name), tokenizer, objective, seed, lr, batch_size, schedule, precision
-  counts     params_total, params_embedding, params_non_embedding, flops_per_token, tokens, steps,
-             max_steps, train_flops = flops_per_token x tokens
+  counts     params_total, params_active (per token: less the experts a mixture of experts skips),
+             params_embedding, params_non_embedding, flops_per_token, tokens, steps, max_steps,
+             train_flops = flops_per_token x tokens
   training   wall_seconds, train_seconds, train_tokens_per_s, mfu, final_train_loss, diverged_step
   metrics    val_nll, val_ppl, val_step; per lm-eval task: score_<task> (headline value), stderr_<task>,
              metric_<task> (lm-eval's "metric,filter" key), samples_<task> (documents scored); per suite:
@@ -48,13 +50,13 @@ ALL_STATUSES = (*STATUSES, NOT_STARTED)
 """Run statuses in the table: the record's own, plus `not_started` for a job folder without a record."""
 
 SWEEP_AXES = ["family", "n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "position", "norm",
-              "norm_placement", "mlp", "attention", "qk_norm", "canon_set", "layer_repeat", "attention_pattern",
+              "norm_placement", "mlp", "layer_types", "mlp_types", "qk_norm", "canon_set", "layer_repeat",
               "sliding_window", "tie_embeddings", "context_length", "vocab_size", "objective", "data", "tokenizer",
               "lr", "batch_size", "schedule", "precision", "seed"]
 """Columns that describe what was trained (a configuration = these minus `seed`)."""
 
-COUNT_COLUMNS = ["params_total", "params_embedding", "params_non_embedding", "flops_per_token", "tokens", "steps",
-                 "max_steps", "train_flops"]
+COUNT_COLUMNS = ["params_total", "params_active", "params_embedding", "params_non_embedding", "flops_per_token",
+                 "tokens", "steps", "max_steps", "train_flops"]
 TRAINING_COLUMNS = ["wall_seconds", "train_seconds", "train_tokens_per_s", "mfu", "final_train_loss", "diverged_step"]
 THROUGHPUT_COLUMNS = ["decode_tokens_per_s", "time_to_first_token_s", "peak_memory_bytes", "peak_memory_measure",
                       "kv_cache_bytes", "decode_device", "decode_dtype"]
@@ -108,7 +110,10 @@ def _number(value):
 
 
 def _scalar(value):
-    """Model fields that are lists/dicts become a compact string so the table stays one value per cell."""
+    """Model fields that are lists/dicts become a compact string so the table stays one value per cell: a
+    list of names as "conv,conv,attn" (as a layer pattern is written on the command line), others as JSON."""
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return ",".join(value)
     if isinstance(value, (list, tuple, dict)):
         return json.dumps(value, sort_keys=True)
     return value
@@ -141,6 +146,7 @@ def row_from_record(record: dict, run_dir: str | os.PathLike, root: str | os.Pat
                  "eval_error": (record.get("eval") or {}).get("lm_eval_error")}
     if not model and isinstance(config.get("model"), dict):  # a run that failed before its model section
         model = config["model"]
+    model = _current_model_fields(model)
     for key, value in model.items():
         if key in ("flops_convention",):
             continue
@@ -198,6 +204,21 @@ def row_from_record(record: dict, run_dir: str | os.PathLike, root: str | os.Pat
     row["updated_at"] = record.get("updated_at")
     row["run_dir"] = str(run_dir)
     return row
+
+
+def _current_model_fields(model: dict) -> dict:
+    """Records written before layer_types existed: `attention_pattern` (L local, G global) becomes
+    layer_types, `attention` (always mha) is dropped, and a dense model's active parameters are its total."""
+    model = dict(model)
+    model.pop("attention", None)
+    pattern = model.pop("attention_pattern", None)
+    if isinstance(pattern, str) and "layer_types" not in model:
+        model["layer_types"] = [{"L": "local_attn", "G": "attn"}.get(c, c) for c in pattern]
+    if "layer_types" in model:
+        model.setdefault("mlp_types", ["dense"])
+    if "params_active" not in model and "params_total" in model:
+        model["params_active"] = model["params_total"]
+    return model
 
 
 def _relative(run_dir: Path, root) -> str:

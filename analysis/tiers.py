@@ -56,7 +56,8 @@ from analysis.collect import (COUNT_COLUMNS, ID_COLUMNS, METRIC_COLUMNS, TAIL_CO
 
 _OUTPUT_PREFIXES = ("score_", "stderr_", "metric_", "samples_", "avg_")
 _NON_CONFIG = set(ID_COLUMNS + COUNT_COLUMNS + METRIC_COLUMNS + TAIL_COLUMNS + THROUGHPUT_COLUMNS + TRAINING_COLUMNS
-                  + ["params_total", "params_embedding", "params_non_embedding", "flops_per_token", "seed",
+                  + ["params_total", "params_active", "params_embedding", "params_non_embedding", "flops_per_token",
+                     "seed",
                      "label", "tier"]) - {"max_steps"}
 
 
@@ -277,7 +278,7 @@ def config_columns(table: pd.DataFrame) -> list[str]:
 
 
 LABEL_AXES = ["family", "n_layers", "d_model", "n_kv_heads", "position", "norm", "norm_placement", "mlp", "qk_norm",
-              "attention_pattern", "canon_set", "layer_repeat", "objective", "data", "tokenizer", "lr", "batch_size",
+              "layer_types", "mlp_types", "canon_set", "layer_repeat", "objective", "data", "tokenizer", "lr", "batch_size",
               "schedule", "max_steps", "seed"]
 """Axes that may appear in a run's label (sizes derived from them, like head_dim or d_ff, never do)."""
 _SHORT = {"n_layers": "L", "d_model": "d", "seed": "seed ", "n_kv_heads": "kv", "max_steps": "steps="}

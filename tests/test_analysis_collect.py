@@ -140,6 +140,9 @@ def test_columns_units_and_values(sweep):
     assert row["sweep"] == "grid" and row["decode_tokens_per_s"] == 900.0
     assert pd.api.types.is_numeric_dtype(table["d_model"]) and pd.api.types.is_numeric_dtype(table["val_nll"])
     assert lower_is_better("bits_per_byte,none") and lower_is_better("val_nll") and not lower_is_better("acc,none")
+    # the fixture is a record from before layer_types: upgraded on the way in
+    assert (row["layer_types"], row["mlp_types"], row["params_active"]) == ("attn", "dense", row["params_total"])
+    assert "attention_pattern" not in table and "attention" not in table
 
 
 @pytest.mark.parametrize("suffix", [".parquet", ".csv"])

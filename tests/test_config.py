@@ -20,10 +20,13 @@ TINY = dict(n_layers=2, d_model=32, n_heads=4, vocab_size=50, context_length=16)
         (dict(n_heads=3), r"model.d_model=32 is invalid: must be a multiple of n_heads=3"),
         (dict(n_kv_heads=3), r"model.n_kv_heads=3 is invalid: must divide n_heads=4"),
         (dict(n_heads=None), r"model.d_model=32 is invalid: must be a multiple of head_dim=None|set n_heads or head_dim"),
-        (dict(sliding_window=32, attention_pattern="LG"), r"model.sliding_window=32 is invalid: must be <= context_length=16"),
-        (dict(attention_pattern="LG"), r"model.sliding_window=None is invalid: attention_pattern 'LG' has local layers"),
-        (dict(sliding_window=8), r"model.sliding_window=8 is invalid: attention_pattern has no local"),
-        (dict(attention_pattern="LX", sliding_window=4), r"model.attention_pattern='LX' is invalid"),
+        (dict(sliding_window=32, layer_types=["local_attn", "attn"]), r"model.sliding_window=32 is invalid: must be <= context_length=16"),
+        (dict(layer_types="local_attn,attn"), r"model.sliding_window=None is invalid: layer_types \['local_attn', 'attn'\] has local_attn"),
+        (dict(sliding_window=8), r"model.sliding_window=8 is invalid: layer_types has no local_attn layer"),
+        (dict(layer_types=["attn", "lstm"]), r"model.layer_types=\['attn', 'lstm'\] is invalid: unknown mixer 'lstm'; choose one of: attn, local_attn"),
+        (dict(layer_types=["attn"] * 3), r"model.layer_types=.* is invalid: has 3 entries for n_layers=2: give one per layer or a shorter unit"),
+        (dict(layer_types=[]), r"model.layer_types=\[\] is invalid: a non-empty list of mixers"),
+        (dict(mlp_types="dense,sparse"), r"model.mlp_types='dense,sparse' is invalid: unknown mlp type 'sparse'; choose one of: dense"),
         (dict(canon_set="AE"), r"model.canon_set='AE' is invalid: distinct letters from 'ABCD'"),
         (dict(canon_set="AA"), r"model.canon_set='AA' is invalid"),
         (dict(norm_placement="middle"), r"model.norm_placement='middle' is invalid: choose one of: pre, post, sandwich"),
@@ -50,14 +53,34 @@ def test_derived_sizes():
 
 
 def test_resolved_config_is_a_fixed_point():
-    cfg = ModelConfig(n_layers=2, d_model=96, head_dim=32, mlp="geglu")
+    cfg = ModelConfig(n_layers=2, d_model=96, head_dim=32, mlp="geglu", layer_types="local_attn, attn", sliding_window=8)
+    assert cfg.layer_types == ["local_attn", "attn"]
     assert ModelConfig(**cfg.to_dict()) == cfg
+
+
+def test_layer_patterns_repeat_over_the_layers():
+    cfg = ModelConfig(n_layers=5, d_model=32, n_heads=4, layer_types=["local_attn", "local_attn", "attn"], sliding_window=4)
+    assert [cfg.layer_type(i) for i in range(5)] == ["local_attn", "local_attn", "attn", "local_attn", "local_attn"]
+    assert [cfg.mlp_type(i) for i in range(5)] == ["dense"] * 5
+
+
+def test_configs_stored_before_layer_types_still_load():
+    """config.json of older runs has `attention: mha` and an L/G `attention_pattern`."""
+    old = {**TINY, "attention": "mha", "attention_pattern": "LG", "sliding_window": 4}
+    cfg = ModelConfig.from_dict(old)
+    assert cfg.layer_types == ["local_attn", "attn"] and cfg.sliding_window == 4
+    assert ModelConfig.from_dict({**TINY, "attention": "mha", "attention_pattern": "G"}).layer_types == ["attn"]
+    with pytest.raises(ConfigError, match="model.attention_pattern='LX' is invalid"):
+        ModelConfig.from_dict({**TINY, "attention_pattern": "LX"})
+    with pytest.raises(ConfigError, match="set layer_types instead"):
+        ModelConfig.from_dict({**TINY, "attention_pattern": "G", "layer_types": ["attn"]})
 
 
 def test_base_yaml_mirrors_dataclass_defaults():
     base = yaml.safe_load((CONF_DIR / "model" / "base.yaml").read_text())
     solver_keys = {"param_budget": None, "width_step": 64}
-    defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
+    defaults = {f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+                for f in dataclasses.fields(ModelConfig)}
     assert base == {**defaults, **solver_keys}
 
 

@@ -19,14 +19,14 @@ VARIANTS = {
     "llama_gqa": dict(n_kv_heads=2),
     "gpt2_learned_layernorm_bias": dict(position="learned", norm="layernorm", mlp="gelu", bias=True),
     "nope": dict(position="none"),
-    "sliding_window_local_theta": dict(sliding_window=5, attention_pattern="LLG", rope_theta_local=100.0),
+    "sliding_window_local_theta": dict(sliding_window=5, layer_types=["local_attn", "local_attn", "attn"], rope_theta_local=100.0),
     "layer_repeat": dict(layer_repeat=2, n_kv_heads=1),
-    "softcaps_window": dict(attn_logit_softcap=3.0, final_logit_softcap=5.0, sliding_window=4, attention_pattern="LG"),
+    "softcaps_window": dict(attn_logit_softcap=3.0, final_logit_softcap=5.0, sliding_window=4, layer_types=["local_attn", "attn"]),
     "canon_abcd": dict(canon_set="ABCD", mlp="gelu"),
     "canon_ac_kernel1": dict(canon_set="AC", canon_kernel=1),
     "canon_bd_repeat_gated": dict(canon_set="BD", layer_repeat=2, canon_kernel=3),
     "gemma_sandwich_qknorm": dict(norm="rmsnorm_gemma", norm_placement="sandwich", qk_norm=True, mlp="geglu",
-                                  scale_embeddings=True, sliding_window=6, attention_pattern="LG"),
+                                  scale_embeddings=True, sliding_window=6, layer_types=["local_attn", "attn"]),
     "post_norm_partial_rotary": dict(norm_placement="post", rotary_fraction=0.5),
 }
 

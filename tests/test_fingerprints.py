@@ -29,7 +29,7 @@ VARIANTS = {
     "post_norm_shared_learned": dict(norm_placement="post", norm="layernorm", bias=True, position="learned",
                                      layer_repeat=2, mlp="relu"),
     "canon_abcd_gelu_untied": dict(canon_set="ABCD", mlp="gelu", tie_embeddings=False, n_kv_heads=2),
-    "window_softcaps": dict(sliding_window=4, attention_pattern="LG", attn_logit_softcap=5.0,
+    "window_softcaps": dict(sliding_window=4, layer_types=["local_attn", "attn"], attn_logit_softcap=5.0,
                             final_logit_softcap=3.0, rope_theta_local=100.0),
     "partial_rotary_bidirectional": dict(rotary_fraction=0.5, causal=False, qk_norm=True, attn_scale=0.3),
 }

@@ -84,9 +84,9 @@ def test_from_hf_maps_the_config():
     llama = from_hf(HF_CASES["llama_gqa_untied"]()).cfg
     assert (llama.n_heads, llama.n_kv_heads, llama.rope_theta, llama.tie_embeddings) == (4, 2, 500.0, False)
     qwen = from_hf(HF_CASES["qwen3_gqa_sliding"]()).cfg
-    assert (qwen.qk_norm, qwen.attention_pattern, qwen.sliding_window) == (True, "GLL", WINDOW)
+    assert (qwen.qk_norm, qwen.layer_types, qwen.sliding_window) == (True, ["attn", "local_attn", "local_attn"], WINDOW)
     gemma = from_hf(HF_CASES["gemma3_local_global"]()).cfg
-    assert (gemma.attention_pattern, gemma.rope_theta, gemma.rope_theta_local) == ("LLG", 20000.0, 100.0)
+    assert (gemma.layer_types, gemma.rope_theta, gemma.rope_theta_local) == (["local_attn", "local_attn", "attn"], 20000.0, 100.0)
     assert (gemma.norm_placement, gemma.scale_embeddings, gemma.final_logit_softcap) == ("sandwich", True, 3.0)
     assert gemma.attn_scale == pytest.approx(24**-0.5)
 
@@ -95,8 +95,8 @@ def test_gemma3_pattern_is_shortened_to_its_repeating_unit():
     hf_model = tf.Gemma3ForCausalLM(tf.Gemma3TextConfig(**{**DECODER, "num_hidden_layers": 8}, head_dim=16,
                                                         sliding_window=WINDOW, sliding_window_pattern=3))
     model = from_hf(_perturb(hf_model))
-    assert model.cfg.attention_pattern == "LLG"
-    assert [block.local for block in model.blocks] == [t == "sliding_attention" for t in hf_model.config.layer_types]
+    assert model.cfg.layer_types == ["local_attn", "local_attn", "attn"]
+    assert [block.mixer.local for block in model.blocks] == [t == "sliding_attention" for t in hf_model.config.layer_types]
     assert _max_diff(hf_model, model, _tokens(1)) < TOL
 
 
@@ -143,7 +143,7 @@ def test_to_hf_round_trip(case):
     (dict(canon_set="AC"), "Canon layers"),
     (dict(layer_repeat=2), "layer_repeat=2"),
     (dict(qk_norm=True), "qk_norm=True"),
-    (dict(sliding_window=8, attention_pattern="LG"), "sliding-window layers"),
+    (dict(sliding_window=8, layer_types=["local_attn"]), "layer_types=.*needs global attention"),
     (dict(norm="rmsnorm_gemma", norm_placement="sandwich"), "norm_placement='sandwich'.*norm='rmsnorm_gemma'"),
     (dict(position="none"), "position='none'"),
     (dict(rotary_fraction=0.5), "partial rotary"),

@@ -12,7 +12,7 @@ CAUSAL_VARIANTS = [
     dict(),
     dict(position="learned", norm="layernorm", mlp="gelu", bias=True),
     dict(n_kv_heads=2, qk_norm=True, norm="rmsnorm_gemma", norm_placement="sandwich", mlp="geglu"),
-    dict(sliding_window=4, attention_pattern="LG", attn_logit_softcap=10.0),
+    dict(sliding_window=4, layer_types="local_attn,attn", attn_logit_softcap=10.0),
     dict(canon_set="ABCD"),
     dict(layer_repeat=2, norm_placement="post", position="none"),
 ]
@@ -43,7 +43,7 @@ def test_bidirectional_attention_sees_the_future():
 
 def test_sliding_window_limits_what_a_token_sees():
     # one local layer of window 4: position p sees only p-3..p, so a change at t reaches t..t+3
-    cfg = ModelConfig(**{**TINY, "n_layers": 1}, sliding_window=4, attention_pattern="L")
+    cfg = ModelConfig(**{**TINY, "n_layers": 1}, sliding_window=4, layer_types=["local_attn"])
     t = 5
     a, b = _logits_after_changing(cfg, t)
     diff = (a - b).abs().amax(dim=-1)[0]

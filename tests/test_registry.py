@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from slm.components import ATTENTIONS, CANON_POSITIONS, MLPS, NORMS, POSITIONS, REGISTRIES, Registry, UnknownKeyError
+from slm.components import CANON_POSITIONS, FFNS, MIXERS, MLPS, NORMS, POSITIONS, REGISTRIES, Registry, UnknownKeyError
 from slm.model import ModelConfig, Transformer
 
 TINY = dict(n_layers=2, d_model=32, n_heads=4, vocab_size=50, context_length=16)
@@ -24,9 +24,12 @@ def _train_step(cfg: ModelConfig) -> None:
 def test_unknown_key_lists_choices():
     with pytest.raises(UnknownKeyError, match=r"^unknown norm 'rsmnorm'; choose one of: layernorm, rmsnorm, rmsnorm_gemma$"):
         ModelConfig(**TINY, norm="rsmnorm")
-    for field, registry in [("position", POSITIONS), ("mlp", MLPS), ("attention", ATTENTIONS)]:
+    for field, registry in [("position", POSITIONS), ("mlp", MLPS)]:
         with pytest.raises(UnknownKeyError, match=f"unknown {registry.kind} 'nope'; choose one of: "):
             ModelConfig(**TINY, **{field: "nope"})
+    for field, registry in [("layer_types", MIXERS), ("mlp_types", FFNS)]:
+        with pytest.raises(ValueError, match=f"model.{field}=\\['nope'\\] is invalid: unknown {registry.kind} 'nope'"):
+            ModelConfig(**TINY, **{field: ["nope"]})
 
 
 def test_duplicate_registration_rejected():
@@ -40,7 +43,9 @@ def test_registries_are_complete():
     assert set(NORMS.keys()) == {"layernorm", "rmsnorm", "rmsnorm_gemma"}
     assert set(POSITIONS.keys()) == {"learned", "rope", "none"}
     assert set(MLPS.keys()) == {"gelu", "relu", "swiglu", "geglu"}
-    assert set(REGISTRIES) == {"norm", "position", "mlp", "attention", "canon"}
+    assert set(MIXERS.keys()) == {"attn", "local_attn"}
+    assert set(FFNS.keys()) == {"dense"}
+    assert set(REGISTRIES) == {"norm", "position", "mlp", "mlp type", "mixer", "canon"}
 
 
 @pytest.mark.parametrize("norm", NORMS.keys())
@@ -70,14 +75,13 @@ def test_mlps(mlp):
     _train_step(ModelConfig(**TINY, mlp=mlp, bias=True))
 
 
-@pytest.mark.parametrize("attention", ATTENTIONS.keys())
 @pytest.mark.parametrize(
     "variant",
-    [dict(), dict(n_kv_heads=2), dict(n_kv_heads=1, causal=False), dict(sliding_window=4, attention_pattern="LG"),
+    [dict(), dict(n_kv_heads=2), dict(n_kv_heads=1, causal=False), dict(sliding_window=4, layer_types=["local_attn", "attn"]),
      dict(attn_logit_softcap=5.0, final_logit_softcap=3.0, n_kv_heads=2), dict(head_dim=4), dict(attn_scale=0.3)],
 )
-def test_attention_variants(attention, variant):
-    _train_step(ModelConfig(**{**TINY, **variant}, attention=attention))
+def test_attention_variants(variant):
+    _train_step(ModelConfig(**{**TINY, **variant}))
 
 
 @pytest.mark.parametrize("canon_set", ["A", "B", "C", "D", "ABCD"])

@@ -1,12 +1,13 @@
-"""Self-attention, chosen by `ModelConfig.attention`.
+"""Self-attention mixers (slm.components.mixer): `attn` attends to every earlier position, `local_attn` to
+the last `sliding_window` positions only (Gemma's local layers; `layer_types` mixes the two).
 
-`mha` covers multi-head and grouped-query attention (n_kv_heads < n_heads), causal or bidirectional,
-with an optional sliding window, per-head qk-norm (applied before RoPE, as Qwen3 and Gemma3), Canon B on
-the fused q,k,v projection, and optional attention-logit soft-capping cap * tanh(s / cap) (Gemma 2).
-It runs through `scaled_dot_product_attention` unless soft-capping is on, which SDPA cannot express.
+Both are multi-head / grouped-query attention (n_kv_heads < n_heads), causal or bidirectional, with
+optional per-head qk-norm (applied before RoPE, as Qwen3 and Gemma3), Canon B on the fused q,k,v
+projection, and optional attention-logit soft-capping cap * tanh(s / cap) (Gemma 2). They run through
+`scaled_dot_product_attention` unless soft-capping is on, which SDPA cannot express.
 
-With a KV cache (`slm.model.cache`), `kv` is this block application's slot in it: the new keys and values
-are written there, queries attend over the S slots it returns, and `mask` (built by the cache) is
+With a KV cache (`slm.model.cache`), the layer's `KVState` holds its keys and values: the new ones are
+written there, queries attend over the S slots it returns, and the mask (built by the cache) is
 (B, 1, T, S), or None: causal when T == S (prefill of an empty cache), else every slot (one new token).
 """
 
@@ -17,11 +18,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from slm.components.canon import canon_params, make_canon
+from slm.components.mixer import MIXERS, Mixer
 from slm.components.norm import NORMS
-from slm.components.position import Rotary, apply_rotary
-from slm.components.registry import Registry
-
-ATTENTIONS: Registry[type[nn.Module]] = Registry("attention")
+from slm.components.position import apply_rotary
 
 
 def attention_mask(T: int, causal: bool, window: int | None, device: torch.device) -> torch.Tensor | None:
@@ -39,13 +38,51 @@ def attention_mask(T: int, causal: bool, window: int | None, device: torch.devic
     return mask
 
 
-@ATTENTIONS.register("mha")
-class MultiHeadAttention(nn.Module):
-    def __init__(self, cfg, local: bool):
+class KVState:
+    """An attention layer's slot in a KV cache: keys and values (B, KV, S, hd) of every cached position."""
+
+    def __init__(self, cache, k: torch.Tensor, v: torch.Tensor, window: int | None):
+        self.cache, self.k, self.v, self.window = cache, k, v, window
+
+    def write(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store the chunk's k, v (B, KV, T, hd) in its slots; return the slots to attend over (B, KV, S, hd):
+        all filled ones (all of them when static), or for one unpadded token in a sliding-window layer,
+        the last `window`."""
+        c = self.cache
+        if c.static:
+            self.k.index_copy_(2, c.slots, k.to(self.k.dtype))
+            self.v.index_copy_(2, c.slots, v.to(self.v.dtype))
+        else:
+            start = c.filled - k.shape[2]  # begin() already advanced `filled`
+            self.k[:, :, start:c.filled] = k
+            self.v[:, :, start:c.filled] = v
+        lo = 0
+        if self.window is not None and k.shape[2] == 1 and not c.ragged and not c.static:
+            lo = max(0, c.visible - self.window)
+        return self.k[:, :, lo:c.visible], self.v[:, :, lo:c.visible]
+
+    def select(self, cache, rows: torch.Tensor) -> "KVState":
+        return KVState(cache, self.k.index_select(0, rows), self.v.index_select(0, rows), self.window)
+
+    def reset(self) -> None:
+        """Nothing to clear: stale slots are masked by the cache's positions."""
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        return self.k, self.v
+
+
+@MIXERS.register("attn")
+class MultiHeadAttention(Mixer):
+    """Global attention: every query sees every key it may (all earlier ones when causal)."""
+
+    slot = "attn"
+    local = False  # True: keys limited to the last `sliding_window` positions
+
+    def __init__(self, cfg):
         super().__init__()
         self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         self.causal = cfg.causal
-        self.window = cfg.sliding_window if local else None
+        self.window = cfg.sliding_window if self.local else None
         self.softcap = cfg.attn_logit_softcap
         self.scale = cfg.attn_scale if cfg.attn_scale is not None else self.head_dim**-0.5
         self.dropout = cfg.dropout
@@ -70,7 +107,24 @@ class MultiHeadAttention(nn.Module):
             n += 2 * NORMS.get(cfg.norm).num_params(cfg.head_dim, cfg.bias)
         return n + canon_params(cfg, "B", q_dim + 2 * kv_dim)
 
-    def forward(self, x: torch.Tensor, rotary: Rotary | None, mask: torch.Tensor | None, kv=None) -> torch.Tensor:
+    @classmethod
+    def keys_seen(cls, cfg) -> int:
+        """Keys a query attends to at full context: the context length, or the window of a local layer."""
+        return min(cfg.sliding_window, cfg.context_length) if cls.local else cfg.context_length
+
+    @classmethod
+    def flops_per_token(cls, cfg) -> int:
+        """PaLM's attention term: 12 * H * hd * T (q.k and the weighted sum of v, forward and backward)."""
+        return 12 * cfg.n_heads * cfg.head_dim * cls.keys_seen(cfg)
+
+    @classmethod
+    def new_state(cls, cfg, cache) -> KVState:
+        shape = (cache.batch, cfg.n_kv_heads, cache.capacity, cfg.head_dim)
+        zeros = lambda: torch.zeros(shape, device=cache.device, dtype=cache.dtype)  # noqa: E731
+        return KVState(cache, zeros(), zeros(), cfg.sliding_window if cls.local else None)
+
+    def forward(self, x: torch.Tensor, seq, kv=None) -> torch.Tensor:
+        rotary, mask = seq.rotary(self.local), seq.mask(self.window)
         B, T, _ = x.shape
         H, KV, hd = self.n_heads, self.n_kv_heads, self.head_dim
         qkv = self.qkv(x)  # (B, T, (H + 2 KV) hd)
@@ -84,7 +138,7 @@ class MultiHeadAttention(nn.Module):
         if rotary is not None:
             q, k = apply_rotary(q, rotary), apply_rotary(k, rotary)
         if kv is not None:
-            k, v = kv.write(k, v)  # (B, KV, S, hd): the cached slots to attend over, these T included
+            k, v = kv.state.write(k, v)  # (B, KV, S, hd): the cached slots to attend over, these T included
         dropout = self.dropout if self.training else 0.0
         causal = self.causal and mask is None and T == k.shape[2]
         if self.softcap is None:
@@ -109,3 +163,10 @@ class MultiHeadAttention(nn.Module):
             scores = scores.masked_fill(~mask, float("-inf"))
         probs = F.dropout(scores.float().softmax(dim=-1).to(q.dtype), dropout, self.training)
         return probs @ v
+
+
+@MIXERS.register("local_attn")
+class SlidingWindowAttention(MultiHeadAttention):
+    """Local attention: each query sees the last `sliding_window` positions, itself included."""
+
+    local = True

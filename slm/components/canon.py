@@ -36,6 +36,29 @@ class CausalConvCanon(nn.Module):
         return h + mixed.transpose(1, 2)
 
 
+def conv_continue(state: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
+                  lengths: torch.Tensor | None) -> torch.Tensor:
+    """Depthwise causal convolution of x (B, T, C) continuing a sequence whose last kernel - 1 inputs are
+    `state` (B, kernel - 1, C; zeros at the start); weight (C, kernel). Returns the convolution (B, T, C)
+    and moves `state` on, in place, to the last kernel - 1 real inputs: those before each row's padding
+    when `lengths` (B,) says row b has lengths[b] real tokens (0: the state is kept)."""
+    B, T, C = x.shape
+    kernel = weight.shape[1]
+    keep = kernel - 1
+    full = torch.cat([state, x], dim=1)  # (B, keep + T, C)
+    # the convolution as kernel shifted products: F.conv1d here is miscompiled by torch.compile
+    # (inductor, torch 2.13) when a block has two Canon layers
+    mixed = sum(full[:, j:j + T] * weight[:, j] for j in range(kernel))  # (B, T, C)
+    if keep:
+        if lengths is None:
+            new_state = full[:, T:]
+        else:  # the last `keep` inputs before each row's padding
+            idx = lengths[:, None] + torch.arange(keep, device=x.device)  # (B, keep)
+            new_state = full.gather(1, idx[:, :, None].expand(B, keep, C))
+        state.copy_(new_state)
+    return mixed
+
+
 def make_canon(cfg, position: str, channels: int) -> nn.Module | None:
     """The Canon layer at `position` ("A".."D") if the config asks for one there, else None."""
     if position not in cfg.canon_set:

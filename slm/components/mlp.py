@@ -1,6 +1,11 @@
-"""Feed-forward sublayers, chosen by `ModelConfig.mlp`.
+"""Feed-forward sublayers.
 
-Two-matrix MLPs (`gelu`, `relu`): down(act(up(x))). Gated MLPs (`swiglu`, `geglu`, Shazeer 2020):
+Each layer's feed-forward kind comes from FFNS by `ModelConfig.mlp_types`: `dense` is one MLP of the kind
+`ModelConfig.mlp` (MLPS below); `moe` (slm.components.moe) a mixture of experts of that kind. An FFNS entry
+provides `build(cfg)` (the module), `num_params(cfg)` and `active_params(cfg)` (the parameters one token
+uses), and its module runs `forward(x, seq, kv)` like a mixer (slm.components.mixer).
+
+MLPS: two-matrix MLPs (`gelu`, `relu`): down(act(up(x))). Gated MLPs (`swiglu`, `geglu`, Shazeer 2020):
 down(act(gate(x)) * up(x)), with gate and up fused into one matrix `fc_in` of 2 * d_ff rows,
 [gate; up]. Canon D, when asked for, mixes the output of `fc_in` before the activation.
 """
@@ -15,6 +20,37 @@ from slm.components.canon import canon_params, make_canon
 from slm.components.registry import Registry
 
 MLPS: Registry[type["MLP"]] = Registry("mlp")
+FFNS: Registry[type["FeedForward"]] = Registry("mlp type")
+
+
+class FeedForward:
+    """Base of the FFNS entries: builds a layer's feed-forward module and counts it."""
+
+    @classmethod
+    def build(cls, cfg) -> nn.Module:
+        return cls(cfg)
+
+    @staticmethod
+    def num_params(cfg) -> int:
+        raise NotImplementedError
+
+    @classmethod
+    def active_params(cls, cfg) -> int:
+        """Parameters applied to each token (all of them, unless the layer routes tokens)."""
+        return cls.num_params(cfg)
+
+
+@FFNS.register("dense")
+class Dense(FeedForward):
+    """One MLP of kind `cfg.mlp` for every token."""
+
+    @classmethod
+    def build(cls, cfg) -> nn.Module:
+        return MLPS.get(cfg.mlp)(cfg)
+
+    @staticmethod
+    def num_params(cfg) -> int:
+        return MLPS.get(cfg.mlp).num_params(cfg)
 
 
 class MLP(nn.Module):
@@ -46,9 +82,9 @@ class MLP(nn.Module):
     def act(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def forward(self, x: torch.Tensor, kv=None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, seq=None, kv=None) -> torch.Tensor:
         """x (B, T, d) -> (B, T, d). `kv`: the block application's KV-cache slot (slm.model.cache), which
-        runs Canon D over its cached past inputs; None for a whole-sequence forward."""
+        runs Canon D over its cached past inputs; None for a whole-sequence forward. `seq` is unused."""
         h = self.fc_in(x)
         if self.canon_d is not None:
             h = self.canon_d(h) if kv is None else kv.canon("D", self.canon_d, h)

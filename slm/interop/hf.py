@@ -107,21 +107,27 @@ def _rope_theta(rope_parameters: dict | None, what: str) -> float:
     return float(params["rope_theta"])
 
 
-def _attention_layout(c, context_length: int) -> tuple[str, int | None]:
-    """(attention_pattern, sliding_window) from `layer_types`: sliding_attention -> L, full_attention -> G,
-    shortened to the shortest unit that repeats over the layers. The window is capped at the context
-    length, which changes nothing (a query never has more keys than that)."""
-    letters = {"sliding_attention": "L", "full_attention": "G"}
+def _attention_layout(c, context_length: int) -> tuple[list[str], int | None]:
+    """(layer_types, sliding_window) from transformers' `layer_types`: sliding_attention -> local_attn,
+    full_attention -> attn, shortened to the shortest unit that repeats over the layers. The window is capped
+    at the context length, which changes nothing (a query never has more keys than that)."""
+    kinds = {"sliding_attention": "local_attn", "full_attention": "attn"}
     layer_types = getattr(c, "layer_types", None) or ["full_attention"] * c.num_hidden_layers
-    unknown = sorted(set(layer_types) - set(letters))
+    unknown = sorted(set(layer_types) - set(kinds))
     _unsupported("layer_types", [f"{kind!r} layers" for kind in unknown])
-    full = "".join(letters[kind] for kind in layer_types)
-    if "L" not in full:
-        return "G", None
+    ours = _repeating_unit([kinds[kind] for kind in layer_types])
+    if "local_attn" not in ours:
+        return ours, None
     if c.sliding_window is None:
         raise ValueError("cannot convert layer_types: sliding_attention layers but sliding_window is None")
-    period = next(p for p in range(1, len(full) + 1) if all(full[i] == full[i % p] for i in range(len(full))))
-    return full[:period], min(c.sliding_window, context_length)
+    return ours, min(c.sliding_window, context_length)
+
+
+def _repeating_unit(items: list[str]) -> list[str]:
+    """The shortest prefix of `items` that, repeated, gives `items` (the form presets use)."""
+    n = len(items)
+    period = next(p for p in range(1, n + 1) if all(items[i] == items[i % p] for i in range(n)))
+    return items[:period]
 
 
 def _decoder_fields(c) -> dict:
@@ -171,10 +177,10 @@ def _qwen3_config(c) -> ModelConfig:
         (c.hidden_act != "silu", f"hidden_act={c.hidden_act!r} (SwiGLU needs 'silu')"),
         (c.attention_bias, "attention_bias=True (Qwen3's MLP has none; slm's `bias` covers every linear layer)"),
     ) if bad])
-    pattern, window = _attention_layout(c, c.max_position_embeddings)
+    layer_types, window = _attention_layout(c, c.max_position_embeddings)
     return ModelConfig(family="qwen3", **_decoder_fields(c), norm="rmsnorm", mlp="swiglu", qk_norm=True,
                        rope_theta=_rope_theta(c.rope_parameters, "rope_parameters"),
-                       attention_pattern=pattern, sliding_window=window)
+                       layer_types=layer_types, sliding_window=window)
 
 
 def _gemma_fields(c, name: str) -> dict:
@@ -186,11 +192,11 @@ def _gemma_fields(c, name: str) -> dict:
         (c.attention_bias, "attention_bias=True (Gemma's MLP has none; slm's `bias` covers every linear layer)"),
         (c.use_bidirectional_attention, "use_bidirectional_attention=True (an encoder, not a causal LM)"),
     ) if bad])
-    pattern, window = _attention_layout(c, c.max_position_embeddings)
+    layer_types, window = _attention_layout(c, c.max_position_embeddings)
     return dict(
         **_decoder_fields(c), norm="rmsnorm_gemma", norm_placement="sandwich", mlp="geglu",
         gelu_approximate=approximate, scale_embeddings=True, attn_scale=c.query_pre_attn_scalar**-0.5,
-        attention_pattern=pattern, sliding_window=window, final_logit_softcap=c.final_logit_softcapping,
+        layer_types=layer_types, sliding_window=window, final_logit_softcap=c.final_logit_softcapping,
     )
 
 
@@ -309,8 +315,8 @@ def _common_problems(cfg: ModelConfig) -> list[str]:
         (cfg.norm_placement != "pre", f"norm_placement={cfg.norm_placement!r} (needs 'pre')"),
         (cfg.qk_norm, "qk_norm=True"),
         (not cfg.causal, "causal=False"),
-        (cfg.attention != "mha", f"attention={cfg.attention!r}"),
-        ("L" in cfg.attention_pattern, f"sliding-window layers (attention_pattern={cfg.attention_pattern!r})"),
+        (set(cfg.layer_types) != {"attn"}, f"layer_types={cfg.layer_types} (needs global attention, attn, only)"),
+        (set(cfg.mlp_types) != {"dense"}, f"mlp_types={cfg.mlp_types} (needs dense MLPs only)"),
         (cfg.attn_logit_softcap is not None, f"attn_logit_softcap={cfg.attn_logit_softcap}"),
         (cfg.final_logit_softcap is not None, f"final_logit_softcap={cfg.final_logit_softcap}"),
         (cfg.scale_embeddings, "scale_embeddings=True"),

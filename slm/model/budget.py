@@ -7,9 +7,7 @@ d_ff is re-derived at each candidate width, so a depth/width sweep stays inside 
 
 from __future__ import annotations
 
-
-
-from slm.model.config import ConfigError, ModelConfig
+from slm.model.config import ConfigError, ModelConfig, upgrade_fields
 from slm.model.counting import count
 
 MAX_WIDTH = 16384
@@ -53,7 +51,7 @@ def solve_width(spec: dict, budget: float, step: int = 64) -> ModelConfig:
 def config_from_spec(spec: dict) -> ModelConfig:
     """Build a ModelConfig from a Hydra `model` node: the fields plus the solver keys `param_budget`
     (None: use d_model as given) and `width_step`."""
-    spec = dict(spec)
+    spec = upgrade_fields(spec)
     budget = spec.pop("param_budget", None)
     step = spec.pop("width_step", 64)
     unknown = sorted(set(spec) - set(ModelConfig.field_names()))

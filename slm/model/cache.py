@@ -5,8 +5,9 @@
     logits = model(next_token[:, None], cache)           # (B, 1, V); attends over every cached slot
 
 Every block *application* has its own slot (`layers[i * layer_repeat + r]`: with layer_repeat = k, block i
-runs k times on different inputs, so each run caches its own keys and values) holding keys/values
-(B, KV, S, hd) and the inputs that Canon layers still need (their last kernel - 1 inputs).
+runs k times on different inputs, so each run caches its own state) holding its mixer's state (`state`,
+made by the mixer's `new_state`: keys/values (B, KV, S, hd) for attention, the last kernel - 1 inputs for
+a short convolution) and the inputs that Canon layers still need (their last kernel - 1 inputs).
 
 Slots fill left to right, the same slots for every row. Each row records the true position of every
 slot in `pos` (-1: empty or padding), so rows of different lengths share one cache: `lengths` in
@@ -23,13 +24,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from slm.components import MIXERS
 from slm.components.attention import attention_mask
-from slm.components.canon import CausalConvCanon
+from slm.components.canon import CausalConvCanon, conv_continue
 from slm.model.config import ModelConfig
 
 
 class KVCache:
-    """Keys, values and Canon inputs of every block application for `batch` rows and `capacity` slots."""
+    """Mixer states (keys and values, conv inputs) and Canon inputs of every block application, for `batch`
+    rows and `capacity` slots."""
 
     def __init__(self, cfg: ModelConfig, batch: int, capacity: int, device: torch.device | str = "cpu",
                  dtype: torch.dtype = torch.float32, static: bool = False):
@@ -39,11 +42,9 @@ class KVCache:
             raise ValueError(f"KV cache needs batch >= 1 and capacity >= 1, got batch={batch}, capacity={capacity}")
         self.cfg, self.batch, self.capacity, self.static = cfg, batch, capacity, static
         self.device, self.dtype = torch.device(device), dtype
-        self.kinds = sorted({cfg.is_local(i) for i in range(cfg.n_layers)})
-        shape = (batch, cfg.n_kv_heads, capacity, cfg.head_dim)
-        zeros = lambda: torch.zeros(shape, device=device, dtype=dtype)  # noqa: E731
         # application i runs block i // layer_repeat
-        self.layers = [LayerCache(self, cfg.is_local(i // cfg.layer_repeat), zeros(), zeros()) for i in range(cfg.depth)]
+        self.layers = [LayerCache(self, MIXERS.get(cfg.layer_type(i // cfg.layer_repeat)).new_state(cfg, self))
+                       for i in range(cfg.depth)]
         self.pos = torch.full((batch, capacity), -1, dtype=torch.long, device=device)  # true position per slot
         self.next_pos = torch.zeros(batch, dtype=torch.long, device=device)  # next true position per row
         self.length = torch.zeros(1, dtype=torch.long, device=device)  # slots filled (static mode)
@@ -54,11 +55,12 @@ class KVCache:
         self.slots: torch.Tensor | None = None  # (T,) slot of each new token
         self.lengths: torch.Tensor | None = None  # (B,) real tokens per row in this chunk, None: all T
         self.visible = 0  # slots attention reads: filled after this chunk (eager) or capacity (static)
+        self._chunk: tuple = ()  # (T, true positions (B, T), start slot or None) of the chunk, for mask()
 
     # ------------------------------------------------------------------ per chunk
-    def begin(self, T: int, lengths: torch.Tensor | None = None):
+    def begin(self, T: int, lengths: torch.Tensor | None = None) -> torch.Tensor:
         """Claim T slots for a chunk of tokens; return its positions (B, T) (padding clamped to 0, for the
-        embeddings) and the attention mask per layer kind {local: mask}.
+        embeddings). `mask(window)` then gives the chunk's attention masks.
 
         lengths (B,): row b's first lengths[b] tokens are real, the rest padding (0 is allowed). Called by
         `Transformer.hidden` once per forward, before any block. In static mode it reads and writes
@@ -88,14 +90,16 @@ class KVCache:
                 raise ValueError(f"sequence length {int(self.next_pos.max())} exceeds "
                                  f"context_length={self.cfg.context_length}")
         self.slots, self.lengths = slots, lengths
-        return pos.clamp(min=0), {local: self._mask(T, pos, slots, local, start) for local in self.kinds}
+        self._chunk = (T, pos, start)
+        return pos.clamp(min=0)
 
-    def _mask(self, T: int, qpos: torch.Tensor, slots: torch.Tensor, local: bool,
-              start: int | None) -> torch.Tensor | None:
-        """(B, 1, T, S) bool, True where a query may attend to a slot. Eager and unpadded, two cases need
-        none: the first chunk (causal, exactly as the whole-sequence forward) and one new token (every
-        slot; `LayerCache.write` leaves out the slots beyond a sliding window)."""
-        window = self.cfg.sliding_window if local else None
+    def mask(self, window: int | None) -> torch.Tensor | None:
+        """(B, 1, T, S) bool for the current chunk, True where a query may attend to a slot, keys limited to
+        the last `window` positions (None: all). Eager and unpadded, two cases need none: the first chunk
+        (causal, exactly as the whole-sequence forward) and one new token (every slot; `KVState.write`
+        leaves out the slots beyond a sliding window)."""
+        T, qpos, start = self._chunk
+        slots = self.slots
         if not self.static and not self.ragged:
             if start == 0:
                 return attention_mask(T, True, window, self.device)
@@ -118,6 +122,8 @@ class KVCache:
         self.filled = self._longest = 0
         self.ragged = False
         for layer in self.layers:
+            if layer.state is not None:
+                layer.state.reset()
             for state in layer.canon_states.values():
                 state.zero_()
 
@@ -127,7 +133,7 @@ class KVCache:
         out = KVCache.__new__(KVCache)
         out.__dict__.update(self.__dict__)
         out.batch = len(rows)
-        out.layers = [LayerCache(out, layer.local, layer.k.index_select(0, rows), layer.v.index_select(0, rows),
+        out.layers = [LayerCache(out, None if layer.state is None else layer.state.select(out, rows),
                                  {key: s.index_select(0, rows) for key, s in layer.canon_states.items()})
                       for layer in self.layers]
         out.pos, out.next_pos = self.pos.index_select(0, rows), self.next_pos.index_select(0, rows)
@@ -136,34 +142,19 @@ class KVCache:
 
     def nbytes(self) -> int:
         """Memory held by the buffers."""
-        tensors = [self.pos, self.next_pos] + [t for layer in self.layers for t in
-                                               (layer.k, layer.v, *layer.canon_states.values())]
+        tensors = [self.pos, self.next_pos]
+        for layer in self.layers:
+            tensors += [*(layer.state.tensors() if layer.state is not None else ()), *layer.canon_states.values()]
         return sum(t.numel() * t.element_size() for t in tensors)
 
 
 class LayerCache:
-    """One block application's slot: keys/values (B, KV, S, hd) and the Canon layers' past inputs."""
+    """One block application's slot: its mixer's `state` (None if the mixer keeps nothing) and the Canon
+    layers' past inputs."""
 
-    def __init__(self, cache: KVCache, local: bool, k: torch.Tensor, v: torch.Tensor, canon_states: dict | None = None):
-        self.cache, self.local, self.k, self.v = cache, local, k, v
+    def __init__(self, cache: KVCache, state, canon_states: dict | None = None):
+        self.cache, self.state = cache, state
         self.canon_states: dict[str, torch.Tensor] = canon_states or {}  # "A".."D" -> (B, kernel - 1, C)
-
-    def write(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store the chunk's k, v (B, KV, T, hd) in its slots; return the slots to attend over (B, KV, S, hd):
-        all filled ones (all of them when static), or for one unpadded token in a sliding-window layer,
-        the last `window`."""
-        c = self.cache
-        if c.static:
-            self.k.index_copy_(2, c.slots, k.to(self.k.dtype))
-            self.v.index_copy_(2, c.slots, v.to(self.v.dtype))
-        else:
-            start = c.filled - k.shape[2]  # begin() already advanced `filled`
-            self.k[:, :, start:c.filled] = k
-            self.v[:, :, start:c.filled] = v
-        lo = 0
-        if self.local and k.shape[2] == 1 and not c.ragged and not c.static:
-            lo = max(0, c.visible - c.cfg.sliding_window)
-        return self.k[:, :, lo:c.visible], self.v[:, :, lo:c.visible]
 
     def canon(self, where: str, canon: nn.Module, x: torch.Tensor) -> torch.Tensor:
         """canon(x) for x (B, T, C) continuing the cached sequence, for the Canon layer at position `where`
@@ -172,21 +163,7 @@ class LayerCache:
         if not isinstance(canon, CausalConvCanon):
             raise NotImplementedError(f"KV cache: Canon kind {type(canon).__name__} has no cached form")
         B, T, C = x.shape
-        keep = canon.kernel - 1
         state = self.canon_states.get(where)
         if state is None:  # first chunk (eager): allocate
-            state = self.canon_states[where] = x.new_zeros(B, keep, C)
-        full = torch.cat([state, x], dim=1)  # (B, keep + T, C)
-        w = canon.conv.weight[:, 0, :]  # (C, kernel)
-        # the depthwise convolution as kernel shifted products: F.conv1d here is miscompiled by torch.compile
-        # (inductor, torch 2.13) when a block has two Canon layers
-        mixed = sum(full[:, j:j + T] * w[:, j] for j in range(canon.kernel))  # (B, T, C)
-        if keep:
-            lengths = self.cache.lengths
-            if lengths is None:
-                new_state = full[:, T:]
-            else:  # the last `keep` inputs before each row's padding
-                idx = lengths[:, None] + torch.arange(keep, device=x.device)  # (B, keep)
-                new_state = full.gather(1, idx[:, :, None].expand(B, keep, C))
-            state.copy_(new_state)
-        return x + mixed
+            state = self.canon_states[where] = x.new_zeros(B, canon.kernel - 1, C)
+        return x + conv_continue(state, x, canon.conv.weight[:, 0, :], self.cache.lengths)

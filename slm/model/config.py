@@ -7,9 +7,10 @@ is filled in, and `ModelConfig(**asdict(cfg)) == cfg`. Named presets live in `co
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 
-from slm.components import ATTENTIONS, CANON_POSITIONS, CANONS, MLPS, NORMS, POSITIONS
+from slm.components import CANON_POSITIONS, CANONS, FFNS, MIXERS, MLPS, NORMS, POSITIONS
+from slm.components.registry import UnknownKeyError
 
 NORM_PLACEMENTS = ("pre", "post", "sandwich")
 GELU_APPROXIMATIONS = ("none", "tanh")
@@ -70,18 +71,19 @@ class ModelConfig:
     """RoPE base of sliding-window layers; None means rope_theta (Gemma3 uses 10k local, 1M global)."""
     rotary_fraction: float = 1.0
     """Fraction of each head's channels that RoPE rotates (partial rotary)."""
+    layer_types: list[str] = field(default_factory=lambda: ["attn"])
+    """Sequence mixer per layer: attn, local_attn (sliding window), conv (LFM2 short conv); n_layers entries,
+    or a shorter unit repeated over the layers, e.g. [local_attn, attn] (a string splits at commas)."""
+    mlp_types: list[str] = field(default_factory=lambda: ["dense"])
+    """Feed-forward per layer: dense (one `mlp`), moe (experts of kind `mlp`); given like layer_types."""
     mlp: str = "swiglu"
-    """Feed-forward: gelu, relu (two matrices), swiglu, geglu (gated, three)."""
+    """MLP kind (of the dense layers and of every expert): gelu, relu (two matrices), swiglu, geglu (gated)."""
     gelu_approximate: str = "tanh"
     """GELU form for gelu/geglu: tanh (GPT-2's gelu_new, Gemma) or none (exact erf)."""
-    attention: str = "mha"
-    """Attention kind: mha (multi-head and grouped-query)."""
     causal: bool = True
     """Causal (autoregressive) or bidirectional attention."""
     sliding_window: int | None = None
-    """Keys each local-layer query sees, itself included; used by the 'L' layers of attention_pattern."""
-    attention_pattern: str = "G"
-    """Per-layer local (L, sliding window) / global (G) pattern, cycled over layers; Gemma3: LLLLLG."""
+    """Keys each query of a local_attn layer sees, itself included (required when layer_types has one)."""
     attn_scale: float | None = None
     """Scale of q.k; None means 1 / sqrt(head_dim)."""
     attn_logit_softcap: float | None = None
@@ -91,7 +93,7 @@ class ModelConfig:
     canon: str = "conv"
     """Canon layer kind: conv (depthwise causal conv1d, residual)."""
     canon_set: str = ""
-    """Canon positions, any of ABCD: A before attention, B on fused qkv, C before the MLP, D inside it."""
+    """Canon positions, any of ABCD: A before the mixer, B on attention's fused qkv, C before the MLP, D inside it."""
     canon_kernel: int = 4
     """Canon convolution width (positions mixed, itself included)."""
 
@@ -116,12 +118,23 @@ class ModelConfig:
         """Blocks applied per forward pass: n_layers * layer_repeat."""
         return self.n_layers * self.layer_repeat
 
-    def is_local(self, layer: int) -> bool:
-        """Whether block `layer` uses the sliding window."""
-        return self.attention_pattern[layer % len(self.attention_pattern)] == "L"
+    def layer_type(self, layer: int) -> str:
+        """The mixer (MIXERS key) of block `layer`."""
+        return self.layer_types[layer % len(self.layer_types)]
+
+    def mlp_type(self, layer: int) -> str:
+        """The feed-forward kind (FFNS key) of block `layer`."""
+        return self.mlp_types[layer % len(self.mlp_types)]
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, fields_: dict) -> "ModelConfig":
+        """A config from stored fields, including those written before `layer_types` existed (config.json of
+        older runs): `attention: mha` is dropped and `attention_pattern` (L local, G global) becomes
+        layer_types."""
+        return cls(**upgrade_fields(fields_))
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -129,13 +142,27 @@ class ModelConfig:
 
     # ------------------------------------------------------------------ checks
     def _check_keys(self) -> None:
-        for registry, key in ((NORMS, self.norm), (POSITIONS, self.position), (MLPS, self.mlp),
-                              (ATTENTIONS, self.attention), (CANONS, self.canon)):
+        for registry, key in ((NORMS, self.norm), (POSITIONS, self.position), (MLPS, self.mlp), (CANONS, self.canon)):
             registry.get(key)  # raises "unknown norm 'x'; choose one of: ..."
+        self.layer_types = self._pattern("layer_types", MIXERS)
+        self.mlp_types = self._pattern("mlp_types", FFNS)
         if self.norm_placement not in NORM_PLACEMENTS:
             raise _bad("norm_placement", self.norm_placement, f"choose one of: {', '.join(NORM_PLACEMENTS)}")
         if self.gelu_approximate not in GELU_APPROXIMATIONS:
             raise _bad("gelu_approximate", self.gelu_approximate, f"choose one of: {', '.join(GELU_APPROXIMATIONS)}")
+
+    def _pattern(self, name: str, registry) -> list[str]:
+        """A per-layer pattern as a list of registry keys (a string is split at commas)."""
+        value = getattr(self, name)
+        items = [part.strip() for part in value.split(",")] if isinstance(value, str) else value
+        if not isinstance(items, (list, tuple)) or not items or not all(isinstance(k, str) and k for k in items):
+            raise _bad(name, value, f"a non-empty list of {registry.kind}s, e.g. [{registry.keys()[0]}]")
+        for key in items:
+            try:
+                registry.get(key)
+            except UnknownKeyError as err:
+                raise _bad(name, value, str(err)) from None
+        return list(items)
 
     def _positive(self, *names: str) -> None:
         for name in names:
@@ -167,16 +194,18 @@ class ModelConfig:
         self._positive("d_ff")
 
     def _check_values(self) -> None:
-        if not self.attention_pattern or set(self.attention_pattern) - {"L", "G"}:
-            raise _bad("attention_pattern", self.attention_pattern, "a non-empty string of L (local) and G (global)")
-        if "L" in self.attention_pattern:
+        for name in ("layer_types", "mlp_types"):
+            if len(getattr(self, name)) > self.n_layers:
+                raise _bad(name, getattr(self, name), f"has {len(getattr(self, name))} entries for n_layers="
+                           f"{self.n_layers}: give one per layer or a shorter unit to repeat")
+        if "local_attn" in self.layer_types:
             if self.sliding_window is None:
-                raise _bad("sliding_window", None, f"attention_pattern {self.attention_pattern!r} has local layers; set a window")
+                raise _bad("sliding_window", None, f"layer_types {self.layer_types} has local_attn layers; set a window")
             self._positive("sliding_window")
             if self.sliding_window > self.context_length:
                 raise _bad("sliding_window", self.sliding_window, f"must be <= context_length={self.context_length}")
         elif self.sliding_window is not None:
-            raise _bad("sliding_window", self.sliding_window, "attention_pattern has no local (L) layer to use it; add L or set null")
+            raise _bad("sliding_window", self.sliding_window, "layer_types has no local_attn layer to use it; add one or set null")
         if len(set(self.canon_set)) != len(self.canon_set) or set(self.canon_set) - set(CANON_POSITIONS):
             raise _bad("canon_set", self.canon_set, f"distinct letters from {CANON_POSITIONS!r}, e.g. 'AC'")
         self._positive("canon_kernel")
@@ -195,3 +224,22 @@ class ModelConfig:
                 raise _bad(name, value, "must be > 0 (or null where optional)")
         if not 0 <= self.dropout < 1:
             raise _bad("dropout", self.dropout, "must be in [0, 1)")
+
+
+_LEGACY_LETTERS = {"L": "local_attn", "G": "attn"}
+
+
+def upgrade_fields(fields_: dict) -> dict:
+    """Stored ModelConfig fields brought to the current schema (see ModelConfig.from_dict)."""
+    fields_ = dict(fields_)
+    attention = fields_.pop("attention", "mha")
+    if attention != "mha":
+        raise _bad("attention", attention, "the only attention kind ever stored is 'mha'")
+    pattern = fields_.pop("attention_pattern", None)
+    if pattern is not None:
+        if "layer_types" in fields_:
+            raise _bad("attention_pattern", pattern, "set layer_types instead (not both)")
+        if not pattern or set(pattern) - set(_LEGACY_LETTERS):
+            raise _bad("attention_pattern", pattern, "a non-empty string of L (local) and G (global)")
+        fields_["layer_types"] = [_LEGACY_LETTERS[c] for c in pattern]
+    return fields_

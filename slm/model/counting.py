@@ -1,6 +1,7 @@
 """Parameter and FLOP counts computed from a ModelConfig alone, without building the model.
 
-Each component class reports its own `num_params`, so a new component is counted with no change here.
+Each component class reports its own `num_params` (a mixer also its FLOPs beyond its weights, a feed-forward
+kind the parameters one token uses), so a new component is counted with no change here.
 `tests/test_counting.py` checks these against `sum(p.numel())` of the built model.
 """
 
@@ -8,14 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from slm.components import ATTENTIONS, MLPS, NORMS, POSITIONS
+from slm.components import FFNS, MIXERS, NORMS, POSITIONS
 from slm.components.canon import canon_params
 from slm.model.config import ModelConfig
 
 FLOPS_CONVENTION = (
     "PaLM (Chowdhery et al. 2022, arXiv:2204.02311, App. B): 6*N + 12*L*H*hd*T per token for a "
     "forward+backward pass; N = non-embedding parameters applied per token (shared blocks once per "
-    "application) plus the output head d*V; T = context_length, or the sliding window on local layers"
+    "application, only the routed experts of a mixture of experts) plus the output head d*V; the attention "
+    "term over attention layers only, T = context_length, or the sliding window on local layers"
 )
 
 
@@ -27,6 +29,9 @@ class Counts:
     """Token embedding + learned positions + the output head when untied."""
     params_non_embedding: int
     """params_total - params_embedding."""
+    params_active: int
+    """Parameters one token uses: params_total less the experts a mixture-of-experts layer does not route it
+    to (= params_total for a dense model)."""
     flops_per_token: int
     """Training FLOPs per token at context_length (see FLOPS_CONVENTION)."""
 
@@ -35,13 +40,13 @@ def _norm_params(cfg: ModelConfig) -> int:
     return NORMS.get(cfg.norm).num_params(cfg.d_model, cfg.bias)
 
 
-def block_params(cfg: ModelConfig) -> int:
-    """Parameters of one transformer block."""
+def block_params(cfg: ModelConfig, layer: int) -> int:
+    """Parameters of block `layer`."""
     norms_per_sublayer = 2 if cfg.norm_placement == "sandwich" else 1
     return (
         2 * norms_per_sublayer * _norm_params(cfg)
-        + ATTENTIONS.get(cfg.attention).num_params(cfg)
-        + MLPS.get(cfg.mlp).num_params(cfg)
+        + MIXERS.get(cfg.layer_type(layer)).num_params(cfg)
+        + FFNS.get(cfg.mlp_type(layer)).num_params(cfg)
         + canon_params(cfg, "A", cfg.d_model)
         + canon_params(cfg, "C", cfg.d_model)
     )
@@ -51,12 +56,11 @@ def count(cfg: ModelConfig) -> Counts:
     head = cfg.vocab_size * cfg.d_model
     embedding = head + POSITIONS.get(cfg.position).num_params(cfg) + (0 if cfg.tie_embeddings else head)
     final_norm = 0 if cfg.norm_placement == "post" else _norm_params(cfg)
-    blocks = cfg.n_layers * block_params(cfg)
-    applied = cfg.layer_repeat * blocks + final_norm + head  # weights used per token, with repeats
-    attended = sum(
-        min(cfg.sliding_window, cfg.context_length) if cfg.is_local(i) else cfg.context_length
-        for i in range(cfg.n_layers)
-    ) * cfg.layer_repeat
-    flops = 6 * applied + 12 * cfg.n_heads * cfg.head_dim * attended
+    layers = range(cfg.n_layers)
+    blocks = sum(block_params(cfg, i) for i in layers)
+    unrouted = sum(FFNS.get(cfg.mlp_type(i)).num_params(cfg) - FFNS.get(cfg.mlp_type(i)).active_params(cfg)
+                   for i in layers)  # experts a token skips
+    applied = cfg.layer_repeat * (blocks - unrouted) + final_norm + head  # weights used per token, with repeats
+    mixing = cfg.layer_repeat * sum(MIXERS.get(cfg.layer_type(i)).flops_per_token(cfg) for i in layers)
     total = embedding + blocks + final_norm
-    return Counts(total, embedding, total - embedding, flops)
+    return Counts(total, embedding, total - embedding, total - unrouted, 6 * applied + mixing)

@@ -12,25 +12,59 @@ import math
 import torch
 from torch import nn
 
-from slm.components import ATTENTIONS, MLPS, NORMS, POSITIONS
+from slm.components import FFNS, MIXERS, NORMS, POSITIONS
 from slm.components.attention import attention_mask
 from slm.components.canon import make_canon
 from slm.model.config import ModelConfig
 
 
+class SequenceContext:
+    """What every block of one forward shares, built on first use: RoPE tables per layer kind (`rotary`),
+    attention masks per window (`mask`), and the auxiliary statistics layers `record` (e.g. routing)."""
+
+    def __init__(self, cfg: ModelConfig, position: nn.Module, pos: torch.Tensor, dtype: torch.dtype, cache=None):
+        self.cfg, self.position, self.pos, self.dtype, self.cache = cfg, position, pos, dtype, cache
+        self._rotary: dict = {}
+        self._masks: dict = {}
+        self.aux: dict[type, list] = {}
+
+    def rotary(self, local: bool):
+        """(cos, sin) for global or sliding-window layers (their RoPE bases may differ), or None."""
+        if local not in self._rotary:
+            self._rotary[local] = self.position.rotary(self.pos, local, self.dtype)
+        return self._rotary[local]
+
+    def mask(self, window: int | None) -> torch.Tensor | None:
+        """Boolean attention mask for keys within `window` (None: all); None where SDPA's own causal mask does."""
+        if window not in self._masks:
+            if self.cache is None:
+                self._masks[window] = attention_mask(self.pos.shape[-1], self.cfg.causal, window, self.pos.device)
+            else:
+                self._masks[window] = self.cache.mask(window)
+        return self._masks[window]
+
+    def record(self, kind: type, stats) -> None:
+        """Keep one layer's auxiliary statistics; `kind.reduce_aux(cfg, [stats, ...])` reduces them."""
+        self.aux.setdefault(kind, []).append(stats)
+
+
 class Block(nn.Module):
-    """One transformer block: attention then MLP, each a residual sublayer with norms placed per config.
+    """One block: a sequence mixer (attention, short conv, ... from MIXERS by `layer_types`), then a
+    feed-forward (dense or mixture of experts, from FFNS by `mlp_types`), each a residual sublayer with norms
+    placed per config:
 
     pre:      h = h + f(norm(h))
     post:     h = norm(h + f(h))
     sandwich: h = h + norm_out(f(norm_in(h)))          (Gemma3)
-    Canon A / C mix the sublayer input right before attention / the MLP (B and D sit inside them).
+    Canon A / C mix the sublayer input right before the mixer / the MLP (B and D sit inside them).
+    The mixer sits at `self.<slot>` (attn, conv) with its norms at `<slot>_norm` and `<slot>_out_norm`.
     `kv` is this application's slot of a KV cache, or None (whole-sequence forward).
     """
 
-    def __init__(self, cfg: ModelConfig, local: bool):
+    def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__()
-        self.local = local
+        mixer = MIXERS.get(cfg.layer_type(layer))
+        self.slot = mixer.slot
         self.placement = cfg.norm_placement
 
         def norm(where: str) -> nn.Module | None:
@@ -39,26 +73,32 @@ class Block(nn.Module):
                 return None
             return NORMS.get(cfg.norm)(cfg.d_model, eps=cfg.norm_eps, bias=cfg.bias)
 
-        self.attn_norm, self.attn_out_norm = norm("before"), norm("after")
+        setattr(self, f"{self.slot}_norm", norm("before"))
+        setattr(self, f"{self.slot}_out_norm", norm("after"))
         self.canon_a = make_canon(cfg, "A", cfg.d_model)
-        self.attn = ATTENTIONS.get(cfg.attention)(cfg, local)
+        setattr(self, self.slot, mixer(cfg))
         self.mlp_norm, self.mlp_out_norm = norm("before"), norm("after")
         self.canon_c = make_canon(cfg, "C", cfg.d_model)
-        self.mlp = MLPS.get(cfg.mlp)(cfg)
+        self.mlp = FFNS.get(cfg.mlp_type(layer)).build(cfg)
         self.drop = nn.Dropout(cfg.dropout)
 
-    def _sublayer(self, h, norm_in, canon, where, fn, norm_out, kv, *args) -> torch.Tensor:
+    @property
+    def mixer(self) -> nn.Module:
+        return getattr(self, self.slot)
+
+    def _sublayer(self, h, norm_in, canon, where, fn, norm_out, seq, kv) -> torch.Tensor:
         x = h if norm_in is None else norm_in(h)
         if canon is not None:
             x = canon(x) if kv is None else kv.canon(where, canon, x)
-        y = self.drop(fn(x, *args))
+        y = self.drop(fn(x, seq, kv))
         if self.placement == "post":
             return norm_out(h + y)
         return h + (y if norm_out is None else norm_out(y))
 
-    def forward(self, h: torch.Tensor, rotary, mask, kv=None) -> torch.Tensor:
-        h = self._sublayer(h, self.attn_norm, self.canon_a, "A", self.attn, self.attn_out_norm, kv, rotary, mask, kv)
-        return self._sublayer(h, self.mlp_norm, self.canon_c, "C", self.mlp, self.mlp_out_norm, kv, kv)
+    def forward(self, h: torch.Tensor, seq: SequenceContext, kv=None) -> torch.Tensor:
+        mixer_norm, mixer_out_norm = getattr(self, f"{self.slot}_norm"), getattr(self, f"{self.slot}_out_norm")
+        h = self._sublayer(h, mixer_norm, self.canon_a, "A", self.mixer, mixer_out_norm, seq, kv)
+        return self._sublayer(h, self.mlp_norm, self.canon_c, "C", self.mlp, self.mlp_out_norm, seq, kv)
 
 
 class Transformer(nn.Module):
@@ -70,7 +110,7 @@ class Transformer(nn.Module):
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.position = POSITIONS.get(cfg.position).from_config(cfg)
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(Block(cfg, cfg.is_local(i)) for i in range(cfg.n_layers))
+        self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
         # post-norm blocks end normalised; pre and sandwich need a final norm before the head
         self.norm = None if cfg.norm_placement == "post" else NORMS.get(cfg.norm)(cfg.d_model, eps=cfg.norm_eps, bias=cfg.bias)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
@@ -98,29 +138,28 @@ class Transformer(nn.Module):
 
     def hidden(self, idx: torch.Tensor, cache=None, lengths: torch.Tensor | None = None) -> torch.Tensor:
         """idx (B, T) -> final hidden states (B, T, d), after the final norm: `head` turns them into logits."""
+        return self._run(idx, cache, lengths)[0]
+
+    def _run(self, idx: torch.Tensor, cache, lengths) -> tuple[torch.Tensor, SequenceContext]:
         B, T = idx.shape
-        kinds = {block.local for block in self.blocks}
         if cache is None:
             if T > self.cfg.context_length:
                 raise ValueError(f"sequence length {T} exceeds context_length={self.cfg.context_length}")
             pos = torch.arange(T, device=idx.device)
-            window = self.cfg.sliding_window
-            masks = {local: attention_mask(T, self.cfg.causal, window if local else None, idx.device)
-                     for local in kinds}
         else:
-            pos, masks = cache.begin(T, lengths)  # pos (B, T); masks {local: (B, 1, T, S) or None}
+            pos = cache.begin(T, lengths)  # (B, T); the cache builds the masks of this chunk
         h = self.tok_emb(idx)  # (B, T, d)
         if self.cfg.scale_embeddings:
             h = h * torch.tensor(self.cfg.d_model**0.5, dtype=h.dtype)
         h = self.drop(self.position.embed(h, pos))
-        rotary = {local: self.position.rotary(pos, local, h.dtype) for local in kinds}
+        seq = SequenceContext(self.cfg, self.position, pos, h.dtype, cache)
         for i, block in enumerate(self.blocks):
             for r in range(self.cfg.layer_repeat):
                 kv = None if cache is None else cache.layers[i * self.cfg.layer_repeat + r]
-                h = block(h, rotary[block.local], masks[block.local], kv)
+                h = block(h, seq, kv)
         if self.norm is not None:
             h = self.norm(h)
-        return h
+        return h, seq
 
     def head(self, h: torch.Tensor) -> torch.Tensor:
         """Final hidden states (..., d) -> logits (..., V), soft-capped if the config says so."""

@@ -36,7 +36,7 @@ def load_config(directory: str | os.PathLike) -> ModelConfig:
     path = Path(directory) / CONFIG_FILE
     if not path.is_file():
         raise FileNotFoundError(f"no {CONFIG_FILE} in {directory}: not an slm checkpoint directory")
-    return ModelConfig(**json.loads(path.read_text()))
+    return ModelConfig.from_dict(json.loads(path.read_text()))
 
 
 def load_model(directory: str | os.PathLike, device: str = "cpu") -> Transformer:
