@@ -11,9 +11,11 @@ from tests.conftest import PRESETS, compose_model_node
 #  GPT-2 124M: 124,439,808 (Radford et al. 2019; the count of transformers' GPT2LMHeadModel);
 #  llama3 at the study's 70M shape: 50304*384 + 32*(4*384*384 - 2*384*192 + 3*384*1024 + 2*384) + 384;
 #  MobileLLM-125M (arXiv:2402.14905, "125M"): 32000*576 + 30*(2*576*576 + 2*576*192 + 3*576*1536 + 2*576) + 576;
-#  the project brief's 40M design: 35,763,840.
+#  the project brief's 40M design: 35,763,840;
+#  lfm2 at the shared shape (issue 10): 50304*384 + 10 attention layers * (2*384*384 + 2*384*192 + 2*48)
+#    + 22 conv layers * (3*384*384 + 3*384 + 384*384) + 32 * (3*384*1152 + 2*384) + 384 = 79,235,136.
 PUBLISHED = {"gpt2": 124_439_808, "llama3": 71_246_208, "mobilellm": 124_635_456, "mobilellm_ls": 124_635_456,
-             "design_40m": 35_763_840}
+             "design_40m": 35_763_840, "lfm2": 79_235_136}
 GPT2_GRID = [(4, 768), (12, 512), (16, 448), (24, 384), (32, 384), (48, 320), (64, 256)]
 
 

@@ -28,6 +28,11 @@ VARIANTS = {
     "gemma_sandwich_qknorm": dict(norm="rmsnorm_gemma", norm_placement="sandwich", qk_norm=True, mlp="geglu",
                                   scale_embeddings=True, sliding_window=6, layer_types=["local_attn", "attn"]),
     "post_norm_partial_rotary": dict(norm_placement="post", rotary_fraction=0.5),
+    "lfm2_conv_attn": dict(layer_types=["conv", "conv", "attn"], qk_norm=True, n_kv_heads=2),
+    "conv_only_bias_kernel4_canon": dict(layer_types=["conv"], conv_kernel=4, bias=True, canon_set="AC",
+                                         position="learned", norm="layernorm", mlp="gelu"),
+    "conv_kernel1_local_repeat": dict(layer_types=["conv", "local_attn"], conv_kernel=1, sliding_window=5,
+                                      layer_repeat=2),
 }
 
 
@@ -55,7 +60,7 @@ def test_cached_decode_matches_full_forward(variant, static):
 
 
 @pytest.mark.parametrize("variant", ["llama_gqa", "gpt2_learned_layernorm_bias", "sliding_window_local_theta",
-                                     "canon_abcd", "softcaps_window"])
+                                     "canon_abcd", "softcaps_window", "lfm2_conv_attn", "conv_only_bias_kernel4_canon"])
 def test_padded_rows_keep_their_own_positions(variant):
     """Prompts of different lengths right-padded into one prefill, then one token per row: each row
     sees exactly its own sequence (padding takes no position and is never attended to)."""
@@ -76,9 +81,10 @@ def test_padded_rows_keep_their_own_positions(variant):
     assert worst < TOL
 
 
-def test_rows_selected_from_a_prefilled_cache_continue_independently():
+@pytest.mark.parametrize("variant", ["canon_bd_repeat_gated", "lfm2_conv_attn"])
+def test_rows_selected_from_a_prefilled_cache_continue_independently(variant):
     """One context prefilled once, copied into a row per continuation (prefix sharing in slm.eval.lm)."""
-    model = _model(**VARIANTS["canon_bd_repeat_gated"])
+    model = _model(**VARIANTS[variant])
     ctx, conts = torch.randint(0, V, (1, 12)), torch.randint(0, V, (3, 6))
     with torch.no_grad():
         cache = KVCache(model.cfg, batch=1, capacity=20)
@@ -90,7 +96,7 @@ def test_rows_selected_from_a_prefilled_cache_continue_independently():
 
 
 @pytest.mark.parametrize("variant", ["llama_gqa", "gpt2_learned_layernorm_bias", "canon_abcd",
-                                     "sliding_window_local_theta"])
+                                     "sliding_window_local_theta", "lfm2_conv_attn"])
 def test_greedy_generation_equals_argmax_of_full_forward(variant):
     model = _model(**VARIANTS[variant])
     prompts = [torch.randint(0, V, (n,)).tolist() for n in (5, 11)]
@@ -136,7 +142,8 @@ def test_cache_refuses_what_it_cannot_do():
 
 
 @pytest.mark.slow  # torch.compile takes 20-60 s per variant
-@pytest.mark.parametrize("variant", ["canon_abcd", "sliding_window_local_theta", "gpt2_learned_layernorm_bias"])
+@pytest.mark.parametrize("variant", ["canon_abcd", "sliding_window_local_theta", "gpt2_learned_layernorm_bias",
+                                     "lfm2_conv_attn"])
 def test_compiled_decode_step_matches_full_forward(variant):
     """The torch.compile'd static step (Decoder(compile=True)), fed the sequence one token at a time."""
     model = _model(**VARIANTS[variant])

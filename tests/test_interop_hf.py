@@ -36,7 +36,7 @@ def _tokens(batch: int = 2, length: int = T) -> torch.Tensor:
 
 def _max_diff(hf_model, model: Transformer, idx: torch.Tensor) -> float:
     with torch.no_grad():
-        return (hf_model(idx).logits - model.eval()(idx)).abs().max().item()
+        return (hf_model(idx, use_cache=False).logits - model.eval()(idx)).abs().max().item()
 
 
 HF_CASES = {
@@ -143,7 +143,7 @@ def test_to_hf_round_trip(case):
     (dict(canon_set="AC"), "Canon layers"),
     (dict(layer_repeat=2), "layer_repeat=2"),
     (dict(qk_norm=True), "qk_norm=True"),
-    (dict(sliding_window=8, layer_types=["local_attn"]), "layer_types=.*needs global attention"),
+    (dict(sliding_window=8, layer_types=["local_attn"]), "layer_types=.*needs attn only"),
     (dict(norm="rmsnorm_gemma", norm_placement="sandwich"), "norm_placement='sandwich'.*norm='rmsnorm_gemma'"),
     (dict(position="none"), "position='none'"),
     (dict(rotary_fraction=0.5), "partial rotary"),
@@ -191,3 +191,90 @@ def test_import_hf_cli_bad_input_is_one_line(tmp_path, capsys, problem):
     assert not (tmp_path / "out").exists()
     if problem == "unsupported_architecture":
         assert "cannot convert MistralForCausalLM: supported transformers models are GPT2LMHeadModel" in captured.err
+
+
+# ------------------------------------------------------------------------------------------------ LFM2
+def _lfm2(layer_types=("conv", "conv", "full_attention", "conv"), **change) -> "tf.Lfm2ForCausalLM":
+    """A tiny random Lfm2ForCausalLM with transformers' own defaults for everything not named here:
+    pad_token_id=0, block_auto_adjust_ff_dim=True, RoPE base 1e6."""
+    config = tf.Lfm2Config(vocab_size=V, hidden_size=D, intermediate_size=96, num_hidden_layers=len(layer_types),
+                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=CTX,
+                           layer_types=list(layer_types), initializer_range=0.1, bos_token_id=None,
+                           eos_token_id=None, **change)
+    return _perturb(tf.Lfm2ForCausalLM(config))
+
+
+@pytest.mark.parametrize("change", [dict(), dict(conv_L_cache=4, tie_word_embeddings=False, pad_token_id=None,
+                                                 block_auto_adjust_ff_dim=False)])
+def test_lfm2_from_hf_matches_transformers(change):
+    hf_model = _lfm2(**change)
+    model = from_hf(hf_model)
+    assert model.num_params() == sum(p.numel() for p in hf_model.parameters())
+    assert _max_diff(hf_model, model, _tokens(batch=3)) < TOL  # T = 24 > the conv kernel
+
+
+def test_lfm2_config_traps_are_mapped():
+    """transformers' defaults that would silently differ: the rescaled MLP width, the padding row, RoPE 1e6."""
+    hf_model = _lfm2()
+    cfg = from_hf(hf_model).cfg
+    assert cfg.d_ff == hf_model.model.layers[0].feed_forward.w1.weight.shape[0] == 256  # 96 -> 64 -> up to 256
+    assert (cfg.embedding_padding_idx, cfg.rope_theta, cfg.conv_kernel) == (0, 1e6, 3)
+    assert (cfg.family, cfg.layer_types, cfg.qk_norm) == ("lfm2", ["conv", "conv", "attn"], True)  # repeating unit
+    assert [cfg.layer_type(i) for i in range(4)] == ["conv", "conv", "attn", "conv"]
+    assert from_hf(_lfm2(layer_types=["full_attention", "conv"] * 2)).cfg.layer_types == ["attn", "conv"]
+    with pytest.raises(ValueError, match="conv_bias=True"):
+        from_hf(_lfm2(conv_bias=True))
+
+
+def test_lfm2_padding_row_gets_no_gradient_from_the_lookup():
+    model = Transformer(ModelConfig(n_layers=2, d_model=D, n_heads=4, vocab_size=V, layer_types=["conv", "attn"],
+                                    embedding_padding_idx=3, tie_embeddings=False))
+    assert torch.all(model.tok_emb.weight[3] == 0)
+    model(torch.tensor([[3, 5, 3, 7]])).sum().backward()
+    assert torch.all(model.tok_emb.weight.grad[3] == 0) and model.tok_emb.weight.grad[5].abs().sum() > 0
+
+
+@pytest.mark.parametrize("layer_types", [["conv", "conv", "attn"], ["conv"]])
+def test_lfm2_to_hf_round_trip(layer_types):
+    model = _perturb(Transformer(ModelConfig(n_layers=4, d_model=D, n_heads=4, n_kv_heads=2, vocab_size=V,
+                                             context_length=CTX, layer_types=layer_types, qk_norm=True, d_ff=80,
+                                             rope_theta=5000.0, tie_embeddings=False)))
+    hf_model = to_hf(model)
+    assert type(hf_model) is tf.Lfm2ForCausalLM and hf_model.config.pad_token_id is None
+    assert hf_model.model.embed_tokens.padding_idx is None
+    assert _max_diff(hf_model, model, _tokens()) < TOL
+    assert from_hf(hf_model).cfg.layer_types == layer_types
+
+
+def test_lfm2_greedy_generation_equals_transformers():
+    """Token for token, slm's KV-cached decoding (conv state + attention K/V) against transformers'
+    generate with its own hybrid cache, for a batch of two prompts."""
+    from slm.model.generate import generate
+
+    hf_model = _lfm2(pad_token_id=None)
+    model = from_hf(hf_model).eval()
+    prompts = _tokens(batch=2, length=7)
+    with torch.no_grad():
+        theirs = hf_model.generate(prompts, attention_mask=torch.ones_like(prompts), max_new_tokens=12,
+                                   do_sample=False, pad_token_id=V - 1)[:, 7:]
+    assert generate(model, prompts.tolist(), 12) == theirs.tolist()
+
+
+def test_lfm2_to_hf_refuses_what_it_cannot_represent():
+    base = dict(n_layers=3, d_model=D, n_heads=4, vocab_size=V, context_length=CTX, layer_types=["conv", "conv", "attn"])
+    for change, match in [(dict(qk_norm=False), "qk_norm=False"), (dict(qk_norm=True, bias=True), "bias=True"),
+                          (dict(qk_norm=True, mlp="gelu"), "mlp='gelu'"),
+                          (dict(qk_norm=True, layer_types=["conv", "local_attn"], sliding_window=4),
+                           "needs conv, attn only")]:
+        with pytest.raises(ValueError, match=match):
+            to_hf(Transformer(ModelConfig(**{**base, **change})))
+
+
+def test_import_hf_cli_lfm2(tmp_path, capsys):
+    hf_model = _lfm2()
+    hf_model.save_pretrained(tmp_path / "hf")
+    capsys.readouterr()
+    import_hf([str(tmp_path / "hf"), str(tmp_path / "slm")])
+    model = load_model(tmp_path / "slm")
+    assert capsys.readouterr().out.strip() == f"{tmp_path / 'slm'}: lfm2, {model.num_params():,} parameters"
+    assert model.cfg.embedding_padding_idx == 0 and _max_diff(hf_model, model, _tokens()) < TOL

@@ -43,7 +43,7 @@ def test_registries_are_complete():
     assert set(NORMS.keys()) == {"layernorm", "rmsnorm", "rmsnorm_gemma"}
     assert set(POSITIONS.keys()) == {"learned", "rope", "none"}
     assert set(MLPS.keys()) == {"gelu", "relu", "swiglu", "geglu"}
-    assert set(MIXERS.keys()) == {"attn", "local_attn"}
+    assert set(MIXERS.keys()) == {"attn", "local_attn", "conv"}
     assert set(FFNS.keys()) == {"dense"}
     assert set(REGISTRIES) == {"norm", "position", "mlp", "mlp type", "mixer", "canon"}
 
@@ -82,6 +82,13 @@ def test_mlps(mlp):
 )
 def test_attention_variants(variant):
     _train_step(ModelConfig(**{**TINY, **variant}))
+
+
+@pytest.mark.parametrize("layer_types", [["conv"], ["conv", "conv", "attn"], ["local_attn", "conv"]])
+@pytest.mark.parametrize("bias", [False, True])
+def test_mixers(layer_types, bias):
+    _train_step(ModelConfig(**{**TINY, "n_layers": 3}, layer_types=layer_types, bias=bias, qk_norm=True,
+                            sliding_window=4 if "local_attn" in layer_types else None))
 
 
 @pytest.mark.parametrize("canon_set", ["A", "B", "C", "D", "ABCD"])

@@ -3,7 +3,7 @@ an slm checkpoint directory (config.json + model.safetensors), offline.
 
     slm-import-hf ./tiny-llama ./ckpt/tiny-llama        # prints: ./ckpt/tiny-llama: llama3, 1,234,567 parameters
 
-Supported: GPT-2, Llama, Qwen3, Gemma2, Gemma3 (text); see slm.interop.hf. Bad input (missing directory,
+Supported: GPT-2, Llama, Qwen3, Gemma2, Gemma3 (text), LFM2; see slm.interop.hf. Bad input (missing directory,
 unsupported architecture, a non-empty out dir without --force) is one line on stderr and exit code 2,
 and nothing is written.
 """
@@ -31,7 +31,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = _Parser(prog=PROG, description="Convert a saved transformers causal LM (GPT-2, Llama, Qwen3, "
+    parser = _Parser(prog=PROG, description="Convert a saved transformers causal LM (GPT-2, Llama, Qwen3, LFM2, "
                      "Gemma2, Gemma3 text) into an slm checkpoint directory, offline.")
     parser.add_argument("model_dir", type=Path, help="directory written by transformers' save_pretrained")
     parser.add_argument("out_dir", type=Path, help="slm checkpoint directory to write")

@@ -7,6 +7,7 @@ from slm.components.mlp import FFNS, MLPS
 from slm.components.norm import NORMS
 from slm.components.position import POSITIONS
 from slm.components.registry import Registry, UnknownKeyError
+from slm.components.shortconv import ShortConv
 
 REGISTRIES = {r.kind: r for r in (NORMS, POSITIONS, MLPS, FFNS, MIXERS, CANONS)}
 

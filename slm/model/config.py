@@ -90,6 +90,8 @@ class ModelConfig:
     """Soft-cap attention logits as cap * tanh(s / cap); None disables."""
     final_logit_softcap: float | None = None
     """Soft-cap output logits as cap * tanh(z / cap); None disables."""
+    conv_kernel: int = 3
+    """Kernel of the conv mixer (LFM2's conv_L_cache): positions mixed, itself included."""
     canon: str = "conv"
     """Canon layer kind: conv (depthwise causal conv1d, residual)."""
     canon_set: str = ""
@@ -100,6 +102,9 @@ class ModelConfig:
     # --- details
     bias: bool = False
     """Biases in every linear layer and in LayerNorm (GPT-2 has them)."""
+    embedding_padding_idx: int | None = None
+    """Embedding row that starts at zero and gets no gradient from the lookup (transformers' padding_idx,
+    set by its pad_token_id); None: none."""
     scale_embeddings: bool = False
     """Multiply token embeddings by sqrt(d_model) (Gemma)."""
     dropout: float = 0.0
@@ -208,7 +213,10 @@ class ModelConfig:
             raise _bad("sliding_window", self.sliding_window, "layer_types has no local_attn layer to use it; add one or set null")
         if len(set(self.canon_set)) != len(self.canon_set) or set(self.canon_set) - set(CANON_POSITIONS):
             raise _bad("canon_set", self.canon_set, f"distinct letters from {CANON_POSITIONS!r}, e.g. 'AC'")
-        self._positive("canon_kernel")
+        self._positive("canon_kernel", "conv_kernel")
+        pad = self.embedding_padding_idx
+        if pad is not None and (isinstance(pad, bool) or not isinstance(pad, int) or not 0 <= pad < self.vocab_size):
+            raise _bad("embedding_padding_idx", pad, f"must be null or a token id in 0..{self.vocab_size - 1}")
         if self.position == "rope":
             if not 0 < self.rotary_fraction <= 1:
                 raise _bad("rotary_fraction", self.rotary_fraction, "must be in (0, 1]")

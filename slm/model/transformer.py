@@ -107,7 +107,7 @@ class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
-        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.embedding_padding_idx)
         self.position = POSITIONS.get(cfg.position).from_config(cfg)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
@@ -130,6 +130,9 @@ class Transformer(nn.Module):
                     nn.init.zeros_(module.bias)
         for p in self.position.parameters():
             nn.init.normal_(p, 0.0, std)
+        if self.cfg.embedding_padding_idx is not None:
+            with torch.no_grad():
+                self.tok_emb.weight[self.cfg.embedding_padding_idx].zero_()
 
     def forward(self, idx: torch.Tensor, cache=None, lengths: torch.Tensor | None = None) -> torch.Tensor:
         """idx (B, T) -> logits (B, T, V). With `cache`, idx continues the cached sequences; `lengths` (B,)

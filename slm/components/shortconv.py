@@ -1,0 +1,72 @@
+"""LFM2's gated short convolution (Liquid AI 2025; transformers' `Lfm2ShortConv`), the `conv` mixer.
+
+    b, c, x = in_proj(h).chunk(3)        # d -> 3d, split in the order B, C, x
+    y = out_proj(c * conv(b * x))        # conv: depthwise, causal, kernel `conv_kernel`; no nonlinearity
+
+With a KV cache it keeps the last conv_kernel - 1 inputs of the convolution (b * x), per row.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from slm.components.canon import conv_continue
+from slm.components.mixer import MIXERS, Mixer
+
+
+class ConvState:
+    """A conv layer's slot in a KV cache: the convolution's last kernel - 1 inputs (B, kernel - 1, d)."""
+
+    def __init__(self, cache, inputs: torch.Tensor):
+        self.cache, self.inputs = cache, inputs
+
+    def conv(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """The causal convolution of x (B, T, d) continuing the cached inputs, which move on past x."""
+        return conv_continue(self.inputs, x, weight, self.cache.lengths)
+
+    def select(self, cache, rows: torch.Tensor) -> "ConvState":
+        return ConvState(cache, self.inputs.index_select(0, rows))
+
+    def reset(self) -> None:
+        self.inputs.zero_()
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        return (self.inputs,)
+
+
+@MIXERS.register("conv")
+class ShortConv(Mixer):
+    """Input-gated depthwise causal convolution: out_proj(C * conv(B * x)), [B; C; x] = in_proj(h)."""
+
+    slot = "conv"
+
+    def __init__(self, cfg):
+        super().__init__()
+        d, kernel = cfg.d_model, cfg.conv_kernel
+        self.in_proj = nn.Linear(d, 3 * d, bias=cfg.bias)  # (3d, d): rows [B; C; x]
+        self.conv = nn.Conv1d(d, d, kernel, groups=d, bias=cfg.bias, padding=kernel - 1)  # weight (d, 1, kernel)
+        self.out_proj = nn.Linear(d, d, bias=cfg.bias)
+
+    @staticmethod
+    def num_params(cfg) -> int:
+        d = cfg.d_model
+        n = d * 3 * d + d * cfg.conv_kernel + d * d
+        return n + (3 * d + d + d if cfg.bias else 0)
+
+    @classmethod
+    def new_state(cls, cfg, cache) -> ConvState:
+        return ConvState(cache, torch.zeros(cache.batch, cfg.conv_kernel - 1, cfg.d_model, device=cache.device,
+                                            dtype=cache.dtype))
+
+    def forward(self, x: torch.Tensor, seq, kv=None) -> torch.Tensor:
+        T = x.shape[1]
+        b, c, h = self.in_proj(x).chunk(3, dim=-1)  # (B, T, d) each
+        bx = b * h
+        if kv is None:
+            mixed = self.conv(bx.transpose(1, 2))[..., :T].transpose(1, 2)  # left padding only: causal
+        else:
+            mixed = kv.state.conv(bx, self.conv.weight[:, 0, :])
+            if self.conv.bias is not None:
+                mixed = mixed + self.conv.bias
+        return self.out_proj(c * mixed)  # (B, T, d)
