@@ -1,0 +1,96 @@
+"""Shared pieces of the transformers converters (slm.interop.hf): the weight-table entry, refusals, and the
+config fields several families map the same way."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from slm.model.config import ModelConfig
+
+# Gelu forms in transformers' ACT2FN that slm computes exactly: name -> (slm mlp kind, gelu_approximate).
+ACTIVATIONS = {
+    "gelu_new": ("gelu", "tanh"),
+    "gelu_pytorch_tanh": ("gelu", "tanh"),
+    "gelu": ("gelu", "none"),
+    "relu": ("relu", "none"),
+    "silu": ("swiglu", "none"),
+}
+
+
+class Entry(NamedTuple):
+    """One slm parameter made of transformers tensors `hf`, stacked along dim 0 (after `.T` if
+    `transposed`)."""
+
+    slm: str
+    hf: tuple[str, ...]
+    transposed: bool = False
+
+
+def unsupported(what: str, problems: list[str]) -> None:
+    """Raise one ValueError listing every reason `what` cannot be converted (no-op if none)."""
+    if problems:
+        raise ValueError(f"cannot convert {what}: " + "; ".join(problems))
+
+
+def rope_theta(rope_parameters: dict | None, what: str) -> float:
+    """The base of a plain RoPE parameter dict; ValueError for scaled or partial RoPE."""
+    params = rope_parameters or {}
+    problems = []
+    if params.get("rope_type", "default") != "default":
+        problems.append(f"{what} rope_type={params['rope_type']!r} (RoPE scaling; only 'default' is supported)")
+    if params.get("partial_rotary_factor", 1.0) != 1.0:
+        problems.append(f"{what} partial_rotary_factor={params['partial_rotary_factor']} (partial rotary)")
+    if "rope_theta" not in params:
+        problems.append(f"{what} has no rope_theta")
+    unsupported("RoPE parameters", problems)
+    return float(params["rope_theta"])
+
+
+def attention_layout(c, context_length: int) -> tuple[list[str], int | None]:
+    """(layer_types, sliding_window) from transformers' `layer_types`: sliding_attention -> local_attn,
+    full_attention -> attn, shortened to the shortest unit that repeats over the layers. The window is capped
+    at the context length, which changes nothing (a query never has more keys than that)."""
+    kinds = {"sliding_attention": "local_attn", "full_attention": "attn"}
+    layer_types = getattr(c, "layer_types", None) or ["full_attention"] * c.num_hidden_layers
+    unknown = sorted(set(layer_types) - set(kinds))
+    unsupported("layer_types", [f"{kind!r} layers" for kind in unknown])
+    ours = repeating_unit([kinds[kind] for kind in layer_types])
+    if "local_attn" not in ours:
+        return ours, None
+    if c.sliding_window is None:
+        raise ValueError("cannot convert layer_types: sliding_attention layers but sliding_window is None")
+    return ours, min(c.sliding_window, context_length)
+
+
+def repeating_unit(items: list[str]) -> list[str]:
+    """The shortest prefix of `items` that, repeated, gives `items` (the form presets use)."""
+    n = len(items)
+    period = next(p for p in range(1, n + 1) if all(items[i] == items[i % p] for i in range(n)))
+    return items[:period]
+
+
+def decoder_fields(c) -> dict:
+    """ModelConfig fields shared by the LLaMA-style decoders (Llama, Qwen3, Gemma2/3)."""
+    return dict(
+        n_layers=c.num_hidden_layers, d_model=c.hidden_size, n_heads=c.num_attention_heads,
+        n_kv_heads=c.num_key_value_heads, head_dim=c.head_dim, d_ff=c.intermediate_size,
+        vocab_size=c.vocab_size, context_length=c.max_position_embeddings,
+        tie_embeddings=bool(c.tie_word_embeddings), norm_eps=c.rms_norm_eps, position="rope",
+        init_std=c.initializer_range, embedding_padding_idx=c.pad_token_id,
+    )
+
+
+def common_problems(cfg: ModelConfig, mixers: tuple[str, ...] = ("attn",), qk_norm: bool = False) -> list[str]:
+    """Settings the transformers targets cannot express (the mixers and qk-norm setting each one has)."""
+    return [problem for bad, problem in (
+        (cfg.canon_set != "", f"Canon layers (canon_set={cfg.canon_set!r})"),
+        (cfg.layer_repeat > 1, f"layer_repeat={cfg.layer_repeat} (block sharing)"),
+        (cfg.norm_placement != "pre", f"norm_placement={cfg.norm_placement!r} (needs 'pre')"),
+        (cfg.qk_norm != qk_norm and "attn" in cfg.layer_types, f"qk_norm={cfg.qk_norm} (needs {qk_norm})"),
+        (not cfg.causal, "causal=False"),
+        (not set(cfg.layer_types) <= set(mixers), f"layer_types={cfg.layer_types} (needs {', '.join(mixers)} only)"),
+        (set(cfg.mlp_types) != {"dense"}, f"mlp_types={cfg.mlp_types} (needs dense MLPs only)"),
+        (cfg.attn_logit_softcap is not None, f"attn_logit_softcap={cfg.attn_logit_softcap}"),
+        (cfg.final_logit_softcap is not None, f"final_logit_softcap={cfg.final_logit_softcap}"),
+        (cfg.scale_embeddings, "scale_embeddings=True"),
+    ) if bad]

@@ -1,0 +1,127 @@
+"""The LLaMA-style decoders <-> slm: LlamaForCausalLM, Qwen3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM
+(one weight table, `decoder_table`); slm -> transformers goes to LlamaForCausalLM."""
+
+from __future__ import annotations
+
+import math
+
+from slm.interop.hf_common import (ACTIVATIONS, Entry, attention_layout, common_problems, decoder_fields, rope_theta,
+                                   unsupported)
+from slm.model.config import ModelConfig
+
+
+def llama_config(c) -> ModelConfig:
+    """LlamaConfig -> ModelConfig: RoPE, pre-RMSNorm, SwiGLU, GQA. LlamaForCausalLM attends globally in every
+    layer (it ignores any layer_types / sliding_window in its config), so the pattern is all G."""
+    unsupported("LlamaForCausalLM", [problem for bad, problem in (
+        (c.hidden_act != "silu", f"hidden_act={c.hidden_act!r} (SwiGLU needs 'silu')"),
+        (c.mlp_bias != c.attention_bias, f"mlp_bias={c.mlp_bias} with attention_bias={c.attention_bias} "
+                                         "(slm's `bias` switches every linear layer's bias together)"),
+    ) if bad])
+    return ModelConfig(family="llama3", **decoder_fields(c), norm="rmsnorm", mlp="swiglu",
+                       rope_theta=rope_theta(c.rope_parameters, "rope_parameters"), bias=bool(c.attention_bias))
+
+
+def qwen3_config(c) -> ModelConfig:
+    """Qwen3Config -> ModelConfig: LLaMA plus per-head RMSNorm on q and k, and optional sliding-window
+    layers (use_sliding_window / layer_types)."""
+    unsupported("Qwen3ForCausalLM", [problem for bad, problem in (
+        (c.hidden_act != "silu", f"hidden_act={c.hidden_act!r} (SwiGLU needs 'silu')"),
+        (c.attention_bias, "attention_bias=True (Qwen3's MLP has none; slm's `bias` covers every linear layer)"),
+    ) if bad])
+    layer_types, window = attention_layout(c, c.max_position_embeddings)
+    return ModelConfig(family="qwen3", **decoder_fields(c), norm="rmsnorm", mlp="swiglu", qk_norm=True,
+                       rope_theta=rope_theta(c.rope_parameters, "rope_parameters"),
+                       layer_types=layer_types, sliding_window=window)
+
+
+def gemma_fields(c, name: str) -> dict:
+    """ModelConfig fields shared by Gemma2 and Gemma3: (1 + w) RMSNorm before and after each sublayer,
+    GeGLU, embeddings scaled by sqrt(d), q.k scaled by query_pre_attn_scalar ** -0.5, local/global layers."""
+    mlp, approximate = ACTIVATIONS.get(c.hidden_activation, (None, None))
+    unsupported(name, [problem for bad, problem in (
+        (mlp != "gelu", f"hidden_activation={c.hidden_activation!r}"),
+        (c.attention_bias, "attention_bias=True (Gemma's MLP has none; slm's `bias` covers every linear layer)"),
+        (c.use_bidirectional_attention, "use_bidirectional_attention=True (an encoder, not a causal LM)"),
+    ) if bad])
+    layer_types, window = attention_layout(c, c.max_position_embeddings)
+    return dict(
+        **decoder_fields(c), norm="rmsnorm_gemma", norm_placement="sandwich", mlp="geglu",
+        gelu_approximate=approximate, scale_embeddings=True, attn_scale=c.query_pre_attn_scalar**-0.5,
+        layer_types=layer_types, sliding_window=window, final_logit_softcap=c.final_logit_softcapping,
+    )
+
+
+def gemma2_config(c) -> ModelConfig:
+    """Gemma2Config -> ModelConfig: Gemma fields, one RoPE base, attention-logit soft-capping."""
+    return ModelConfig(family="gemma2", **gemma_fields(c, "Gemma2ForCausalLM"),
+                       rope_theta=rope_theta(c.rope_parameters, "rope_parameters"),
+                       attn_logit_softcap=c.attn_logit_softcapping)
+
+
+def gemma3_config(c) -> ModelConfig:
+    """Gemma3TextConfig -> ModelConfig: Gemma fields, qk-norm, RoPE bases per layer type (rope_parameters
+    is a dict keyed by 'full_attention' / 'sliding_attention').
+
+    attn_logit_softcapping is not mapped: transformers' Gemma3Attention stores it but never passes it to
+    the attention function, so the model transformers runs has no attention soft-capping (checked on
+    transformers 5.23; Gemma 3 checkpoints set it to None anyway). final_logit_softcapping is applied.
+    """
+    fields = gemma_fields(c, "Gemma3ForCausalLM")
+    params = c.rope_parameters or {}
+    theta = {kind: rope_theta(params.get(kind), f"rope_parameters[{kind!r}]") for kind in set(c.layer_types)}
+    local = theta.get("sliding_attention")
+    return ModelConfig(family="gemma3", **fields, qk_norm=True,
+                       rope_theta=theta.get("full_attention", local), rope_theta_local=local)
+
+
+def decoder_table(cfg: ModelConfig) -> list[Entry]:
+    """slm <- LlamaForCausalLM / Qwen3ForCausalLM / Gemma{2,3}ForCausalLM (same names under `model.`).
+
+    qkv = [q_proj; k_proj; v_proj]: (H hd + 2 KV hd, d);  fc_in = [gate_proj; up_proj]: (2 d_ff, d).
+    Pre-norm (Llama, Qwen3): input_layernorm -> attn_norm, post_attention_layernorm -> mlp_norm (it sits
+    before the MLP). Sandwich (Gemma): input -> attn_norm, post_attention -> attn_out_norm,
+    pre_feedforward -> mlp_norm, post_feedforward -> mlp_out_norm.
+    """
+    sandwich = cfg.norm_placement == "sandwich"
+    norms = ({"attn_norm": "input_layernorm", "attn_out_norm": "post_attention_layernorm",
+              "mlp_norm": "pre_feedforward_layernorm", "mlp_out_norm": "post_feedforward_layernorm"}
+             if sandwich else {"attn_norm": "input_layernorm", "mlp_norm": "post_attention_layernorm"})
+    t = [Entry("tok_emb.weight", ("model.embed_tokens.weight",))]      # (V, d)
+    for i in range(cfg.n_layers):
+        hf, slm = f"model.layers.{i}.", f"blocks.{i}."
+        t += [Entry(f"{slm}{ours}.weight", (f"{hf}{theirs}.weight",)) for ours, theirs in norms.items()]
+        kinds = ("weight", "bias") if cfg.bias else ("weight",)
+        t += [Entry(f"{slm}attn.qkv.{k}", tuple(f"{hf}self_attn.{p}_proj.{k}" for p in "qkv")) for k in kinds]
+        t += [Entry(f"{slm}attn.proj.{k}", (f"{hf}self_attn.o_proj.{k}",)) for k in kinds]   # (d, H hd)
+        if cfg.qk_norm:
+            t += [Entry(f"{slm}attn.{p}_norm.weight", (f"{hf}self_attn.{p}_norm.weight",)) for p in "qk"]  # (hd,)
+        t += [Entry(f"{slm}mlp.fc_in.{k}", (f"{hf}mlp.gate_proj.{k}", f"{hf}mlp.up_proj.{k}")) for k in kinds]
+        t += [Entry(f"{slm}mlp.fc_out.{k}", (f"{hf}mlp.down_proj.{k}",)) for k in kinds]     # (d, d_ff)
+    t += [Entry("norm.weight", ("model.norm.weight",)),
+          Entry("lm_head.weight", ("model.embed_tokens.weight" if cfg.tie_embeddings else "lm_head.weight",))]
+    return t
+
+
+def llama_to_hf(cfg: ModelConfig):
+    """An untrained LlamaForCausalLM shaped like `cfg`; ValueError if LLaMA cannot express it."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    unsupported("to LlamaForCausalLM", common_problems(cfg) + [problem for bad, problem in (
+        (cfg.norm != "rmsnorm", f"norm={cfg.norm!r} (needs 'rmsnorm')"),
+        (cfg.mlp != "swiglu", f"mlp={cfg.mlp!r} (needs 'swiglu')"),
+        (cfg.rotary_fraction != 1.0, f"rotary_fraction={cfg.rotary_fraction} (partial rotary)"),
+        (cfg.attn_scale is not None and not math.isclose(cfg.attn_scale, cfg.head_dim**-0.5, rel_tol=1e-6),
+         f"attn_scale={cfg.attn_scale} (LLaMA uses 1/sqrt(head_dim))"),
+        (cfg.d_model % cfg.n_heads != 0, f"d_model={cfg.d_model} not a multiple of n_heads={cfg.n_heads}"),
+    ) if bad])
+    hf_cfg = LlamaConfig(
+        vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, intermediate_size=cfg.d_ff,
+        num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.n_kv_heads,
+        head_dim=cfg.head_dim, max_position_embeddings=cfg.context_length, rms_norm_eps=cfg.norm_eps,
+        rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta}, attention_bias=cfg.bias,
+        mlp_bias=cfg.bias, attention_dropout=cfg.dropout, initializer_range=cfg.init_std,
+        tie_word_embeddings=cfg.tie_embeddings, hidden_act="silu", bos_token_id=None, eos_token_id=None,
+        pad_token_id=cfg.embedding_padding_idx,
+    )
+    return LlamaForCausalLM(hf_cfg).float()
