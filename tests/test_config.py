@@ -26,7 +26,7 @@ TINY = dict(n_layers=2, d_model=32, n_heads=4, vocab_size=50, context_length=16)
         (dict(layer_types=["attn", "lstm"]), r"model.layer_types=\['attn', 'lstm'\] is invalid: unknown mixer 'lstm'; choose one of: attn, local_attn"),
         (dict(layer_types=["attn"] * 3), r"model.layer_types=.* is invalid: has 3 entries for n_layers=2: give one per layer or a shorter unit"),
         (dict(layer_types=[]), r"model.layer_types=\[\] is invalid: a non-empty list of mixers"),
-        (dict(mlp_types="dense,sparse"), r"model.mlp_types='dense,sparse' is invalid: unknown mlp type 'sparse'; choose one of: dense"),
+        (dict(mlp_types="dense,sparse"), r"model.mlp_types='dense,sparse' is invalid: unknown mlp type 'sparse'; choose one of: dense, moe"),
         (dict(canon_set="AE"), r"model.canon_set='AE' is invalid: distinct letters from 'ABCD'"),
         (dict(canon_set="AA"), r"model.canon_set='AA' is invalid"),
         (dict(norm_placement="middle"), r"model.norm_placement='middle' is invalid: choose one of: pre, post, sandwich"),

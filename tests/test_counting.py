@@ -14,8 +14,12 @@ from tests.conftest import PRESETS, compose_model_node
 #  the project brief's 40M design: 35,763,840;
 #  lfm2 at the shared shape (issue 10): 50304*384 + 10 attention layers * (2*384*384 + 2*384*192 + 2*48)
 #    + 22 conv layers * (3*384*384 + 3*384 + 384*384) + 32 * (3*384*1152 + 2*384) + 384 = 79,235,136.
+#  moe (conf/model/moe.yaml): llama3's block at 24 layers with 16 SwiGLU experts of 672, top-2:
+#    50304*384 + 24 * (4*384*384 - 2*384*192 + 2*384 + 384*16 + 16 * 3*384*672) + 384 = 327,371,136 in total,
+#    the same with 2 experts instead of 16: 67,258,752 active.
 PUBLISHED = {"gpt2": 124_439_808, "llama3": 71_246_208, "mobilellm": 124_635_456, "mobilellm_ls": 124_635_456,
-             "design_40m": 35_763_840, "lfm2": 79_235_136}
+             "design_40m": 35_763_840, "lfm2": 79_235_136, "moe": 327_371_136}
+ACTIVE = {"moe": 67_258_752}
 GPT2_GRID = [(4, 768), (12, 512), (16, 448), (24, 384), (32, 384), (48, 320), (64, 256)]
 
 
@@ -39,6 +43,7 @@ def test_preset_counts_match_built_model(preset):
     assert counts.params_embedding == embedding_count(cfg)
     if preset in PUBLISHED:
         assert counts.params_total == PUBLISHED[preset]
+    assert counts.params_active == ACTIVE.get(preset, counts.params_total)
 
 
 @pytest.mark.parametrize("layers, width", GPT2_GRID)
@@ -67,6 +72,10 @@ def test_flops_follow_palm_formula():
     shared = count(config_from_spec(compose_model_node("model=mobilellm_ls")))
     single = count(config_from_spec(compose_model_node("model=mobilellm")))
     assert shared.params_total == single.params_total and shared.flops_per_token > 1.8 * single.flops_per_token
+    # a mixture of experts costs its active parameters: the same as a dense model of the same active size
+    moe = config_from_spec(compose_model_node("model=moe"))
+    dense = config_from_spec(compose_model_node("model=llama3", "model.n_layers=24", "model.d_ff=1344"))
+    assert count(moe).flops_per_token - count(dense).flops_per_token == 6 * 24 * 384 * 16  # the routers
     windowed = count(config_from_spec(compose_model_node("model=gemma3", "model.sliding_window=256")))
     full = count(config_from_spec(compose_model_node("model=gemma3")))
     assert windowed.flops_per_token < full.flops_per_token

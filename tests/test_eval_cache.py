@@ -33,6 +33,7 @@ VARIANTS = {
                                          position="learned", norm="layernorm", mlp="gelu"),
     "conv_kernel1_local_repeat": dict(layer_types=["conv", "local_attn"], conv_kernel=1, sliding_window=5,
                                       layer_repeat=2),
+    "moe_dense_mix": dict(mlp_types=["dense", "moe"], n_experts=4, top_k=2, expert_d_ff=32, shared_expert_d_ff=16),
 }
 
 
@@ -60,7 +61,8 @@ def test_cached_decode_matches_full_forward(variant, static):
 
 
 @pytest.mark.parametrize("variant", ["llama_gqa", "gpt2_learned_layernorm_bias", "sliding_window_local_theta",
-                                     "canon_abcd", "softcaps_window", "lfm2_conv_attn", "conv_only_bias_kernel4_canon"])
+                                     "canon_abcd", "softcaps_window", "lfm2_conv_attn", "conv_only_bias_kernel4_canon",
+                                     "moe_dense_mix"])
 def test_padded_rows_keep_their_own_positions(variant):
     """Prompts of different lengths right-padded into one prefill, then one token per row: each row
     sees exactly its own sequence (padding takes no position and is never attended to)."""
@@ -96,7 +98,7 @@ def test_rows_selected_from_a_prefilled_cache_continue_independently(variant):
 
 
 @pytest.mark.parametrize("variant", ["llama_gqa", "gpt2_learned_layernorm_bias", "canon_abcd",
-                                     "sliding_window_local_theta", "lfm2_conv_attn"])
+                                     "sliding_window_local_theta", "lfm2_conv_attn", "moe_dense_mix"])
 def test_greedy_generation_equals_argmax_of_full_forward(variant):
     model = _model(**VARIANTS[variant])
     prompts = [torch.randint(0, V, (n,)).tolist() for n in (5, 11)]
@@ -143,7 +145,7 @@ def test_cache_refuses_what_it_cannot_do():
 
 @pytest.mark.slow  # torch.compile takes 20-60 s per variant
 @pytest.mark.parametrize("variant", ["canon_abcd", "sliding_window_local_theta", "gpt2_learned_layernorm_bias",
-                                     "lfm2_conv_attn"])
+                                     "lfm2_conv_attn", "moe_dense_mix"])
 def test_compiled_decode_step_matches_full_forward(variant):
     """The torch.compile'd static step (Decoder(compile=True)), fed the sequence one token at a time."""
     model = _model(**VARIANTS[variant])

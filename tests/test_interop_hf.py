@@ -278,3 +278,112 @@ def test_import_hf_cli_lfm2(tmp_path, capsys):
     model = load_model(tmp_path / "slm")
     assert capsys.readouterr().out.strip() == f"{tmp_path / 'slm'}: lfm2, {model.num_params():,} parameters"
     assert model.cfg.embedding_padding_idx == 0 and _max_diff(hf_model, model, _tokens()) < TOL
+
+
+# ----------------------------------------------------------------------------------- mixtures of experts
+MOE = dict(vocab_size=V, hidden_size=D, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+           num_experts_per_tok=2, max_position_embeddings=CTX, initializer_range=0.1, bos_token_id=None,
+           eos_token_id=None, pad_token_id=None)
+
+
+def _qwen3_moe(**change) -> "tf.Qwen3MoeForCausalLM":
+    config = tf.Qwen3MoeConfig(**{**MOE, "intermediate_size": 80, "moe_intermediate_size": 24, "num_experts": 6,
+                                  "norm_topk_prob": True, "mlp_only_layers": [0], "router_aux_loss_coef": 0.02,
+                                  **change})
+    return _perturb(tf.Qwen3MoeForCausalLM(config))
+
+
+def _mixtral(**change) -> "tf.MixtralForCausalLM":
+    config = tf.MixtralConfig(**{**MOE, "intermediate_size": 24, "num_local_experts": 5, **change})
+    return _perturb(tf.MixtralForCausalLM(config))
+
+
+@pytest.mark.parametrize("make", [
+    lambda: _qwen3_moe(), lambda: _qwen3_moe(norm_topk_prob=False, mlp_only_layers=[], tie_word_embeddings=True),
+    lambda: _qwen3_moe(decoder_sparse_step=2, mlp_only_layers=[]),
+    lambda: _qwen3_moe(use_sliding_window=True, sliding_window=WINDOW),
+    lambda: _mixtral(), lambda: _mixtral(num_experts_per_tok=1, sliding_window=WINDOW),
+], ids=["qwen3_moe", "qwen3_moe_unnormalised_tied", "qwen3_moe_sparse_step", "qwen3_moe_window", "mixtral",
+        "mixtral_top1_window"])
+def test_moe_from_hf_matches_transformers(make):
+    hf_model = make()
+    model = from_hf(hf_model)
+    assert model.num_params() == sum(p.numel() for p in hf_model.parameters())
+    assert _max_diff(hf_model, model, _tokens(batch=3)) < TOL
+
+
+def test_moe_config_is_mapped():
+    cfg = from_hf(_qwen3_moe()).cfg
+    assert (cfg.mlp_types, cfg.n_experts, cfg.top_k, cfg.expert_d_ff, cfg.d_ff) == (["dense", "moe", "moe"], 6, 2, 24, 80)
+    assert (cfg.norm_topk_prob, cfg.moe_aux_coef, cfg.moe_aux_scope, cfg.qk_norm) == (True, 0.02, "pooled", True)
+    assert from_hf(_qwen3_moe(decoder_sparse_step=2, mlp_only_layers=[])).cfg.mlp_types == ["dense", "moe"]
+    mixtral = from_hf(_mixtral(sliding_window=WINDOW)).cfg
+    assert (mixtral.layer_types, mixtral.sliding_window, mixtral.qk_norm) == (["local_attn"], WINDOW, False)
+    with pytest.raises(ValueError, match="router_jitter_noise=0.1"):
+        from_hf(_mixtral(router_jitter_noise=0.1))
+
+
+def test_moe_aux_loss_equals_transformers():
+    """With output_router_logits=True transformers adds router_aux_loss_coef * load_balancing_loss_func(all
+    layers' router logits) to the loss: slm's pooled balancing term is that number. The per-layer scope is
+    the mean of the same function applied to each layer alone."""
+    from transformers.models.qwen3_moe.modeling_qwen3_moe import load_balancing_loss_func
+
+    from slm.objectives import OBJECTIVES
+
+    hf_model = _qwen3_moe(mlp_only_layers=[])
+    model = from_hf(hf_model)
+    tokens = _tokens(batch=2, length=T + 1)
+    inputs = tokens[:, :-1]
+    with torch.no_grad():
+        out = hf_model(inputs, use_cache=False, labels=inputs, output_router_logits=True)
+        terms = OBJECTIVES.get("causal_lm")().terms(model, tokens)
+        assert terms["moe_balance_loss"].item() == pytest.approx(0.02 * out.aux_loss.item(), rel=1e-5)
+        # transformers' total is its LM loss (over T - 1 predictions) plus the weighted aux loss
+        lm = torch.nn.functional.cross_entropy(model(inputs)[:, :-1].flatten(0, 1), inputs[:, 1:].flatten())
+        assert out.loss.item() == pytest.approx((lm + terms["moe_balance_loss"]).item(), rel=1e-5)
+        per_layer = [load_balancing_loss_func((logits,), 6, 2) for logits in out.router_logits]
+        model.cfg.moe_aux_scope = "layer"
+        _, aux = model(inputs, return_aux=True)
+    assert aux["moe_balance"].item() == pytest.approx(torch.stack(per_layer).mean().item(), rel=1e-5)
+
+
+@pytest.mark.parametrize("change, expected", [
+    (dict(qk_norm=True, mlp_types=["dense", "moe"], norm_topk_prob=False), tf.Qwen3MoeForCausalLM),
+    (dict(qk_norm=False, mlp_types=["moe"], tie_embeddings=False), tf.MixtralForCausalLM),
+    (dict(qk_norm=True, mlp_types=["moe"], layer_types=["local_attn"], sliding_window=6), tf.Qwen3MoeForCausalLM),
+])
+def test_moe_to_hf_round_trip(change, expected):
+    model = _perturb(Transformer(ModelConfig(n_layers=3, d_model=D, n_heads=4, n_kv_heads=2, vocab_size=V,
+                                             context_length=CTX, d_ff=72, n_experts=4, top_k=2, expert_d_ff=20,
+                                             **change)))
+    hf_model = to_hf(model)
+    assert type(hf_model) is expected
+    assert _max_diff(hf_model, model, _tokens()) < TOL
+    back = from_hf(hf_model)
+    assert (back.cfg.mlp_types, back.cfg.n_experts) == (model.cfg.mlp_types, 4)
+    assert _max_diff(hf_model, back, _tokens()) < TOL
+
+
+def test_moe_to_hf_refuses_what_it_cannot_represent():
+    base = dict(n_layers=2, d_model=D, n_heads=4, vocab_size=V, context_length=CTX, n_experts=4, expert_d_ff=16)
+    for change, match in [(dict(mlp_types=["moe"], shared_expert_d_ff=8), "shared_expert_d_ff=8"),
+                          (dict(mlp_types=["dense", "moe"]), "Mixtral routes every layer"),
+                          (dict(mlp_types=["moe"], norm_topk_prob=False), "norm_topk_prob=False"),
+                          (dict(mlp_types=["moe"], layer_types=["local_attn", "attn"], sliding_window=4, qk_norm=True),
+                           "one sliding window for all layers")]:
+        with pytest.raises(ValueError, match=match):
+            to_hf(Transformer(ModelConfig(**{**base, **change})))
+
+
+def test_moe_preset_converts_to_mixtral():
+    """The study's moe preset (no qk-norm) has a transformers twin: MixtralForCausalLM (counted on meta)."""
+    from tests.conftest import compose_model_node
+    from slm.interop.hf_moe import moe_to_hf
+    from slm.model import config_from_spec
+
+    cfg = config_from_spec(compose_model_node("model=moe"))
+    with torch.device("meta"):
+        hf_model = moe_to_hf(cfg)
+    assert type(hf_model) is tf.MixtralForCausalLM
+    assert sum(p.numel() for p in hf_model.parameters()) == 327_371_136

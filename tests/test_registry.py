@@ -44,7 +44,7 @@ def test_registries_are_complete():
     assert set(POSITIONS.keys()) == {"learned", "rope", "none"}
     assert set(MLPS.keys()) == {"gelu", "relu", "swiglu", "geglu"}
     assert set(MIXERS.keys()) == {"attn", "local_attn", "conv"}
-    assert set(FFNS.keys()) == {"dense"}
+    assert set(FFNS.keys()) == {"dense", "moe"}
     assert set(REGISTRIES) == {"norm", "position", "mlp", "mlp type", "mixer", "canon"}
 
 

@@ -175,3 +175,51 @@ def test_a_failing_evaluation_leaves_the_run_completed(tmp_path, monkeypatch):
     assert rec["eval"]["lm_eval_error"] == "RuntimeError: out of memory"
     row = load_results(tmp_path).iloc[0]
     assert row["status"] == "completed" and row["eval_error"] == "RuntimeError: out of memory"
+
+
+NEW_FAMILIES = {
+    "lfm2": ["model=lfm2", "model.n_layers=3", "model.d_model=64", "model.head_dim=16", "model.n_kv_heads=2",
+             "model.d_ff=128", "model.context_length=128"],
+    "moe": ["model=moe", "model.n_layers=2", "model.d_model=64", "model.head_dim=16", "model.n_kv_heads=2",
+            "model.n_experts=4", "model.expert_d_ff=64", "model.context_length=128", "model.moe_z_coef=0.001"],
+}
+
+
+@pytest.mark.parametrize("family", NEW_FAMILIES)
+def test_new_families_train_resume_exactly_and_are_scored(tmp_path, family):
+    """LFM2 (conv state) and MoE (routing, auxiliary losses, per-expert load) through slm-train: a run killed
+    mid-way resumes to the weights, loss curve and record of an uninterrupted one, and is scored by lm-eval."""
+    args = [*[o for o in FAST if o not in ("model=debug", "eval=none")], *NEW_FAMILIES[family], "train.steps=40",
+            "train.ckpt_interval=10", "train.val_interval=20", "eval.limit=4", "eval.throughput.prompt_tokens=8",
+            "eval.throughput.new_tokens=8"]
+    ref_dir, cut_dir = tmp_path / "ref", tmp_path / "cut"
+    out = slm_train(ref_dir, *args)
+    assert out.returncode == 0, out.stderr[-2000:]
+    proc = slm_train(cut_dir, *args, wait=False)
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        runs = cut_dir / "runs" / "t"
+        if runs.exists() and any(runs.iterdir()) and _steps(run_dir(cut_dir)) >= 15:
+            break
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    assert slm_train(cut_dir, *args).returncode == 0
+    ref, cut = run_dir(ref_dir), run_dir(cut_dir)
+    a, b = load_file(ref / "model" / "model.safetensors"), load_file(cut / "model" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert (ref / "train_log.jsonl").read_text() == (cut / "train_log.jsonl").read_text()
+    r, rc = record(ref), record(cut)
+    assert rc["training"]["resumed_from"] and rc["eval"]["val_nll"] == r["eval"]["val_nll"]
+    assert r["model"]["family"] == family and r["eval"]["lm_eval"]["scores"]["slm_shakespeare_mc"] is not None
+    assert r["eval"]["throughput"]["decode_tokens_per_s"] > 0
+    if family == "moe":
+        assert r["model"]["params_active"] < r["model"]["params_total"]
+        load = r["training"]["moe_load"]
+        assert len(load["per_layer"]) == 2 and len(load["per_layer"][0]) == 4 and load["max_load"] >= 1.0
+        assert rc["training"]["moe_load"] == load  # the window's mean survives the kill too
+        header = (ref / "logs" / "csv" / "metrics.csv").read_text().splitlines()[0]
+        assert "train/moe_balance" in header and "moe/load_e3" in header and "train/moe_z_loss" in header
+    else:
+        assert r["model"]["params_active"] == r["model"]["params_total"]

@@ -4,6 +4,7 @@ from slm.components.attention import MultiHeadAttention, SlidingWindowAttention
 from slm.components.canon import CANON_POSITIONS, CANONS
 from slm.components.mixer import MIXERS
 from slm.components.mlp import FFNS, MLPS
+from slm.components.moe import MoE
 from slm.components.norm import NORMS
 from slm.components.position import POSITIONS
 from slm.components.registry import Registry, UnknownKeyError
@@ -12,6 +13,6 @@ from slm.components.shortconv import ShortConv
 REGISTRIES = {r.kind: r for r in (NORMS, POSITIONS, MLPS, FFNS, MIXERS, CANONS)}
 
 __all__ = [
-    "CANONS", "CANON_POSITIONS", "FFNS", "MIXERS", "MLPS", "MultiHeadAttention", "NORMS", "POSITIONS", "REGISTRIES",
-    "Registry", "SlidingWindowAttention", "UnknownKeyError",
+    "CANONS", "CANON_POSITIONS", "FFNS", "MIXERS", "MLPS", "MoE", "MultiHeadAttention", "NORMS", "POSITIONS",
+    "REGISTRIES", "Registry", "ShortConv", "SlidingWindowAttention", "UnknownKeyError",
 ]

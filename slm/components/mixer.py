@@ -11,7 +11,8 @@ its `slot` name (so `slot` is its state-dict prefix: blocks.<i>.<slot>.*, its no
 
 and runs `forward(x, seq, kv)`: x (B, T, d) -> (B, T, d). `seq` is what the whole forward shares (duck-typed,
 built by the model): `seq.rotary(local)` RoPE tables or None, `seq.mask(window)` the attention mask or
-None, `seq.record(cls, stats)` for auxiliary statistics (see `slm.components.moe`). `kv` is this block
+None, `seq.record(cls, stats)` for auxiliary statistics (see `slm.components.moe`), `seq.cache` the KV cache
+or None. `kv` is this block
 application's `LayerCache` (its `state` from `new_state`, and the Canon inputs it keeps), or None for a
 whole-sequence forward.
 

@@ -58,13 +58,15 @@ class MLP(nn.Module):
 
     gated = False
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, d_ff: int | None = None):
+        """An MLP of hidden size `d_ff` (default cfg.d_ff; a mixture of experts' shared expert has its own)."""
         super().__init__()
-        n_in = 2 * cfg.d_ff if self.gated else cfg.d_ff
+        d_ff = cfg.d_ff if d_ff is None else d_ff
+        n_in = 2 * d_ff if self.gated else d_ff
         self.gelu_approximate = cfg.gelu_approximate
         self.fc_in = nn.Linear(cfg.d_model, n_in, bias=cfg.bias)  # (d -> [gate; up]) or (d -> d_ff)
         self.canon_d = make_canon(cfg, "D", n_in)
-        self.fc_out = nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias)
+        self.fc_out = nn.Linear(d_ff, cfg.d_model, bias=cfg.bias)
 
     @classmethod
     def default_d_ff(cls, d_model: int, multiple: int) -> int:
@@ -79,8 +81,13 @@ class MLP(nn.Module):
         bias = n_in + cfg.d_model if cfg.bias else 0
         return cfg.d_model * n_in + cfg.d_ff * cfg.d_model + bias + canon_params(cfg, "D", n_in)
 
-    def act(self, x: torch.Tensor) -> torch.Tensor:
+    @staticmethod
+    def activation(x: torch.Tensor, gelu_approximate: str) -> torch.Tensor:
+        """The nonlinearity (on the gate of a gated MLP)."""
         raise NotImplementedError
+
+    def act(self, x: torch.Tensor) -> torch.Tensor:
+        return self.activation(x, self.gelu_approximate)
 
     def forward(self, x: torch.Tensor, seq=None, kv=None) -> torch.Tensor:
         """x (B, T, d) -> (B, T, d). `kv`: the block application's KV-cache slot (slm.model.cache), which
@@ -98,13 +105,15 @@ class MLP(nn.Module):
 
 @MLPS.register("gelu")
 class GeluMLP(MLP):
-    def act(self, x):
-        return F.gelu(x, approximate=self.gelu_approximate)
+    @staticmethod
+    def activation(x, gelu_approximate):
+        return F.gelu(x, approximate=gelu_approximate)
 
 
 @MLPS.register("relu")
 class ReluMLP(MLP):
-    def act(self, x):
+    @staticmethod
+    def activation(x, gelu_approximate):
         return F.relu(x)
 
 
@@ -112,7 +121,8 @@ class ReluMLP(MLP):
 class SwiGLU(MLP):
     gated = True
 
-    def act(self, x):
+    @staticmethod
+    def activation(x, gelu_approximate):
         return F.silu(x)
 
 
@@ -120,5 +130,6 @@ class SwiGLU(MLP):
 class GeGLU(MLP):
     gated = True
 
-    def act(self, x):
-        return F.gelu(x, approximate=self.gelu_approximate)
+    @staticmethod
+    def activation(x, gelu_approximate):
+        return F.gelu(x, approximate=gelu_approximate)

@@ -1,11 +1,12 @@
 """Convert between transformers causal LMs and slm `Transformer`s, weights included.
 
     from_hf(hf_model) -> Transformer       GPT2LMHeadModel, LlamaForCausalLM, Qwen3ForCausalLM,
-                                           Gemma2ForCausalLM, Gemma3ForCausalLM (text only), Lfm2ForCausalLM
+                                           Gemma2ForCausalLM, Gemma3ForCausalLM (text only), Lfm2ForCausalLM,
+                                           Qwen3MoeForCausalLM, MixtralForCausalLM
     to_hf(model) -> PreTrainedModel         GPT-2 style -> GPT2LMHeadModel, LLaMA style -> LlamaForCausalLM,
-                                           conv mixers (LFM2) -> Lfm2ForCausalLM
+                                           conv mixers (LFM2) -> Lfm2ForCausalLM, experts -> Qwen3Moe / Mixtral
 
-Each family has a config mapping and a weight table (hf_gpt2, hf_decoders, hf_lfm2; shared pieces in
+Each family has a config mapping and a weight table (hf_gpt2, hf_decoders, hf_lfm2, hf_moe; shared pieces in
 hf_common). A weight table lists, for every slm parameter, the
 transformers tensors it is made of: one tensor, or several stacked along rows because slm fuses them
 (attention `qkv` = [q; k; v], gated MLP `fc_in` = [gate; up]), optionally transposed (GPT-2's Conv1D
@@ -25,6 +26,7 @@ from slm.interop.hf_decoders import (decoder_table, gemma2_config, gemma3_config
                                      qwen3_config)
 from slm.interop.hf_gpt2 import gpt2_config, gpt2_table, gpt2_to_hf
 from slm.interop.hf_lfm2 import lfm2_config, lfm2_table, lfm2_to_hf
+from slm.interop.hf_moe import mixtral_config, moe_table, moe_to_hf, qwen3_moe_config
 from slm.model.transformer import Transformer
 
 __all__ = ["Entry", "from_hf", "to_hf"]
@@ -35,15 +37,17 @@ def from_hf(hf_model) -> Transformer:
     """An slm `Transformer` computing the same logits as `hf_model`, with its weights copied (float32).
 
     Supported: GPT2LMHeadModel, LlamaForCausalLM, Qwen3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM
-    (text-only Gemma3TextConfig) and Lfm2ForCausalLM. Raises ValueError for any other class, and for a config
+    (text-only Gemma3TextConfig), Lfm2ForCausalLM, Qwen3MoeForCausalLM and MixtralForCausalLM. Raises ValueError for any other class, and for a config
     of a supported class that slm cannot reproduce exactly (naming the setting).
     """
     from transformers import (Gemma2ForCausalLM, Gemma3ForCausalLM, GPT2LMHeadModel, Lfm2ForCausalLM,
-                              LlamaForCausalLM, Qwen3ForCausalLM)
+                              LlamaForCausalLM, MixtralForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM)
 
     families = (
         (GPT2LMHeadModel, gpt2_config, gpt2_table),
         (Lfm2ForCausalLM, lfm2_config, lfm2_table),
+        (Qwen3MoeForCausalLM, qwen3_moe_config, moe_table),
+        (MixtralForCausalLM, mixtral_config, moe_table),
         (LlamaForCausalLM, llama_config, decoder_table),
         (Qwen3ForCausalLM, qwen3_config, decoder_table),
         (Gemma3ForCausalLM, gemma3_config, decoder_table),
@@ -79,13 +83,16 @@ def from_hf(hf_model) -> Transformer:
 def to_hf(model: Transformer):
     """A transformers model (float32, eval mode) computing the same logits as `model`, weights copied.
 
-    Conv mixers (LFM2) -> Lfm2ForCausalLM; otherwise learned positions + LayerNorm + GELU/ReLU ->
+    Conv mixers (LFM2) -> Lfm2ForCausalLM; routed experts -> Qwen3MoeForCausalLM (with qk-norm) or
+    MixtralForCausalLM (without); otherwise learned positions + LayerNorm + GELU/ReLU ->
     GPT2LMHeadModel, RoPE + RMSNorm + SwiGLU -> LlamaForCausalLM. Raises ValueError listing everything the
     target cannot represent (Canon layers, layer_repeat > 1, qk_norm, sliding windows, soft-capping, ...).
     """
     cfg = model.cfg
     if "conv" in cfg.layer_types:
         hf_model, table = lfm2_to_hf(cfg), lfm2_table(cfg)
+    elif "moe" in cfg.mlp_types:
+        hf_model, table = moe_to_hf(cfg), moe_table(cfg)
     elif cfg.position == "learned":
         hf_model, table = gpt2_to_hf(cfg), gpt2_table(cfg)
     elif cfg.position == "rope":

@@ -70,26 +70,30 @@ def repeating_unit(items: list[str]) -> list[str]:
 
 
 def decoder_fields(c) -> dict:
-    """ModelConfig fields shared by the LLaMA-style decoders (Llama, Qwen3, Gemma2/3)."""
+    """ModelConfig fields shared by the LLaMA-style decoders (Llama, Qwen3, Gemma2/3, Qwen3-MoE, Mixtral); a
+    config without head_dim has hidden_size / heads, as their attention derives it."""
     return dict(
         n_layers=c.num_hidden_layers, d_model=c.hidden_size, n_heads=c.num_attention_heads,
-        n_kv_heads=c.num_key_value_heads, head_dim=c.head_dim, d_ff=c.intermediate_size,
+        n_kv_heads=c.num_key_value_heads, head_dim=getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads,
+        d_ff=c.intermediate_size,
         vocab_size=c.vocab_size, context_length=c.max_position_embeddings,
         tie_embeddings=bool(c.tie_word_embeddings), norm_eps=c.rms_norm_eps, position="rope",
         init_std=c.initializer_range, embedding_padding_idx=c.pad_token_id,
     )
 
 
-def common_problems(cfg: ModelConfig, mixers: tuple[str, ...] = ("attn",), qk_norm: bool = False) -> list[str]:
-    """Settings the transformers targets cannot express (the mixers and qk-norm setting each one has)."""
+def common_problems(cfg: ModelConfig, mixers: tuple[str, ...] = ("attn",), qk_norm: bool = False,
+                    mlps: tuple[str, ...] = ("dense",)) -> list[str]:
+    """Settings the transformers targets cannot express (the mixers, feed-forwards and qk-norm each one has)."""
     return [problem for bad, problem in (
         (cfg.canon_set != "", f"Canon layers (canon_set={cfg.canon_set!r})"),
         (cfg.layer_repeat > 1, f"layer_repeat={cfg.layer_repeat} (block sharing)"),
         (cfg.norm_placement != "pre", f"norm_placement={cfg.norm_placement!r} (needs 'pre')"),
-        (cfg.qk_norm != qk_norm and "attn" in cfg.layer_types, f"qk_norm={cfg.qk_norm} (needs {qk_norm})"),
+        (cfg.qk_norm != qk_norm and bool({"attn", "local_attn"} & set(cfg.layer_types)),
+         f"qk_norm={cfg.qk_norm} (needs {qk_norm})"),
         (not cfg.causal, "causal=False"),
         (not set(cfg.layer_types) <= set(mixers), f"layer_types={cfg.layer_types} (needs {', '.join(mixers)} only)"),
-        (set(cfg.mlp_types) != {"dense"}, f"mlp_types={cfg.mlp_types} (needs dense MLPs only)"),
+        (not set(cfg.mlp_types) <= set(mlps), f"mlp_types={cfg.mlp_types} (needs {', '.join(mlps)} only)"),
         (cfg.attn_logit_softcap is not None, f"attn_logit_softcap={cfg.attn_logit_softcap}"),
         (cfg.final_logit_softcap is not None, f"final_logit_softcap={cfg.final_logit_softcap}"),
         (cfg.scale_embeddings, "scale_embeddings=True"),

@@ -7,9 +7,11 @@ is filled in, and `ModelConfig(**asdict(cfg)) == cfg`. Named presets live in `co
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, fields
 
 from slm.components import CANON_POSITIONS, CANONS, FFNS, MIXERS, MLPS, NORMS, POSITIONS
+from slm.components.moe import MOE_AUX_SCOPES
 from slm.components.registry import UnknownKeyError
 
 NORM_PLACEMENTS = ("pre", "post", "sandwich")
@@ -78,6 +80,23 @@ class ModelConfig:
     """Feed-forward per layer: dense (one `mlp`), moe (experts of kind `mlp`); given like layer_types."""
     mlp: str = "swiglu"
     """MLP kind (of the dense layers and of every expert): gelu, relu (two matrices), swiglu, geglu (gated)."""
+    n_experts: int = 0
+    """Experts in each moe layer (mlp_types); 0 when there is no moe layer."""
+    top_k: int = 2
+    """Experts each token is routed to in a moe layer."""
+    expert_d_ff: int | None = None
+    """Hidden size of each expert; None: d_ff."""
+    shared_expert_d_ff: int = 0
+    """Hidden size of an always-on shared expert added to each moe layer (DeepSeekMoE-style); 0: none."""
+    norm_topk_prob: bool = True
+    """Renormalise each token's top_k router probabilities to sum to 1 (Qwen3-MoE, Mixtral)."""
+    moe_aux_coef: float = 0.01
+    """Weight of the load-balancing loss E * sum_i f_i * P_i (Switch Transformer) in the training loss."""
+    moe_aux_scope: str = "layer"
+    """layer: the balancing loss per moe layer, averaged (Switch); pooled: over all layers' tokens at once
+    (transformers' load_balancing_loss_func, Qwen3-MoE / Mixtral)."""
+    moe_z_coef: float = 0.0
+    """Weight of the router z-loss, mean logsumexp(router logits)^2 (ST-MoE); 0: off."""
     gelu_approximate: str = "tanh"
     """GELU form for gelu/geglu: tanh (GPT-2's gelu_new, Gemma) or none (exact erf)."""
     causal: bool = True
@@ -197,12 +216,40 @@ class ModelConfig:
         if self.d_ff is None:
             self.d_ff = MLPS.get(self.mlp).default_d_ff(self.d_model, self.d_ff_multiple)
         self._positive("d_ff")
+        if self.expert_d_ff is None:
+            self.expert_d_ff = self.d_ff
+        self._positive("expert_d_ff")
+
+    def _check_moe(self) -> None:
+        if "moe" not in self.mlp_types:
+            if self.n_experts != 0:
+                raise _bad("n_experts", self.n_experts, "mlp_types has no moe layer to use it; add one or set 0")
+            return
+        if isinstance(self.n_experts, bool) or not isinstance(self.n_experts, int) or self.n_experts < 1:
+            raise _bad("n_experts", self.n_experts, f"mlp_types {self.mlp_types} has moe layers: a positive number "
+                       "of experts is needed")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or not 1 <= self.top_k <= self.n_experts:
+            raise _bad("top_k", self.top_k, f"must be an integer in 1..n_experts={self.n_experts}")
+        if isinstance(self.shared_expert_d_ff, bool) or not isinstance(self.shared_expert_d_ff, int) \
+                or self.shared_expert_d_ff < 0:
+            raise _bad("shared_expert_d_ff", self.shared_expert_d_ff, "must be an integer >= 0 (0: no shared expert)")
+        if self.moe_aux_scope not in MOE_AUX_SCOPES:
+            raise _bad("moe_aux_scope", self.moe_aux_scope, f"choose one of: {', '.join(MOE_AUX_SCOPES)}")
+        for name in ("moe_aux_coef", "moe_z_coef"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+                raise _bad(name, value, "must be a finite number >= 0")
+        if self.bias:
+            raise _bad("bias", self.bias, "moe layers have no biases (router and experts); set false")
+        if "D" in self.canon_set:
+            raise _bad("canon_set", self.canon_set, "Canon D sits inside a dense MLP; moe layers have none")
 
     def _check_values(self) -> None:
         for name in ("layer_types", "mlp_types"):
             if len(getattr(self, name)) > self.n_layers:
                 raise _bad(name, getattr(self, name), f"has {len(getattr(self, name))} entries for n_layers="
                            f"{self.n_layers}: give one per layer or a shorter unit to repeat")
+        self._check_moe()
         if "local_attn" in self.layer_types:
             if self.sliding_window is None:
                 raise _bad("sliding_window", None, f"layer_types {self.layer_types} has local_attn layers; set a window")

@@ -122,22 +122,35 @@ class Transformer(nn.Module):
         """Normal(0, init_std) for linear and embedding weights, residual projections scaled by
         1 / sqrt(2 * depth) (GPT-2); norms and Canon convolutions keep their own init."""
         std = self.cfg.init_std
+        out_std = std / math.sqrt(2 * self.cfg.depth)
         for name, module in self.named_modules():
             if isinstance(module, (nn.Linear, nn.Embedding)):
                 scaled = name.endswith(("attn.proj", "mlp.fc_out"))
-                nn.init.normal_(module.weight, 0.0, std / math.sqrt(2 * self.cfg.depth) if scaled else std)
+                nn.init.normal_(module.weight, 0.0, out_std if scaled else std)
                 if getattr(module, "bias", None) is not None:
                     nn.init.zeros_(module.bias)
+            elif hasattr(module, "init_weights"):  # parameters that are not in a Linear (stacked experts)
+                module.init_weights(nn.init.normal_, std, out_std)
         for p in self.position.parameters():
             nn.init.normal_(p, 0.0, std)
         if self.cfg.embedding_padding_idx is not None:
             with torch.no_grad():
                 self.tok_emb.weight[self.cfg.embedding_padding_idx].zero_()
 
-    def forward(self, idx: torch.Tensor, cache=None, lengths: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, idx: torch.Tensor, cache=None, lengths: torch.Tensor | None = None, return_aux: bool = False):
         """idx (B, T) -> logits (B, T, V). With `cache`, idx continues the cached sequences; `lengths` (B,)
-        marks the first lengths[b] tokens of row b as real and the rest as padding (see KVCache.begin)."""
-        return self.head(self.hidden(idx, cache, lengths))
+        marks the first lengths[b] tokens of row b as real and the rest as padding (see KVCache.begin).
+
+        return_aux: also return the layers' auxiliary terms, {name: tensor} ({} for most models): keys
+        "loss/<name>" are weighted terms for the training loss, the others metrics (slm.components.moe)."""
+        h, seq = self._run(idx, cache, lengths)
+        logits = self.head(h)
+        if not return_aux:
+            return logits
+        aux: dict[str, torch.Tensor] = {}
+        for kind, stats in seq.aux.items():
+            aux.update(kind.reduce_aux(self.cfg, stats))
+        return logits, aux
 
     def hidden(self, idx: torch.Tensor, cache=None, lengths: torch.Tensor | None = None) -> torch.Tensor:
         """idx (B, T) -> final hidden states (B, T, d), after the final norm: `head` turns them into logits."""

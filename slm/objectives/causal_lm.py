@@ -6,19 +6,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from slm.objectives.base import OBJECTIVES, Objective
+from slm.objectives.base import OBJECTIVES, Objective, with_aux
 
 
 @OBJECTIVES.register("causal_lm")
 class CausalLM(Objective):
-    def _logits(self, model: nn.Module, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def terms(self, model: nn.Module, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
         inputs, targets = tokens[:, :-1], tokens[:, 1:]  # (B, T) each
-        return model(inputs).float(), targets  # logits (B, T, V) in float32 for a stable softmax
-
-    def loss(self, model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
-        logits, targets = self._logits(model, tokens)
-        return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        logits, aux = model(inputs, return_aux=True)
+        lm = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())  # float32 for a stable softmax
+        return with_aux(lm, aux)
 
     def nll(self, model: nn.Module, tokens: torch.Tensor) -> tuple[torch.Tensor, int]:
-        logits, targets = self._logits(model, tokens)
+        inputs, targets = tokens[:, :-1], tokens[:, 1:]
+        logits = model(inputs).float()
         return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum"), targets.numel()

@@ -189,6 +189,9 @@ def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens
         **totals, "final_train_loss": module.last_train_loss, "diverged": module.diverged, "resumed_from": resumed_from,
         "precision": train_cfg.precision,
     }
+    load = module.routing_load()
+    if load is not None:
+        training["moe_load"] = load
     artifacts = {"checkpoint": str(CHECKPOINT), "train_log": "train_log.jsonl", "logs": "logs"}
     if module.diverged is not None:
         d = module.diverged

@@ -20,6 +20,12 @@ class LanguageModelModule(L.LightningModule):
 
     A non-finite training loss stops the run: `diverged` then holds the step and the value, and the
     batch is skipped (no update), so the last checkpoint holds the last finite weights.
+
+    The objective's other terms are logged as train/<name> (lm_loss, and for a mixture of experts
+    moe_balance, moe_z and their weighted *_loss). A mixture of experts' per-expert load (layers, experts)
+    is logged as each expert's share averaged over layers (moe/load_e<i>) and the largest share relative
+    to uniform (train/moe_max_load, 1 = balanced); its mean over the current logging window is kept (and
+    checkpointed) for the run record: `routing_load()`.
     """
 
     def __init__(self, model_cfg: ModelConfig, train_cfg: TrainConfig, max_steps: int, tokens_per_step: int):
@@ -35,6 +41,8 @@ class LanguageModelModule(L.LightningModule):
         self.val_metrics: dict[str, float] = {}
         self._val_sums: list[tuple[torch.Tensor, int]] = []
         self._forward = self.model
+        self._load_sum: torch.Tensor | None = None  # sum of per-step routing load over the logging window
+        self._load_steps = 0
 
     def configure_model(self) -> None:
         if self.train_cfg.compile and self._forward is self.model:
@@ -42,7 +50,8 @@ class LanguageModelModule(L.LightningModule):
 
     # ------------------------------------------------------------------ training
     def training_step(self, batch: torch.Tensor, batch_idx: int):
-        loss = self.objective.loss(self._forward, batch)
+        terms = self.objective.terms(self._forward, batch)
+        loss = terms.pop("loss")
         value = loss.detach().item()
         if not math.isfinite(value):
             self.diverged = {"step": self.global_step, "loss": value}
@@ -53,7 +62,34 @@ class LanguageModelModule(L.LightningModule):
         self.log("train/loss", loss.detach(), prog_bar=True)
         self.log("train/lr", self.last_lr)
         self.log("train/tokens", float((self.global_step + 1) * self.tokens_per_step))
+        load = terms.pop("moe_load", None)
+        if len(terms) > 1:  # more than the LM loss alone
+            self.log_dict({f"train/{name}": value for name, value in terms.items()})
+        if load is not None:
+            self._track_load(load)
         return loss
+
+    def _track_load(self, load: torch.Tensor) -> None:
+        """Log a mixture of experts' routing load (layers, E) and add it to the logging window's mean."""
+        n_experts = load.shape[-1]
+        self.log_dict({f"moe/load_e{i}": share for i, share in enumerate(load.mean(dim=0))})
+        self.log("train/moe_max_load", load.max() * n_experts)
+        if self.global_step % self.train_cfg.log_interval == 0 or self._load_sum is None:
+            self._load_sum, self._load_steps = torch.zeros_like(load), 0
+        self._load_sum += load
+        self._load_steps += 1
+
+    def routing_load(self) -> dict | None:
+        """Mean routing load of the last logging window, for the run record (None without moe layers):
+        per_layer (layers x experts shares), max_load and min_load (largest and smallest share x experts:
+        1 = balanced, 0 = an expert no token reaches), steps averaged."""
+        if self._load_sum is None or not self._load_steps:
+            return None
+        load = self._load_sum / self._load_steps
+        n_experts = load.shape[-1]
+        return {"per_layer": [[round(v, 6) for v in row] for row in load.tolist()],
+                "max_load": float(load.max()) * n_experts, "min_load": float(load.min()) * n_experts,
+                "steps": self._load_steps}
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
         max_norm = self.train_cfg.grad_clip if self.train_cfg.grad_clip is not None else float("inf")
@@ -92,6 +128,7 @@ class LanguageModelModule(L.LightningModule):
             "python": list(random.getstate()[1]),
         }
         checkpoint["slm_last_train_loss"] = self.last_train_loss
+        checkpoint["slm_routing_load"] = (self._load_sum, self._load_steps)
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         state = checkpoint.get("slm_rng")
@@ -101,3 +138,4 @@ class LanguageModelModule(L.LightningModule):
                 torch.cuda.set_rng_state_all(state["cuda"])
             random.setstate((3, tuple(state["python"]), None))
         self.last_train_loss = checkpoint.get("slm_last_train_loss")
+        self._load_sum, self._load_steps = checkpoint.get("slm_routing_load", (None, 0))
