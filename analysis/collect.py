@@ -50,9 +50,9 @@ ALL_STATUSES = (*STATUSES, NOT_STARTED)
 """Run statuses in the table: the record's own, plus `not_started` for a job folder without a record."""
 
 SWEEP_AXES = ["family", "n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "position", "norm",
-              "norm_placement", "mlp", "layer_types", "mlp_types", "qk_norm", "canon_set", "layer_repeat",
-              "sliding_window", "tie_embeddings", "context_length", "vocab_size", "objective", "data", "tokenizer",
-              "lr", "batch_size", "schedule", "precision", "seed"]
+              "norm_placement", "mlp", "layer_types", "mlp_types", "n_experts", "top_k", "qk_norm", "canon_set",
+              "layer_repeat", "init", "sliding_window", "tie_embeddings", "context_length", "vocab_size", "objective",
+              "data", "tokenizer", "lr", "batch_size", "schedule", "precision", "seed"]
 """Columns that describe what was trained (a configuration = these minus `seed`)."""
 
 COUNT_COLUMNS = ["params_total", "params_active", "params_embedding", "params_non_embedding", "flops_per_token",
@@ -208,7 +208,8 @@ def row_from_record(record: dict, run_dir: str | os.PathLike, root: str | os.Pat
 
 def _current_model_fields(model: dict) -> dict:
     """Records written before layer_types existed: `attention_pattern` (L local, G global) becomes
-    layer_types, `attention` (always mha) is dropped, and a dense model's active parameters are its total."""
+    layer_types, `attention` (always mha) is dropped, a dense model's active parameters are its total, and
+    the init scheme is gpt2 (every family used it then)."""
     model = dict(model)
     model.pop("attention", None)
     pattern = model.pop("attention_pattern", None)
@@ -216,6 +217,8 @@ def _current_model_fields(model: dict) -> dict:
         model["layer_types"] = [{"L": "local_attn", "G": "attn"}.get(c, c) for c in pattern]
     if "layer_types" in model:
         model.setdefault("mlp_types", ["dense"])
+    if "params_total" in model:
+        model.setdefault("init", "gpt2")  # the one scheme before init schemes were a choice
     if "params_active" not in model and "params_total" in model:
         model["params_active"] = model["params_total"]
     return model

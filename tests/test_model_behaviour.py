@@ -103,6 +103,36 @@ def test_residual_projections_scaled_at_init():
     assert model.blocks[0].attn.proj.weight.std().item() == pytest.approx(0.02 / 4, rel=0.1)
 
 
+def test_init_schemes_follow_each_reference():
+    """gpt2 scales residual output projections by 1 / sqrt(2 * depth) (GPT2LMHeadModel); normal keeps every
+    weight at init_std, mixer convolutions included (transformers' LLaMA / LFM2 / Mixtral _init_weights);
+    Canon layers keep PyTorch's conv init under both (PhysicsLM4 resets them to it)."""
+    big = {**TINY, "n_layers": 8, "d_model": 128, "canon_set": "A", "layer_types": ["conv", "attn"],
+           "mlp_types": ["dense", "moe"], "n_experts": 4, "expert_d_ff": 256}
+    gpt2 = Transformer(ModelConfig(**big, init="gpt2"))
+    normal = Transformer(ModelConfig(**big, init="normal"))
+    scaled = 0.02 / 4  # 0.02 / sqrt(2 * 8)
+    for model, out in ((gpt2, scaled), (normal, 0.02)):
+        attn, conv = model.blocks[1], model.blocks[0]
+        assert attn.attn.qkv.weight.std().item() == pytest.approx(0.02, rel=0.1)
+        assert attn.attn.proj.weight.std().item() == pytest.approx(out, rel=0.1)
+        assert conv.conv.out_proj.weight.std().item() == pytest.approx(out, rel=0.1)
+        assert attn.mlp.w_out.std().item() == pytest.approx(out, rel=0.1)
+        assert attn.mlp.w_in.std().item() == pytest.approx(0.02, rel=0.1)
+        assert conv.canon_a.conv.weight.std().item() > 0.1  # Kaiming-uniform, bound 1/sqrt(kernel)
+    assert normal.blocks[0].conv.conv.weight.std().item() == pytest.approx(0.02, rel=0.15)
+    assert gpt2.blocks[0].conv.conv.weight.std().item() > 0.1  # PyTorch's default under gpt2
+
+
+@pytest.mark.parametrize("preset, scheme", [("gpt2", "gpt2"), ("llama3", "normal"), ("qwen3", "normal"),
+                                            ("gemma3", "normal"), ("llama3_canon", "normal"), ("mobilellm", "normal"),
+                                            ("lfm2", "normal"), ("moe", "normal")])
+def test_presets_use_their_reference_init(preset, scheme):
+    from tests.conftest import compose_model_node
+
+    assert compose_model_node(f"model={preset}")["init"] == scheme
+
+
 def test_sequence_longer_than_context_rejected():
     model = Transformer(ModelConfig(**TINY))
     with pytest.raises(ValueError, match="exceeds context_length=32"):

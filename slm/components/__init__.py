@@ -2,6 +2,7 @@
 
 from slm.components.attention import MultiHeadAttention, SlidingWindowAttention
 from slm.components.canon import CANON_POSITIONS, CANONS
+from slm.components.init import INITS
 from slm.components.mixer import MIXERS
 from slm.components.mlp import FFNS, MLPS
 from slm.components.moe import MoE
@@ -10,9 +11,9 @@ from slm.components.position import POSITIONS
 from slm.components.registry import Registry, UnknownKeyError
 from slm.components.shortconv import ShortConv
 
-REGISTRIES = {r.kind: r for r in (NORMS, POSITIONS, MLPS, FFNS, MIXERS, CANONS)}
+REGISTRIES = {r.kind: r for r in (NORMS, POSITIONS, MLPS, FFNS, MIXERS, CANONS, INITS)}
 
 __all__ = [
-    "CANONS", "CANON_POSITIONS", "FFNS", "MIXERS", "MLPS", "MoE", "MultiHeadAttention", "NORMS", "POSITIONS",
+    "CANONS", "CANON_POSITIONS", "FFNS", "INITS", "MIXERS", "MLPS", "MoE", "MultiHeadAttention", "NORMS", "POSITIONS",
     "REGISTRIES", "Registry", "ShortConv", "SlidingWindowAttention", "UnknownKeyError",
 ]

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from slm.components.canon import canon_params, make_canon
+from slm.components.init import residual_out
 from slm.components.mixer import MIXERS, Mixer
 from slm.components.norm import NORMS
 from slm.components.position import apply_rotary
@@ -95,7 +96,7 @@ class MultiHeadAttention(Mixer):
             self.k_norm = norm(self.head_dim, eps=cfg.norm_eps, bias=cfg.bias)
         else:
             self.q_norm = self.k_norm = None
-        self.proj = nn.Linear(q_dim, cfg.d_model, bias=cfg.bias)
+        self.proj = residual_out(nn.Linear(q_dim, cfg.d_model, bias=cfg.bias))
 
     @staticmethod
     def num_params(cfg) -> int:

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from slm.components.canon import canon_params, make_canon
+from slm.components.init import residual_out
 from slm.components.registry import Registry
 
 MLPS: Registry[type["MLP"]] = Registry("mlp")
@@ -66,7 +67,7 @@ class MLP(nn.Module):
         self.gelu_approximate = cfg.gelu_approximate
         self.fc_in = nn.Linear(cfg.d_model, n_in, bias=cfg.bias)  # (d -> [gate; up]) or (d -> d_ff)
         self.canon_d = make_canon(cfg, "D", n_in)
-        self.fc_out = nn.Linear(d_ff, cfg.d_model, bias=cfg.bias)
+        self.fc_out = residual_out(nn.Linear(d_ff, cfg.d_model, bias=cfg.bias))
 
     @classmethod
     def default_d_ff(cls, d_model: int, multiple: int) -> int:

@@ -72,10 +72,10 @@ class MoE(FeedForward, nn.Module):
         gated = MLPS.get(cfg.mlp).gated
         return cfg.d_model * cfg.shared_expert_d_ff * (3 if gated else 2)
 
-    def init_weights(self, normal_, std: float, out_std: float) -> None:
-        """The init scheme's normal init: w_in like an input projection, w_out like a residual output."""
-        normal_(self.w_in, 0.0, std)
-        normal_(self.w_out, 0.0, out_std)
+    def init_weights(self, init) -> None:
+        """Under the init scheme (slm.components.init): w_in as an input projection, w_out as a residual output."""
+        init.normal(self.w_in)
+        init.normal(self.w_out, residual=True)
 
     # ------------------------------------------------------------------ forward
     def forward(self, x: torch.Tensor, seq=None, kv=None) -> torch.Tensor:

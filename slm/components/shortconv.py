@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from slm.components.canon import conv_continue
+from slm.components.init import residual_out
 from slm.components.mixer import MIXERS, Mixer
 
 
@@ -46,7 +47,14 @@ class ShortConv(Mixer):
         d, kernel = cfg.d_model, cfg.conv_kernel
         self.in_proj = nn.Linear(d, 3 * d, bias=cfg.bias)  # (3d, d): rows [B; C; x]
         self.conv = nn.Conv1d(d, d, kernel, groups=d, bias=cfg.bias, padding=kernel - 1)  # weight (d, 1, kernel)
-        self.out_proj = nn.Linear(d, d, bias=cfg.bias)
+        self.out_proj = residual_out(nn.Linear(d, d, bias=cfg.bias))
+
+    def init_weights(self, init) -> None:
+        """The convolution: normal under transformers' scheme (init.mixer_convs), else PyTorch's default."""
+        if init.mixer_convs:
+            init.normal(self.conv.weight)
+            if self.conv.bias is not None:
+                nn.init.zeros_(self.conv.bias)
 
     @staticmethod
     def num_params(cfg) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field, fields
 
-from slm.components import CANON_POSITIONS, CANONS, FFNS, MIXERS, MLPS, NORMS, POSITIONS
+from slm.components import CANON_POSITIONS, CANONS, FFNS, INITS, MIXERS, MLPS, NORMS, POSITIONS
 from slm.components.moe import MOE_AUX_SCOPES
 from slm.components.registry import UnknownKeyError
 
@@ -128,8 +128,11 @@ class ModelConfig:
     """Multiply token embeddings by sqrt(d_model) (Gemma)."""
     dropout: float = 0.0
     """Dropout on embeddings, attention probabilities and sublayer outputs."""
+    init: str = "gpt2"
+    """Init scheme (slm.components.init): gpt2 (residual output projections scaled by 1 / sqrt(2 * depth)) or
+    normal (transformers' LLaMA family: nothing scaled); presets use their reference implementation's."""
     init_std: float = 0.02
-    """Std of normal init for linear and embedding weights; residual projections get / sqrt(2 * depth)."""
+    """Std of the normal init of linear, embedding (and, under `normal`, conv-mixer) weights."""
 
     def __post_init__(self) -> None:
         self._check_keys()
@@ -166,7 +169,8 @@ class ModelConfig:
 
     # ------------------------------------------------------------------ checks
     def _check_keys(self) -> None:
-        for registry, key in ((NORMS, self.norm), (POSITIONS, self.position), (MLPS, self.mlp), (CANONS, self.canon)):
+        for registry, key in ((NORMS, self.norm), (POSITIONS, self.position), (MLPS, self.mlp), (CANONS, self.canon),
+                              (INITS, self.init)):
             registry.get(key)  # raises "unknown norm 'x'; choose one of: ..."
         self.layer_types = self._pattern("layer_types", MIXERS)
         self.mlp_types = self._pattern("mlp_types", FFNS)

@@ -7,12 +7,11 @@ and writing its own slot of the cache.
 
 from __future__ import annotations
 
-import math
 
 import torch
 from torch import nn
 
-from slm.components import FFNS, MIXERS, NORMS, POSITIONS
+from slm.components import FFNS, INITS, MIXERS, NORMS, POSITIONS
 from slm.components.attention import attention_mask
 from slm.components.canon import make_canon
 from slm.model.config import ModelConfig
@@ -119,20 +118,13 @@ class Transformer(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """Normal(0, init_std) for linear and embedding weights, residual projections scaled by
-        1 / sqrt(2 * depth) (GPT-2); norms and Canon convolutions keep their own init."""
-        std = self.cfg.init_std
-        out_std = std / math.sqrt(2 * self.cfg.depth)
-        for name, module in self.named_modules():
-            if isinstance(module, (nn.Linear, nn.Embedding)):
-                scaled = name.endswith(("attn.proj", "mlp.fc_out"))
-                nn.init.normal_(module.weight, 0.0, out_std if scaled else std)
-                if getattr(module, "bias", None) is not None:
-                    nn.init.zeros_(module.bias)
-            elif hasattr(module, "init_weights"):  # parameters that are not in a Linear (stacked experts)
-                module.init_weights(nn.init.normal_, std, out_std)
+        """Initialise the weights by the config's scheme (`init`: gpt2 or normal, slm.components.init); norms
+        and Canon convolutions keep their own init, learned positions are normal(0, init_std)."""
+        init = INITS.get(self.cfg.init)(self.cfg)
+        for module in self.modules():
+            init.module(module)
         for p in self.position.parameters():
-            nn.init.normal_(p, 0.0, std)
+            nn.init.normal_(p, 0.0, self.cfg.init_std)
         if self.cfg.embedding_padding_idx is not None:
             with torch.no_grad():
                 self.tok_emb.weight[self.cfg.embedding_padding_idx].zero_()
