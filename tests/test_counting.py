@@ -56,7 +56,11 @@ def test_gpt2_grid_counts(layers, width):
 @pytest.mark.parametrize(
     "variant",
     [dict(tie_embeddings=False), dict(canon_set="ABCD", mlp="gelu"), dict(norm_placement="post", norm="layernorm", bias=True),
-     dict(norm_placement="sandwich", qk_norm=True, norm="layernorm", bias=True), dict(position="learned", layer_repeat=3)],
+     dict(norm_placement="sandwich", qk_norm=True, norm="layernorm", bias=True), dict(position="learned", layer_repeat=3),
+     dict(qk_norm=True, qk_norm_scope="all_heads", canon_set="B", canon_b_after_qk_norm=True, norm="layernorm", bias=True),
+     dict(layer_types=["conv", "local_attn"], sliding_window=8, conv_kernel=5, bias=True),
+     dict(mlp_types=["moe", "dense"], n_experts=3, top_k=2, expert_d_ff=20, shared_expert_d_ff=12, mlp="geglu"),
+     dict(mlp_types=["moe"], n_experts=2, top_k=1, mlp="relu", layer_repeat=2)],
 )
 def test_variant_counts_match(variant):
     cfg = ModelConfig(n_layers=3, d_model=48, n_heads=4, n_kv_heads=2, vocab_size=97, context_length=40, **variant)

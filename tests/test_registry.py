@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from slm.components import CANON_POSITIONS, FFNS, MIXERS, MLPS, NORMS, POSITIONS, REGISTRIES, Registry, UnknownKeyError
+from slm.components import CANON_POSITIONS, FFNS, INITS, MIXERS, MLPS, NORMS, POSITIONS, REGISTRIES, Registry, UnknownKeyError
 from slm.model import ModelConfig, Transformer
 
 TINY = dict(n_layers=2, d_model=32, n_heads=4, vocab_size=50, context_length=16)
@@ -24,7 +24,7 @@ def _train_step(cfg: ModelConfig) -> None:
 def test_unknown_key_lists_choices():
     with pytest.raises(UnknownKeyError, match=r"^unknown norm 'rsmnorm'; choose one of: layernorm, rmsnorm, rmsnorm_gemma$"):
         ModelConfig(**TINY, norm="rsmnorm")
-    for field, registry in [("position", POSITIONS), ("mlp", MLPS)]:
+    for field, registry in [("position", POSITIONS), ("mlp", MLPS), ("init", INITS)]:
         with pytest.raises(UnknownKeyError, match=f"unknown {registry.kind} 'nope'; choose one of: "):
             ModelConfig(**TINY, **{field: "nope"})
     for field, registry in [("layer_types", MIXERS), ("mlp_types", FFNS)]:

@@ -2,8 +2,9 @@
 the last `sliding_window` positions only (Gemma's local layers; `layer_types` mixes the two).
 
 Both are multi-head / grouped-query attention (n_kv_heads < n_heads), causal or bidirectional, with
-optional per-head qk-norm (applied before RoPE, as Qwen3 and Gemma3), Canon B on the fused q,k,v
-projection, and optional attention-logit soft-capping cap * tanh(s / cap) (Gemma 2). They run through
+optional qk-norm before RoPE (per head, as Qwen3 and Gemma3, or one norm over all heads, as the Canon
+reference PhysicsLM4), Canon B on the fused q,k,v projection (or on cat(q, k, v) after the qk-norm, as
+PhysicsLM4), and optional attention-logit soft-capping cap * tanh(s / cap) (Gemma 2). They run through
 `scaled_dot_product_attention` unless soft-capping is on, which SDPA cannot express.
 
 With a KV cache (`slm.model.cache`), the layer's `KVState` holds its keys and values: the new ones are
@@ -90,10 +91,12 @@ class MultiHeadAttention(Mixer):
         q_dim, kv_dim = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
         self.qkv = nn.Linear(cfg.d_model, q_dim + 2 * kv_dim, bias=cfg.bias)
         self.canon_b = make_canon(cfg, "B", q_dim + 2 * kv_dim)
+        self.canon_b_after_norm = cfg.canon_b_after_qk_norm
+        self.norm_heads = cfg.qk_norm_scope == "head"  # else one norm over all heads (H hd, resp. KV hd)
         if cfg.qk_norm:
             norm = NORMS.get(cfg.norm)
-            self.q_norm = norm(self.head_dim, eps=cfg.norm_eps, bias=cfg.bias)
-            self.k_norm = norm(self.head_dim, eps=cfg.norm_eps, bias=cfg.bias)
+            self.q_norm = norm(self.head_dim if self.norm_heads else q_dim, eps=cfg.norm_eps, bias=cfg.bias)
+            self.k_norm = norm(self.head_dim if self.norm_heads else kv_dim, eps=cfg.norm_eps, bias=cfg.bias)
         else:
             self.q_norm = self.k_norm = None
         self.proj = residual_out(nn.Linear(q_dim, cfg.d_model, bias=cfg.bias))
@@ -104,8 +107,10 @@ class MultiHeadAttention(Mixer):
         n = cfg.d_model * (q_dim + 2 * kv_dim) + q_dim * cfg.d_model
         if cfg.bias:
             n += q_dim + 2 * kv_dim + cfg.d_model
-        if cfg.qk_norm:
+        if cfg.qk_norm and cfg.qk_norm_scope == "head":
             n += 2 * NORMS.get(cfg.norm).num_params(cfg.head_dim, cfg.bias)
+        elif cfg.qk_norm:
+            n += NORMS.get(cfg.norm).num_params(q_dim, cfg.bias) + NORMS.get(cfg.norm).num_params(kv_dim, cfg.bias)
         return n + canon_params(cfg, "B", q_dim + 2 * kv_dim)
 
     @classmethod
@@ -129,11 +134,17 @@ class MultiHeadAttention(Mixer):
         B, T, _ = x.shape
         H, KV, hd = self.n_heads, self.n_kv_heads, self.head_dim
         qkv = self.qkv(x)  # (B, T, (H + 2 KV) hd)
-        if self.canon_b is not None:
+        if self.canon_b is not None and not self.canon_b_after_norm:
             qkv = self.canon_b(qkv) if kv is None else kv.canon("B", self.canon_b, qkv)
         q, k, v = qkv.split([H * hd, KV * hd, KV * hd], dim=-1)
+        if self.q_norm is not None and not self.norm_heads:  # one norm over all heads (PhysicsLM4)
+            q, k = self.q_norm(q), self.k_norm(k)
+        if self.canon_b is not None and self.canon_b_after_norm:  # on cat(q, k, v) after the norm (PhysicsLM4)
+            qkv = torch.cat([q, k, v], dim=-1)
+            qkv = self.canon_b(qkv) if kv is None else kv.canon("B", self.canon_b, qkv)
+            q, k, v = qkv.split([H * hd, KV * hd, KV * hd], dim=-1)
         q, k, v = q.view(B, T, H, hd), k.view(B, T, KV, hd), v.view(B, T, KV, hd)
-        if self.q_norm is not None:
+        if self.q_norm is not None and self.norm_heads:  # per head (Qwen3, Gemma3)
             q, k = self.q_norm(q), self.k_norm(k)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, heads, T, hd)
         if rotary is not None:

@@ -15,6 +15,7 @@ from slm.components.moe import MOE_AUX_SCOPES
 from slm.components.registry import UnknownKeyError
 
 NORM_PLACEMENTS = ("pre", "post", "sandwich")
+QK_NORM_SCOPES = ("head", "all_heads")
 GELU_APPROXIMATIONS = ("none", "tanh")
 
 
@@ -64,7 +65,10 @@ class ModelConfig:
     norm_placement: str = "pre"
     """pre (norm before each sublayer), post (after the residual add), sandwich (before and after)."""
     qk_norm: bool = False
-    """Per-head norm (of kind `norm`) on queries and keys, before RoPE (Qwen3, Gemma3)."""
+    """Norm (of kind `norm`) on queries and keys, before RoPE (Qwen3, Gemma3, PhysicsLM4)."""
+    qk_norm_scope: str = "head"
+    """head: one norm per head over head_dim (Qwen3, Gemma3); all_heads: one norm over all heads, H * head_dim
+    for q and KV * head_dim for k (the Canon reference, PhysicsLM4)."""
     position: str = "rope"
     """Position information: learned (absolute), rope, none."""
     rope_theta: float = 10000.0
@@ -115,6 +119,9 @@ class ModelConfig:
     """Canon layer kind: conv (depthwise causal conv1d, residual)."""
     canon_set: str = ""
     """Canon positions, any of ABCD: A before the mixer, B on attention's fused qkv, C before the MLP, D inside it."""
+    canon_b_after_qk_norm: bool = False
+    """Canon B on cat(q, k, v) after the qk-norm, as the Canon reference (PhysicsLM4) orders them; false: on the
+    fused projection before it. The two coincide without qk_norm."""
     canon_kernel: int = 4
     """Canon convolution width (positions mixed, itself included)."""
 
@@ -174,6 +181,8 @@ class ModelConfig:
             registry.get(key)  # raises "unknown norm 'x'; choose one of: ..."
         self.layer_types = self._pattern("layer_types", MIXERS)
         self.mlp_types = self._pattern("mlp_types", FFNS)
+        if self.qk_norm_scope not in QK_NORM_SCOPES:
+            raise _bad("qk_norm_scope", self.qk_norm_scope, f"choose one of: {', '.join(QK_NORM_SCOPES)}")
         if self.norm_placement not in NORM_PLACEMENTS:
             raise _bad("norm_placement", self.norm_placement, f"choose one of: {', '.join(NORM_PLACEMENTS)}")
         if self.gelu_approximate not in GELU_APPROXIMATIONS:
