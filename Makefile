@@ -17,7 +17,8 @@ help:
 	@echo "make sweep-dry SWEEP=name   a sweep's jobs, parameter counts, tokens and GPU-hours; trains nothing"
 	@echo "make plots RESULTS=file     redraw the six plots from a results table"
 	@echo "make test-slurm the Slurm tests on a local single-node cluster (root; installs Slurm from apt)"
-	@echo "make bench      benchmarks: slm-train vs a bare PyTorch loop, data loader share, tokenizers"
+	@echo "make bench      benchmarks: slm-train vs a bare PyTorch loop, data loader share, tokenizers, decode and"
+	@echo "                scoring speed against transformers / lm-eval, a MoE step against its dense twin"
 
 install: $(STAMP)
 
@@ -60,6 +61,7 @@ clean:
 bench: install
 	$(BIN)/python bench/train_overhead.py
 	$(BIN)/python bench/eval_speed.py --threads 1
+	$(BIN)/python bench/moe_step.py --threads 1
 
 # Redraw the six analysis plots (PNG + SVG) from a results table written by slm-collect:
 #   make plots RESULTS=runs/cpu_default/results.parquet [OUT=dir]   (OUT defaults to plots/ next to RESULTS)

@@ -150,7 +150,7 @@ def row_from_record(record: dict, run_dir: str | os.PathLike, root: str | os.Pat
     for key, value in model.items():
         if key in ("flops_convention",):
             continue
-        row[key] = _scalar(value)
+        row[key] = "; ".join(value) if key == "notes" else _scalar(value)
     tokenizer = data.get("tokenizer") if isinstance(data.get("tokenizer"), dict) else {}
     row["data"] = data.get("name") or (config.get("data") or {}).get("name")
     row["tokenizer"] = tokenizer.get("name") or (config.get("tokenizer") or {}).get("name")

@@ -24,6 +24,24 @@ def test_gpt2_count():
     assert "PaLM" in report["flops_convention"]
 
 
+@pytest.mark.parametrize("preset, total, active", [("lfm2", 79_235_136, 79_235_136), ("moe", 327_371_136, 67_258_752)])
+def test_new_family_counts(capsys, preset, total, active):
+    run([f"model={preset}"])
+    report = json.loads(capsys.readouterr().out)
+    assert (report["params_total"], report["params_active"]) == (total, active)
+    if preset == "moe":
+        assert (report["n_experts"], report["top_k"], report["expert_d_ff"], report["n_layers"]) == (16, 2, 672, 24)
+    else:
+        assert report["layer_types"] == ["conv", "conv", "attn"] and "n_experts" not in report
+
+
+def test_notes_say_when_a_window_does_nothing(capsys):
+    run(["model=gemma3"])
+    assert any("sliding window has no effect" in note for note in json.loads(capsys.readouterr().out)["notes"])
+    run(["model=gemma3", "model.sliding_window=512"])
+    assert json.loads(capsys.readouterr().out)["notes"] == []
+
+
 def test_budget_shows_width(capsys):
     run(["model=gpt2", "model.n_layers=24", "model.param_budget=70e6"])
     report = json.loads(capsys.readouterr().out)
@@ -37,12 +55,23 @@ def test_budget_shows_width(capsys):
         (["model.norm=rsmnorm"], "slm-params: error: unknown norm 'rsmnorm'; choose one of: layernorm, rmsnorm, rmsnorm_gemma"),
         (["model.n_kv_heads=3"], "slm-params: error: model.n_kv_heads=3 is invalid: must divide n_heads=8"),
         (["model=gpt3"], "slm-params: error: In 'config': Could not find 'model/gpt3' Available options in 'model':"),
+        (["model=base"], "slm-params: error: In 'config': Could not find 'model/base' Available options in 'model':"),
+        (["model=lfm2", "model.n_layers=2"], "slm-params: error: model.layer_types=['conv', 'conv', 'attn'] is invalid: "
+                                             "has 3 entries for n_layers=2"),
+        (["model.layer_types=[attn,mamba]"], "slm-params: error: model.layer_types=['attn', 'mamba'] is invalid: "
+                                             "unknown mixer 'mamba'; choose one of: attn, local_attn, conv"),
+        (["model=moe", "model.top_k=17"], "slm-params: error: model.top_k=17 is invalid: must be an integer in 1..n_experts=16"),
+        (["model=moe", "model.n_experts=0"], "slm-params: error: model.n_experts=0 is invalid: mlp_types ['moe'] has moe "
+                                             "layers"),
+        (["model=moe", "model.budget_count=experts", "model.param_budget=1e6"],
+         "slm-params: error: model.budget_count='experts' is invalid: choose one of: total, active"),
     ],
 )
 def test_bad_input_is_one_line(args, line):
     out = slm_params(*args)
     assert out.returncode == 2 and out.stdout == ""
-    assert out.stderr.count("\n") == 1 and out.stderr.startswith(line)
+    assert out.stderr.count("\n") == 1 and out.stderr.startswith(line), out.stderr
+    assert "base" not in out.stderr.split("Available options")[-1].split()  # base is not a preset
 
 
 def test_full_error_shows_traceback():

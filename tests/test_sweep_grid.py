@@ -74,7 +74,7 @@ def test_dry_run_prints_exact_counts_and_gpu_hours_and_writes_nothing(tmp_path):
     out = slm(tmp_path, "-m", "sweep=depth_width_gpt2_70m", "hydra.sweeper.dry_run=true")
     assert out.returncode == 0, out.stderr[-3000:]
     rows = {m.group(1): m.groups() for m in re.finditer(
-        r"^(model\.d_model=(\d+),model\.n_layers=(\d+))\s+\d+\s+\d+\s+([\d,]+)\s+([\d,]+)\s+(\d+)\s+(\S+)\s+(\S+)\s+(\S+)",
+        r"^(model\.d_model=(\d+),model\.n_layers=(\d+))\s+\d+\s+\d+\s+([\d,]+)\s+([\d,]+)\s+[\d,]+\s+(\d+)\s+(\S+)\s+(\S+)\s+(\S+)",
         out.stdout, re.M)}
     assert len(rows) == 7, out.stdout
     shapes = {(int(g[2]), int(g[1])) for g in rows.values()}
@@ -95,10 +95,16 @@ def test_sweep_files_compose_as_documented(tmp_path):
     seeds = slm(tmp_path, "-m", "sweep=[families_70m,seeds]", "hydra.sweeper.dry_run=true")
     assert seeds.returncode == 0, seeds.stderr[-3000:]
     keys = re.findall(r"^(model=\w+,train\.seed=\d)\s", seeds.stdout, re.M)
-    assert len(keys) == 18 and "runs/families_70m/" in seeds.stdout
-    assert len({k.split(",")[0] for k in keys}) == 6
-    # every family at the shared 32 x 384 shape
+    assert len(keys) == 21 and "runs/families_70m/" in seeds.stdout
+    assert len({k.split(",")[0] for k in keys}) == 7
+    # every dense family at the shared 32 x 384 shape; the MoE at its own 24 layers, 67M active of 327M
     assert set(re.findall(r"^model=\w+,train\.seed=\d\s+(\d+)\s+(\d+)", seeds.stdout, re.M)) == {("32", "384")}
+    moe = re.findall(r"^model\.n_layers=24,model=moe,train\.seed=\d\s+24\s+384\s+([\d,]+)\s+[\d,]+\s+([\d,]+)",
+                     seeds.stdout, re.M)
+    assert moe == [("327,371,136", "67,258,752")] * 3
+    lfm2 = re.findall(r"^model=lfm2,train\.seed=\d\s+32\s+384\s+([\d,]+)", seeds.stdout, re.M)
+    assert lfm2 == ["79,235,136"] * 3
+    assert "note: sliding_window=1024 >= context_length=1024: the sliding window has no effect" in seeds.stdout
 
     cpu = slm(tmp_path, "-m", "sweep=cpu_default", "hydra.sweeper.dry_run=true")
     assert cpu.returncode == 0, cpu.stderr[-3000:]
@@ -107,3 +113,6 @@ def test_sweep_files_compose_as_documented(tmp_path):
                                                                 for n in ("2", "4", "8")}
     for _, family, layers, width, params in rows:  # the width solved for the budget, with the char vocabulary
         assert abs(int(params.replace(",", "")) - 5e5) < 0.25 * 5e5, (family, layers, width, params)
+    # one LFM2 and one MoE point at depth 4; the MoE sized by its active parameters
+    extra = dict(re.findall(r"^\S*model=(lfm2|moe)\s+4\s+\d+\s+[\d,]+\s+[\d,]+\s+([\d,]+) ", cpu.stdout, re.M))
+    assert set(extra) == {"lfm2", "moe"} and all(abs(int(v.replace(",", "")) - 5e5) < 0.25 * 5e5 for v in extra.values())

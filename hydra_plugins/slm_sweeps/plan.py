@@ -52,6 +52,7 @@ def plan_row(job: Job, estimate: dict) -> dict:
     flops = tokens * report["flops_per_token"]
     return {**row, "error": None, "n_layers": report["n_layers"], "d_model": report["d_model"],
             "params": report["params_total"], "non_embedding": report["params_non_embedding"],
+            "active": report["params_active"], "notes": report["notes"],
             "vocab_fitted": vocab is None, "steps": steps, "tokens": tokens, "flops": flops,
             "gpu_hours": flops / (float(estimate["mfu"]) * float(estimate["peak_flops"])) / 3600}
 
@@ -60,7 +61,7 @@ def print_plan(name: str, sweep_dir: Path, jobs: list[Job], estimate: dict) -> l
     rows = [plan_row(job, estimate) for job in jobs]
     width = max([len(r["key"]) for r in rows] + [7])
     print(f"dry run of sweep {name}: {len(rows)} jobs into {sweep_dir}/ (nothing is trained)")
-    print(f"{'job key':{width}s} {'layers':>6s} {'d_model':>7s} {'params':>13s} {'non-embed':>13s} "
+    print(f"{'job key':{width}s} {'layers':>6s} {'d_model':>7s} {'params':>13s} {'non-embed':>13s} {'active':>13s} "
           f"{'steps':>8s} {'tokens':>9s} {'FLOPs':>9s} {'GPU-h':>8s}  state")
     for r in rows:
         if r["error"]:
@@ -68,14 +69,17 @@ def print_plan(name: str, sweep_dir: Path, jobs: list[Job], estimate: dict) -> l
             continue
         mark = "*" if r["vocab_fitted"] else " "
         print(f"{r['key']:{width}s} {r['n_layers']:6d} {r['d_model']:7d} {r['params']:13,d}{mark}{r['non_embedding']:12,d}"
-              f" {r['steps']:8d} {r['tokens']:9.3g} {r['flops']:9.3g} {r['gpu_hours']:8.2f}  {r['state']}")
+              f" {r['active']:13,d} {r['steps']:8d} {r['tokens']:9.3g} {r['flops']:9.3g} {r['gpu_hours']:8.2f}  {r['state']}")
+        for note in r["notes"]:
+            print(f"{'':{width}s}   note: {note}")
     ok = [r for r in rows if not r["error"]]
     todo = [r for r in ok if r["state"] != "completed"]
-    print(f"{'total':{width}s} {'':6s} {'':7s} {'':13s} {'':13s} {'':8s} {sum(r['tokens'] for r in ok):9.3g} "
+    print(f"{'total':{width}s} {'':6s} {'':7s} {'':13s} {'':13s} {'':13s} {'':8s} {sum(r['tokens'] for r in ok):9.3g} "
           f"{sum(r['flops'] for r in ok):9.3g} {sum(r['gpu_hours'] for r in ok):8.2f}  "
           f"({sum(r['gpu_hours'] for r in todo):.2f} GPU-h not completed yet)")
     print(f"GPU-hours = tokens x FLOPs/token / ({float(estimate['mfu']):.0%} MFU x {float(estimate['peak_flops']) / 1e12:.1f} "
           f"TFLOP/s, {estimate.get('device', 'assumed device')}) / 3600; FLOPs/token: training, PaLM convention")
+    print("active: parameters one token uses (less the experts a mixture of experts skips); FLOPs follow them")
     if any(r.get("vocab_fitted") for r in ok):
         print("* vocabulary fitted on hub data (char/word tokenizer), not read by a dry run: counted with model.vocab_size")
     return rows

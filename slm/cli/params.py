@@ -3,6 +3,7 @@
     slm-params model=gpt2                                   # 124,439,808 parameters
     slm-params model=gpt2 model.n_layers=32 model.d_model=384
     slm-params model=llama3 model.n_layers=12 model.param_budget=70e6   # solve the width
+    slm-params model=moe                                    # 327,371,136 in total, 67,258,752 active per token
 
 Counts come from the config alone (no model is allocated); see slm.model.counting.
 """
@@ -17,7 +18,8 @@ from omegaconf import OmegaConf
 from slm.cli.config import compose_config, reports_user_errors
 
 SHAPE_FIELDS = ("family", "n_layers", "layer_repeat", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff",
-                "vocab_size", "context_length", "tie_embeddings")
+                "vocab_size", "context_length", "tie_embeddings", "layer_types", "mlp_types", "init")
+MOE_FIELDS = ("n_experts", "top_k", "expert_d_ff", "shared_expert_d_ff")
 
 
 def params_report(model_node: dict) -> dict:
@@ -26,12 +28,17 @@ def params_report(model_node: dict) -> dict:
 
     cfg = config_from_spec(model_node)
     report = {name: getattr(cfg, name) for name in SHAPE_FIELDS}
+    if "moe" in cfg.mlp_types:
+        report.update({name: getattr(cfg, name) for name in MOE_FIELDS})
     report.update(vars(count(cfg)))
     budget = model_node.get("param_budget")
     if budget is not None:
+        counted = model_node.get("budget_count") or "total"
         report["param_budget"] = float(budget)
-        report["budget_error"] = (report["params_total"] - float(budget)) / float(budget)
+        report["budget_count"] = counted
+        report["budget_error"] = (report[f"params_{counted}"] - float(budget)) / float(budget)
     report["flops_convention"] = FLOPS_CONVENTION
+    report["notes"] = cfg.notes()
     return report
 
 

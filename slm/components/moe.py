@@ -106,14 +106,15 @@ class MoE(FeedForward, nn.Module):
         counts = torch.bincount(pairs, minlength=self.n_experts)  # (E,)
         xs = flat[order // k]  # (N k, d) the token of each pair, grouped by expert
         outs = []
-        for e, xe in enumerate(xs.split(counts.tolist())):
-            h = xe @ self.w_in[e].T  # (n_e, [2] f)
+        # unbind once: indexing w_in[e] per expert would make its backward write E full-size gradients
+        for xe, w_in, w_out in zip(xs.split(counts.tolist()), self.w_in.unbind(0), self.w_out.unbind(0)):
+            h = xe @ w_in.T  # (n_e, [2] f)
             if self.gated:
                 gate, up = h.chunk(2, dim=-1)
                 h = self.activation(gate, self.gelu_approximate) * up
             else:
                 h = self.activation(h, self.gelu_approximate)
-            outs.append(h @ self.w_out[e].T)  # (n_e, d)
+            outs.append(h @ w_out.T)  # (n_e, d)
         ys = torch.cat(outs) * weights.reshape(-1)[order, None]  # (N k, d), weighted
         out = ys[order.argsort()].view(N, k, -1).sum(dim=1)  # back to (token, slot) order: deterministic sum
         return out, counts.float()

@@ -13,8 +13,12 @@ from slm.model.counting import count
 MAX_WIDTH = 16384
 
 
-def solve_width(spec: dict, budget: float, step: int = 64) -> ModelConfig:
-    """Return the config from `spec` with d_model chosen so that params_total is closest to `budget`.
+BUDGET_COUNTS = ("total", "active")
+
+
+def solve_width(spec: dict, budget: float, step: int = 64, counted: str = "total") -> ModelConfig:
+    """Return the config from `spec` with d_model chosen so that params_<counted> (total, or active per token
+    for a mixture of experts) is closest to `budget`.
 
     `spec` holds ModelConfig fields as given by the user (None for derived sizes). Ties go to the
     narrower model. Raises ConfigError if no width fits the constraints.
@@ -23,6 +27,8 @@ def solve_width(spec: dict, budget: float, step: int = 64) -> ModelConfig:
         raise ConfigError(f"model.param_budget={budget!r} is invalid: must be > 0")
     if not isinstance(step, int) or step <= 0:
         raise ConfigError(f"model.width_step={step!r} is invalid: must be a positive integer")
+    if counted not in BUDGET_COUNTS:
+        raise ConfigError(f"model.budget_count={counted!r} is invalid: choose one of: {', '.join(BUDGET_COUNTS)}")
     spec = dict(spec)
     head_dim = spec.get("head_dim")
     if head_dim is None:
@@ -35,10 +41,11 @@ def solve_width(spec: dict, budget: float, step: int = 64) -> ModelConfig:
             cfg = ModelConfig(**{**spec, "d_model": width})
         except ConfigError:
             continue  # width incompatible with head_dim or kv heads
-        gap = abs(count(cfg).params_total - budget)
+        params = getattr(count(cfg), f"params_{counted}")
+        gap = abs(params - budget)
         if best is None or gap < best[0]:
             best = (gap, cfg)
-        elif count(cfg).params_total > budget:
+        elif params > budget:
             break  # counts grow with width: past the budget and getting worse
     if best is None:
         raise ConfigError(
@@ -50,16 +57,17 @@ def solve_width(spec: dict, budget: float, step: int = 64) -> ModelConfig:
 
 def config_from_spec(spec: dict) -> ModelConfig:
     """Build a ModelConfig from a Hydra `model` node: the fields plus the solver keys `param_budget`
-    (None: use d_model as given) and `width_step`."""
+    (None: use d_model as given), `width_step` and `budget_count` (total or active parameters)."""
     spec = upgrade_fields(spec)
     budget = spec.pop("param_budget", None)
     step = spec.pop("width_step", 64)
+    counted = spec.pop("budget_count", "total")
     unknown = sorted(set(spec) - set(ModelConfig.field_names()))
     if unknown:
-        raise ConfigError(f"model.{unknown[0]} is not a model field; see conf/model/base.yaml for the fields")
+        raise ConfigError(f"model.{unknown[0]} is not a model field; see conf/model_base/base.yaml for the fields")
     if budget is None:
         return ModelConfig(**spec)
-    return solve_width(spec, float(budget), step)
+    return solve_width(spec, float(budget), step, counted)
 
 
 

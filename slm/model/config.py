@@ -45,9 +45,12 @@ class ModelConfig:
     head_dim: int | None = None
     """Channels per head; None derives d_model // n_heads. n_heads * head_dim may differ from d_model."""
     d_ff: int | None = None
-    """MLP hidden size; None derives 4 d (two-matrix MLPs) or 8/3 d rounded up to d_ff_multiple (gated)."""
+    """MLP hidden size; None derives mlp_ratio * d, else 4 d (two-matrix MLPs) or 8/3 d (gated), rounded up to
+    d_ff_multiple for gated MLPs."""
     d_ff_multiple: int = 64
     """Rounding multiple for a derived gated d_ff (LLaMA's multiple_of)."""
+    mlp_ratio: float | None = None
+    """A derived d_ff is mlp_ratio * d_model rounded up to d_ff_multiple (LFM2: 3); None: the MLP kind's rule."""
     vocab_size: int = 256
     """Token vocabulary size (rows of the embedding)."""
     context_length: int = 128
@@ -163,6 +166,18 @@ class ModelConfig:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def notes(self) -> list[str]:
+        """Settings that are valid but do not do what their name suggests at this shape (for slm-params, the
+        dry run and the run record)."""
+        notes = []
+        if "local_attn" in self.layer_types and self.sliding_window >= self.context_length:
+            notes.append(f"sliding_window={self.sliding_window} >= context_length={self.context_length}: the "
+                         "sliding window has no effect at this context (local_attn layers attend like attn layers)")
+        routed = [i for i in range(self.n_layers) if self.mlp_type(i) == "moe"]
+        if routed and self.top_k == self.n_experts:
+            notes.append(f"top_k={self.top_k} = n_experts: every token uses every expert (a dense model)")
+        return notes
+
     @classmethod
     def from_dict(cls, fields_: dict) -> "ModelConfig":
         """A config from stored fields, including those written before `layer_types` existed (config.json of
@@ -226,7 +241,11 @@ class ModelConfig:
         self._positive("n_heads", "head_dim", "n_kv_heads")
         if self.n_heads % self.n_kv_heads:
             raise _bad("n_kv_heads", self.n_kv_heads, f"must divide n_heads={self.n_heads}")
-        if self.d_ff is None:
+        if self.d_ff is None and self.mlp_ratio is not None:
+            if isinstance(self.mlp_ratio, bool) or not isinstance(self.mlp_ratio, (int, float)) or not self.mlp_ratio > 0:
+                raise _bad("mlp_ratio", self.mlp_ratio, "must be a number > 0 (or null)")
+            self.d_ff = self.d_ff_multiple * math.ceil(self.mlp_ratio * self.d_model / self.d_ff_multiple)
+        elif self.d_ff is None:
             self.d_ff = MLPS.get(self.mlp).default_d_ff(self.d_model, self.d_ff_multiple)
         self._positive("d_ff")
         if self.expert_d_ff is None:

@@ -123,7 +123,7 @@ def _setup(cfg: dict) -> tuple:
 def _train(cfg: dict, run_dir: Path, train_cfg, prepared, model_cfg, counts, max_steps) -> dict:
     tokens_per_step = train_cfg.batch_size * model_cfg.context_length
     model_section = {**model_cfg.to_dict(), **vars(counts), "flops_convention": FLOPS_CONVENTION,
-                     "param_budget": cfg["model"].get("param_budget")}
+                     "param_budget": cfg["model"].get("param_budget"), "notes": model_cfg.notes()}
     started = time.time()
     (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     update_record(run_dir, status="running", error=None, config=cfg, model=model_section,
