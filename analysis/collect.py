@@ -20,7 +20,8 @@ Columns (missing values are NaN/None; every column is documented in COLUMN_DOCS)
   counts     params_total, params_active (per token: less the experts a mixture of experts skips),
              params_embedding, params_non_embedding, flops_per_token, tokens, steps, max_steps,
              train_flops = flops_per_token x tokens
-  training   wall_seconds, train_seconds, train_tokens_per_s, mfu, final_train_loss, diverged_step
+  training   wall_seconds, train_seconds, train_tokens_per_s, mfu, final_train_loss, diverged_step,
+             moe_max_load (a mixture of experts' routing balance: 1 = even)
   metrics    val_nll, val_ppl, val_step; per lm-eval task: score_<task> (headline value), stderr_<task>,
              metric_<task> (lm-eval's "metric,filter" key), samples_<task> (documents scored); per suite:
              avg_<suite> (eval.lm_eval.averages)
@@ -57,7 +58,8 @@ SWEEP_AXES = ["family", "n_layers", "d_model", "n_heads", "n_kv_heads", "head_di
 
 COUNT_COLUMNS = ["params_total", "params_active", "params_embedding", "params_non_embedding", "flops_per_token",
                  "tokens", "steps", "max_steps", "train_flops"]
-TRAINING_COLUMNS = ["wall_seconds", "train_seconds", "train_tokens_per_s", "mfu", "final_train_loss", "diverged_step"]
+TRAINING_COLUMNS = ["wall_seconds", "train_seconds", "train_tokens_per_s", "mfu", "final_train_loss", "diverged_step",
+                    "moe_max_load"]
 THROUGHPUT_COLUMNS = ["decode_tokens_per_s", "time_to_first_token_s", "peak_memory_bytes", "peak_memory_measure",
                       "kv_cache_bytes", "decode_device", "decode_dtype"]
 METRIC_COLUMNS = ["val_nll", "val_ppl", "val_step"]
@@ -72,6 +74,10 @@ COLUMN_DOCS = {
     "seed": "train.seed", "lr": "peak learning rate", "tokens": "training tokens seen",
     "train_flops": "training FLOPs = flops_per_token x tokens (PaLM convention, see model.flops_convention)",
     "train_tokens_per_s": "training throughput (tokens/s)", "diverged_step": "step of the non-finite loss",
+    "params_active": "parameters one token uses (= params_total except for a mixture of experts)",
+    "moe_max_load": "mixture of experts: largest expert share of routed tokens x n_experts over the last logging "
+                    "window (1 = balanced; n_experts = every token on one expert)",
+    "notes": "settings that do not do what their name suggests at this shape (model.notes)",
     "val_nll": "validation NLL (nats/token)", "val_ppl": "validation perplexity (exp of val_nll)",
     "decode_tokens_per_s": "batch-1 decode speed (tokens/s)", "time_to_first_token_s": "batch-1 prefill time (s)",
     "peak_memory_bytes": "peak memory during decode (bytes; see peak_memory_measure)",
@@ -175,6 +181,8 @@ def row_from_record(record: dict, run_dir: str | os.PathLike, root: str | os.Pat
     row["final_train_loss"] = _number(training.get("final_train_loss"))
     diverged = training.get("diverged")
     row["diverged_step"] = _number(diverged.get("step")) if isinstance(diverged, dict) else None
+    load = training.get("moe_load")
+    row["moe_max_load"] = _number(load.get("max_load")) if isinstance(load, dict) else None
 
     row["val_nll"] = _number(ev.get("val_nll"))
     row["val_ppl"] = _number(ev.get("val_ppl"))

@@ -47,6 +47,7 @@ AXIS_LABELS = {
     "train_flops": "training compute (FLOPs)",
     "flops_per_token": "training FLOPs per token",
     "params_total": "parameters",
+    "params_active": "active parameters (per token)",
     "params_non_embedding": "non-embedding parameters",
     "tokens": "training tokens",
     "decode_tokens_per_s": "batch-1 decode speed (tokens/s)",

@@ -74,8 +74,11 @@ def html_table(frame: pd.DataFrame) -> str:
 def run_table(table: pd.DataFrame, score: str | None) -> pd.DataFrame:
     """One line per run: label, status and the key numbers."""
     out = pd.DataFrame({"run": run_labels(table) if len(table) else []})
+    sparse = "params_active" in table and (table["params_active"] != table["params_total"]).any()
     for column, name in (("status", "status"), ("family", "family"), ("n_layers", "layers"), ("d_model", "d_model"),
-                         ("params_total", "params"), ("train_flops", "train FLOPs"), ("val_nll", "val NLL"),
+                         ("params_active" if sparse else "params_total", "active params" if sparse else "params"),
+                         ("params_total" if sparse else None, "total params"),
+                         ("train_flops", "train FLOPs"), ("val_nll", "val NLL"),
                          (score, score), ("decode_tokens_per_s", "decode tok/s")):
         if column and column in table and name not in out:
             out[name] = table[column].to_numpy()
@@ -140,7 +143,11 @@ def sections(table: pd.DataFrame, results_path: str, score: str | None = None) -
     blocks.append(("figure", "pareto"))
     out.append(("NLL against training FLOPs", blocks))
     out.append(("Per-task scores", [("figure", "heatmap")]))
-    out.append(("All runs", [run_table(table, score)]))
+    runs = [run_table(table, score)]
+    if "params_active" in table and (table["params_active"] != table["params_total"]).any():
+        runs.insert(0, "Sizes are active parameters per token (a mixture of experts uses only its routed experts, "
+                       "so its total is larger); training FLOPs follow the active parameters.")
+    out.append(("All runs", runs))
     return out
 
 

@@ -29,8 +29,9 @@ import pandas as pd
 from analysis.collect import higher_is_better as _higher_is_better
 from analysis.tiers import _draws, format_p, units_of
 
-CONFOUND_AXES = ("n_layers", "d_model", "params_total", "tokens", "layer_repeat", "context_length")
-"""Axes checked for moving together with the threshold axis."""
+CONFOUND_AXES = ("n_layers", "d_model", "params_active", "tokens", "layer_repeat", "context_length")
+"""Axes checked for moving together with the threshold axis (size: active parameters per token, which equal
+params_total except for a mixture of experts)."""
 
 
 @dataclass
@@ -183,7 +184,7 @@ def best_per_family(table: pd.DataFrame, score: str, by: str = "family", higher_
     if units.empty:
         return pd.DataFrame(columns=[by, "label", score])
     first = [r[0] for r in units["runs"]]
-    extra = [c for c in (by, "n_layers", "d_model", "params_total", "train_flops", "run") if c in table]
+    extra = [c for c in (by, "n_layers", "d_model", "params_active", "train_flops", "run") if c in table]
     units = pd.concat([units.reset_index(drop=True), table.loc[first, extra].reset_index(drop=True)], axis=1)
     units = units.sort_values("value", ascending=not hib, kind="stable")
     best = units.groupby(by, sort=False, dropna=False).head(1)

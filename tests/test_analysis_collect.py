@@ -202,3 +202,27 @@ def test_layering_analysis_imports_only_slm_runs_and_slm_never_imports_analysis(
         assert not bad, f"{path} imports {bad}"
     for path in (ROOT / "slm").rglob("*.py"):
         assert not [m for m in _imports(path) if m.split(".")[0] == "analysis"], path
+
+
+def test_a_mixture_of_experts_is_sized_by_its_active_parameters(tmp_path):
+    """A record with layer_types / mlp_types and params_active (this schema): the table and the report's run
+    table size it by its active parameters, and say so."""
+    from analysis.report import run_table, sections
+
+    moe = make_record(family="moe")
+    moe["model"].update(layer_types=["attn"], mlp_types=["moe"], n_experts=8, top_k=2, init="normal",
+                        params_active=moe["model"]["params_total"] // 3, notes=[])
+    moe["training"] = {**moe.get("training", {}), "moe_load": {"per_layer": [[0.125] * 8], "max_load": 1.0,
+                                                              "min_load": 1.0, "steps": 10}}
+    write(tmp_path / "grid" / "moe", moe)
+    write(tmp_path / "grid" / "dense", make_record(family="llama3", n_layers=2))
+    table = collect(tmp_path)
+    row = table.set_index("family").loc["moe"]
+    assert (row["mlp_types"], row["n_experts"], row["init"], row["moe_max_load"]) == ("moe", 8, "normal", 1.0)
+    assert row["params_active"] == row["params_total"] // 3
+    dense = table.set_index("family").loc["llama3"]
+    assert dense["params_active"] == dense["params_total"] and dense["init"] == "gpt2"  # an older record
+    runs = run_table(table, None)
+    assert {"active params", "total params"} <= set(runs.columns)
+    blocks = dict(sections(table, "results.parquet"))["All runs"]
+    assert any(isinstance(b, str) and "active parameters per token" in b for b in blocks)

@@ -4,10 +4,12 @@ Top-level sections (schema_version 1):
   status       running | completed | failed | diverged
   error        one line, or null
   config       the resolved Hydra config of the run (model, tokenizer, data, train, ...)
-  model        every ModelConfig field (same names as conf/model) + params_* and flops_per_token
+  model        every ModelConfig field (same names as conf/model) + params_* (params_active: per token) and
+               flops_per_token; notes (settings that do nothing at this shape)
   data         tokenizer, sources (weights, tokens, cache keys), tokens_per_source, token_share
   training     max_steps, steps, tokens, wall_seconds, train_seconds, tokens_per_s, mfu, final_train_loss,
-               diverged {step, loss} or null
+               diverged {step, loss} or null; moe_load {per_layer, max_load, min_load, steps} for a mixture of
+               experts (the routing shares over the last logging window)
   eval         val_nll, val_ppl, val_step; lm_eval {task: scores} and throughput, filled by later stages
   environment  python, package versions, device, hostname, git revision
   artifacts    paths relative to the run directory (weights, checkpoint, logs)
