@@ -6,7 +6,9 @@ values. On a CPU with the instruction set the file was recorded on, the digest m
 another, kernels may round differently, so only the values are compared (to 1e-5).
 
 A change that is meant to alter a preset (a new init scheme, a fixed bug) re-records the file:
-`python -m tests.test_fingerprints` — and says in its commit why the numbers moved.
+`python -m tests.test_fingerprints` — and says in its commit why the numbers moved. The file also keeps
+the fingerprints recorded before the per-layer mixer refactor ("before_issue_10"), when every preset used
+GPT-2's init: built with model.init=gpt2, the presets of that time must still give exactly those logits.
 """
 
 from __future__ import annotations
@@ -35,21 +37,21 @@ VARIANTS = {
 }
 
 
-def _config(name: str):
+def _config(name: str, *overrides: str):
     from slm.model import ModelConfig, config_from_spec
 
     if name in VARIANTS:
         return ModelConfig(**TINY, **VARIANTS[name])
-    return config_from_spec(compose_model_node(f"model={name}"))
+    return config_from_spec(compose_model_node(f"model={name}", *overrides))
 
 
-def fingerprint(name: str) -> dict:
+def fingerprint(name: str, *overrides: str) -> dict:
     from slm.model import Transformer, count
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        cfg = _config(name)
+        cfg = _config(name, *overrides)
         torch.manual_seed(0)
         model = Transformer(cfg).eval()
         idx = torch.randint(0, cfg.vocab_size, (2, 12), generator=torch.Generator().manual_seed(1))
@@ -71,17 +73,28 @@ def _recorded() -> dict:
 def test_logits_are_unchanged(name):
     recorded = _recorded()
     assert name in recorded["models"], f"no fingerprint for {name}: run python -m tests.test_fingerprints"
-    want, got = recorded["models"][name], fingerprint(name)
+    _compare(name, recorded["models"][name], fingerprint(name), recorded["cpu_capability"])
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama3", "qwen3", "gemma3", "llama3_canon", "mobilellm", "mobilellm_ls",
+                                  "design_40m", "debug"])
+def test_presets_of_before_the_mixer_refactor_are_bit_identical(name):
+    before = _recorded()["before_issue_10"]
+    _compare(name, before["models"][name], fingerprint(name, "model.init=gpt2"), before["cpu_capability"])
+
+
+def _compare(name: str, want: dict, got: dict, capability: str) -> None:
     assert got["params_total"] == want["params_total"]
     assert got["values"] == pytest.approx(want["values"], abs=1e-5)
     assert got["sum"] == pytest.approx(want["sum"], rel=1e-5, abs=1e-3)
-    if torch.backends.cpu.get_cpu_capability() == recorded["cpu_capability"]:
+    if torch.backends.cpu.get_cpu_capability() == capability:
         assert got["sha256"] == want["sha256"], f"{name}: logits are no longer bit-identical"
 
 
 if __name__ == "__main__":
     FILE.parent.mkdir(exist_ok=True)
     data = {"cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
-            "models": {name: fingerprint(name) for name in PRESETS + list(VARIANTS)}}
+            "models": {name: fingerprint(name) for name in PRESETS + list(VARIANTS)},
+            "before_issue_10": _recorded()["before_issue_10"]}  # never re-recorded
     FILE.write_text(json.dumps(data, indent=1) + "\n")
     print(f"wrote {FILE} ({len(data['models'])} models)")
