@@ -120,6 +120,7 @@ def build_spec(args: argparse.Namespace):
         spec.throughput_prompt_tokens = suite.throughput_prompt_tokens
         spec.throughput_new_tokens = suite.throughput_new_tokens
         spec.throughput_compile = suite.throughput_compile
+        spec.throughput_cpu_threads = suite.throughput_cpu_threads
     if args.num_fewshot is not None:
         spec.num_fewshot = args.num_fewshot
     if args.batch_size is not None:

@@ -74,6 +74,9 @@ class EvalSpec:
     throughput_new_tokens: int = 128
     throughput_compile: bool = False
     """torch.compile the decode step (CPU: ~4x faster for small models, after 20-60 s of compiling)."""
+    throughput_cpu_threads: int | None = 1
+    """CPU threads for the decode measurement: a small model's batch-1 step is a chain of tiny ops that more
+    threads make noisier, not faster; None: the process's setting."""
     gen_kwargs: dict | None = None
     seed: int = 1234
     log_samples: bool = False
@@ -94,6 +97,7 @@ def spec_from_config(node: dict, name: str | None = None) -> EvalSpec:
         node["throughput_prompt_tokens"] = throughput.get("prompt_tokens", 128)
         node["throughput_new_tokens"] = throughput.get("new_tokens", 128)
         node["throughput_compile"] = bool(throughput.get("compile", False))
+        node["throughput_cpu_threads"] = throughput.get("cpu_threads", 1)
         throughput = throughput.get("enabled", True)
     average = node.pop("average", None)
     if isinstance(average, list):
@@ -229,7 +233,7 @@ def evaluate(path: str | os.PathLike, spec: EvalSpec, output_path: str | os.Path
 
         model = lm.model if lm is not None else _load_for_throughput(model_dir, spec)
         summary["throughput"] = measure_decode(model, spec.throughput_prompt_tokens, spec.throughput_new_tokens,
-                                               compile=spec.throughput_compile)
+                                               compile=spec.throughput_compile, cpu_threads=spec.throughput_cpu_threads)
     return summary
 
 

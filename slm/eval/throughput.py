@@ -27,8 +27,20 @@ from slm.model.transformer import Transformer
 
 
 def measure_decode(model: Transformer, prompt_tokens: int = 128, new_tokens: int = 128, warmup: int = 1,
-                   repeats: int = 3, cuda_graph: bool | None = None, compile: bool = False, seed: int = 0) -> dict:
-    """Decode speed at batch 1; prompt and new tokens are capped to fit the model's context."""
+                   repeats: int = 3, cuda_graph: bool | None = None, compile: bool = False, seed: int = 0,
+                   cpu_threads: int | None = None) -> dict:
+    """Decode speed at batch 1; prompt and new tokens are capped to fit the model's context. `cpu_threads`:
+    torch's intra-op threads for the measurement on a CPU (None: as they are)."""
+    threads = torch.get_num_threads()
+    if cpu_threads is not None and next(model.parameters()).device.type == "cpu":
+        torch.set_num_threads(cpu_threads)
+    try:
+        return _measure(model, prompt_tokens, new_tokens, warmup, repeats, cuda_graph, compile, seed)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _measure(model, prompt_tokens, new_tokens, warmup, repeats, cuda_graph, compile, seed) -> dict:
     ctx = model.cfg.context_length
     prompt_tokens = max(1, min(prompt_tokens, ctx // 2))
     new_tokens = max(2, min(new_tokens, ctx - prompt_tokens + 1))

@@ -82,6 +82,19 @@ def decoder_fields(c) -> dict:
     )
 
 
+def decoder_kwargs(cfg: ModelConfig) -> dict:
+    """The transformers config arguments of the LLaMA-style decoders that come from the same ModelConfig
+    fields (the inverse of decoder_fields): shapes, RoPE, norms, init, tying, tokens."""
+    return dict(
+        vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, num_hidden_layers=cfg.n_layers,
+        num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.n_kv_heads, head_dim=cfg.head_dim,
+        max_position_embeddings=cfg.context_length, rms_norm_eps=cfg.norm_eps, initializer_range=cfg.init_std,
+        rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta}, attention_dropout=cfg.dropout,
+        tie_word_embeddings=cfg.tie_embeddings, hidden_act="silu", pad_token_id=cfg.embedding_padding_idx,
+        bos_token_id=None, eos_token_id=None,
+    )
+
+
 def common_problems(cfg: ModelConfig, mixers: tuple[str, ...] = ("attn",), qk_norm: bool = False,
                     mlps: tuple[str, ...] = ("dense",)) -> list[str]:
     """Settings the transformers targets cannot express (the mixers, feed-forwards and qk-norm each one has)."""

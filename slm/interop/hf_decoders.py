@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 
-from slm.interop.hf_common import (ACTIVATIONS, Entry, attention_layout, common_problems, decoder_fields, rope_theta,
-                                   unsupported)
+from slm.interop.hf_common import (ACTIVATIONS, Entry, attention_layout, common_problems, decoder_fields,
+                                   decoder_kwargs, rope_theta, unsupported)
 from slm.model.config import ModelConfig
 
 
@@ -115,13 +115,5 @@ def llama_to_hf(cfg: ModelConfig):
          f"attn_scale={cfg.attn_scale} (LLaMA uses 1/sqrt(head_dim))"),
         (cfg.d_model % cfg.n_heads != 0, f"d_model={cfg.d_model} not a multiple of n_heads={cfg.n_heads}"),
     ) if bad])
-    hf_cfg = LlamaConfig(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, intermediate_size=cfg.d_ff,
-        num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.n_kv_heads,
-        head_dim=cfg.head_dim, max_position_embeddings=cfg.context_length, rms_norm_eps=cfg.norm_eps,
-        rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta}, attention_bias=cfg.bias,
-        mlp_bias=cfg.bias, attention_dropout=cfg.dropout, initializer_range=cfg.init_std,
-        tie_word_embeddings=cfg.tie_embeddings, hidden_act="silu", bos_token_id=None, eos_token_id=None,
-        pad_token_id=cfg.embedding_padding_idx,
-    )
+    hf_cfg = LlamaConfig(**decoder_kwargs(cfg), intermediate_size=cfg.d_ff, attention_bias=cfg.bias, mlp_bias=cfg.bias)
     return LlamaForCausalLM(hf_cfg).float()

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import math
 
-from slm.interop.hf_common import Entry, common_problems, decoder_fields, repeating_unit, rope_theta, unsupported
+from slm.interop.hf_common import (Entry, common_problems, decoder_fields, decoder_kwargs, repeating_unit, rope_theta,
+                                   unsupported)
 from slm.interop.hf_decoders import decoder_table
 from slm.model.config import ModelConfig
 
@@ -86,14 +87,7 @@ def moe_to_hf(cfg: ModelConfig):
         (not qwen and not cfg.norm_topk_prob, "norm_topk_prob=False (Mixtral always renormalises; qk_norm=True "
                                               "converts to Qwen3-MoE instead)"),
     ) if bad])
-    common = dict(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, num_hidden_layers=cfg.n_layers,
-        num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.n_kv_heads, head_dim=cfg.head_dim,
-        max_position_embeddings=cfg.context_length, rms_norm_eps=cfg.norm_eps, initializer_range=cfg.init_std,
-        rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta}, tie_word_embeddings=cfg.tie_embeddings,
-        num_experts_per_tok=cfg.top_k, router_aux_loss_coef=cfg.moe_aux_coef, hidden_act="silu",
-        pad_token_id=cfg.embedding_padding_idx, bos_token_id=None, eos_token_id=None,
-    )
+    common = dict(**decoder_kwargs(cfg), num_experts_per_tok=cfg.top_k, router_aux_loss_coef=cfg.moe_aux_coef)
     if qwen:
         hf_cfg = Qwen3MoeConfig(
             **common, intermediate_size=cfg.d_ff, moe_intermediate_size=cfg.expert_d_ff, num_experts=cfg.n_experts,
