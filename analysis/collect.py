@@ -22,7 +22,7 @@ Columns (missing values are NaN/None; every column is documented in COLUMN_DOCS)
              train_flops = flops_per_token x tokens
   training   wall_seconds, train_seconds, train_tokens_per_s, mfu, final_train_loss, diverged_step,
              moe_max_load (a mixture of experts' routing balance: 1 = even)
-  metrics    val_nll, val_ppl, val_step; per lm-eval task: score_<task> (headline value), stderr_<task>,
+  metrics    val_nll, val_nll_kind (nll exact | nelbo a diffusion bound), val_ppl, val_step; per lm-eval task: score_<task> (headline value), stderr_<task>,
              metric_<task> (lm-eval's "metric,filter" key), samples_<task> (documents scored); per suite:
              avg_<suite> (eval.lm_eval.averages)
   throughput decode_tokens_per_s, time_to_first_token_s, peak_memory_bytes, peak_memory_measure,
@@ -62,7 +62,7 @@ TRAINING_COLUMNS = ["wall_seconds", "train_seconds", "train_tokens_per_s", "mfu"
                     "moe_max_load"]
 THROUGHPUT_COLUMNS = ["decode_tokens_per_s", "time_to_first_token_s", "peak_memory_bytes", "peak_memory_measure",
                       "kv_cache_bytes", "decode_device", "decode_dtype"]
-METRIC_COLUMNS = ["val_nll", "val_ppl", "val_step"]
+METRIC_COLUMNS = ["val_nll", "val_nll_kind", "val_ppl", "val_step"]
 ID_COLUMNS = ["run", "sweep", "status", "error", "eval_error"]
 TAIL_COLUMNS = ["device", "git_revision", "updated_at", "run_dir"]
 
@@ -78,7 +78,9 @@ COLUMN_DOCS = {
     "moe_max_load": "mixture of experts: largest expert share of routed tokens x n_experts over the last logging "
                     "window (1 = balanced; n_experts = every token on one expert)",
     "notes": "settings that do not do what their name suggests at this shape (model.notes)",
-    "val_nll": "validation NLL (nats/token)", "val_ppl": "validation perplexity (exp of val_nll)",
+    "val_nll": "validation NLL (nats/token), or for a masked-diffusion run its NELBO: see val_nll_kind",
+    "val_nll_kind": "nll: an exact NLL; nelbo: a masked-diffusion upper bound on the NLL (not comparable with nll)",
+    "val_ppl": "validation perplexity (exp of val_nll; a bound too when val_nll is)",
     "decode_tokens_per_s": "batch-1 decode speed (tokens/s)", "time_to_first_token_s": "batch-1 prefill time (s)",
     "peak_memory_bytes": "peak memory during decode (bytes; see peak_memory_measure)",
     "score_<task>": "headline lm-eval value of the task (metric_<task> names it)",
@@ -185,6 +187,7 @@ def row_from_record(record: dict, run_dir: str | os.PathLike, root: str | os.Pat
     row["moe_max_load"] = _number(load.get("max_load")) if isinstance(load, dict) else None
 
     row["val_nll"] = _number(ev.get("val_nll"))
+    row["val_nll_kind"] = ev.get("val_nll_kind") or ("nll" if row["val_nll"] is not None else None)
     row["val_ppl"] = _number(ev.get("val_ppl"))
     row["val_step"] = _number(ev.get("val_step"))
     lm = ev.get("lm_eval") or {}

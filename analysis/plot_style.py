@@ -56,9 +56,29 @@ AXIS_LABELS = {
 }
 
 
+def nll_kinds(table: pd.DataFrame) -> set[str]:
+    """What val_nll holds in these rows: {"nll"} (exact), {"nelbo"} (diffusion bounds) or both."""
+    if "val_nll" not in table or not table["val_nll"].notna().any():
+        return set()
+    kinds = table["val_nll_kind"] if "val_nll_kind" in table else pd.Series("nll", table.index)
+    return set(kinds[table["val_nll"].notna()].fillna("nll"))
+
+
+def is_bound(table: pd.DataFrame) -> pd.Series:
+    """Rows whose val_nll is a diffusion bound (NELBO), not an exact NLL."""
+    kinds = table["val_nll_kind"] if "val_nll_kind" in table else pd.Series("nll", table.index)
+    return kinds.fillna("nll") == "nelbo"
+
+
 def score_label(table: pd.DataFrame, column: str, direction: bool = True) -> str:
-    """Axis label of a score column with its unit and which way is better."""
-    if column in AXIS_LABELS:
+    """Axis label of a score column with its unit and which way is better; val_nll says when it holds
+    masked-diffusion bounds (NELBO) rather than, or beside, exact NLLs."""
+    kinds = nll_kinds(table) if column == "val_nll" else set()
+    if kinds == {"nelbo"}:
+        text = "validation NELBO (nats/token; an upper bound on the NLL)"
+    elif kinds == {"nll", "nelbo"}:
+        text = "validation NLL, or NELBO for diffusion runs (hollow: an upper bound, not comparable)"
+    elif column in AXIS_LABELS:
         text = AXIS_LABELS[column]
     elif column.startswith("score_"):
         task = column[len("score_"):]
@@ -91,6 +111,9 @@ def choose_score(table: pd.DataFrame, score: str | None = None) -> tuple[str | N
     if accuracy or tasks:
         return (accuracy or tasks)[0], ""
     if "val_nll" in table and table["val_nll"].notna().any():
+        if nll_kinds(table) == {"nll", "nelbo"}:
+            return "val_nll", ("no lm-eval scores: val_nll used as the score, but it holds exact NLLs and diffusion "
+                               "NELBO bounds, which are not comparable: rank each kind on its own")
         return "val_nll", "no lm-eval scores: validation NLL used as the score"
     return None, "no score: no lm-eval scores and no validation NLL"
 

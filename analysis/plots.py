@@ -331,15 +331,24 @@ def plot_pareto(table: pd.DataFrame, x: str = "train_flops", y: str = "val_nll")
             return style.placeholder("NLL vs training FLOPs", f"the results have no {column} values (completed runs)")
     rows = rows[pd.to_numeric(rows[x], errors="coerce").notna() & pd.to_numeric(rows[y], errors="coerce").notna()]
     lower_y = not higher_is_better(table, y)
-    mask = pareto_mask(rows[x].astype(float), rows[y].astype(float), True, lower_y)
+    # a diffusion bound (NELBO) is not comparable with an exact NLL: with both, the frontier is the exact runs'
+    bound = style.is_bound(rows) if y == "val_nll" else pd.Series(False, rows.index)
+    mixed = bool(bound.any() and (~bound).any())
+    mask = pd.Series(False, rows.index)
+    frontier_rows = rows[~bound] if mixed else rows
+    mask[frontier_rows.index] = pareto_mask(frontier_rows[x].astype(float), frontier_rows[y].astype(float), True,
+                                            lower_y)
     fig = style.new_figure(figsize=(8.5, 5.2), layout="constrained")
     ax = fig.add_subplot()
     group = style.group_column(rows)
     colors, markers = style.group_colors(rows[group]) if group else ({}, {})
     for key, part in rows.groupby(rows[group].astype(str) if group else pd.Series("all", rows.index)):
-        ax.scatter(part[x].astype(float), part[y].astype(float), color=colors.get(key, "#1f77b4"),
-                   marker=markers.get(key, "o"), s=40, alpha=0.75, edgecolors="white", linewidths=0.6, label=key,
-                   zorder=3)
+        for hollow, sub_part in part.groupby(bound[part.index] & mixed):
+            color = colors.get(key, "#1f77b4")
+            ax.scatter(sub_part[x].astype(float), sub_part[y].astype(float), marker=markers.get(key, "o"), s=40,
+                       alpha=0.75, zorder=3, label=key if not hollow or not (~bound[part.index]).any() else None,
+                       **({"facecolors": "none", "edgecolors": color, "linewidths": 1.2} if hollow else
+                          {"color": color, "edgecolors": "white", "linewidths": 0.6}))
     front = rows[mask].sort_values(x)
     fx, fy = front[x].astype(float).to_numpy(), front[y].astype(float).to_numpy()
     ax.step(fx, fy, where="post", color="#222222", lw=1.4, zorder=2, label="Pareto frontier")
@@ -355,8 +364,11 @@ def plot_pareto(table: pd.DataFrame, x: str = "train_flops", y: str = "val_nll")
     style.legends_outside(ax, group)
     style.pad_y(ax, 0.08)
     ax.margins(x=0.08)
+    note = "training FLOPs = FLOPs per token (PaLM: 6N + 12·L·H·hd·T) × training tokens"
+    if mixed:
+        note += "; hollow: diffusion NELBO (a bound), left off the frontier of exact NLLs"
     style.set_title(fig, f"{style.short_name(y)} against training compute: {int(mask.sum())} of {len(rows)} runs on the Pareto frontier",
-           "training FLOPs = FLOPs per token (PaLM: 6N + 12·L·H·hd·T) × training tokens")
+           note)
     if len(front) <= 12:
         style.settle_layout(fig)
         style.label_points(ax, fx, fy, run_labels(rows).loc[front.index].tolist(), [110] * len(fx))

@@ -79,6 +79,8 @@ def run_table(table: pd.DataFrame, score: str | None) -> pd.DataFrame:
                          ("params_active" if sparse else "params_total", "active params" if sparse else "params"),
                          ("params_total" if sparse else None, "total params"),
                          ("train_flops", "train FLOPs"), ("val_nll", "val NLL"),
+                         ("val_nll_kind" if {"nelbo"} <= set(table.get("val_nll_kind", pd.Series(dtype=str)).dropna())
+                          else None, "val NLL kind"),
                          (score, score), ("decode_tokens_per_s", "decode tok/s")):
         if column and column in table and name not in out:
             out[name] = table[column].to_numpy()

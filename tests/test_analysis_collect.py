@@ -226,3 +226,24 @@ def test_a_mixture_of_experts_is_sized_by_its_active_parameters(tmp_path):
     assert {"active params", "total params"} <= set(runs.columns)
     blocks = dict(sections(table, "results.parquet"))["All runs"]
     assert any(isinstance(b, str) and "active parameters per token" in b for b in blocks)
+
+
+def test_a_diffusion_bound_is_never_silently_an_nll(tmp_path):
+    """val_nll_kind says which runs hold a NELBO; labels, the score choice and the Pareto plot say so too."""
+    from analysis.plot_style import choose_score, score_label
+    from analysis.plots import plot_pareto
+
+    diffusion = make_record(family="dllm", n_layers=2, val_nll=2.5)
+    diffusion["eval"]["val_nll_kind"] = "nelbo"
+    write(tmp_path / "grid" / "dllm", diffusion)
+    write(tmp_path / "grid" / "ar", make_record(family="llama3", n_layers=2, val_nll=2.0))
+    write(tmp_path / "grid" / "ar4", make_record(family="llama3", n_layers=4, val_nll=1.9, tokens=2_000_000))
+    table = collect(tmp_path)
+    kinds = dict(zip(table["family"] + table["n_layers"].astype(str), table["val_nll_kind"]))
+    assert kinds == {"dllm2": "nelbo", "llama32": "nll", "llama34": "nll"}  # older records: nll
+    assert "hollow: an upper bound" in score_label(table, "val_nll")
+    score, note = choose_score(table.drop(columns=[c for c in table if c.startswith(("score_", "avg_"))]))
+    assert score == "val_nll" and "not comparable" in note
+    assert "NELBO" in score_label(table[table["family"] == "dllm"], "val_nll")
+    fig = plot_pareto(table)
+    assert "left off the frontier of exact NLLs" in fig.texts[-1].get_text() + "".join(t.get_text() for t in fig.texts)

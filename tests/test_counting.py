@@ -18,7 +18,7 @@ from tests.conftest import PRESETS, compose_model_node
 #    50304*384 + 24 * (4*384*384 - 2*384*192 + 2*384 + 384*16 + 16 * 3*384*672) + 384 = 327,371,136 in total,
 #    the same with 2 experts instead of 16: 67,258,752 active.
 PUBLISHED = {"gpt2": 124_439_808, "llama3": 71_246_208, "mobilellm": 124_635_456, "mobilellm_ls": 124_635_456,
-             "design_40m": 35_763_840, "lfm2": 79_235_136, "moe": 327_371_136}
+             "design_40m": 35_763_840, "lfm2": 79_235_136, "moe": 327_371_136, "dllm": 71_246_208}
 ACTIVE = {"moe": 67_258_752}
 GPT2_GRID = [(4, 768), (12, 512), (16, 448), (24, 384), (32, 384), (48, 320), (64, 256)]
 

@@ -24,7 +24,8 @@ def _vocab(tokenizer_node: dict, data_node: dict) -> int | None:
 
     cfg = TokenizerConfig.from_node(tokenizer_node)
     try:
-        return cfg.padded(tokenizer_class(cfg.kind).from_config(cfg).vocab_size)
+        tokenizer = tokenizer_class(cfg.kind).from_config(cfg)
+        return cfg.padded((tokenizer.reserve_mask() if cfg.mask else tokenizer).vocab_size)
     except Exception:
         pass
     if any(source.get("kind") == "hub" for source in data_node.get("sources") or []):
@@ -42,7 +43,9 @@ def plan_row(job: Job, estimate: dict) -> dict:
         return {**row, "error": job.error}
     try:
         cfg = {k: OmegaConf.to_container(job.cfg[k], resolve=True) for k in ("model", "tokenizer", "data", "train")}
-        vocab = _vocab(cfg["tokenizer"], cfg["data"])
+        from slm.objectives import tokenizer_node_for
+
+        vocab = _vocab(tokenizer_node_for(cfg["train"].get("objective", "causal_lm"), cfg["tokenizer"]), cfg["data"])
         report = params_report({**cfg["model"], **({"vocab_size": vocab} if vocab else {})})
         train = TrainConfig(**cfg["train"])
         steps = train.max_steps(report["context_length"])

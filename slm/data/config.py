@@ -67,6 +67,9 @@ class TokenizerConfig:
     """hf: a local tokenizer directory (tokenizer.json, or files AutoTokenizer reads); nothing is downloaded."""
     eot_token: str | None = None
     """hf: text of the end-of-text token; null takes the eos_token of tokenizer_config.json."""
+    mask: bool = False
+    """Reserve a mask token after every other id (masked diffusion): <mask> for char/word, the first spare row
+    of a padded vocabulary for gpt2/hf. slm-train turns it on when the objective needs one."""
 
     @classmethod
     def from_node(cls, node: dict) -> "TokenizerConfig":
@@ -78,7 +81,7 @@ class TokenizerConfig:
         self.pad_vocab_multiple = _count(self.pad_vocab_multiple, "tokenizer.pad_vocab_multiple")
         self.max_vocab = _count(self.max_vocab, "tokenizer.max_vocab", optional=True)
         self.fit_max_chars = _count(self.fit_max_chars, "tokenizer.fit_max_chars", optional=True)
-        for name in ("eot", "unk"):
+        for name in ("eot", "unk", "mask"):
             if not isinstance(getattr(self, name), bool):
                 raise DataError(f"tokenizer.{name}={getattr(self, name)!r} is invalid: must be true or false")
 

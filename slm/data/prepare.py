@@ -70,7 +70,7 @@ class PreparedData:
         t = self.tokenizer
         return {"name": self.config.name,
                 "tokenizer": {"name": t.name, "kind": t.kind, "vocab_size": t.vocab_size,
-                              "padded_vocab_size": self.vocab_size, "eot_id": t.eot_id,
+                              "padded_vocab_size": self.vocab_size, "eot_id": t.eot_id, "mask_id": t.mask_id,
                               "fingerprint": t.fingerprint()[:16]},
                 "sources": [s.describe() for s in self.sources],
                 "token_budget": self.config.token_budget,
@@ -116,6 +116,11 @@ def shard_key(stream: Stream, tokenizer: Tokenizer, dtype: np.dtype) -> str:
 
 def build_tokenizer(cfg: TokenizerConfig, train_streams: list[Stream], root: Path) -> Tokenizer:
     """The configured tokenizer; char/word fit (or reuse from the cache) their vocabulary on the training streams."""
+    tokenizer = _build_tokenizer(cfg, train_streams, root)
+    return tokenizer.reserve_mask() if cfg.mask else tokenizer
+
+
+def _build_tokenizer(cfg: TokenizerConfig, train_streams: list[Stream], root: Path) -> Tokenizer:
     cls = tokenizer_class(cfg.kind)
     if not cls.fitted:
         return cls.from_config(cfg)

@@ -10,6 +10,11 @@ point, so Tiny Shakespeare's 65 characters get the usual ids 0..64; word: by fre
 `unk` is on, then `<eot>` when `eot` is on. Both are off for char by default: Tiny Shakespeare is one
 document per split and its validation and test characters all occur in training, so the vocabulary stays
 the standard 65 symbols; turn `eot` on for sources with many documents.
+
+A masked-diffusion objective needs a mask token: `reserve_mask()` (tokenizer.mask) adds one id after every
+other id — `<mask>` for char/word, the first row past GPT-2's 50257 (a spare row once the vocabulary is
+padded to 50304) — and decodes it as `<mask>`. It changes no other id, so the shards are shared with the
+same data tokenized without it (the fingerprint leaves it out).
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ HF_SUBDIR = "hf_tokenizer"
 GPT2_RANKS = "tokenizers_assets/gpt2.tiktoken"
 GPT2_RANKS_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
 GPT2_EOT = 50256
-UNK, EOT = "<unk>", "<eot>"
+UNK, EOT, MASK = "<unk>", "<eot>", "<mask>"
 
 
 class Tokenizer:
@@ -52,6 +57,29 @@ class Tokenizer:
     name: str
     vocab_size: int
     eot_id: int | None
+    mask_id: int | None = None
+    """The mask token of masked diffusion (reserve_mask), after every other id; None: none."""
+
+    def reserve_mask(self) -> "Tokenizer":
+        """Add the mask token as a new last id (no-op if there is one)."""
+        if self.mask_id is None:
+            self.mask_id = self.vocab_size
+            self.vocab_size += 1
+        return self
+
+    def _decode_masked(self, ids: Iterable[int], decode) -> str:
+        """decode(ids) with the mask id written as <mask> (the underlying decoder does not know it)."""
+        ids = list(ids)
+        if self.mask_id is None or self.mask_id not in ids:
+            return decode(ids)
+        parts, run = [], []
+        for i in ids:
+            if i == self.mask_id:
+                parts += [decode(run), MASK]
+                run = []
+            else:
+                run.append(i)
+        return "".join(parts + [decode(run)])
 
     def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
         raise NotImplementedError
@@ -75,7 +103,7 @@ class Tokenizer:
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
         tmp = out / (META_FILE + f".tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(self.meta(), ensure_ascii=False) + "\n")
+        tmp.write_text(json.dumps({**self.meta(), "mask": self.mask_id is not None}, ensure_ascii=False) + "\n")
         os.replace(tmp, out / META_FILE)
         return out
 
@@ -104,7 +132,8 @@ def load_tokenizer(directory: str | os.PathLike) -> Tokenizer:
     if not path.is_file():
         raise DataError(f"no {META_FILE} in {directory}: not a saved slm tokenizer directory")
     meta = json.loads(path.read_text())
-    return tokenizer_class(meta.get("kind")).from_meta(meta, Path(directory))
+    tokenizer = tokenizer_class(meta.get("kind")).from_meta(meta, Path(directory))
+    return tokenizer.reserve_mask() if meta.get("mask") else tokenizer
 
 
 # ---------------------------------------------------------------- fitted vocabularies (char, word)
@@ -191,7 +220,7 @@ class CharTokenizer(_VocabTokenizer):
         return [self._encode_one(t) for t in texts]
 
     def decode(self, ids: Iterable[int]) -> str:
-        return "".join(self._strings[i] for i in ids)
+        return "".join(MASK if i == self.mask_id else self._strings[i] for i in ids)
 
 
 @TOKENIZERS.register("word")
@@ -233,7 +262,7 @@ class WordTokenizer(_VocabTokenizer):
     def decode(self, ids: Iterable[int]) -> str:
         out: list[str] = []
         for i in ids:
-            word = self._strings[i]
+            word = MASK if i == self.mask_id else self._strings[i]
             if out and word != "\n" and out[-1] != "\n":
                 out.append(" ")
             out.append(word)
@@ -293,7 +322,7 @@ class GPT2Tokenizer(Tokenizer):
         return [np.asarray(self.enc.encode_ordinary(t), dtype=np.int64) for t in texts]
 
     def decode(self, ids: Iterable[int]) -> str:
-        return self.enc.decode(list(ids))
+        return self._decode_masked(ids, self.enc.decode)
 
 
 # ---------------------------------------------------------------- hf (a local tokenizer directory)
@@ -377,5 +406,5 @@ class HFTokenizer(Tokenizer):
 
     def decode(self, ids: Iterable[int]) -> str:
         if self._rust is not None:
-            return self._rust.decode(list(ids), skip_special_tokens=False)
-        return self._auto.decode(list(ids))
+            return self._decode_masked(ids, lambda run: self._rust.decode(run, skip_special_tokens=False))
+        return self._decode_masked(ids, self._auto.decode)

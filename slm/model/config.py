@@ -131,6 +131,9 @@ class ModelConfig:
     # --- details
     bias: bool = False
     """Biases in every linear layer and in LayerNorm (GPT-2 has them)."""
+    mask_token_id: int | None = None
+    """Masked diffusion: the token id the model fills in (slm-train sets it from the tokenizer when the
+    objective needs one); None for an autoregressive model."""
     embedding_padding_idx: int | None = None
     """Embedding row that starts at zero and gets no gradient from the lookup (transformers' padding_idx,
     set by its pad_token_id); None: none."""
@@ -293,9 +296,11 @@ class ModelConfig:
         if len(set(self.canon_set)) != len(self.canon_set) or set(self.canon_set) - set(CANON_POSITIONS):
             raise _bad("canon_set", self.canon_set, f"distinct letters from {CANON_POSITIONS!r}, e.g. 'AC'")
         self._positive("canon_kernel", "conv_kernel")
-        pad = self.embedding_padding_idx
-        if pad is not None and (isinstance(pad, bool) or not isinstance(pad, int) or not 0 <= pad < self.vocab_size):
-            raise _bad("embedding_padding_idx", pad, f"must be null or a token id in 0..{self.vocab_size - 1}")
+        for name in ("embedding_padding_idx", "mask_token_id"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or not 0 <= value < self.vocab_size):
+                raise _bad(name, value, f"must be null or a token id in 0..{self.vocab_size - 1}")
         if self.position == "rope":
             if not 0 < self.rotary_fraction <= 1:
                 raise _bad("rotary_fraction", self.rotary_fraction, "must be in (0, 1]")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 from torch import nn
 
@@ -9,22 +11,40 @@ from slm.components.registry import Registry
 
 OBJECTIVES: Registry[type["Objective"]] = Registry("objective")
 
+NLL_KINDS = {"nll": "exact negative log-likelihood (nats/token)",
+             "nelbo": "negative ELBO (nats/token): an upper bound on the NLL, not comparable with an exact NLL"}
+
+
+class ObjectiveError(ValueError):
+    """A model the objective cannot train; the message says why and what to set."""
+
 
 class Objective:
     """Turns a batch of token windows (B, T + 1) into a training loss and validation NLL sums."""
 
-    def terms(self, model: nn.Module, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+    needs_mask: ClassVar[bool] = False
+    """The tokenizer must reserve a mask token (model.mask_token_id is set from it)."""
+    nll_kind: ClassVar[str] = "nll"
+    """What `nll` measures (a key of NLL_KINDS): recorded with val_nll so a bound is never read as an NLL."""
+
+    def check(self, model_cfg) -> None:
+        """Raise ObjectiveError for a model this objective cannot train (checked before training)."""
+
+    def terms(self, model: nn.Module, tokens: torch.Tensor, seed: int | None = None) -> dict[str, torch.Tensor]:
         """The training loss of the batch, "loss" (a scalar with grad), and what it is made of, detached, for
         the logs: "lm_loss" and the model's auxiliary terms (e.g. a mixture of experts' balancing loss, which
-        "loss" includes with its weight, and its per-expert load)."""
+        "loss" includes with its weight, and its per-expert load). `seed` fixes the objective's own noise
+        (the trainer passes a function of the run's seed and the step, so a resumed run draws the same noise;
+        None: the global generator)."""
         raise NotImplementedError
 
-    def loss(self, model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+    def loss(self, model: nn.Module, tokens: torch.Tensor, seed: int | None = None) -> torch.Tensor:
         """Mean training loss over the batch (a scalar with grad)."""
-        return self.terms(model, tokens)["loss"]
+        return self.terms(model, tokens, seed)["loss"]
 
-    def nll(self, model: nn.Module, tokens: torch.Tensor) -> tuple[torch.Tensor, int]:
-        """(summed negative log-likelihood in nats, number of predicted tokens) for validation."""
+    def nll(self, model: nn.Module, tokens: torch.Tensor, seed: int | None = None) -> tuple[torch.Tensor, int]:
+        """(summed negative log-likelihood, or its bound, in nats; number of tokens it covers) for validation.
+        `seed` makes a stochastic estimate repeatable (validation passes the batch index)."""
         raise NotImplementedError
 
 

@@ -6,18 +6,24 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from slm.objectives.base import OBJECTIVES, Objective, with_aux
+from slm.objectives.base import OBJECTIVES, Objective, ObjectiveError, with_aux
 
 
 @OBJECTIVES.register("causal_lm")
 class CausalLM(Objective):
-    def terms(self, model: nn.Module, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+    def check(self, model_cfg) -> None:
+        if not model_cfg.causal:
+            raise ObjectiveError("train.objective=causal_lm needs a causal model, but model.causal=false: a "
+                                 "bidirectional model sees the tokens it is asked to predict (masked diffusion: "
+                                 "train.objective=mdlm)")
+
+    def terms(self, model: nn.Module, tokens: torch.Tensor, seed: int | None = None) -> dict[str, torch.Tensor]:
         inputs, targets = tokens[:, :-1], tokens[:, 1:]  # (B, T) each
         logits, aux = model(inputs, return_aux=True)
         lm = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())  # float32 for a stable softmax
         return with_aux(lm, aux)
 
-    def nll(self, model: nn.Module, tokens: torch.Tensor) -> tuple[torch.Tensor, int]:
+    def nll(self, model: nn.Module, tokens: torch.Tensor, seed: int | None = None) -> tuple[torch.Tensor, int]:
         inputs, targets = tokens[:, :-1], tokens[:, 1:]
         logits = model(inputs).float()
         return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum"), targets.numel()

@@ -111,10 +111,14 @@ def _setup(cfg: dict) -> tuple:
     from slm.data import prepare
     from slm.eval.run import preflight
 
+    from slm.objectives import OBJECTIVES, tokenizer_node_for
+
     train_cfg = TrainConfig(**cfg["train"])
     preflight(cfg.get("eval"))  # hub tasks while offline, unknown tasks, bad fields: fail before training
-    prepared = prepare(cfg["data"], cfg["tokenizer"])
-    model_cfg = config_from_spec({**cfg["model"], "vocab_size": prepared.vocab_size})
+    prepared = prepare(cfg["data"], tokenizer_node_for(train_cfg.objective, cfg["tokenizer"]))
+    mask = {"mask_token_id": prepared.tokenizer.mask_id} if prepared.tokenizer.mask_id is not None else {}
+    model_cfg = config_from_spec({**cfg["model"], "vocab_size": prepared.vocab_size, **mask})
+    OBJECTIVES.get(train_cfg.objective)().check(model_cfg)  # e.g. causal_lm with a bidirectional model
     counts = count(model_cfg)
     max_steps = train_cfg.max_steps(model_cfg.context_length)
     return train_cfg, prepared, model_cfg, counts, max_steps
@@ -207,7 +211,8 @@ def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens
     artifacts.update(weights="model/model.safetensors", model_dir="model")
     record = update_record(run_dir, status="completed", error=None, training=training,
                            data=_data_section(prepared, datamodule), artifacts=artifacts,
-                           eval={"val_nll": val["val_nll"], "val_ppl": val["val_ppl"], "val_step": val["val_step"]})
+                           eval={"val_nll": val["val_nll"], "val_ppl": val["val_ppl"], "val_step": val["val_step"],
+                                 "val_nll_kind": module.objective.nll_kind})
     return _evaluate(cfg, run_dir, record)
 
 

@@ -10,7 +10,8 @@ Top-level sections (schema_version 1):
   training     max_steps, steps, tokens, wall_seconds, train_seconds, tokens_per_s, mfu, final_train_loss,
                diverged {step, loss} or null; moe_load {per_layer, max_load, min_load, steps} for a mixture of
                experts (the routing shares over the last logging window)
-  eval         val_nll, val_ppl, val_step; lm_eval {task: scores} and throughput, filled by later stages
+  eval         val_nll, val_ppl, val_step, val_nll_kind (nll: exact; nelbo: a masked-diffusion upper bound);
+               lm_eval {task: scores} and throughput, filled by later stages
   environment  python, package versions, device, hostname, git revision
   artifacts    paths relative to the run directory (weights, checkpoint, logs)
   created_at, updated_at  ISO-8601 UTC

@@ -15,6 +15,11 @@ from slm.training.optim import build_optimizer
 from slm.training.schedules import SCHEDULES
 
 
+def step_seed(seed: int, step: int) -> int:
+    """The objective's noise seed for optimizer step `step` of a run seeded `seed` (a pure function of both)."""
+    return (seed * 1_000_003 + step) % 2**63
+
+
 class LanguageModelModule(L.LightningModule):
     """Trains `Transformer(model_cfg)` with `train_cfg.objective`; validates NLL and perplexity.
 
@@ -50,7 +55,7 @@ class LanguageModelModule(L.LightningModule):
 
     # ------------------------------------------------------------------ training
     def training_step(self, batch: torch.Tensor, batch_idx: int):
-        terms = self.objective.terms(self._forward, batch)
+        terms = self.objective.terms(self._forward, batch, seed=step_seed(self.train_cfg.seed, self.global_step))
         loss = terms.pop("loss")
         value = loss.detach().item()
         if not math.isfinite(value):
@@ -108,7 +113,7 @@ class LanguageModelModule(L.LightningModule):
         self._val_sums = []
 
     def validation_step(self, batch: torch.Tensor, batch_idx: int) -> None:
-        self._val_sums.append(self.objective.nll(self._forward, batch))
+        self._val_sums.append(self.objective.nll(self._forward, batch, seed=batch_idx))
 
     def on_validation_epoch_end(self) -> None:
         if not self._val_sums:

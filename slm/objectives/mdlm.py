@@ -1,0 +1,83 @@
+"""Masked diffusion (MDLM: Sahoo et al. 2024, "Simple and Effective Masked Diffusion Language Models";
+kuleshov-group/mdlm), with the log-linear schedule and the SUBS parameterisation.
+
+For a window x0 of T tokens and a time t ~ U(eps, 1) per sequence (stratified across the batch, "antithetic"),
+each token is replaced by the mask token with probability (1 - eps) * t. A bidirectional model predicts the
+clean tokens; the mask token's logit is never predicted and a visible token is carried over (it costs
+nothing), so the loss is
+
+    L = sum over masked positions of -log p(x0 | xt) * 1/t, divided by B * T (all tokens),
+
+1/t being the log-linear schedule's weight dsigma / expm1(sigma). Its expectation is the negative ELBO per
+token, an upper bound on the NLL: validation reports that bound (nll_kind "nelbo"), estimated with t and
+masks drawn from a generator seeded by the batch index, so it is the same number on every run and resume;
+training draws its times and masks from a generator seeded by (run seed, step), so a resumed run draws the
+same noise as an uninterrupted one (the global generator is also used by data loaders and validation).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from slm.objectives.base import OBJECTIVES, Objective, ObjectiveError, with_aux
+
+EPS = 1e-3  # MDLM's sampling_eps and the log-linear noise's eps
+
+
+def sample_times(batch: int, device, generator: torch.Generator | None = None, eps: float = EPS) -> torch.Tensor:
+    """(B,) times in [eps, 1): one uniform draw, spread over the batch in B strata (MDLM's antithetic sampling)."""
+    u = torch.rand(batch, device=device, generator=generator)
+    t = (u / batch + torch.arange(batch, device=device) / batch) % 1
+    return (1 - eps) * t + eps
+
+
+def corrupt(x0: torch.Tensor, t: torch.Tensor, mask_id: int, generator: torch.Generator | None = None,
+            eps: float = EPS) -> tuple[torch.Tensor, torch.Tensor]:
+    """(xt, masked): each token of x0 (B, T) masked with probability (1 - eps) * t[b]."""
+    masked = torch.rand(x0.shape, device=x0.device, generator=generator) < ((1 - eps) * t)[:, None]
+    return torch.where(masked, torch.full_like(x0, mask_id), x0), masked
+
+
+def masked_log_probs(logits: torch.Tensor, mask_id: int) -> torch.Tensor:
+    """log p over the vocabulary (float32) with the mask token excluded (SUBS: it is never predicted)."""
+    logits = logits.float()
+    logits[..., mask_id] = float("-inf")
+    return logits.log_softmax(dim=-1)
+
+
+@OBJECTIVES.register("mdlm")
+class MDLM(Objective):
+    needs_mask = True
+    nll_kind = "nelbo"
+
+    def check(self, model_cfg) -> None:
+        if model_cfg.causal:
+            raise ObjectiveError("train.objective=mdlm needs a bidirectional model: set model.causal=false "
+                                 "(the dllm presets do)")
+        if model_cfg.mask_token_id is None:
+            raise ObjectiveError("train.objective=mdlm needs model.mask_token_id (slm-train sets it from the "
+                                 "tokenizer's mask token)")
+
+    def _weighted_nll(self, model: nn.Module, tokens: torch.Tensor, generator=None, aux: bool = False):
+        """(per-token weighted NLL (B, T), the model's aux terms)."""
+        mask_id = model.cfg.mask_token_id  # a torch.compile'd model forwards attribute access
+        x0 = tokens[:, :-1]  # (B, T): the model's context, as the causal objective uses
+        t = sample_times(x0.shape[0], x0.device, generator)
+        xt, masked = corrupt(x0, t, mask_id, generator)
+        out = model(xt, return_aux=True) if aux else (model(xt), {})
+        logits, extra = out
+        logp = masked_log_probs(logits, mask_id).gather(-1, x0[..., None]).squeeze(-1)  # (B, T)
+        return torch.where(masked, -logp, torch.zeros_like(logp)) / t[:, None], extra
+
+    def terms(self, model: nn.Module, tokens: torch.Tensor, seed: int | None = None) -> dict[str, torch.Tensor]:
+        weighted, aux = self._weighted_nll(model, tokens, _generator(seed, tokens.device), aux=True)
+        return with_aux(weighted.mean(), aux)
+
+    def nll(self, model: nn.Module, tokens: torch.Tensor, seed: int | None = None) -> tuple[torch.Tensor, int]:
+        weighted, _ = self._weighted_nll(model, tokens, _generator(seed, tokens.device))
+        return weighted.sum(), weighted.numel()
+
+
+def _generator(seed: int | None, device) -> torch.Generator | None:
+    return None if seed is None else torch.Generator(device=device).manual_seed(seed)
