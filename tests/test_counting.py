@@ -17,8 +17,11 @@ from tests.conftest import PRESETS, compose_model_node
 #  moe (conf/model/moe.yaml): llama3's block at 24 layers with 16 SwiGLU experts of 672, top-2:
 #    50304*384 + 24 * (4*384*384 - 2*384*192 + 2*384 + 384*16 + 16 * 3*384*672) + 384 = 327,371,136 in total,
 #    the same with 2 experts instead of 16: 67,258,752 active.
+#  dllm_canon: llama3_canon's count (Canon A and C: 32 * 4 * (384 + 384) more) = 71,344,512;
+#  dllm_recursive: dllm + 3 blocks of 1,622,784 (the refinement module) = 76,114,560 (the study's "76.11M").
 PUBLISHED = {"gpt2": 124_439_808, "llama3": 71_246_208, "mobilellm": 124_635_456, "mobilellm_ls": 124_635_456,
-             "design_40m": 35_763_840, "lfm2": 79_235_136, "moe": 327_371_136, "dllm": 71_246_208}
+             "design_40m": 35_763_840, "lfm2": 79_235_136, "moe": 327_371_136, "dllm": 71_246_208,
+             "dllm_canon": 71_344_512, "dllm_recursive": 76_114_560}
 ACTIVE = {"moe": 67_258_752}
 GPT2_GRID = [(4, 768), (12, 512), (16, 448), (24, 384), (32, 384), (48, 320), (64, 256)]
 

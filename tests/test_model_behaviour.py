@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from slm.components.canon import CausalConvCanon
+from slm.components.canon import CausalConvCanon, CenteredConvCanon
+from slm.model.config import ConfigError
 from slm.model import ModelConfig, Transformer
 from slm.model.weights import load_model, save_model
 
@@ -67,6 +68,28 @@ def test_canon_is_causal_residual_depthwise():
     assert torch.equal(canon(h), h)  # residual: a zero conv is the identity
 
 
+def test_centred_canon_sees_two_before_and_one_after():
+    canon = CenteredConvCanon(channels=6, kernel=4)
+    h = torch.randn(2, 10, 6)
+    h2 = h.clone()
+    h2[:, 5] += 1.0
+    diff = (canon(h) - canon(h2)).abs().amax(dim=(0, 2))
+    assert torch.all(diff[4:8] > 0) and torch.all(diff[:4] == 0) and torch.all(diff[8:] == 0)  # outputs 4..7 read 5
+    # the weights line up with the causal layer's: position p mixes p-2..p+1 = the causal layer at p+1
+    causal = CausalConvCanon(channels=6, kernel=4)
+    causal.load_state_dict(canon.state_dict())
+    assert torch.allclose((canon(h) - h)[:, :-1], (causal(h) - h)[:, 1:], atol=1e-6)
+
+
+def test_centred_canon_is_for_bidirectional_models_only():
+    with pytest.raises(ConfigError, match="canon.*conv_centered"):
+        ModelConfig(**TINY, canon_set="A", canon="conv_centered")
+    cfg = ModelConfig(**TINY, canon_set="A", canon="conv_centered", causal=False)
+    t = 11
+    a, b = _logits_after_changing(cfg, t)
+    assert not torch.allclose(a[:, :t], b[:, :t])
+
+
 def test_model_init_leaves_canon_default():
     model = Transformer(ModelConfig(**TINY, canon_set="A"))
     w = model.blocks[0].canon_a.conv.weight
@@ -87,6 +110,24 @@ def test_layer_sharing_applies_each_block_k_times():
     idx = torch.randint(0, 50, (2, 9))
     with torch.no_grad():
         assert torch.allclose(shared(idx), unrolled(idx), atol=1e-6)
+
+
+def test_refinement_loop_reapplies_the_last_blocks_as_a_group():
+    assert ModelConfig(**{**TINY, "n_layers": 4}, loop_layers=2, loop_steps=3).block_schedule() == [0, 1, 2, 3, 2, 3, 2, 3]
+    assert ModelConfig(**TINY, layer_repeat=2, loop_layers=1, loop_steps=2).block_schedule() == [0, 0, 1, 1, 1, 1]
+    looped = Transformer(ModelConfig(**{**TINY, "n_layers": 3}, loop_layers=2, loop_steps=2)).eval()
+    assert looped.num_params() == Transformer(ModelConfig(**{**TINY, "n_layers": 3})).num_params()
+    unrolled = Transformer(ModelConfig(**{**TINY, "n_layers": 5})).eval()  # copies in order 0,1,2,1,2
+    sd = {k: v for k, v in looped.state_dict().items() if not k.startswith("blocks.")}
+    for i, src in enumerate([0, 1, 2, 1, 2]):
+        for k, v in looped.blocks[src].state_dict().items():
+            sd[f"blocks.{i}.{k}"] = v
+    unrolled.load_state_dict(sd)
+    idx = torch.randint(0, 50, (2, 9))
+    with torch.no_grad():
+        assert torch.allclose(looped(idx), unrolled(idx), atol=1e-6)
+    with pytest.raises(ConfigError, match="loop_layers"):
+        ModelConfig(**TINY, loop_layers=3)
 
 
 def test_tying():

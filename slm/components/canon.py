@@ -3,11 +3,17 @@
 A Canon layer mixes each channel with its previous `kernel - 1` positions: a depthwise causal conv1d
 with no bias and no activation, added residually (h + conv(h)), with PyTorch's default conv init. Where
 it sits in a block is set by `ModelConfig.canon_set` (A, B, C, D; see `slm.model.config`).
+
+`conv` is causal, as the paper's autoregressive models need. In a bidirectional model (masked diffusion) the
+padding is a choice: `conv_centered` mixes a window centred on each position (kernel 4: two positions
+before, itself, one after), so a masked position sees its neighbours on both sides. A centred layer reads
+future positions, so a causal model refuses it, and it has no cached (token by token) form.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from slm.components.registry import Registry
@@ -20,6 +26,8 @@ CANON_POSITIONS = "ABCD"
 @CANONS.register("conv")
 class CausalConvCanon(nn.Module):
     """h + depthwise_causal_conv(h) over the time axis of (B, T, C)."""
+
+    causal = True
 
     def __init__(self, channels: int, kernel: int = 4):
         super().__init__()
@@ -34,6 +42,19 @@ class CausalConvCanon(nn.Module):
         T = h.shape[1]
         mixed = self.conv(h.transpose(1, 2))[..., :T]  # left padding only: position t sees t-k+1..t
         return h + mixed.transpose(1, 2)
+
+
+@CANONS.register("conv_centered")
+class CenteredConvCanon(CausalConvCanon):
+    """h + depthwise conv(h) over a window centred on each position: kernel - 1 - (kernel - 1) // 2 positions
+    before it and (kernel - 1) // 2 after (the same weights and count as `conv`)."""
+
+    causal = False
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        after = (self.kernel - 1) // 2
+        x = F.pad(h.transpose(1, 2), (self.kernel - 1 - after, after))  # (B, C, T + kernel - 1)
+        return h + F.conv1d(x, self.conv.weight, groups=x.shape[1]).transpose(1, 2)
 
 
 def conv_continue(state: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,

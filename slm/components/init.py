@@ -44,7 +44,7 @@ class Init:
 
     def __init__(self, cfg):
         self.std = cfg.init_std
-        depth = cfg.n_layers * cfg.layer_repeat
+        depth = cfg.depth  # block applications
         self.out_std = self.std / math.sqrt(2 * depth) if self.scale_residual else self.std
 
     def normal(self, weight: torch.Tensor, residual: bool = False) -> None:

@@ -4,8 +4,8 @@
     logits = model(prompt, cache)                        # (B, T, V); fills slots 0..T-1
     logits = model(next_token[:, None], cache)           # (B, 1, V); attends over every cached slot
 
-Every block *application* has its own slot (`layers[i * layer_repeat + r]`: with layer_repeat = k, block i
-runs k times on different inputs, so each run caches its own state) holding its mixer's state (`state`,
+Every block *application* has its own slot (`layers[a]` for the a-th entry of `cfg.block_schedule()`: with
+layer_repeat = k, block i runs k times on different inputs, so each run caches its own state) holding its mixer's state (`state`,
 made by the mixer's `new_state`: keys/values (B, KV, S, hd) for attention, the last kernel - 1 inputs for
 a short convolution) and the inputs that Canon layers still need (their last kernel - 1 inputs).
 
@@ -42,9 +42,8 @@ class KVCache:
             raise ValueError(f"KV cache needs batch >= 1 and capacity >= 1, got batch={batch}, capacity={capacity}")
         self.cfg, self.batch, self.capacity, self.static = cfg, batch, capacity, static
         self.device, self.dtype = torch.device(device), dtype
-        # application i runs block i // layer_repeat
-        self.layers = [LayerCache(self, MIXERS.get(cfg.layer_type(i // cfg.layer_repeat)).new_state(cfg, self))
-                       for i in range(cfg.depth)]
+        self.layers = [LayerCache(self, MIXERS.get(cfg.layer_type(block)).new_state(cfg, self))
+                       for block in cfg.block_schedule()]  # one slot per block application
         self.pos = torch.full((batch, capacity), -1, dtype=torch.long, device=device)  # true position per slot
         self.next_pos = torch.zeros(batch, dtype=torch.long, device=device)  # next true position per row
         self.length = torch.zeros(1, dtype=torch.long, device=device)  # slots filled (static mode)
@@ -160,7 +159,7 @@ class LayerCache:
         """canon(x) for x (B, T, C) continuing the cached sequence, for the Canon layer at position `where`
         (A-D): the causal convolution also sees the kernel - 1 inputs before x (zeros at the start), which
         are then updated to the last real ones."""
-        if not isinstance(canon, CausalConvCanon):
+        if not isinstance(canon, CausalConvCanon) or not canon.causal:
             raise NotImplementedError(f"KV cache: Canon kind {type(canon).__name__} has no cached form")
         B, T, C = x.shape
         state = self.canon_states.get(where)

@@ -59,6 +59,11 @@ class ModelConfig:
     """Share the input embedding matrix with the output head."""
     layer_repeat: int = 1
     """MobileLLM's immediate block-wise sharing: each block is applied this many times in a row."""
+    loop_layers: int = 0
+    """The last loop_layers blocks form a recursive refinement module: applied loop_steps times as a group,
+    with the same weights each time (0: none)."""
+    loop_steps: int = 1
+    """Applications of the loop_layers group (1: once, an ordinary stack)."""
 
     # --- components (registry keys)
     norm: str = "rmsnorm"
@@ -119,7 +124,8 @@ class ModelConfig:
     conv_kernel: int = 3
     """Kernel of the conv mixer (LFM2's conv_L_cache): positions mixed, itself included."""
     canon: str = "conv"
-    """Canon layer kind: conv (depthwise causal conv1d, residual)."""
+    """Canon layer kind: conv (depthwise causal conv1d, residual) or conv_centered (the window centred on each
+    position: a bidirectional model's choice)."""
     canon_set: str = ""
     """Canon positions, any of ABCD: A before the mixer, B on attention's fused qkv, C before the MLP, D inside it."""
     canon_b_after_qk_norm: bool = False
@@ -155,8 +161,16 @@ class ModelConfig:
     # ------------------------------------------------------------------ derived
     @property
     def depth(self) -> int:
-        """Blocks applied per forward pass: n_layers * layer_repeat."""
-        return self.n_layers * self.layer_repeat
+        """Block applications per forward pass (layer_repeat and the refinement loop included)."""
+        return len(self.block_schedule())
+
+    def block_schedule(self) -> list[int]:
+        """The block run by each application, in order: every block layer_repeat times in a row, and the last
+        loop_layers blocks, as a group, loop_steps times (MobileLLM-LS: 0,0,1,1,...; a loop of 2 over 3
+        steps at the end of 4 blocks: 0,1,2,3,2,3,2,3)."""
+        stack = list(range(self.n_layers - self.loop_layers))
+        stack += list(range(self.n_layers - self.loop_layers, self.n_layers)) * self.loop_steps
+        return [i for i in stack for _ in range(self.layer_repeat)]
 
     def layer_type(self, layer: int) -> str:
         """The mixer (MIXERS key) of block `layer`."""
@@ -226,7 +240,11 @@ class ModelConfig:
                 raise _bad(name, value, "must be a positive integer")
 
     def _derive_sizes(self) -> None:
-        self._positive("n_layers", "d_model", "vocab_size", "context_length", "layer_repeat", "d_ff_multiple")
+        self._positive("n_layers", "d_model", "vocab_size", "context_length", "layer_repeat", "d_ff_multiple",
+                       "loop_steps")
+        if isinstance(self.loop_layers, bool) or not isinstance(self.loop_layers, int) \
+                or not 0 <= self.loop_layers <= self.n_layers:
+            raise _bad("loop_layers", self.loop_layers, f"must be an integer in 0..n_layers={self.n_layers}")
         if self.n_heads is None and self.head_dim is None:
             raise _bad("n_heads", None, "set n_heads or head_dim (or both)")
         if self.n_heads is None:
@@ -296,6 +314,9 @@ class ModelConfig:
         if len(set(self.canon_set)) != len(self.canon_set) or set(self.canon_set) - set(CANON_POSITIONS):
             raise _bad("canon_set", self.canon_set, f"distinct letters from {CANON_POSITIONS!r}, e.g. 'AC'")
         self._positive("canon_kernel", "conv_kernel")
+        if self.canon_set and self.causal and not CANONS.get(self.canon).causal:
+            raise _bad("canon", self.canon, "reads future positions: a causal model needs canon=conv "
+                       "(conv_centered is for bidirectional models, model.causal=false)")
         for name in ("embedding_padding_idx", "mask_token_id"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)

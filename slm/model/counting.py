@@ -58,9 +58,12 @@ def count(cfg: ModelConfig) -> Counts:
     final_norm = 0 if cfg.norm_placement == "post" else _norm_params(cfg)
     layers = range(cfg.n_layers)
     blocks = sum(block_params(cfg, i) for i in layers)
-    unrouted = sum(FFNS.get(cfg.mlp_type(i)).num_params(cfg) - FFNS.get(cfg.mlp_type(i)).active_params(cfg)
-                   for i in layers)  # experts a token skips
-    applied = cfg.layer_repeat * (blocks - unrouted) + final_norm + head  # weights used per token, with repeats
-    mixing = cfg.layer_repeat * sum(MIXERS.get(cfg.layer_type(i)).flops_per_token(cfg) for i in layers)
+
+    def unrouted(i: int) -> int:  # experts a token skips in block i
+        return FFNS.get(cfg.mlp_type(i)).num_params(cfg) - FFNS.get(cfg.mlp_type(i)).active_params(cfg)
+
+    schedule = cfg.block_schedule()  # the block of each application (repeats and loops)
+    applied = sum(block_params(cfg, i) - unrouted(i) for i in schedule) + final_norm + head  # weights used per token
+    mixing = sum(MIXERS.get(cfg.layer_type(i)).flops_per_token(cfg) for i in schedule)
     total = embedding + blocks + final_norm
-    return Counts(total, embedding, total - embedding, total - unrouted, 6 * applied + mixing)
+    return Counts(total, embedding, total - embedding, total - sum(unrouted(i) for i in layers), 6 * applied + mixing)

@@ -161,10 +161,9 @@ class Transformer(nn.Module):
             h = h * torch.tensor(self.cfg.d_model**0.5, dtype=h.dtype)
         h = self.drop(self.position.embed(h, pos))
         seq = SequenceContext(self.cfg, self.position, pos, h.dtype, cache)
-        for i, block in enumerate(self.blocks):
-            for r in range(self.cfg.layer_repeat):
-                kv = None if cache is None else cache.layers[i * self.cfg.layer_repeat + r]
-                h = block(h, seq, kv)
+        for application, i in enumerate(self.cfg.block_schedule()):  # repeats and loops reuse a block's weights
+            kv = None if cache is None else cache.layers[application]
+            h = self.blocks[i](h, seq, kv)
         if self.norm is not None:
             h = self.norm(h)
         return h, seq
