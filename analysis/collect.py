@@ -25,8 +25,9 @@ Columns (missing values are NaN/None; every column is documented in COLUMN_DOCS)
   metrics    val_nll, val_nll_kind (nll exact | nelbo a diffusion bound), val_ppl, val_step; per lm-eval task: score_<task> (headline value), stderr_<task>,
              metric_<task> (lm-eval's "metric,filter" key), samples_<task> (documents scored); per suite:
              avg_<suite> (eval.lm_eval.averages)
-  throughput decode_tokens_per_s, time_to_first_token_s, peak_memory_bytes, peak_memory_measure,
-             kv_cache_bytes, decode_device, decode_dtype (eval.throughput, batch 1)
+  throughput decode_tokens_per_s, generate_tokens_per_s, time_to_first_token_s, peak_memory_bytes,
+             peak_memory_measure, kv_cache_bytes, decode_device, decode_dtype, decoder (autoregressive |
+             masked_diffusion), decode_sampler (a diffusion sampler's settings) (eval.throughput, batch 1)
   provenance device, git_revision, updated_at
 """
 
@@ -60,8 +61,9 @@ COUNT_COLUMNS = ["params_total", "params_active", "params_embedding", "params_no
                  "tokens", "steps", "max_steps", "train_flops"]
 TRAINING_COLUMNS = ["wall_seconds", "train_seconds", "train_tokens_per_s", "mfu", "final_train_loss", "diverged_step",
                     "moe_max_load"]
-THROUGHPUT_COLUMNS = ["decode_tokens_per_s", "time_to_first_token_s", "peak_memory_bytes", "peak_memory_measure",
-                      "kv_cache_bytes", "decode_device", "decode_dtype"]
+THROUGHPUT_COLUMNS = ["decode_tokens_per_s", "generate_tokens_per_s", "time_to_first_token_s", "peak_memory_bytes",
+                      "peak_memory_measure", "kv_cache_bytes", "decode_device", "decode_dtype", "decoder",
+                      "decode_sampler"]
 METRIC_COLUMNS = ["val_nll", "val_nll_kind", "val_ppl", "val_step"]
 ID_COLUMNS = ["run", "sweep", "status", "error", "eval_error"]
 TAIL_COLUMNS = ["device", "git_revision", "updated_at", "run_dir"]
@@ -81,7 +83,10 @@ COLUMN_DOCS = {
     "val_nll": "validation NLL (nats/token), or for a masked-diffusion run its NELBO: see val_nll_kind",
     "val_nll_kind": "nll: an exact NLL; nelbo: a masked-diffusion upper bound on the NLL (not comparable with nll)",
     "val_ppl": "validation perplexity (exp of val_nll; a bound too when val_nll is)",
-    "decode_tokens_per_s": "batch-1 decode speed (tokens/s)", "time_to_first_token_s": "batch-1 prefill time (s)",
+    "decode_tokens_per_s": "batch-1 decode speed (tokens/s)",
+    "generate_tokens_per_s": "batch-1 generation speed, prefill included (tokens/s)",
+    "decoder": "how the model decodes: autoregressive or masked_diffusion (parallel, by its sampler)",
+    "decode_sampler": "a diffusion model's sampler settings for the decode speed", "time_to_first_token_s": "batch-1 prefill time (s)",
     "peak_memory_bytes": "peak memory during decode (bytes; see peak_memory_measure)",
     "score_<task>": "headline lm-eval value of the task (metric_<task> names it)",
     "stderr_<task>": "lm-eval's standard error of score_<task>", "samples_<task>": "documents scored",
@@ -209,6 +214,12 @@ def row_from_record(record: dict, run_dir: str | os.PathLike, root: str | os.Pat
     row["kv_cache_bytes"] = _number(tp.get("kv_cache_bytes"))
     row["decode_device"] = tp.get("device")
     row["decode_dtype"] = tp.get("dtype")
+    row["generate_tokens_per_s"] = _number(tp.get("generate_tokens_per_s"))
+    row["decoder"] = tp.get("decoder", "autoregressive") if tp else None  # records before diffusion: AR
+    sampler = tp.get("sampler") or {}
+    row["decode_sampler"] = (f"blocks of {sampler.get('block_length')}, {sampler.get('steps')} steps, "
+                             f"{sampler.get('remasking')}" + (f" {sampler['threshold']}" if sampler.get("threshold") else "")
+                             ) if sampler else None
 
     row["device"] = env.get("device")
     row["git_revision"] = env.get("git_revision")

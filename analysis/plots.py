@@ -267,7 +267,8 @@ def plot_depth(table: pd.DataFrame, tasks: list[str] | None = None, max_panels: 
 
 
 def plot_throughput(table: pd.DataFrame, score: str | None = None) -> Figure:
-    """Score against batch-1 decode speed (log axis); marker area = peak memory during decode."""
+    """Score against batch-1 decode speed (log axis); marker area = peak memory during decode. Runs decoded by
+    masked diffusion (parallel, their sampler's settings in the table) are ringed in black."""
     score, note = style.choose_score(table, score)
     if score is None:
         return style.placeholder("Throughput vs accuracy", note)
@@ -291,10 +292,14 @@ def plot_throughput(table: pd.DataFrame, score: str | None = None) -> Figure:
         return 30 + 400 * (v / mmax) if np.isfinite(v) and mmax > 0 else 60
 
     labels = run_labels(rows)
+    diffusion = rows["decoder"].astype(str).eq("masked_diffusion") if "decoder" in rows \
+        else pd.Series(False, rows.index)
     for key, part in rows.groupby(rows[group].astype(str) if group else pd.Series("all", rows.index)):
         ax.scatter(part["decode_tokens_per_s"].astype(float), part[score].astype(float),
                    s=[to_size(v) for v in mem.loc[part.index]], color=colors.get(key, "#1f77b4"),
-                   marker=markers.get(key, "o"), alpha=0.7, edgecolors="white", linewidths=0.8, label=key, zorder=3)
+                   marker=markers.get(key, "o"), alpha=0.7, label=key, zorder=3,
+                   edgecolors=["black" if diffusion[i] else "white" for i in part.index],
+                   linewidths=[1.8 if diffusion[i] else 0.8 for i in part.index])
     speeds = rows["decode_tokens_per_s"].astype(float)
     if speeds.max() / max(speeds.min(), 1e-9) >= 3:
         ax.set_xscale("log")
@@ -314,6 +319,10 @@ def plot_throughput(table: pd.DataFrame, score: str | None = None) -> Figure:
     sub = "batch 1, greedy decode" + (f" on {', '.join(devices)}" if len(devices) else "")
     if "process_peak_rss" in list(measure):
         sub += "; process RSS includes everything the process held: compare within one command only"
+    if diffusion.any():
+        samplers = rows.loc[diffusion, "decode_sampler"].dropna().astype(str).unique() if "decode_sampler" in rows else []
+        sub += ("; ringed: masked diffusion, parallel decoding" + (f" ({'; '.join(samplers)})" if len(samplers) else "")
+                + (", the others autoregressive" if (~diffusion).any() else ""))
     style.set_title(fig, f"{style.short_name(score)} against decode speed" + (f" ({note})" if note else ""), style.wrap_text(sub, 95))
     if len(rows) <= 16:
         style.settle_layout(fig)

@@ -119,3 +119,24 @@ def test_unknown_kind_and_score(table):
         draw("violin", table)
     with pytest.raises(KeyError, match="no column"):
         draw("tiers", table, score="score_nope")
+
+
+def test_throughput_plot_rings_diffusion_runs_and_names_their_sampler(tmp_path):
+    from analysis.plots import plot_throughput
+
+    scores = {"hellaswag": (0.3, 0.004)}
+    write(tmp_path / "ar", make_record(family="llama3", scores=scores, throughput=200.0))
+    diffusion = make_record(family="dllm", scores=scores, throughput=700.0)
+    diffusion["eval"]["throughput"].update(decoder="masked_diffusion", generate_tokens_per_s=650.0, sampler={
+        "gen_length": 128, "block_length": 32, "steps": 32, "threshold": None, "remasking": "low_confidence"})
+    write(tmp_path / "dllm", diffusion)
+    table = collect(tmp_path)
+    rows = table.set_index("family")
+    assert rows.loc["llama3", "decoder"] == "autoregressive" and rows.loc["dllm", "decoder"] == "masked_diffusion"
+    assert rows.loc["dllm", "decode_sampler"] == "blocks of 32, 32 steps, low_confidence"
+    assert rows.loc["dllm", "generate_tokens_per_s"] == 650.0
+    fig = plot_throughput(table, "score_hellaswag")
+    title = fig._suptitle.get_text() + " ".join(t.get_text() for t in fig.texts)
+    assert "ringed: masked diffusion" in title and "blocks of 32" in title
+    edges = [tuple(float(v) for v in c[:3]) for coll in fig.axes[0].collections for c in coll.get_edgecolors()]
+    assert sorted(edges) == [(0.0, 0.0, 0.0), (1.0, 1.0, 1.0)]  # one ringed, one plain

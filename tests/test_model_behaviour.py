@@ -42,6 +42,27 @@ def test_bidirectional_attention_sees_the_future():
     assert not torch.allclose(a[:, :t], b[:, :t])
 
 
+def test_block_causal_attention_sees_its_block_and_the_ones_before():
+    cfg = ModelConfig(**TINY, causal=False, attention_block=4)
+    t = 9  # block 2 = positions 8..11
+    a, b = _logits_after_changing(cfg, t)
+    diff = (a - b).abs().amax(dim=-1)[0]
+    assert torch.all(diff[:8] == 0) and torch.all(diff[8:] > 0)
+    plain = Transformer(ModelConfig(**TINY, causal=False)).eval()  # the same weights, per-call block sizes
+    idx = torch.randint(0, 50, (1, 12))
+    with torch.no_grad():
+        assert torch.equal(plain(idx, attention_block=12), plain(idx))  # one block: fully bidirectional
+        one = plain(idx, attention_block=1)
+    causal = Transformer(ModelConfig(**TINY)).eval()
+    causal.load_state_dict(plain.state_dict())
+    with torch.no_grad():
+        assert torch.allclose(one, causal(idx), atol=1e-6)  # blocks of one: causal
+    with pytest.raises(ConfigError, match="attention_block.*causal=false"):
+        ModelConfig(**TINY, attention_block=4)
+    with pytest.raises(ConfigError, match="canon"):
+        ModelConfig(**TINY, causal=False, attention_block=4, canon_set="A", canon="conv_centered")
+
+
 def test_sliding_window_limits_what_a_token_sees():
     # one local layer of window 4: position p sees only p-3..p, so a change at t reaches t..t+3
     cfg = ModelConfig(**{**TINY, "n_layers": 1}, sliding_window=4, layer_types=["local_attn"])

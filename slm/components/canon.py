@@ -58,11 +58,12 @@ class CenteredConvCanon(CausalConvCanon):
 
 
 def conv_continue(state: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
-                  lengths: torch.Tensor | None) -> torch.Tensor:
+                  lengths: torch.Tensor | None, keep_state: bool = False) -> torch.Tensor:
     """Depthwise causal convolution of x (B, T, C) continuing a sequence whose last kernel - 1 inputs are
     `state` (B, kernel - 1, C; zeros at the start); weight (C, kernel). Returns the convolution (B, T, C)
     and moves `state` on, in place, to the last kernel - 1 real inputs: those before each row's padding
-    when `lengths` (B,) says row b has lengths[b] real tokens (0: the state is kept)."""
+    when `lengths` (B,) says row b has lengths[b] real tokens (0: the state is kept). keep_state: leave
+    `state` as it is (a chunk that will not stay in the cache)."""
     B, T, C = x.shape
     kernel = weight.shape[1]
     keep = kernel - 1
@@ -70,7 +71,7 @@ def conv_continue(state: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
     # the convolution as kernel shifted products: F.conv1d here is miscompiled by torch.compile
     # (inductor, torch 2.13) when a block has two Canon layers
     mixed = sum(full[:, j:j + T] * weight[:, j] for j in range(kernel))  # (B, T, C)
-    if keep:
+    if keep and not keep_state:
         if lengths is None:
             new_state = full[:, T:]
         else:  # the last `keep` inputs before each row's padding

@@ -24,7 +24,7 @@ class ConvState:
 
     def conv(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """The causal convolution of x (B, T, d) continuing the cached inputs, which move on past x."""
-        return conv_continue(self.inputs, x, weight, self.cache.lengths)
+        return conv_continue(self.inputs, x, weight, self.cache.lengths, self.cache.peeking)
 
     def select(self, cache, rows: torch.Tensor) -> "ConvState":
         return ConvState(cache, self.inputs.index_select(0, rows))

@@ -9,6 +9,13 @@ torch.compile (on CPU the only way past per-op overhead: ~4x for small models). 
 (capture, or no C++ compiler) the measurement falls back to eager mode and says so (`cuda_graph` /
 `compile` false, `fast_path_error`).
 
+A masked diffusion model (model.causal=false with a mask token) is timed with its sampler
+(`slm.model.diffusion`), with the settings in `diffusion` (block_length, steps, threshold; steps None:
+new_tokens / 4, four tokens a step) recorded under `sampler`. The rates mean the same for both kinds:
+time_to_first_token_s until the first token is out (AR: prefill + one step; diffusion: the first denoising
+step, which commits first_tokens at once), decode_tokens_per_s for the tokens after those, and
+generate_tokens_per_s = new_tokens / the whole call.
+
 Peak memory: on CUDA, `torch.cuda.max_memory_allocated` over the timed calls (weights + cache +
 activations); on CPU, the process's peak resident set size (`ru_maxrss`, which includes everything the
 process ever held, so compare it only between runs of the same command).
@@ -22,30 +29,92 @@ import sys
 
 import torch
 
+from slm.model.diffusion import DiffusionSampler, is_diffusion
 from slm.model.generate import Decoder
 from slm.model.transformer import Transformer
+
+DIFFUSION_DEFAULTS = {"block_length": 32, "steps": None, "threshold": None}
 
 
 def measure_decode(model: Transformer, prompt_tokens: int = 128, new_tokens: int = 128, warmup: int = 1,
                    repeats: int = 3, cuda_graph: bool | None = None, compile: bool = False, seed: int = 0,
-                   cpu_threads: int | None = None) -> dict:
+                   cpu_threads: int | None = None, diffusion: dict | None = None) -> dict:
     """Decode speed at batch 1; prompt and new tokens are capped to fit the model's context. `cpu_threads`:
-    torch's intra-op threads for the measurement on a CPU (None: as they are)."""
+    torch's intra-op threads for the measurement on a CPU (None: as they are). `diffusion`: sampler
+    settings for a masked diffusion model (ignored for autoregressive ones)."""
     threads = torch.get_num_threads()
     if cpu_threads is not None and next(model.parameters()).device.type == "cpu":
         torch.set_num_threads(cpu_threads)
     try:
+        if is_diffusion(model.cfg):
+            return _measure_diffusion(model, prompt_tokens, new_tokens, warmup, repeats, seed, diffusion or {})
         return _measure(model, prompt_tokens, new_tokens, warmup, repeats, cuda_graph, compile, seed)
     finally:
         torch.set_num_threads(threads)
 
 
-def _measure(model, prompt_tokens, new_tokens, warmup, repeats, cuda_graph, compile, seed) -> dict:
+def _sizes(model, prompt_tokens: int, new_tokens: int, seed: int) -> tuple[list[int], int]:
     ctx = model.cfg.context_length
     prompt_tokens = max(1, min(prompt_tokens, ctx // 2))
     new_tokens = max(2, min(new_tokens, ctx - prompt_tokens + 1))
     gen = torch.Generator().manual_seed(seed)
-    prompt = torch.randint(0, model.cfg.vocab_size, (prompt_tokens,), generator=gen).tolist()
+    vocab = model.cfg.vocab_size if model.cfg.mask_token_id is None else model.cfg.mask_token_id
+    return torch.randint(0, vocab, (prompt_tokens,), generator=gen).tolist(), new_tokens
+
+
+def _peak_memory(device) -> tuple[int, str]:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device), "cuda_max_memory_allocated"
+    scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss is bytes on macOS, KiB on Linux
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale, "process_peak_rss"
+
+
+def _measure_diffusion(model, prompt_tokens, new_tokens, warmup, repeats, seed, settings) -> dict:
+    unknown = set(settings) - set(DIFFUSION_DEFAULTS)
+    if unknown:
+        raise ValueError(f"diffusion throughput settings: unknown {sorted(unknown)}; known: {sorted(DIFFUSION_DEFAULTS)}")
+    prompt, new_tokens = _sizes(model, prompt_tokens, new_tokens, seed)
+    new_tokens = min(new_tokens, model.cfg.context_length - len(prompt))  # the canvas holds every new token
+    settings = {**DIFFUSION_DEFAULTS, **settings}
+    steps = settings["steps"] or max(1, new_tokens // 4)
+    sampler = DiffusionSampler(model, settings["block_length"], steps, settings["threshold"])
+    p = next(model.parameters())
+    for _ in range(warmup):
+        sampler.generate([prompt], new_tokens, seed=seed)
+    if p.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(p.device)
+    ttft, decode, whole = [], [], []
+    for _ in range(repeats):
+        out = sampler.generate([prompt], new_tokens, seed=seed)
+        t = sampler.last_timing
+        ttft.append(t["ttft_s"])
+        decode.append((len(out[0]) - t["first_tokens"]) / t["decode_s"] if t["decode_s"] > 0 else float("nan"))
+        whole.append(len(out[0]) / (t["ttft_s"] + t["decode_s"]))
+    peak, how = _peak_memory(p.device)
+    cache = (model.cfg.attention_block is not None)
+    return {
+        "decode_tokens_per_s": statistics.median(decode), "generate_tokens_per_s": statistics.median(whole),
+        "time_to_first_token_s": statistics.median(ttft),
+        "batch_size": 1, "prompt_tokens": len(prompt), "new_tokens": new_tokens, "repeats": repeats,
+        "peak_memory_bytes": int(peak), "peak_memory_measure": how,
+        "kv_cache_bytes": _block_cache_bytes(model, len(prompt) + new_tokens) if cache else 0,
+        "device": str(p.device), "dtype": str(p.dtype).removeprefix("torch."),
+        "cuda_graph": False, "compile": False, "torch_threads": torch.get_num_threads(),
+        "decoder": "masked_diffusion", "sampler": {**sampler.settings(new_tokens), "forwards": t["forwards"]},
+    }
+
+
+def _block_cache_bytes(model, capacity: int) -> int:
+    from slm.model.cache import KVCache
+
+    p = next(model.parameters())
+    with torch.device("meta"):
+        return KVCache(model.cfg, 1, capacity, "meta", p.dtype).nbytes()
+
+
+def _measure(model, prompt_tokens, new_tokens, warmup, repeats, cuda_graph, compile, seed) -> dict:
+    prompt, new_tokens = _sizes(model, prompt_tokens, new_tokens, seed)
+    prompt_tokens = len(prompt)
     p = next(model.parameters())
     device = p.device
     error = None
@@ -62,25 +131,23 @@ def _measure(model, prompt_tokens, new_tokens, warmup, repeats, cuda_graph, comp
         decoder.generate([prompt], new_tokens)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    ttft, decode = [], []
+    ttft, decode, whole = [], [], []
     for _ in range(repeats):
         out = decoder.generate([prompt], new_tokens)
         timing = decoder.last_timing
         ttft.append(timing["ttft_s"])
         decode.append((len(out[0]) - 1) / timing["decode_s"])
-    if device.type == "cuda":
-        peak, how = torch.cuda.max_memory_allocated(device), "cuda_max_memory_allocated"
-    else:
-        scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss is bytes on macOS, KiB on Linux
-        peak, how = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale, "process_peak_rss"
+        whole.append(len(out[0]) / (timing["ttft_s"] + timing["decode_s"]))
+    peak, how = _peak_memory(device)
     stats = {
-        "decode_tokens_per_s": statistics.median(decode),
+        "decode_tokens_per_s": statistics.median(decode), "generate_tokens_per_s": statistics.median(whole),
         "time_to_first_token_s": statistics.median(ttft),
         "batch_size": 1, "prompt_tokens": prompt_tokens, "new_tokens": new_tokens, "repeats": repeats,
         "peak_memory_bytes": int(peak), "peak_memory_measure": how,
         "kv_cache_bytes": decoder.cache.nbytes(),
         "device": str(device), "dtype": str(p.dtype).removeprefix("torch."),
         "cuda_graph": decoder.cuda_graph, "compile": decoder.compiled, "torch_threads": torch.get_num_threads(),
+        "decoder": "autoregressive",
     }
     if error:
         stats["fast_path_error"] = error

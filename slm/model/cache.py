@@ -17,9 +17,14 @@ each row's own positions however the rows are padded.
 
 `static=True` keeps every shape fixed (queries attend over all S slots, masked) and reads the fill level
 from a tensor, so a one-token step can be captured in a CUDA graph (`slm.model.generate`).
+
+A block-causal model (`attention_block`, block diffusion) caches too: a query sees every cached key of its
+own block and the blocks before, and `peek()` runs a chunk without keeping it (slm.model.diffusion).
 """
 
 from __future__ import annotations
+
+from contextlib import contextmanager
 
 import torch
 from torch import nn
@@ -36,8 +41,9 @@ class KVCache:
 
     def __init__(self, cfg: ModelConfig, batch: int, capacity: int, device: torch.device | str = "cpu",
                  dtype: torch.dtype = torch.float32, static: bool = False):
-        if not cfg.causal:
-            raise ValueError("a KV cache needs a causal model (model.causal=false attends to future tokens)")
+        if not cfg.causal and cfg.attention_block is None:
+            raise ValueError("a KV cache needs a causal or block-causal model (model.causal=false without "
+                             "model.attention_block attends to every future token)")
         if capacity < 1 or batch < 1:
             raise ValueError(f"KV cache needs batch >= 1 and capacity >= 1, got batch={batch}, capacity={capacity}")
         self.cfg, self.batch, self.capacity, self.static = cfg, batch, capacity, static
@@ -55,6 +61,8 @@ class KVCache:
         self.lengths: torch.Tensor | None = None  # (B,) real tokens per row in this chunk, None: all T
         self.visible = 0  # slots attention reads: filled after this chunk (eager) or capacity (static)
         self._chunk: tuple = ()  # (T, true positions (B, T), start slot or None) of the chunk, for mask()
+        self.block = None if cfg.causal else cfg.attention_block  # block-causal: a query sees its whole block
+        self.peeking = False  # inside peek(): chunks are attended to but not kept
 
     # ------------------------------------------------------------------ per chunk
     def begin(self, T: int, lengths: torch.Tensor | None = None) -> torch.Tensor:
@@ -99,18 +107,38 @@ class KVCache:
         leaves out the slots beyond a sliding window)."""
         T, qpos, start = self._chunk
         slots = self.slots
-        if not self.static and not self.ragged:
+        if not self.static and not self.ragged and self.block is None:
             if start == 0:
                 return attention_mask(T, True, window, self.device)
             if T == 1:
                 return None
         kpos = self.pos[:, :self.visible]  # (B, S)
-        mask = (kpos[:, None, :] >= 0) & (kpos[:, None, :] <= qpos[:, :, None])  # (B, T, S)
+        if self.block is None:
+            mask = (kpos[:, None, :] >= 0) & (kpos[:, None, :] <= qpos[:, :, None])  # (B, T, S)
+        else:  # block-causal: every key of the query's block and the blocks before
+            mask = (kpos[:, None, :] >= 0) & (kpos[:, None, :] // self.block <= qpos[:, :, None] // self.block)
         if window is not None:
             mask &= qpos[:, :, None] - kpos[:, None, :] < window
         # a padding query sees only its own slot: its output is unused, but must not be NaN
         mask |= torch.arange(self.visible, device=self.device)[None, None, :] == slots[None, :, None]
         return mask[:, None]
+
+    @contextmanager
+    def peek(self):
+        """Forwards inside attend to the cached sequence and to themselves, but leave the cache as it was:
+        a block-diffusion sampler runs its partly masked block again and again, and keeps it only once it is
+        clean. Eager (non-static) mode only; the chunk's slots are reused by the next chunk."""
+        if self.static:
+            raise ValueError("KVCache.peek needs an eager (non-static) cache")
+        kept = (self.filled, self.next_pos.clone(), self._longest, self.ragged)
+        self.peeking = True
+        try:
+            yield self
+        finally:
+            self.peeking = False
+            self.filled, next_pos, self._longest, self.ragged = kept
+            self.next_pos.copy_(next_pos)
+            self.pos[:, self.filled:] = -1
 
     # ------------------------------------------------------------------ whole cache
     def reset(self) -> None:
@@ -165,4 +193,4 @@ class LayerCache:
         state = self.canon_states.get(where)
         if state is None:  # first chunk (eager): allocate
             state = self.canon_states[where] = x.new_zeros(B, canon.kernel - 1, C)
-        return x + conv_continue(state, x, canon.conv.weight[:, 0, :], self.cache.lengths)
+        return x + conv_continue(state, x, canon.conv.weight[:, 0, :], self.cache.lengths, self.cache.peeking)

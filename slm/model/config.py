@@ -113,6 +113,10 @@ class ModelConfig:
     """GELU form for gelu/geglu: tanh (GPT-2's gelu_new, Gemma) or none (exact erf)."""
     causal: bool = True
     """Causal (autoregressive) or bidirectional attention."""
+    attention_block: int | None = None
+    """Block-causal attention (block diffusion, an AR model converted to diffusion): each position sees its
+    own block of this many positions, both ways, and every earlier block (1 = causal, >= context = fully
+    bidirectional); None: per `causal`. Needs causal=false and causal Canon layers."""
     sliding_window: int | None = None
     """Keys each query of a local_attn layer sees, itself included (required when layer_types has one)."""
     attn_scale: float | None = None
@@ -314,6 +318,12 @@ class ModelConfig:
         if len(set(self.canon_set)) != len(self.canon_set) or set(self.canon_set) - set(CANON_POSITIONS):
             raise _bad("canon_set", self.canon_set, f"distinct letters from {CANON_POSITIONS!r}, e.g. 'AC'")
         self._positive("canon_kernel", "conv_kernel")
+        if self.attention_block is not None:
+            self._positive("attention_block")
+            if self.causal:
+                raise _bad("attention_block", self.attention_block, "block-causal attention needs model.causal=false")
+            if self.canon_set and not CANONS.get(self.canon).causal:
+                raise _bad("canon", self.canon, "reads the next block: block-causal attention needs canon=conv")
         if self.canon_set and self.causal and not CANONS.get(self.canon).causal:
             raise _bad("canon", self.canon, "reads future positions: a causal model needs canon=conv "
                        "(conv_centered is for bidirectional models, model.causal=false)")

@@ -21,8 +21,10 @@ class SequenceContext:
     """What every block of one forward shares, built on first use: RoPE tables per layer kind (`rotary`),
     attention masks per window (`mask`), and the auxiliary statistics layers `record` (e.g. routing)."""
 
-    def __init__(self, cfg: ModelConfig, position: nn.Module, pos: torch.Tensor, dtype: torch.dtype, cache=None):
+    def __init__(self, cfg: ModelConfig, position: nn.Module, pos: torch.Tensor, dtype: torch.dtype, cache=None,
+                 attention_block: int | None = None):
         self.cfg, self.position, self.pos, self.dtype, self.cache = cfg, position, pos, dtype, cache
+        self.block = cfg.attention_block if attention_block is None else attention_block
         self._rotary: dict = {}
         self._masks: dict = {}
         self.aux: dict[type, list] = {}
@@ -37,7 +39,8 @@ class SequenceContext:
         """Boolean attention mask for keys within `window` (None: all); None where SDPA's own causal mask does."""
         if window not in self._masks:
             if self.cache is None:
-                self._masks[window] = attention_mask(self.pos.shape[-1], self.cfg.causal, window, self.pos.device)
+                self._masks[window] = attention_mask(self.pos.shape[-1], self.cfg.causal, window, self.pos.device,
+                                                     self.block)
             else:
                 self._masks[window] = self.cache.mask(window)
         return self._masks[window]
@@ -129,13 +132,16 @@ class Transformer(nn.Module):
             with torch.no_grad():
                 self.tok_emb.weight[self.cfg.embedding_padding_idx].zero_()
 
-    def forward(self, idx: torch.Tensor, cache=None, lengths: torch.Tensor | None = None, return_aux: bool = False):
+    def forward(self, idx: torch.Tensor, cache=None, lengths: torch.Tensor | None = None, return_aux: bool = False,
+                attention_block: int | None = None):
         """idx (B, T) -> logits (B, T, V). With `cache`, idx continues the cached sequences; `lengths` (B,)
         marks the first lengths[b] tokens of row b as real and the rest as padding (see KVCache.begin).
+        attention_block: block-causal attention with this block size for this call (a bidirectional model's
+        conversion curriculum; None: the config's `attention_block`).
 
         return_aux: also return the layers' auxiliary terms, {name: tensor} ({} for most models): keys
         "loss/<name>" are weighted terms for the training loss, the others metrics (slm.components.moe)."""
-        h, seq = self._run(idx, cache, lengths)
+        h, seq = self._run(idx, cache, lengths, attention_block)
         logits = self.head(h)
         if not return_aux:
             return logits
@@ -148,7 +154,7 @@ class Transformer(nn.Module):
         """idx (B, T) -> final hidden states (B, T, d), after the final norm: `head` turns them into logits."""
         return self._run(idx, cache, lengths)[0]
 
-    def _run(self, idx: torch.Tensor, cache, lengths) -> tuple[torch.Tensor, SequenceContext]:
+    def _run(self, idx: torch.Tensor, cache, lengths, attention_block=None) -> tuple[torch.Tensor, SequenceContext]:
         B, T = idx.shape
         if cache is None:
             if T > self.cfg.context_length:
@@ -160,7 +166,9 @@ class Transformer(nn.Module):
         if self.cfg.scale_embeddings:
             h = h * torch.tensor(self.cfg.d_model**0.5, dtype=h.dtype)
         h = self.drop(self.position.embed(h, pos))
-        seq = SequenceContext(self.cfg, self.position, pos, h.dtype, cache)
+        if attention_block is not None and (cache is not None or self.cfg.causal):
+            raise ValueError("attention_block applies to a bidirectional model's whole-sequence forward only")
+        seq = SequenceContext(self.cfg, self.position, pos, h.dtype, cache, attention_block)
         for application, i in enumerate(self.cfg.block_schedule()):  # repeats and loops reuse a block's weights
             kv = None if cache is None else cache.layers[application]
             h = self.blocks[i](h, seq, kv)

@@ -1,0 +1,222 @@
+"""Parallel decoding for masked diffusion models (model.causal=false with a mask token).
+
+    ids = diffusion_generate(model, [prompt], gen_length=128, block_length=32, steps=32)   # 4 tokens a step
+    sampler = DiffusionSampler(model, block_length=32, threshold=0.9)
+    ids = sampler.generate(prompts, 128, seed=0); sampler.last_timing
+
+The prompt is followed by gen_length mask tokens, filled in left-to-right blocks of block_length positions
+(LLaDA's semi-autoregressive sampling, Nie et al. 2025), the `steps` denoising steps shared evenly between
+the blocks. Each step predicts every masked position of the current block (the mask token itself is never
+predicted: SUBS) and commits some of the predictions; the rest stay masked for the next step:
+  - low-confidence remasking (LLaDA, `threshold=None`): the block's masks are spread evenly over its steps
+    and each step commits that many, the most confident first;
+  - confidence threshold (Fast-dLLM, Dhara's `threshold`): every prediction whose probability reaches the
+    threshold, and at least the most confident one; the block takes as many steps as it needs.
+temperature 0 predicts the argmax; > 0 draws by Gumbel-max from logits / temperature (confidence is the
+model's probability of the drawn token). The output never contains the mask token.
+
+What is cached. A bidirectional model (dllm) lets every position see the whole canvas, masked tail
+included, so committed tokens' states change as the tail fills in: nothing can be cached exactly and each
+step runs prompt + canvas (one forward per step, as LLaDA). A block-causal model (`attention_block`, e.g. a
+converted Dhara after its compact-block decay) sees only its own and earlier blocks: committed blocks go into
+a KV cache once (one forward each), and a step runs only the current block against the cache
+(`KVCache.peek`). Its decode blocks are then its attention blocks, aligned to absolute positions as in
+training (the first may hold the prompt's tail), and `block_length` is ignored.
+
+Rows are decoded one after another (batch 1 each).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Iterable
+
+import torch
+
+from slm.model.cache import KVCache
+from slm.model.transformer import Transformer
+
+
+def is_diffusion(model_cfg) -> bool:
+    """A masked diffusion model: bidirectional (or block-causal) with a mask token."""
+    return not model_cfg.causal and model_cfg.mask_token_id is not None
+
+
+def split_evenly(total: int, parts: int) -> list[int]:
+    """total split into `parts` near-equal non-negative counts, the larger ones first (LLaDA's schedule)."""
+    base, extra = divmod(total, parts)
+    return [base + (i < extra) for i in range(parts)]
+
+
+class DiffusionSampler:
+    """Masked-diffusion generation for one model and one set of sampler settings (see the module doc)."""
+
+    def __init__(self, model: Transformer, block_length: int = 32, steps: int | None = None,
+                 threshold: float | None = None, temperature: float = 0.0):
+        cfg = model.cfg
+        if not is_diffusion(cfg):
+            raise ValueError("diffusion sampling needs a masked diffusion model (model.causal=false and a mask "
+                             f"token); {cfg.family} is causal={cfg.causal}, mask_token_id={cfg.mask_token_id}")
+        if block_length < 1:
+            raise ValueError(f"block_length={block_length}: must be >= 1")
+        if steps is not None and steps < 1:
+            raise ValueError(f"steps={steps}: must be >= 1 (None: one step per generated token)")
+        if threshold is not None and not 0 < threshold <= 1:
+            raise ValueError(f"threshold={threshold}: must be in (0, 1] (None: low-confidence remasking)")
+        self.model = model.eval()
+        self.mask_id = cfg.mask_token_id
+        self.block = cfg.attention_block  # None: bidirectional, no cache
+        self.block_length = self.block or block_length
+        self.steps, self.threshold, self.temperature = steps, threshold, temperature
+        p = next(model.parameters())
+        self.device, self.dtype = p.device, p.dtype
+        self.last_timing: dict = {}
+
+    def settings(self, gen_length: int) -> dict:
+        """The sampler settings as recorded with a throughput measurement."""
+        return {"gen_length": gen_length, "block_length": self.block_length,
+                "steps": self.steps or gen_length, "threshold": self.threshold, "temperature": self.temperature,
+                "remasking": "threshold" if self.threshold is not None else "low_confidence",
+                "cache": "committed_blocks" if self.block else "none"}
+
+    # ------------------------------------------------------------------ one step's choice
+    def _commit(self, logits: torch.Tensor, canvas: torch.Tensor, count: int | None,
+                generator: torch.Generator | None) -> int:
+        """logits (n, V) for the positions of `canvas` (n,) (a view, updated in place): fill `count` of its
+        masks (None: by threshold) with their predictions, most confident first. Returns the number filled."""
+        masked = canvas == self.mask_id
+        logits = logits.float()
+        logits[:, self.mask_id] = float("-inf")  # SUBS: never predict the mask
+        probs = logits.softmax(dim=-1)
+        if self.temperature > 0:
+            u = torch.rand(logits.shape, device=logits.device, generator=generator).clamp_(1e-20, 1.0)
+            pred = (logits / self.temperature - (-u.log()).log()).argmax(dim=-1)  # Gumbel-max
+        else:
+            pred = logits.argmax(dim=-1)
+        conf = probs.gather(-1, pred[:, None]).squeeze(-1).masked_fill(~masked, -1.0)  # (n,)
+        if count is None:
+            chosen = (conf >= self.threshold) & masked
+            chosen[conf.argmax()] = True  # at least one per step
+        else:
+            chosen = torch.zeros_like(masked)
+            chosen[conf.topk(count).indices] = True
+        canvas[chosen] = pred[chosen]
+        return int(chosen.sum())
+
+    def _fill(self, run, canvas: torch.Tensor, steps: int, generator, clock: dict) -> int:
+        """Denoise the masks of `canvas` (n,) in `steps` steps; run() -> logits (n, V) of the canvas.
+        Returns the forwards used."""
+        n = int((canvas == self.mask_id).sum())
+        counts = [None] * n if self.threshold is not None else [c for c in split_evenly(n, min(steps, n)) if c]
+        used = 0
+        for count in counts:
+            if not (canvas == self.mask_id).any():
+                break
+            filled = self._commit(run(), canvas, count, generator)
+            used += 1
+            if "first" not in clock:
+                clock.update(first=time.perf_counter(), first_tokens=filled)
+        return used
+
+    # ------------------------------------------------------------------ generation
+    @torch.no_grad()
+    def generate(self, prompts: list[list[int]], gen_length: int, seed: int | None = None,
+                 stop_tokens: Iterable[int] = ()) -> list[list[int]]:
+        """gen_length new token ids per prompt (fewer if a block holds a stop token: the tokens before it).
+        Timing of the call in `last_timing`: ttft_s (to the first committed tokens: first_tokens of them),
+        decode_s (the rest), new_tokens, forwards (model calls)."""
+        ctx = self.model.cfg.context_length
+        for p in prompts:
+            if not p:
+                raise ValueError("every prompt needs at least one token")
+            if len(p) + gen_length > ctx:
+                raise ValueError(f"prompt of {len(p)} tokens + gen_length={gen_length} exceeds "
+                                 f"context_length={ctx}")
+        generator = torch.Generator(device=self.device).manual_seed(seed) if seed is not None else None
+        sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
+        stops = set(stop_tokens)
+        sync()
+        started = time.perf_counter()
+        clock: dict = {}
+        outs, forwards = [], 0
+        for prompt in prompts:
+            run = self._cached if self.block else self._full
+            ids, used = run(prompt, gen_length, generator, clock, stops)
+            outs.append(ids)
+            forwards += used
+        sync()
+        finished = time.perf_counter()
+        first = clock.get("first", finished)
+        self.last_timing = {"ttft_s": first - started, "decode_s": finished - first,
+                            "new_tokens": sum(map(len, outs)), "first_tokens": clock.get("first_tokens", 0),
+                            "forwards": forwards}
+        return outs
+
+    def _blocks(self, start: int, end: int, aligned: bool) -> list[tuple[int, int]]:
+        """[lo, hi) decode blocks covering positions start..end-1: every block_length from `start`, or on
+        multiples of block_length (a block-causal model's attention blocks) when `aligned`."""
+        L, out, lo = self.block_length, [], start
+        while lo < end:
+            hi = min(((lo // L) + 1) * L if aligned else lo + L, end)
+            out.append((lo, hi))
+            lo = hi
+        return out
+
+    def _steps_per_block(self, blocks: list, gen_length: int) -> list[int]:
+        return [max(1, s) for s in split_evenly(self.steps or gen_length, len(blocks))]
+
+    def _full(self, prompt, gen_length, generator, clock, stops) -> tuple[list[int], int]:
+        """A bidirectional model: every step runs the whole canvas."""
+        P = len(prompt)
+        x = torch.full((1, P + gen_length), self.mask_id, dtype=torch.long, device=self.device)
+        x[0, :P] = torch.tensor(prompt, device=self.device)
+        blocks = self._blocks(P, P + gen_length, aligned=False)
+        forwards = 0
+        for (lo, hi), steps in zip(blocks, self._steps_per_block(blocks, gen_length)):
+            def run(lo=lo, hi=hi):
+                return self.model.head(self.model.hidden(x)[0, lo:hi])  # (hi - lo, V)
+            forwards += self._fill(run, x[0, lo:hi], steps, generator, clock)
+            if stops & set(x[0, lo:hi].tolist()):
+                break
+        return _until_stop(x[0, P:].tolist(), self.mask_id, stops), forwards
+
+    def _cached(self, prompt, gen_length, generator, clock, stops) -> tuple[list[int], int]:
+        """A block-causal model: committed blocks in a KV cache, a step runs the current block only."""
+        P = len(prompt)
+        cache = KVCache(self.model.cfg, 1, P + gen_length, self.device, self.dtype)
+        x = torch.full((1, P + gen_length), self.mask_id, dtype=torch.long, device=self.device)
+        x[0, :P] = torch.tensor(prompt, device=self.device)
+        done = (P // self.block) * self.block  # the prompt's complete attention blocks go in at once
+        forwards = 0
+        if done:
+            self.model.hidden(x[:, :done], cache)
+            forwards += 1
+        blocks = self._blocks(done, P + gen_length, aligned=True)  # the first holds the prompt's tail
+        for b, ((lo, hi), steps) in enumerate(zip(blocks, self._steps_per_block(blocks, gen_length))):
+            def run(lo=lo, hi=hi):
+                with cache.peek():
+                    return self.model.head(self.model.hidden(x[:, lo:hi], cache)[0])  # (hi - lo, V)
+            forwards += self._fill(run, x[0, lo:hi], steps, generator, clock)
+            if stops & set(x[0, max(lo, P):hi].tolist()):
+                break
+            if b + 1 < len(blocks):
+                self.model.hidden(x[:, lo:hi], cache)  # keep the clean block
+                forwards += 1
+        return _until_stop(x[0, P:].tolist(), self.mask_id, stops), forwards
+
+
+def _until_stop(ids: list[int], mask_id: int, stops: set[int]) -> list[int]:
+    """The generated ids before the first stop token, and before the first still-masked position (blocks
+    after a stop are never filled)."""
+    for i, t in enumerate(ids):
+        if t in stops or t == mask_id:
+            return ids[:i]
+    return ids
+
+
+def diffusion_generate(model: Transformer, prompts: list[list[int]], gen_length: int, block_length: int = 32,
+                       steps: int | None = None, threshold: float | None = None, temperature: float = 0.0,
+                       seed: int | None = None, stop_tokens: Iterable[int] = ()) -> list[list[int]]:
+    """One-off masked-diffusion generation (see DiffusionSampler): gen_length new ids per prompt."""
+    sampler = DiffusionSampler(model, block_length, steps, threshold, temperature)
+    return sampler.generate(prompts, gen_length, seed=seed, stop_tokens=stop_tokens)
