@@ -19,6 +19,12 @@ weights (tests/test_eval_parity.py). What differs is the cost:
 The prefix token (empty contexts, the first rolling window) is the tokenizer's end-of-text token, or the
 newline token for tokenizers without one (the char tokenizer: Tiny Shakespeare separates documents by
 blank lines).
+
+Masked diffusion models (causal=false with a mask_token_id) are scored by slm.eval.lm_diffusion instead:
+log-likelihoods are LLaDA's Monte Carlo estimate of the conditional ELBO (model_args mc_num, mc_batch,
+seed), rolling ones a sum of such bounds (a NELBO), and generate_until runs the masked-diffusion sampler
+(diffusion_block_length, diffusion_steps, diffusion_threshold). `SLMLM.estimator` says which estimator
+scored a model; slm.eval.run records it.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from lm_eval.models.utils import Collator, handle_stop_sequences, normalize_gen_
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tqdm import tqdm
 
+from slm.eval import lm_diffusion
 from slm.model.cache import KVCache
 from slm.model.generate import Decoder
 from slm.model.weights import CONFIG_FILE, load_model
@@ -79,13 +86,15 @@ def _as_bool(value) -> bool:
 class SLMLM(TemplateLM):
     """lm-eval model over an slm checkpoint. Options (model_args): pretrained, tokenizer, batch_size,
     device, dtype (float32 | bfloat16 | float16 | auto), max_length (<= context_length), max_gen_toks,
-    prefix_sharing (true), cuda_graph (false: generate_until batches vary in size)."""
+    prefix_sharing (true), cuda_graph (false: generate_until batches vary in size); for diffusion models
+    mc_num, mc_batch, seed, diffusion_block_length, diffusion_steps, diffusion_threshold (slm.eval.lm_diffusion)."""
 
     def __init__(self, pretrained: str, tokenizer: str | None = None, batch_size: int | str = 16,
                  device: str | None = None, dtype: str = "auto", max_length: int | None = None,
                  max_gen_toks: int = 256, prefix_sharing: bool = True, cuda_graph: bool = False,
                  max_batch_size: int | None = None, **unused):
         super().__init__()
+        diffusion_args = {k: unused.pop(k) for k in lm_diffusion.MODEL_ARGS if k in unused}
         if unused:
             log.warning("slm model: ignoring unknown model_args %s", sorted(unused))
         self.model_dir = resolve_model_dir(pretrained)
@@ -115,6 +124,7 @@ class SLMLM(TemplateLM):
         self.prefix_sharing = _as_bool(prefix_sharing)
         self.cuda_graph = _as_bool(cuda_graph)
         self._prefix = self._choose_prefix_token()
+        self.diffusion = lm_diffusion.diffusion_settings(self.cfg, diffusion_args)  # None: autoregressive
 
     # ------------------------------------------------------------------ lm-eval properties
     @property
@@ -144,6 +154,11 @@ class SLMLM(TemplateLM):
     @property
     def tokenizer_name(self) -> str:
         return self.tok.name
+
+    @property
+    def estimator(self) -> dict:
+        """How log-likelihoods are computed: {"kind": "exact"}, or the diffusion estimate and its settings."""
+        return self.diffusion.estimator() if self.diffusion is not None else {"kind": "exact"}
 
     def get_model_info(self) -> dict:
         return {"model_dir": str(self.model_dir), "model_family": self.cfg.family,
@@ -245,6 +260,8 @@ class SLMLM(TemplateLM):
 
     def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs) -> list[tuple[float, bool]]:
         """requests: ((context, continuation) strings or None, context ids, continuation ids)."""
+        if self.diffusion is not None:
+            return lm_diffusion.loglikelihood_tokens(self, requests, disable_tqdm)
         L = self.max_length
         results: list[tuple[float, bool] | None] = [None] * len(requests)
         by_context: dict[tuple, list[int]] = defaultdict(list)
@@ -295,7 +312,9 @@ class SLMLM(TemplateLM):
 
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
         """Log-likelihood of whole documents: disjoint windows of max_length tokens, each conditioned on
-        the tokens before it (lm-eval's get_rolling_token_windows with context_len=1, as the hf model)."""
+        the tokens before it (lm-eval's get_rolling_token_windows with context_len=1, as the hf model).
+        A diffusion model's is a bound, not an exact log-likelihood: the sum of each window's conditional
+        ELBO (-NELBO), its context the preceding tokens that fit max_length with the window."""
         windows, owner = [], []
         for r, (string,) in enumerate(req.args for req in requests):
             for ctx, cont in map(make_disjoint_window, get_rolling_token_windows(
@@ -315,7 +334,10 @@ class SLMLM(TemplateLM):
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
         """Greedy (or sampled, per the task's gen_kwargs) continuations, cut at the first stop string.
         Contexts keep their last max_length - max_gen_toks tokens (half the context if max_gen_toks does
-        not leave that much room, and generation then ends at the context's end)."""
+        not leave that much room, and generation then ends at the context's end). Diffusion models:
+        slm.eval.lm_diffusion.generate_until."""
+        if self.diffusion is not None:
+            return lm_diffusion.generate_until(self, requests, disable_tqdm)
         encoded: dict[str, list[int]] = {}
 
         def enc(text: str) -> list[int]:

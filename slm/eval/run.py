@@ -10,7 +10,9 @@ the record's `eval` fields, merged with what an earlier evaluation left there:
   eval.lm_eval      scores {task: headline score}, metrics {task: "metric,filter"},
                     details {task: every metric lm-eval reported, num_fewshot, samples, limit},
                     averages {suite: mean headline score of its `average` tasks}, version,
-                    results_file; merged task by task, so offline and study7 scores coexist
+                    results_file, estimator (how log-likelihoods were computed: {"kind": "exact"}, or
+                    for a diffusion model {"kind": "llada_mc_conditional_elbo", "mc_num", "seed"}; also
+                    in each task's details); merged task by task, so offline and study7 scores coexist
   eval.throughput   batch-1 decode speed (slm.eval.throughput.measure_decode), replaced
 lm-eval's results JSON goes to <path>/eval/results_<time>.json unless output_path says otherwise.
 
@@ -74,6 +76,9 @@ class EvalSpec:
     throughput_new_tokens: int = 128
     throughput_compile: bool = False
     """torch.compile the decode step (CPU: ~4x faster for small models, after 20-60 s of compiling)."""
+    throughput_diffusion: dict = field(default_factory=dict)
+    """Sampler settings for a diffusion model's decode measurement: block_length (32), steps (None:
+    new_tokens / 4), threshold (None: low-confidence remasking); see slm.eval.throughput."""
     throughput_cpu_threads: int | None = 1
     """CPU threads for the decode measurement: a small model's batch-1 step is a chain of tiny ops that more
     threads make noisier, not faster; None: the process's setting."""
@@ -98,6 +103,7 @@ def spec_from_config(node: dict, name: str | None = None) -> EvalSpec:
         node["throughput_new_tokens"] = throughput.get("new_tokens", 128)
         node["throughput_compile"] = bool(throughput.get("compile", False))
         node["throughput_cpu_threads"] = throughput.get("cpu_threads", 1)
+        node["throughput_diffusion"] = dict(throughput.get("diffusion") or {})
         throughput = throughput.get("enabled", True)
     average = node.pop("average", None)
     if isinstance(average, list):
@@ -213,6 +219,7 @@ def evaluate(path: str | os.PathLike, spec: EvalSpec, output_path: str | os.Path
             numpy_random_seed=spec.seed, torch_random_seed=spec.seed, fewshot_random_seed=spec.seed)
         results["config"]["model"] = "slm"
         results["config"]["model_args"] = {"pretrained": str(model_dir), **spec.model_args}
+        results["config"]["estimator"] = lm.estimator
         out_file = _results_path(output_path or path / "eval")
         out_file.parent.mkdir(parents=True, exist_ok=True)
         samples = results.pop("samples", None)
@@ -233,7 +240,8 @@ def evaluate(path: str | os.PathLike, spec: EvalSpec, output_path: str | os.Path
 
         model = lm.model if lm is not None else _load_for_throughput(model_dir, spec)
         summary["throughput"] = measure_decode(model, spec.throughput_prompt_tokens, spec.throughput_new_tokens,
-                                               compile=spec.throughput_compile, cpu_threads=spec.throughput_cpu_threads)
+                                               compile=spec.throughput_compile, cpu_threads=spec.throughput_cpu_threads,
+                                               diffusion=spec.throughput_diffusion)
     return summary
 
 
@@ -259,6 +267,7 @@ def summarize(results: dict, spec: EvalSpec) -> dict:
 
     scores, metrics, details = {}, {}, {}
     n_samples = results.get("n-samples", {})
+    estimator = results.get("config", {}).get("estimator")
     for task in spec.tasks:
         values = results["results"].get(task)
         if values is None:
@@ -267,14 +276,16 @@ def summarize(results: dict, spec: EvalSpec) -> dict:
         scores[task], metrics[task] = value, key
         details[task] = {**_clean({k: v for k, v in values.items() if k not in ("alias", "name")}),
                          "num_fewshot": results.get("n-shot", {}).get(task),
-                         "samples": n_samples.get(task, {}).get("effective"), "limit": spec.limit}
+                         "samples": n_samples.get(task, {}).get("effective"), "limit": spec.limit,
+                         **({"estimator": estimator} if estimator is not None else {})}
     averages = {}
     for suite, tasks in spec.average.items():
         values = [scores.get(t) for t in tasks]
         if values and all(v is not None for v in values):
             averages[suite] = sum(values) / len(values)
     return {"scores": scores, "metrics": metrics, "details": details, "averages": averages,
-            "version": lm_eval.__version__, "limit": spec.limit}
+            "version": lm_eval.__version__, "limit": spec.limit,
+            **({"estimator": estimator} if estimator is not None else {})}
 
 
 def eval_section(summary: dict, previous: dict | None) -> dict:
@@ -286,6 +297,8 @@ def eval_section(summary: dict, previous: dict | None) -> dict:
         lm = {key: {**old.get(key, {}), **summary[key]} for key in ("scores", "metrics", "details", "averages")}
         lm.update(version=summary["version"], results_file=summary["results_file"],
                   evaluated_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        if "estimator" in summary:
+            lm["estimator"] = summary["estimator"]
         section["lm_eval"] = lm
         section["lm_eval_error"] = None  # a failure of an earlier attempt (slm.runs.job) is cleared
     if "throughput" in summary:
