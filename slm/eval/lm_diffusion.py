@@ -18,7 +18,7 @@ position's SUBS argmax is its target (not LLaDA's one-token-at-a-time check, whi
 Rolling log-likelihoods (perplexity tasks) sum this bound over lm-eval's rolling windows: a NELBO, not an
 exact NLL. generate_until samples with `slm.model.diffusion.diffusion_generate`.
 
-model_args (ignored, with a warning, for autoregressive models): mc_num (128, LLaDA's default), mc_batch
+model_args (ignored for autoregressive models): mc_num (128, LLaDA's default), mc_batch
 (rows per forward; None: batch_size * max_length tokens' worth), seed (1234), diffusion_block_length (32),
 diffusion_steps (None: one per generated token), diffusion_threshold (None: a fixed number of tokens per
 step).
@@ -112,7 +112,7 @@ def diffusion_settings(cfg, args: dict) -> DiffusionSettings | None:
     settings = DiffusionSettings.from_model_args(args)
     if cfg.causal:
         if args:
-            log.warning("slm model: ignoring the diffusion model_args %s of an autoregressive model", sorted(args))
+            log.info("slm model: the diffusion model_args %s do not apply to an autoregressive model", sorted(args))
         return None
     if cfg.mask_token_id is None:
         raise ValueError("slm model: a bidirectional model (causal=false) without mask_token_id can be scored "
