@@ -96,3 +96,15 @@ test-slurm: install
 	@export SLM_SLURM_BASE=$(SLURM_BASE); tests/slurm/start.sh || { tests/slurm/stop.sh; exit 1; }; \
 	SLURM_CONF=$(SLURM_BASE)/etc/slurm.conf $(BIN)/python -m pytest -m slurm tests/slurm; rc=$$?; \
 	tests/slurm/stop.sh; exit $$rc
+
+# ---------------------------------------------------------------- Dhara: AR -> masked diffusion (GPU study)
+# Stage 1 (sweeps/dhara_conversion_ar.yaml: llama3_canon, 1B tokens), then stage 2 once it has completed
+# (sweeps/dhara_conversion.yaml: model=dhara, 100M tokens of MDLM from stage 1's weights, block curriculum),
+# both into $(RUNS)/dhara_conversion/. ARGS go to both stages: Hydra options only (launcher, sweeper, eval=), e.g.
+#   make dhara ARGS="hydra/launcher=slurm hydra.launcher.partition=gpu"   (the launcher waits for each stage)
+#   make dhara ARGS=hydra.sweeper.dry_run=true                            (the two stages' jobs; trains nothing)
+# (a model/train/data override would change stage 1's job key, which stage 2's train.init_from names).
+# Started again, it skips what is completed. The CPU-sized demonstration: python bench/conversion.py
+.PHONY: dhara
+dhara: install
+	$(BIN)/slm-train -m sweep=dhara_conversion_ar $(ARGS) && $(BIN)/slm-train -m sweep=dhara_conversion $(ARGS)

@@ -13,6 +13,9 @@ token, an upper bound on the NLL: validation reports that bound (nll_kind "nelbo
 masks drawn from a generator seeded by the batch index, so it is the same number on every run and resume;
 training draws its times and masks from a generator seeded by (run seed, step), so a resumed run draws the
 same noise as an uninterrupted one (the global generator is also used by data loaders and validation).
+
+`attention_block` (terms and nll) runs the model block-causally with that block for this call: the trainer's
+block curriculum (slm.training.curriculum) passes it when an AR model is converted; None: the model's own.
 """
 
 from __future__ import annotations
@@ -59,23 +62,29 @@ class MDLM(Objective):
             raise ObjectiveError("train.objective=mdlm needs model.mask_token_id (slm-train sets it from the "
                                  "tokenizer's mask token)")
 
-    def _weighted_nll(self, model: nn.Module, tokens: torch.Tensor, generator=None, aux: bool = False):
+    def _weighted_nll(self, model: nn.Module, tokens: torch.Tensor, generator=None, aux: bool = False,
+                      attention_block: int | None = None):
         """(per-token weighted NLL (B, T), the model's aux terms)."""
         mask_id = model.cfg.mask_token_id  # a torch.compile'd model forwards attribute access
         x0 = tokens[:, :-1]  # (B, T): the model's context, as the causal objective uses
         t = sample_times(x0.shape[0], x0.device, generator)
         xt, masked = corrupt(x0, t, mask_id, generator)
-        out = model(xt, return_aux=True) if aux else (model(xt), {})
+        block = {} if attention_block is None else {"attention_block": attention_block}
+        out = model(xt, return_aux=True, **block) if aux else (model(xt, **block), {})
         logits, extra = out
         logp = masked_log_probs(logits, mask_id).gather(-1, x0[..., None]).squeeze(-1)  # (B, T)
         return torch.where(masked, -logp, torch.zeros_like(logp)) / t[:, None], extra
 
-    def terms(self, model: nn.Module, tokens: torch.Tensor, seed: int | None = None) -> dict[str, torch.Tensor]:
-        weighted, aux = self._weighted_nll(model, tokens, _generator(seed, tokens.device), aux=True)
+    def terms(self, model: nn.Module, tokens: torch.Tensor, seed: int | None = None,
+              attention_block: int | None = None) -> dict[str, torch.Tensor]:
+        weighted, aux = self._weighted_nll(model, tokens, _generator(seed, tokens.device), aux=True,
+                                           attention_block=attention_block)
         return with_aux(weighted.mean(), aux)
 
-    def nll(self, model: nn.Module, tokens: torch.Tensor, seed: int | None = None) -> tuple[torch.Tensor, int]:
-        weighted, _ = self._weighted_nll(model, tokens, _generator(seed, tokens.device))
+    def nll(self, model: nn.Module, tokens: torch.Tensor, seed: int | None = None,
+            attention_block: int | None = None) -> tuple[torch.Tensor, int]:
+        weighted, _ = self._weighted_nll(model, tokens, _generator(seed, tokens.device),
+                                         attention_block=attention_block)
         return weighted.sum(), weighted.numel()
 
 

@@ -89,7 +89,7 @@ def train_run(cfg: dict, run_dir: str | os.PathLike, *, sweep: bool = False, rer
                 print(f"slm-train: {run_dir} is recorded {status}; skipped (rerun_failed=true runs it again)")
             return existing
         try:
-            setup = _setup(cfg)  # validates the config and prepares the data before anything is written
+            setup = _setup(cfg, run_dir)  # validates the config and prepares the data before anything is written
         except Exception as err:
             if not sweep:
                 raise
@@ -107,7 +107,7 @@ def record_failure(run_dir: str | os.PathLike, cfg: dict, err: BaseException | s
     return update_record(run_dir, status="failed", error=err if isinstance(err, str) else _one_line(err), config=cfg)
 
 
-def _setup(cfg: dict) -> tuple:
+def _setup(cfg: dict, run_dir: Path) -> tuple:
     from slm.data import prepare
     from slm.eval.run import preflight
 
@@ -117,30 +117,99 @@ def _setup(cfg: dict) -> tuple:
     preflight(cfg.get("eval"))  # hub tasks while offline, unknown tasks, bad fields: fail before training
     prepared = prepare(cfg["data"], tokenizer_node_for(train_cfg.objective, cfg["tokenizer"]))
     mask = {"mask_token_id": prepared.tokenizer.mask_id} if prepared.tokenizer.mask_id is not None else {}
-    model_cfg = config_from_spec({**cfg["model"], "vocab_size": prepared.vocab_size, **mask})
+    spec = {**cfg["model"], "vocab_size": prepared.vocab_size, **mask}
+    model_cfg = config_from_spec(spec)
     OBJECTIVES.get(train_cfg.objective)().check(model_cfg)  # e.g. causal_lm with a bidirectional model
+    if train_cfg.block_curriculum is not None:
+        model_cfg = config_from_spec(_curriculum_spec(spec, train_cfg.block_curriculum, model_cfg.context_length))
     counts = count(model_cfg)
     max_steps = train_cfg.max_steps(model_cfg.context_length)
-    return train_cfg, prepared, model_cfg, counts, max_steps
+    init = None
+    if train_cfg.init_from is not None and not (run_dir / CHECKPOINT).exists():  # a resumed run has its weights
+        init = _init_source(train_cfg.init_from, model_cfg, prepared.tokenizer)
+    return train_cfg, prepared, model_cfg, counts, max_steps, init
 
 
-def _train(cfg: dict, run_dir: Path, train_cfg, prepared, model_cfg, counts, max_steps) -> dict:
+def _curriculum_spec(spec: dict, curriculum, context: int) -> dict:
+    """The model spec under a block curriculum: attention_block is the curriculum's (its decay block, which the
+    saved model keeps, or none); a model that cannot attend block-causally is refused before training."""
+    from slm.training.config import TrainConfigError
+
+    if spec.get("attention_block") is not None:
+        raise TrainConfigError(f"model.attention_block={spec['attention_block']} is set with train.block_curriculum, "
+                               "which chooses the block of every step and the saved model's (its decay_block): "
+                               "leave model.attention_block null")
+    curriculum.check(context)
+    smallest = min([*curriculum.warmup_blocks(context), curriculum.decay_block or context])
+    if smallest < context:  # ModelConfig's own checks of block-causal attention (causal, Canon)
+        try:
+            config_from_spec({**spec, "attention_block": smallest})
+        except ValueError as err:
+            raise TrainConfigError(f"train.block_curriculum trains with attention blocks down to {smallest}: "
+                                   f"{err}") from None
+    return {**spec, "attention_block": curriculum.decay_block}
+
+
+def _init_source(path: str, model_cfg, tokenizer):
+    """train.init_from resolved and checked against the model about to be built (on the meta device: shapes
+    only) and the run's tokenizer; raises with one line before anything is written."""
+    import torch
+
+    from slm.model import Transformer
+    from slm.training.init_from import check_shapes, check_tokenizer, find_source
+
+    source = find_source(path)
+    check_tokenizer(source, tokenizer)
+    with torch.device("meta"):
+        check_shapes(source, Transformer(model_cfg), model_cfg.mask_token_id)
+    return source
+
+
+def init_from_section(source) -> dict:
+    """The run record's training.init_from: where the weights came from (absolute paths, the weights' SHA-256)
+    and, for a run directory with a record, what that run was."""
+    section = {"path": source.given, "model_dir": str(source.model_dir),
+               "run_dir": str(source.run_dir) if source.run_dir else None, "weights_sha256": source.sha256()}
+    config = source.config()
+    section["source_model"] = {k: config.get(k) for k in ("family", "causal", "attention_block", "vocab_size",
+                                                          "mask_token_id")}
+    rec = load_record(source.run_dir) if source.run_dir else None
+    if rec:
+        training, evals = rec.get("training") or {}, rec.get("eval") or {}
+        section["source_run"] = {
+            "run_group": source.run_dir.parent.name, "key": source.run_dir.name, "status": rec.get("status"),
+            "created_at": rec.get("created_at"), "updated_at": rec.get("updated_at"),
+            "objective": ((rec.get("config") or {}).get("train") or {}).get("objective"),
+            "params_total": (rec.get("model") or {}).get("params_total"),
+            "steps": training.get("steps"), "tokens": training.get("tokens"),
+            "val_nll": evals.get("val_nll"), "val_nll_kind": evals.get("val_nll_kind"),
+            "git_revision": (rec.get("environment") or {}).get("git_revision"),
+        }
+    return section
+
+
+def _train(cfg: dict, run_dir: Path, train_cfg, prepared, model_cfg, counts, max_steps, init) -> dict:
     tokens_per_step = train_cfg.batch_size * model_cfg.context_length
     model_section = {**model_cfg.to_dict(), **vars(counts), "flops_convention": FLOPS_CONVENTION,
                      "param_budget": cfg["model"].get("param_budget"), "notes": model_cfg.notes()}
+    training = {"max_steps": max_steps, "tokens_per_step": tokens_per_step}
+    if init is not None:  # a resumed run keeps the section written when it started
+        training["init_from"] = init_from_section(init)
+    if train_cfg.block_curriculum is not None:
+        training["attention_blocks"] = train_cfg.block_curriculum.schedule(max_steps, model_cfg.context_length)
     started = time.time()
     (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     update_record(run_dir, status="running", error=None, config=cfg, model=model_section,
-                  training={"max_steps": max_steps, "tokens_per_step": tokens_per_step}, environment=environment())
+                  training=training, environment=environment())
     try:
-        record = _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens_per_step, started)
+        record = _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens_per_step, started, init)
     except Exception as err:  # an interruption (BaseException) leaves the run `running`, to be resumed
         update_record(run_dir, status="failed", error=_one_line(err))
         raise
     return record
 
 
-def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens_per_step, started) -> dict:
+def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens_per_step, started, init) -> dict:
     import lightning as L
     from lightning.pytorch.callbacks import ModelCheckpoint
     from lightning.pytorch.plugins.environments import SLURMEnvironment
@@ -153,6 +222,10 @@ def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens
     tidy_lightning_logging()
     L.seed_everything(train_cfg.seed, workers=True, verbose=False)
     module = LanguageModelModule(model_cfg, train_cfg, max_steps, tokens_per_step)
+    if init is not None and not (run_dir / CHECKPOINT).exists():  # weights only; the optimizer starts afresh
+        from slm.training.init_from import load_weights
+
+        load_weights(module.model, init, model_cfg.mask_token_id)
     datamodule = SLMDataModule(prepared, train_cfg.batch_size, model_cfg.context_length, train_cfg.seed,
                                train_cfg.val_batches)
     throughput = ThroughputMonitor(tokens_per_step, counts.flops_per_token, train_cfg.precision,
@@ -212,7 +285,9 @@ def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens
     record = update_record(run_dir, status="completed", error=None, training=training,
                            data=_data_section(prepared, datamodule), artifacts=artifacts,
                            eval={"val_nll": val["val_nll"], "val_ppl": val["val_ppl"], "val_step": val["val_step"],
-                                 "val_nll_kind": module.objective.nll_kind})
+                                 "val_nll_kind": module.objective.nll_kind,
+                                 **({"val_attention_block": val["val_attention_block"]}
+                                    if "val_attention_block" in val else {})})
     return _evaluate(cfg, run_dir, record)
 
 

@@ -9,8 +9,12 @@ Top-level sections (schema_version 1):
   data         tokenizer, sources (weights, tokens, cache keys), tokens_per_source, token_share
   training     max_steps, steps, tokens, wall_seconds, train_seconds, tokens_per_s, mfu, final_train_loss,
                diverged {step, loss} or null; moe_load {per_layer, max_load, min_load, steps} for a mixture of
-               experts (the routing shares over the last logging window)
+               experts (the routing shares over the last logging window); init_from (train.init_from: path,
+               model_dir, run_dir, weights_sha256, source_model {family, causal, ...}, source_run {run_group,
+               key, status, objective, steps, tokens, val_nll, ...} when the source is a run with a record);
+               attention_blocks [[first step, block], ...] under a block curriculum
   eval         val_nll, val_ppl, val_step, val_nll_kind (nll: exact; nelbo: a masked-diffusion upper bound);
+               val_attention_block (block curriculum: the block the validation ran with, the last step's);
                lm_eval {task: scores} and throughput, filled by later stages
   environment  python, package versions, device, hostname, git revision
   artifacts    paths relative to the run directory (weights, checkpoint, logs)

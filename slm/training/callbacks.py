@@ -82,7 +82,7 @@ class ThroughputMonitor(L.Callback):
 
 
 class StepLog(L.Callback):
-    """Appends one JSON line per optimizer step (step, loss, lr) to `path`.
+    """Appends one JSON line per optimizer step (step, loss, lr; attention_block with a block curriculum) to `path`.
 
     On resume the lines past the restored step are dropped first, so the file always holds exactly one
     line per completed step: the loss curve of a resumed run equals an uninterrupted one.
@@ -105,6 +105,8 @@ class StepLog(L.Callback):
         if pl_module.diverged is not None or pl_module.last_train_loss is None:
             return
         row = {"step": trainer.global_step, "loss": pl_module.last_train_loss, "lr": pl_module.last_lr}
+        if getattr(pl_module, "last_attention_block", None) is not None:
+            row["attention_block"] = pl_module.last_attention_block
         self._file.write(json.dumps(row) + "\n")
         self._file.flush()
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from slm.training.curriculum import BlockCurriculum, CurriculumError
+
 PRECISIONS = ("32", "bf16-mixed")
 LOGGERS = ("csv", "tensorboard", "wandb")
 
@@ -68,6 +70,14 @@ class TrainConfig:
     """Show Lightning's progress bar."""
     detect_anomaly: bool = False
     """torch.autograd anomaly detection (slow; for debugging)."""
+    init_from: str | None = None
+    """Start from the weights of this run directory (its model/) or checkpoint directory (config.json +
+    model.safetensors): weights only, every tensor's shape must match; a new optimizer and schedule. A resumed
+    run continues from its own checkpoint instead. None: random init."""
+    block_curriculum: BlockCurriculum | None = None
+    """mdlm only: attention block per step, warm-up from `start` to the context, stable, optional decay to a
+    compact block (slm.training.curriculum; fields start, growth, warmup_fraction, decay_fraction,
+    decay_block). None: the model's own attention."""
 
     def __post_init__(self) -> None:
         from slm.objectives import OBJECTIVES
@@ -100,6 +110,16 @@ class TrainConfig:
             raise TrainConfigError(f"train.min_lr_ratio={self.min_lr_ratio!r} is invalid: must be in [0, 1]")
         if self.val_interval < 0:
             raise TrainConfigError(f"train.val_interval={self.val_interval!r} is invalid: must be >= 0")
+        if self.init_from is not None and (not isinstance(self.init_from, str) or not self.init_from.strip()):
+            raise TrainConfigError(f"train.init_from={self.init_from!r} is invalid: a run or checkpoint directory, "
+                                   "or null")
+        try:
+            self.block_curriculum = BlockCurriculum.from_node(self.block_curriculum)
+        except CurriculumError as err:
+            raise TrainConfigError(str(err)) from None
+        if self.block_curriculum is not None and self.objective != "mdlm":
+            raise TrainConfigError(f"train.block_curriculum is set with train.objective={self.objective}: the "
+                                   "attention-block curriculum is for masked diffusion (train.objective=mdlm)")
 
     def max_steps(self, context_length: int) -> int:
         """Optimizer steps of the run: `steps`, or the token budget in whole batches."""

@@ -26,6 +26,11 @@ class LanguageModelModule(L.LightningModule):
     A non-finite training loss stops the run: `diverged` then holds the step and the value, and the
     batch is skipped (no update), so the last checkpoint holds the last finite weights.
 
+    With `train_cfg.block_curriculum` (masked diffusion converted from an AR model), every training step runs
+    the objective with the attention block of that step (slm.training.curriculum), logged as
+    train/attention_block; validation uses the block of the last trained step, so its curve is the model as
+    trained at that point (block-causal NELBO during the warm-up and decay, plain MDLM's in the stable phase).
+
     The objective's other terms are logged as train/<name> (lm_loss, and for a mixture of experts
     moe_balance, moe_z and their weighted *_loss). A mixture of experts' per-expert load (layers, experts)
     is logged as each expert's share averaged over layers (moe/load_e<i>) and the largest share relative
@@ -48,6 +53,18 @@ class LanguageModelModule(L.LightningModule):
         self._forward = self.model
         self._load_sum: torch.Tensor | None = None  # sum of per-step routing load over the logging window
         self._load_steps = 0
+        self.curriculum = train_cfg.block_curriculum
+        self.last_attention_block: int | None = None
+
+    def attention_block(self, step: int) -> int | None:
+        """The curriculum's attention block for optimizer step `step` (None without a curriculum)."""
+        if self.curriculum is None:
+            return None
+        return self.curriculum.block(min(max(step, 0), self.max_steps - 1), self.max_steps,
+                                     self.model.cfg.context_length)
+
+    def _objective_kwargs(self, block: int | None) -> dict:
+        return {} if block is None else {"attention_block": block}
 
     def configure_model(self) -> None:
         if self.train_cfg.compile and self._forward is self.model:
@@ -55,7 +72,9 @@ class LanguageModelModule(L.LightningModule):
 
     # ------------------------------------------------------------------ training
     def training_step(self, batch: torch.Tensor, batch_idx: int):
-        terms = self.objective.terms(self._forward, batch, seed=step_seed(self.train_cfg.seed, self.global_step))
+        block = self.attention_block(self.global_step)
+        terms = self.objective.terms(self._forward, batch, seed=step_seed(self.train_cfg.seed, self.global_step),
+                                     **self._objective_kwargs(block))
         loss = terms.pop("loss")
         value = loss.detach().item()
         if not math.isfinite(value):
@@ -67,6 +86,9 @@ class LanguageModelModule(L.LightningModule):
         self.log("train/loss", loss.detach(), prog_bar=True)
         self.log("train/lr", self.last_lr)
         self.log("train/tokens", float((self.global_step + 1) * self.tokens_per_step))
+        if block is not None:
+            self.last_attention_block = block
+            self.log("train/attention_block", float(block))
         load = terms.pop("moe_load", None)
         if len(terms) > 1:  # more than the LM loss alone
             self.log_dict({f"train/{name}": value for name, value in terms.items()})
@@ -113,7 +135,8 @@ class LanguageModelModule(L.LightningModule):
         self._val_sums = []
 
     def validation_step(self, batch: torch.Tensor, batch_idx: int) -> None:
-        self._val_sums.append(self.objective.nll(self._forward, batch, seed=batch_idx))
+        block = self.attention_block(self.global_step - 1)  # the block the model was last trained with
+        self._val_sums.append(self.objective.nll(self._forward, batch, seed=batch_idx, **self._objective_kwargs(block)))
 
     def on_validation_epoch_end(self) -> None:
         if not self._val_sums:
@@ -124,6 +147,10 @@ class LanguageModelModule(L.LightningModule):
         self.val_metrics = {"val_nll": nll, "val_ppl": math.exp(min(nll, 700.0)), "val_step": self.global_step}
         self.log("val/nll", nll, prog_bar=True)
         self.log("val/ppl", self.val_metrics["val_ppl"])
+        block = self.attention_block(self.global_step - 1)
+        if block is not None:
+            self.val_metrics["val_attention_block"] = block
+            self.log("val/attention_block", float(block))
 
     # ------------------------------------------------------------------ exact resume
     def on_save_checkpoint(self, checkpoint: dict) -> None:
