@@ -77,7 +77,7 @@ def score_label(table: pd.DataFrame, column: str, direction: bool = True) -> str
     if kinds == {"nelbo"}:
         text = "validation NELBO (nats/token; an upper bound on the NLL)"
     elif kinds == {"nll", "nelbo"}:
-        text = "validation NLL, or NELBO for diffusion runs (hollow: an upper bound, not comparable)"
+        text = "validation NLL; hollow: NELBO (an upper bound)"
     elif column in AXIS_LABELS:
         text = AXIS_LABELS[column]
     elif column.startswith("score_"):

@@ -377,7 +377,7 @@ def plot_pareto(table: pd.DataFrame, x: str = "train_flops", y: str = "val_nll")
     if mixed:
         note += "; hollow: diffusion NELBO (a bound), left off the frontier of exact NLLs"
     style.set_title(fig, f"{style.short_name(y)} against training compute: {int(mask.sum())} of {len(rows)} runs on the Pareto frontier",
-           note)
+           style.wrap_text(note, 95))
     if len(front) <= 12:
         style.settle_layout(fig)
         style.label_points(ax, fx, fy, run_labels(rows).loc[front.index].tolist(), [110] * len(fx))

@@ -241,7 +241,7 @@ def test_a_diffusion_bound_is_never_silently_an_nll(tmp_path):
     table = collect(tmp_path)
     kinds = dict(zip(table["family"] + table["n_layers"].astype(str), table["val_nll_kind"]))
     assert kinds == {"dllm2": "nelbo", "llama32": "nll", "llama34": "nll"}  # older records: nll
-    assert "hollow: an upper bound" in score_label(table, "val_nll")
+    assert "hollow: NELBO (an upper bound)" in score_label(table, "val_nll")
     score, note = choose_score(table.drop(columns=[c for c in table if c.startswith(("score_", "avg_"))]))
     assert score == "val_nll" and "not comparable" in note
     assert "NELBO" in score_label(table[table["family"] == "dllm"], "val_nll")
