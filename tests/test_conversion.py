@@ -5,16 +5,12 @@ model's forward gets), through slm-train on tiny models: a converted run complet
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
-import time
 from pathlib import Path
 
 import pytest
 import torch
 from omegaconf import OmegaConf
-from safetensors.torch import load_file
 
 from slm.model import ModelConfig, Transformer
 from slm.model.weights import load_config, load_model, save_model
@@ -22,7 +18,7 @@ from slm.objectives import OBJECTIVES
 from slm.training.config import TrainConfig, TrainConfigError
 from slm.training.curriculum import BlockCurriculum
 from slm.training.init_from import InitFromError, check_shapes, find_source, load_weights
-from tests.test_train_cli import _steps, record, slm_train
+from tests.test_train_cli import _steps, assert_same_run, kill_at_step, record, slm_train
 
 V = 21  # 20 symbols + the mask token
 TINY = dict(n_layers=2, d_model=32, n_heads=4, n_kv_heads=2, vocab_size=V, context_length=16, canon_set="AC",
@@ -299,24 +295,11 @@ def test_a_converted_run_resumes_exactly_after_sigkill(tmp_path, ar_run, convert
     """Killed mid-curriculum and started again, it resumes from its own checkpoint (init_from is not applied
     again) to the weights, loss curve, blocks and bound of the uninterrupted run."""
     args = _convert_args(ar_run)
-    proc = slm_train(tmp_path, *args, wait=False)
-    deadline = time.time() + 240
-    while time.time() < deadline and proc.poll() is None:
-        runs = tmp_path / "runs" / "t"
-        if runs.exists() and any(runs.iterdir()) and _steps(next(runs.iterdir())) >= 15:
-            break
-        time.sleep(0.02)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
-    (cut,) = (tmp_path / "runs" / "t").iterdir()
+    cut = kill_at_step(tmp_path, args, 15)
     assert record(cut)["status"] == "running" and 15 <= _steps(cut) < 40
     out = slm_train(tmp_path, *args)
     assert out.returncode == 0, out.stderr[-2000:]
     r, rc = record(converted), record(cut)
     assert rc["status"] == "completed" and rc["training"]["resumed_from"] == "checkpoints/last.ckpt"
     assert rc["training"]["init_from"] == r["training"]["init_from"]
-    a, b = load_file(converted / "model" / "model.safetensors"), load_file(cut / "model" / "model.safetensors")
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    assert (converted / "train_log.jsonl").read_text() == (cut / "train_log.jsonl").read_text()
-    assert rc["eval"]["val_nll"] == r["eval"]["val_nll"]
+    assert_same_run(converted, cut)

@@ -117,14 +117,11 @@ def test_model_init_leaves_canon_default():
     assert w.abs().max() <= 0.5 and w.std() > 0.1  # not the 0.02 normal of linear layers
 
 
-def test_layer_sharing_applies_each_block_k_times():
-    shared = Transformer(ModelConfig(**TINY, layer_repeat=2)).eval()
-    plain = Transformer(ModelConfig(**TINY)).eval()
-    assert shared.num_params() == plain.num_params()
-    # the same weights applied twice in a row == a 4-block model holding copies in order 0,0,1,1
-    unrolled = Transformer(ModelConfig(**{**TINY, "n_layers": 4})).eval()
+def _assert_equals_unrolled(shared: Transformer, order: list[int]) -> None:
+    """A model that reuses blocks equals a plain model holding copies of its blocks in `order`."""
+    unrolled = Transformer(ModelConfig(**{**TINY, "n_layers": len(order)})).eval()
     sd = {k: v for k, v in shared.state_dict().items() if not k.startswith("blocks.")}
-    for i, src in enumerate([0, 0, 1, 1]):
+    for i, src in enumerate(order):
         for k, v in shared.blocks[src].state_dict().items():
             sd[f"blocks.{i}.{k}"] = v
     unrolled.load_state_dict(sd)
@@ -133,20 +130,19 @@ def test_layer_sharing_applies_each_block_k_times():
         assert torch.allclose(shared(idx), unrolled(idx), atol=1e-6)
 
 
+def test_layer_sharing_applies_each_block_k_times():
+    shared = Transformer(ModelConfig(**TINY, layer_repeat=2)).eval()
+    plain = Transformer(ModelConfig(**TINY)).eval()
+    assert shared.num_params() == plain.num_params()
+    _assert_equals_unrolled(shared, [0, 0, 1, 1])  # the same weights applied twice in a row
+
+
 def test_refinement_loop_reapplies_the_last_blocks_as_a_group():
     assert ModelConfig(**{**TINY, "n_layers": 4}, loop_layers=2, loop_steps=3).block_schedule() == [0, 1, 2, 3, 2, 3, 2, 3]
     assert ModelConfig(**TINY, layer_repeat=2, loop_layers=1, loop_steps=2).block_schedule() == [0, 0, 1, 1, 1, 1]
     looped = Transformer(ModelConfig(**{**TINY, "n_layers": 3}, loop_layers=2, loop_steps=2)).eval()
     assert looped.num_params() == Transformer(ModelConfig(**{**TINY, "n_layers": 3})).num_params()
-    unrolled = Transformer(ModelConfig(**{**TINY, "n_layers": 5})).eval()  # copies in order 0,1,2,1,2
-    sd = {k: v for k, v in looped.state_dict().items() if not k.startswith("blocks.")}
-    for i, src in enumerate([0, 1, 2, 1, 2]):
-        for k, v in looped.blocks[src].state_dict().items():
-            sd[f"blocks.{i}.{k}"] = v
-    unrolled.load_state_dict(sd)
-    idx = torch.randint(0, 50, (2, 9))
-    with torch.no_grad():
-        assert torch.allclose(looped(idx), unrolled(idx), atol=1e-6)
+    _assert_equals_unrolled(looped, [0, 1, 2, 1, 2])
     with pytest.raises(ConfigError, match="loop_layers"):
         ModelConfig(**TINY, loop_layers=3)
 

@@ -66,32 +66,42 @@ def _steps(path: Path) -> int:
     return json.loads(lines[-1])["step"] if lines else 0
 
 
+def kill_at_step(root: Path, args, step: int) -> Path:
+    """Start `slm-train` under `root`, SIGKILL it once its log reaches `step`; the run directory."""
+    proc = slm_train(root, *args, wait=False)
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        runs = root / "runs" / "t"
+        if runs.exists() and any(runs.iterdir()) and _steps(run_dir(root)) >= step:
+            break
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    return run_dir(root)
+
+
+def assert_same_run(ref: Path, cut: Path) -> None:
+    """The same final weights, per-step log and validation number."""
+    a, b = load_file(ref / "model" / "model.safetensors"), load_file(cut / "model" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert (ref / "train_log.jsonl").read_text() == (cut / "train_log.jsonl").read_text()
+    assert record(cut)["eval"]["val_nll"] == record(ref)["eval"]["val_nll"]
+
+
 def test_resume_after_sigkill_is_exact(tmp_path):
     args = [*FAST, "model.d_model=128", "model.head_dim=32", "train.steps=60", "train.ckpt_interval=20",
             "train.val_interval=30", "train.seed=3"]
     ref_dir, cut_dir = tmp_path / "ref", tmp_path / "cut"
     assert slm_train(ref_dir, *args).returncode == 0
-    proc = slm_train(cut_dir, *args, wait=False)
-    deadline = time.time() + 240
-    while time.time() < deadline and proc.poll() is None:
-        runs = cut_dir / "runs" / "t"
-        if runs.exists() and any(runs.iterdir()) and _steps(run_dir(cut_dir)) >= 25:
-            break
-        time.sleep(0.05)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    kill_at_step(cut_dir, args, 25)
     cut = run_dir(cut_dir)
     assert record(cut)["status"] == "running" and 25 <= _steps(cut) < 60
     out = slm_train(cut_dir, *args)
     assert out.returncode == 0, out.stderr[-2000:]
-    ref = run_dir(ref_dir)
     r = record(cut)
     assert r["status"] == "completed" and r["training"]["resumed_from"] == "checkpoints/last.ckpt"
-    a, b = load_file(ref / "model" / "model.safetensors"), load_file(cut / "model" / "model.safetensors")
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    assert (ref / "train_log.jsonl").read_text() == (cut / "train_log.jsonl").read_text()
-    assert r["eval"]["val_nll"] == record(ref)["eval"]["val_nll"]
+    assert_same_run(run_dir(ref_dir), cut)
 
 
 def test_divergence_is_recorded(tmp_path):
@@ -195,23 +205,12 @@ def test_new_families_train_resume_exactly_and_are_scored(tmp_path, family):
     ref_dir, cut_dir = tmp_path / "ref", tmp_path / "cut"
     out = slm_train(ref_dir, *args)
     assert out.returncode == 0, out.stderr[-2000:]
-    proc = slm_train(cut_dir, *args, wait=False)
-    deadline = time.time() + 240
-    while time.time() < deadline and proc.poll() is None:
-        runs = cut_dir / "runs" / "t"
-        if runs.exists() and any(runs.iterdir()) and _steps(run_dir(cut_dir)) >= 15:
-            break
-        time.sleep(0.05)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    kill_at_step(cut_dir, args, 15)
     assert slm_train(cut_dir, *args).returncode == 0
     ref, cut = run_dir(ref_dir), run_dir(cut_dir)
-    a, b = load_file(ref / "model" / "model.safetensors"), load_file(cut / "model" / "model.safetensors")
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    assert (ref / "train_log.jsonl").read_text() == (cut / "train_log.jsonl").read_text()
+    assert_same_run(ref, cut)
     r, rc = record(ref), record(cut)
-    assert rc["training"]["resumed_from"] and rc["eval"]["val_nll"] == r["eval"]["val_nll"]
+    assert rc["training"]["resumed_from"]
     assert r["model"]["family"] == family and r["eval"]["lm_eval"]["scores"]["slm_shakespeare_mc"] is not None
     assert r["eval"]["throughput"]["decode_tokens_per_s"] > 0
     if family == "moe":
@@ -246,22 +245,9 @@ def test_a_diffusion_model_trains_its_bound_falls_and_resume_is_exact(tmp_path):
     bounds = [float(row["val/nll"]) for row in rows if row.get("val/nll")]
     # an untrained model predicts ~uniformly over the 65 characters: NELBO ~ (1 - 1e-3) log 65 = 4.17
     assert len(bounds) == 3 and max(bounds) < 4.17 - 0.5 and bounds[-1] < bounds[0], bounds  # steps 20, 40, 60
-    proc = slm_train(cut_dir, *args, wait=False)
-    deadline = time.time() + 240
-    while time.time() < deadline and proc.poll() is None:
-        runs = cut_dir / "runs" / "t"
-        if runs.exists() and any(runs.iterdir()) and _steps(run_dir(cut_dir)) >= 25:
-            break
-        time.sleep(0.05)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    kill_at_step(cut_dir, args, 25)
     assert slm_train(cut_dir, *args).returncode == 0
-    cut = run_dir(cut_dir)
-    a, b = load_file(ref / "model" / "model.safetensors"), load_file(cut / "model" / "model.safetensors")
-    assert all(torch.equal(a[k], b[k]) for k in a)
-    assert (ref / "train_log.jsonl").read_text() == (cut / "train_log.jsonl").read_text()
-    assert record(cut)["eval"]["val_nll"] == r["eval"]["val_nll"]
+    assert_same_run(ref, run_dir(cut_dir))
 
 
 def test_a_bidirectional_model_is_refused_by_the_causal_objective(tmp_path):

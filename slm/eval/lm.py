@@ -43,24 +43,12 @@ from tqdm import tqdm
 from slm.eval import lm_diffusion
 from slm.model.cache import KVCache
 from slm.model.generate import Decoder
-from slm.model.weights import CONFIG_FILE, load_model
+from slm.model.weights import load_model, resolve_model_dir  # noqa: F401 (resolve_model_dir: part of this API)
 
 log = logging.getLogger(__name__)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 HEAD_ROWS = 1 << 26  # logits computed at once: rows * vocab <= this (256 MiB in float32)
-
-
-def resolve_model_dir(path: str | Path) -> Path:
-    """The checkpoint directory of a run directory (`<run>/model`) or of a checkpoint directory itself."""
-    path = Path(path).expanduser()
-    for candidate in (path / "model", path):
-        if (candidate / CONFIG_FILE).is_file():
-            return candidate
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no such run or checkpoint directory")
-    raise FileNotFoundError(f"{path}: not a run directory (no model/{CONFIG_FILE}) nor a checkpoint directory "
-                            f"(no {CONFIG_FILE})")
 
 
 def load_eval_tokenizer(directory: str | Path):
@@ -334,10 +322,8 @@ class SLMLM(TemplateLM):
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
         """Greedy (or sampled, per the task's gen_kwargs) continuations, cut at the first stop string.
         Contexts keep their last max_length - max_gen_toks tokens (half the context if max_gen_toks does
-        not leave that much room, and generation then ends at the context's end). Diffusion models:
-        slm.eval.lm_diffusion.generate_until."""
-        if self.diffusion is not None:
-            return lm_diffusion.generate_until(self, requests, disable_tqdm)
+        not leave that much room, and generation then ends at the context's end). Diffusion models decode
+        with their sampler (slm.eval.lm_diffusion.generate)."""
         encoded: dict[str, list[int]] = {}
 
         def enc(text: str) -> list[int]:
@@ -356,20 +342,24 @@ class SLMLM(TemplateLM):
             until = handle_stop_sequences(kwargs.pop("until", None), eos=eos)
             max_gen = kwargs.pop("max_gen_toks")
             sampled = bool(kwargs.get("do_sample")) and float(kwargs.get("temperature", 0.0)) > 0
+            temperature = float(kwargs.get("temperature", 0.0)) if sampled else 0.0
             room = self.max_length - max_gen if max_gen < self.max_length else self.max_length // 2
             prompts = [enc(c)[-room:] or [self.prefix_token_id] for c in contexts]
-            stops = [s for s in until if s]
+            eot = () if self.tok.eot_id is None else (self.tok.eot_id,)
+            if self.diffusion is not None:  # the whole canvas must fit the context
+                outs = lm_diffusion.generate(self, prompts, min(max_gen, self.max_length - room), temperature, eot)
+            else:
+                stops = [s for s in until if s]
 
-            def stop(row: int, ids: list[int]) -> bool:
-                text = self.tok_decode(ids)
-                return any(s in text for s in stops)
+                def stop(row: int, ids: list[int]) -> bool:
+                    text = self.tok_decode(ids)
+                    return any(s in text for s in stops)
 
-            decoder = Decoder(self.model, batch_size=len(prompts), capacity=max(map(len, prompts)) + max_gen - 1,
-                              cuda_graph=self.cuda_graph)
-            outs = decoder.generate(
-                prompts, max_gen, temperature=float(kwargs.get("temperature", 0.0)) if sampled else 0.0,
-                top_k=kwargs.get("top_k") if sampled else None, top_p=kwargs.get("top_p") if sampled else None,
-                stop_tokens=() if self.tok.eot_id is None else (self.tok.eot_id,), stop=stop if stops else None)
+                decoder = Decoder(self.model, batch_size=len(prompts),
+                                  capacity=max(map(len, prompts)) + max_gen - 1, cuda_graph=self.cuda_graph)
+                outs = decoder.generate(
+                    prompts, max_gen, temperature=temperature, top_k=kwargs.get("top_k") if sampled else None,
+                    top_p=kwargs.get("top_p") if sampled else None, stop_tokens=eot, stop=stop if stops else None)
             for context, gen_kwargs, ids in zip(contexts, all_kwargs, outs):
                 text = postprocess_generated_text(self.tok_decode(ids), until, None)
                 res.append(text)

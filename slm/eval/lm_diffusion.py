@@ -16,7 +16,7 @@ is_greedy is one extra forward per request with the whole continuation masked: t
 position's SUBS argmax is its target (not LLaDA's one-token-at-a-time check, which costs n forwards).
 
 Rolling log-likelihoods (perplexity tasks) sum this bound over lm-eval's rolling windows: a NELBO, not an
-exact NLL. generate_until samples with `slm.model.diffusion.diffusion_generate`.
+exact NLL. generate_until (SLMLM's, through `generate` here) samples with `slm.model.diffusion.diffusion_generate`.
 
 model_args (ignored for autoregressive models): mc_num (128, LLaDA's default), mc_batch
 (rows per forward; None: batch_size * max_length tokens' worth), seed (1234), diffusion_block_length (32),
@@ -34,7 +34,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from lm_eval.models.utils import Collator, handle_stop_sequences, normalize_gen_kwargs, postprocess_generated_text
 from tqdm import tqdm
 
 from slm.objectives.mdlm import masked_log_probs
@@ -226,47 +225,13 @@ def loglikelihood_tokens(lm, requests, disable_tqdm: bool = False) -> list[tuple
     return results
 
 
-def generate_until(lm, requests, disable_tqdm: bool = False) -> list[str]:
-    """SLMLM.generate_until for a diffusion model: batches of batch_size prompts through diffusion_generate
-    (greedy unless the task samples: then its temperature; top_k/top_p do not apply), each output cut at the
-    first end-of-text token (the sampler also stops after the block that holds one) and at the first stop
-    string. A context keeps its last max_length - max_gen_toks
-    tokens (half the context if max_gen_toks does not leave that much room; then fewer tokens are generated)."""
+def generate(lm, prompts: list[list[int]], gen_length: int, temperature: float, stop_tokens=()) -> list[list[int]]:
+    """SLMLM.generate_until's decoding for a diffusion model: gen_length new ids per prompt by the sampler
+    (top_k/top_p do not apply), cut before the first stop token (the sampler stops after the block that holds
+    one)."""
     from slm.model.diffusion import diffusion_generate
 
-    s, L = lm.diffusion, lm.max_length
-    encoded: dict[str, list[int]] = {}
-
-    def enc(text: str) -> list[int]:
-        if text not in encoded:
-            encoded[text] = lm.tok_encode(text)
-        return encoded[text]
-
-    order = Collator([req.args for req in requests], sort_fn=lambda x: (-len(enc(x[0])), x[0]),
-                     group_by="gen_kwargs", group_fn=lambda x: x[1])
-    eot = lm.tok.eot_id
-    eos = lm.tok_decode([eot]) if eot is not None else None
-    pbar = tqdm(total=len(requests), disable=disable_tqdm, desc="Running generate_until requests (diffusion)")
-    res = []
-    for chunk in order.get_batched(n=lm.batch_size):
-        contexts, all_kwargs = zip(*chunk)
-        kwargs = normalize_gen_kwargs(all_kwargs[0], lm.max_gen_toks)
-        until = handle_stop_sequences(kwargs.pop("until", None), eos=eos)
-        gen = kwargs.pop("max_gen_toks")
-        room = L - gen if gen < L else L // 2
-        gen = min(gen, L - room)
-        sampled = bool(kwargs.get("do_sample")) and float(kwargs.get("temperature", 0.0)) > 0
-        prompts = [enc(c)[-room:] or [lm.prefix_token_id] for c in contexts]
-        outs = diffusion_generate(lm.model, prompts, gen, block_length=min(s.block_length, gen), steps=s.steps,
-                                  threshold=s.threshold, temperature=float(kwargs["temperature"]) if sampled else 0.0,
-                                  seed=s.seed, stop_tokens=() if eot is None else (eot,))
-        for context, gen_kwargs, ids in zip(contexts, all_kwargs, outs):
-            ids = list(ids)
-            if eot is not None and eot in ids:
-                ids = ids[:ids.index(eot)]
-            text = postprocess_generated_text(lm.tok_decode(ids), until, None)
-            res.append(text)
-            lm.cache_hook.add_partial("generate_until", (context, gen_kwargs), text)
-        pbar.update(len(chunk))
-    pbar.close()
-    return order.get_original(res)
+    s = lm.diffusion
+    return diffusion_generate(lm.model, prompts, gen_length, block_length=min(s.block_length, gen_length),
+                              steps=s.steps, threshold=s.threshold, temperature=temperature, seed=s.seed,
+                              stop_tokens=stop_tokens)

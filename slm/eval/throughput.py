@@ -69,6 +69,26 @@ def _peak_memory(device) -> tuple[int, str]:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale, "process_peak_rss"
 
 
+def _timed(generate, prompt: list[int], new_tokens: int, warmup: int, repeats: int, device) -> dict:
+    """The fields both decoders report: generate() -> (tokens out, its last_timing: ttft_s, decode_s and
+    first_tokens, the tokens out at ttft), run `warmup` untimed then `repeats` timed times; medians."""
+    for _ in range(warmup):
+        generate()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    ttft, decode, whole = [], [], []
+    for _ in range(repeats):
+        n, t = generate()
+        ttft.append(t["ttft_s"])
+        decode.append((n - t["first_tokens"]) / t["decode_s"] if t["decode_s"] > 0 else float("nan"))
+        whole.append(n / (t["ttft_s"] + t["decode_s"]))
+    peak, how = _peak_memory(device)
+    return {"decode_tokens_per_s": statistics.median(decode), "generate_tokens_per_s": statistics.median(whole),
+            "time_to_first_token_s": statistics.median(ttft), "batch_size": 1, "prompt_tokens": len(prompt),
+            "new_tokens": new_tokens, "repeats": repeats, "peak_memory_bytes": int(peak),
+            "peak_memory_measure": how, "device": str(device), "torch_threads": torch.get_num_threads()}
+
+
 def _measure_diffusion(model, prompt_tokens, new_tokens, warmup, repeats, seed, settings) -> dict:
     unknown = set(settings) - set(DIFFUSION_DEFAULTS)
     if unknown:
@@ -79,29 +99,16 @@ def _measure_diffusion(model, prompt_tokens, new_tokens, warmup, repeats, seed, 
     steps = settings["steps"] or max(1, new_tokens // 4)
     sampler = DiffusionSampler(model, settings["block_length"], steps, settings["threshold"])
     p = next(model.parameters())
-    for _ in range(warmup):
-        sampler.generate([prompt], new_tokens, seed=seed)
-    if p.device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(p.device)
-    ttft, decode, whole = [], [], []
-    for _ in range(repeats):
-        out = sampler.generate([prompt], new_tokens, seed=seed)
-        t = sampler.last_timing
-        ttft.append(t["ttft_s"])
-        decode.append((len(out[0]) - t["first_tokens"]) / t["decode_s"] if t["decode_s"] > 0 else float("nan"))
-        whole.append(len(out[0]) / (t["ttft_s"] + t["decode_s"]))
-    peak, how = _peak_memory(p.device)
-    cache = (model.cfg.attention_block is not None)
-    return {
-        "decode_tokens_per_s": statistics.median(decode), "generate_tokens_per_s": statistics.median(whole),
-        "time_to_first_token_s": statistics.median(ttft),
-        "batch_size": 1, "prompt_tokens": len(prompt), "new_tokens": new_tokens, "repeats": repeats,
-        "peak_memory_bytes": int(peak), "peak_memory_measure": how,
-        "kv_cache_bytes": _block_cache_bytes(model, len(prompt) + new_tokens) if cache else 0,
-        "device": str(p.device), "dtype": str(p.dtype).removeprefix("torch."),
-        "cuda_graph": False, "compile": False, "torch_threads": torch.get_num_threads(),
-        "decoder": "masked_diffusion", "sampler": {**sampler.settings(new_tokens), "forwards": t["forwards"]},
-    }
+
+    def generate():
+        return len(sampler.generate([prompt], new_tokens, seed=seed)[0]), sampler.last_timing
+
+    stats = _timed(generate, prompt, new_tokens, warmup, repeats, p.device)
+    cache = model.cfg.attention_block is not None
+    return {**stats, "kv_cache_bytes": _block_cache_bytes(model, len(prompt) + new_tokens) if cache else 0,
+            "dtype": str(p.dtype).removeprefix("torch."), "cuda_graph": False, "compile": False,
+            "decoder": "masked_diffusion",
+            "sampler": {**sampler.settings(new_tokens), "forwards": sampler.last_timing["forwards"]}}
 
 
 def _block_cache_bytes(model, capacity: int) -> int:
@@ -114,11 +121,10 @@ def _block_cache_bytes(model, capacity: int) -> int:
 
 def _measure(model, prompt_tokens, new_tokens, warmup, repeats, cuda_graph, compile, seed) -> dict:
     prompt, new_tokens = _sizes(model, prompt_tokens, new_tokens, seed)
-    prompt_tokens = len(prompt)
     p = next(model.parameters())
     device = p.device
     error = None
-    capacity = prompt_tokens + new_tokens - 1
+    capacity = len(prompt) + new_tokens - 1
     try:
         decoder = Decoder(model, batch_size=1, capacity=capacity, cuda_graph=cuda_graph, compile=compile)
         decoder.generate([prompt], new_tokens)  # captures the graph / compiles the step, if asked
@@ -127,28 +133,13 @@ def _measure(model, prompt_tokens, new_tokens, warmup, repeats, cuda_graph, comp
             raise
         error = " ".join(f"{type(err).__name__}: {err}".split())[:500]
         decoder = Decoder(model, batch_size=1, capacity=capacity, cuda_graph=False)
-    for _ in range(warmup):
-        decoder.generate([prompt], new_tokens)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    ttft, decode, whole = [], [], []
-    for _ in range(repeats):
-        out = decoder.generate([prompt], new_tokens)
-        timing = decoder.last_timing
-        ttft.append(timing["ttft_s"])
-        decode.append((len(out[0]) - 1) / timing["decode_s"])
-        whole.append(len(out[0]) / (timing["ttft_s"] + timing["decode_s"]))
-    peak, how = _peak_memory(device)
-    stats = {
-        "decode_tokens_per_s": statistics.median(decode), "generate_tokens_per_s": statistics.median(whole),
-        "time_to_first_token_s": statistics.median(ttft),
-        "batch_size": 1, "prompt_tokens": prompt_tokens, "new_tokens": new_tokens, "repeats": repeats,
-        "peak_memory_bytes": int(peak), "peak_memory_measure": how,
-        "kv_cache_bytes": decoder.cache.nbytes(),
-        "device": str(device), "dtype": str(p.dtype).removeprefix("torch."),
-        "cuda_graph": decoder.cuda_graph, "compile": decoder.compiled, "torch_threads": torch.get_num_threads(),
-        "decoder": "autoregressive",
-    }
+
+    def generate():
+        return len(decoder.generate([prompt], new_tokens)[0]), {**decoder.last_timing, "first_tokens": 1}
+
+    stats = {**_timed(generate, prompt, new_tokens, warmup, repeats, device),
+             "kv_cache_bytes": decoder.cache.nbytes(), "dtype": str(p.dtype).removeprefix("torch."),
+             "cuda_graph": decoder.cuda_graph, "compile": decoder.compiled, "decoder": "autoregressive"}
     if error:
         stats["fast_path_error"] = error
     return stats

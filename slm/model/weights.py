@@ -32,6 +32,18 @@ def save_model(model: Transformer, directory: str | os.PathLike) -> Path:
     return out
 
 
+def resolve_model_dir(path: str | os.PathLike) -> Path:
+    """The checkpoint directory of a run directory (`<run>/model`) or of a checkpoint directory itself."""
+    path = Path(path).expanduser()
+    for candidate in (path / "model", path):
+        if (candidate / CONFIG_FILE).is_file():
+            return candidate
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such run or checkpoint directory")
+    raise FileNotFoundError(f"{path}: not a run directory (no model/{CONFIG_FILE}) nor a checkpoint directory "
+                            f"(no {CONFIG_FILE})")
+
+
 def load_config(directory: str | os.PathLike) -> ModelConfig:
     path = Path(directory) / CONFIG_FILE
     if not path.is_file():

@@ -222,7 +222,7 @@ def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens
     tidy_lightning_logging()
     L.seed_everything(train_cfg.seed, workers=True, verbose=False)
     module = LanguageModelModule(model_cfg, train_cfg, max_steps, tokens_per_step)
-    if init is not None and not (run_dir / CHECKPOINT).exists():  # weights only; the optimizer starts afresh
+    if init is not None:  # a fresh start (_setup leaves init None for a resumed run): weights only
         from slm.training.init_from import load_weights
 
         load_weights(module.model, init, model_cfg.mask_token_id)

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from slm.model.weights import CONFIG_FILE, WEIGHTS_FILE
+from slm.model.weights import CONFIG_FILE, WEIGHTS_FILE, resolve_model_dir
 
 EMBEDDING_TENSORS = ("tok_emb.weight", "lm_head.weight")
 
@@ -70,17 +70,17 @@ def find_source(path: str | os.PathLike) -> InitSource:
     """The checkpoint directory of a run directory (`<run>/model`) or of a checkpoint directory itself."""
     given = str(path)
     where = Path(path).expanduser().absolute()
-    if not where.exists():
-        raise FileNotFoundError(f"train.init_from={given}: no such run or checkpoint directory")
-    for candidate, run_dir in ((where / "model", where), (where, None)):
-        if (candidate / CONFIG_FILE).is_file() and (candidate / WEIGHTS_FILE).is_file():
-            return InitSource(given, candidate, run_dir)
-    if (where / "result.json").is_file():
-        raise FileNotFoundError(f"train.init_from={given}: a run directory without model/{CONFIG_FILE} and "
-                                f"model/{WEIGHTS_FILE}: a run writes them when it completes (is it still training, "
-                                "or did it fail? slm-status shows it)")
-    raise FileNotFoundError(f"train.init_from={given}: not a run directory (no model/{CONFIG_FILE}) nor a checkpoint "
-                            f"directory ({CONFIG_FILE} + {WEIGHTS_FILE})")
+    try:
+        model_dir = resolve_model_dir(where)
+    except FileNotFoundError as err:
+        if (where / "result.json").is_file():
+            raise FileNotFoundError(f"train.init_from={given}: a run directory without model/{CONFIG_FILE}: a run "
+                                    "writes it when it completes (is it still training, or did it fail? slm-status "
+                                    "shows it)") from None
+        raise FileNotFoundError(f"train.init_from={err}") from None
+    if not (model_dir / WEIGHTS_FILE).is_file():
+        raise FileNotFoundError(f"train.init_from={given}: {model_dir} has {CONFIG_FILE} but no {WEIGHTS_FILE}")
+    return InitSource(given, model_dir, where if model_dir != where else None)
 
 
 def check_tokenizer(source: InitSource, tokenizer) -> None:
