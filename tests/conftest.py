@@ -12,7 +12,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-PRESETS = ["gpt2", "llama3", "qwen3", "gemma3", "llama3_canon", "mobilellm", "mobilellm_ls", "design_40m", "debug", "lfm2", "moe", "dllm", "dllm_canon", "dllm_recursive", "dhara"]
+PRESETS = ["gpt2", "llama3", "qwen3", "gemma3", "llama3_canon", "mobilellm", "mobilellm_ls", "design_40m", "debug", "lfm2", "moe", "dllm", "dllm_canon", "dllm_recursive", "dhara",
+           "titans_mac"]
 
 
 def compose_model_node(*overrides: str) -> dict:

@@ -21,7 +21,8 @@ from tests.conftest import PRESETS, compose_model_node
 #  dllm_recursive: dllm + 3 blocks of 1,622,784 (the refinement module) = 76,114,560 (the study's "76.11M").
 PUBLISHED = {"gpt2": 124_439_808, "llama3": 71_246_208, "mobilellm": 124_635_456, "mobilellm_ls": 124_635_456,
              "design_40m": 35_763_840, "lfm2": 79_235_136, "moe": 327_371_136, "dllm": 71_246_208,
-             "dllm_canon": 71_344_512, "dllm_recursive": 76_114_560, "dhara": 71_344_512}
+             "dllm_canon": 71_344_512, "dllm_recursive": 76_114_560, "dhara": 71_344_512,
+             "titans_mac": 67_757_964}
 ACTIVE = {"moe": 67_258_752}
 GPT2_GRID = [(4, 768), (12, 512), (16, 448), (24, 384), (32, 384), (48, 320), (64, 256)]
 

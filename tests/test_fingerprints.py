@@ -25,7 +25,7 @@ from tests.conftest import PRESETS, compose_model_node
 FILE = Path(__file__).parent / "data" / "logit_fingerprints.json"
 
 # Tiny configurations that reach code paths no preset uses (post-norm, learned positions with sharing,
-# every Canon position, soft-caps, partial rotary, bidirectional attention).
+# every Canon position, soft-caps, partial rotary, bidirectional attention, a Titans memory that learns).
 TINY = dict(n_layers=3, d_model=32, n_heads=4, vocab_size=61, context_length=16)
 VARIANTS = {
     "post_norm_shared_learned": dict(norm_placement="post", norm="layernorm", bias=True, position="learned",
@@ -34,6 +34,8 @@ VARIANTS = {
     "window_softcaps": dict(sliding_window=4, layer_types=["local_attn", "attn"], attn_logit_softcap=5.0,
                             final_logit_softcap=3.0, rope_theta_local=100.0),
     "partial_rotary_bidirectional": dict(rotary_fraction=0.5, causal=False, qk_norm=True, attn_scale=0.3),
+    "titans_mac_learning": dict(memory_layers=[0, 2], memory_segment=4, memory_chunk=2, persistent_tokens=2,
+                                memory_heads=2, n_kv_heads=2),
 }
 
 

@@ -43,7 +43,7 @@ def test_registries_are_complete():
     assert set(NORMS.keys()) == {"layernorm", "rmsnorm", "rmsnorm_gemma"}
     assert set(POSITIONS.keys()) == {"learned", "rope", "none"}
     assert set(MLPS.keys()) == {"gelu", "relu", "swiglu", "geglu"}
-    assert set(MIXERS.keys()) == {"attn", "local_attn", "conv"}
+    assert set(MIXERS.keys()) == {"attn", "local_attn", "conv", "mac"}
     assert set(FFNS.keys()) == {"dense", "moe"}
     assert set(REGISTRIES) == {"norm", "position", "mlp", "mlp type", "mixer", "canon", "init scheme"}
 

@@ -10,10 +10,12 @@ from slm.components.norm import NORMS
 from slm.components.position import POSITIONS
 from slm.components.registry import Registry, UnknownKeyError
 from slm.components.shortconv import ShortConv
+from slm.components.titans import MemoryAsContext
 
 REGISTRIES = {r.kind: r for r in (NORMS, POSITIONS, MLPS, FFNS, MIXERS, CANONS, INITS)}
 
 __all__ = [
-    "CANONS", "CANON_POSITIONS", "FFNS", "INITS", "MIXERS", "MLPS", "MoE", "MultiHeadAttention", "NORMS", "POSITIONS",
+    "CANONS", "CANON_POSITIONS", "FFNS", "INITS", "MIXERS", "MLPS", "MemoryAsContext", "MoE", "MultiHeadAttention",
+    "NORMS", "POSITIONS",
     "REGISTRIES", "Registry", "ShortConv", "SlidingWindowAttention", "UnknownKeyError",
 ]

@@ -135,8 +135,9 @@ class MultiHeadAttention(Mixer):
         zeros = lambda: torch.zeros(shape, device=cache.device, dtype=cache.dtype)  # noqa: E731
         return KVState(cache, zeros(), zeros(), cfg.sliding_window if cls.local else None)
 
-    def forward(self, x: torch.Tensor, seq, kv=None) -> torch.Tensor:
-        rotary, mask = seq.rotary(self.local), seq.mask(self.window)
+    def project(self, x: torch.Tensor, kv=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x (B, T, d) -> q (B, H, T, hd), k and v (B, KV, T, hd): projected, Canon B and qk-norm applied, before
+        RoPE."""
         B, T, _ = x.shape
         H, KV, hd = self.n_heads, self.n_kv_heads, self.head_dim
         qkv = self.qkv(x)  # (B, T, (H + 2 KV) hd)
@@ -152,21 +153,32 @@ class MultiHeadAttention(Mixer):
         q, k, v = q.view(B, T, H, hd), k.view(B, T, KV, hd), v.view(B, T, KV, hd)
         if self.q_norm is not None and self.norm_heads:  # per head (Qwen3, Gemma3)
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, heads, T, hd)
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, heads, T, hd)
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+               causal: bool) -> torch.Tensor:
+        """Queries (B, H, T, hd) over keys and values (B, KV, S, hd) -> (B, T, H * hd), before `proj`; mask
+        (bool, True: may attend) broadcasts to (B, H, T, S); dropout on the probabilities when training."""
+        B, H, T, hd = q.shape
+        dropout = self.dropout if self.training else 0.0
+        if self.softcap is None:
+            y = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal,
+                scale=self.scale, enable_gqa=H != self.n_kv_heads,
+            )
+        else:
+            y = self._softcapped(q, k, v, mask, dropout, causal)
+        return y.transpose(1, 2).reshape(B, T, H * hd)
+
+    def forward(self, x: torch.Tensor, seq, kv=None) -> torch.Tensor:
+        rotary, mask = seq.rotary(self.local), seq.mask(self.window)
+        q, k, v = self.project(x, kv)  # (B, heads, T, hd)
         if rotary is not None:
             q, k = apply_rotary(q, rotary), apply_rotary(k, rotary)
         if kv is not None:
             k, v = kv.state.write(k, v)  # (B, KV, S, hd): the cached slots to attend over, these T included
-        dropout = self.dropout if self.training else 0.0
-        causal = self.causal and mask is None and T == k.shape[2]
-        if self.softcap is None:
-            y = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal,
-                scale=self.scale, enable_gqa=H != KV,
-            )
-        else:
-            y = self._softcapped(q, k, v, mask, dropout, causal)
-        return self.proj(y.transpose(1, 2).reshape(B, T, H * hd))  # (B, T, d)
+        causal = self.causal and mask is None and q.shape[2] == k.shape[2]
+        return self.proj(self.attend(q, k, v, mask, causal))  # (B, T, d)
 
     def _softcapped(self, q, k, v, mask, dropout, causal) -> torch.Tensor:
         """Explicit attention: scores, cap * tanh(scores / cap), mask, softmax in float32."""

@@ -5,9 +5,11 @@ its `slot` name (so `slot` is its state-dict prefix: blocks.<i>.<slot>.*, its no
 <slot>_out_norm). The class reports, without being built:
 
     num_params(cfg)          its parameter count
+    param_parts(cfg)         that count by part, {name: count} ({} for one part), for slm-params
     flops_per_token(cfg)     training FLOPs per token beyond 6 x its parameters (PaLM's convention; attention's
                              12 * H * hd * T, 0 for a mixer whose work is all in its weights)
     new_state(cfg, cache)    its slot in a KV cache (`slm.model.cache.KVCache`), or None if it keeps nothing
+    static_cache             False if it cannot run on a static cache (CUDA-graph / compiled decoding)
 
 and runs `forward(x, seq, kv)`: x (B, T, d) -> (B, T, d). `seq` is what the whole forward shares (duck-typed,
 built by the model): `seq.rotary(local)` RoPE tables or None, `seq.mask(window)` the attention mask or
@@ -34,10 +36,15 @@ class Mixer(nn.Module):
     """Base class of the MIXERS entries (see the module docstring for the interface)."""
 
     slot = "mixer"
+    static_cache = True
 
     @staticmethod
     def num_params(cfg) -> int:
         raise NotImplementedError
+
+    @classmethod
+    def param_parts(cls, cfg) -> dict[str, int]:
+        return {}
 
     @staticmethod
     def flops_per_token(cfg) -> int:

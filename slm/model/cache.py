@@ -35,6 +35,11 @@ from slm.components.canon import CausalConvCanon, conv_continue
 from slm.model.config import ModelConfig
 
 
+def static_cache_ok(cfg: ModelConfig) -> bool:
+    """Whether every mixer of `cfg` can run on a static cache (CUDA-graph or compiled decoding)."""
+    return all(MIXERS.get(kind).static_cache for kind in set(cfg.layer_types))
+
+
 class KVCache:
     """Mixer states (keys and values, conv inputs) and Canon inputs of every block application, for `batch`
     rows and `capacity` slots."""

@@ -86,8 +86,9 @@ class ModelConfig:
     rotary_fraction: float = 1.0
     """Fraction of each head's channels that RoPE rotates (partial rotary)."""
     layer_types: list[str] = field(default_factory=lambda: ["attn"])
-    """Sequence mixer per layer: attn, local_attn (sliding window), conv (LFM2 short conv); n_layers entries,
-    or a shorter unit repeated over the layers, e.g. [local_attn, attn] (a string splits at commas)."""
+    """Sequence mixer per layer: attn, local_attn (sliding window), conv (LFM2 short conv), mac (Titans memory as
+    context); n_layers entries, or a shorter unit repeated over the layers, e.g. [local_attn, attn] (a string
+    splits at commas)."""
     mlp_types: list[str] = field(default_factory=lambda: ["dense"])
     """Feed-forward per layer: dense (one `mlp`), moe (experts of kind `mlp`); given like layer_types."""
     mlp: str = "swiglu"
@@ -127,6 +128,25 @@ class ModelConfig:
     """Soft-cap output logits as cap * tanh(z / cap); None disables."""
     conv_kernel: int = 3
     """Kernel of the conv mixer (LFM2's conv_L_cache): positions mixed, itself included."""
+    memory_layers: list[int] = field(default_factory=list)
+    """Blocks (0-based) whose mixer is Titans' memory as context (`mac`, slm.components.titans) whatever
+    layer_types says; [] none. The study's Titans-MAC: [0, 7, 14, 21]."""
+    memory_segment: int | None = None
+    """Positions per segment of a mac layer: attention runs within the segment (plus the persistent and
+    retrieved tokens), the neural memory carries what came before (required when there is a mac layer)."""
+    memory_chunk: int | None = None
+    """Tokens whose memory gradients are taken at the same weights (Titans' chunked training); divides
+    memory_segment (1: token by token); None: memory_segment."""
+    memory_depth: int = 2
+    """Layers of the memory MLP (1: a linear memory)."""
+    memory_hidden: int | None = None
+    """Hidden width of the memory MLP; None: its input width, d_model / memory_heads."""
+    memory_heads: int = 1
+    """Independent memories, each over d_model / memory_heads channels."""
+    persistent_tokens: int = 0
+    """Learned tokens prepended to every segment's attention in a mac layer (Titans' persistent memory)."""
+    memory_lr: float = 1.0
+    """Largest inner learning rate: the memory's step size is memory_lr * sigmoid(gate), per token."""
     canon: str = "conv"
     """Canon layer kind: conv (depthwise causal conv1d, residual) or conv_centered (the window centred on each
     position: a bidirectional model's choice)."""
@@ -301,12 +321,53 @@ class ModelConfig:
         if "D" in self.canon_set:
             raise _bad("canon_set", self.canon_set, "Canon D sits inside a dense MLP; moe layers have none")
 
+    def _check_memory(self) -> None:
+        """Place `memory_layers` into layer_types (one entry per block) and check the mac settings."""
+        layers = self.memory_layers
+        if not isinstance(layers, (list, tuple)) or len(set(layers)) != len(layers) or not all(
+                isinstance(i, int) and not isinstance(i, bool) and 0 <= i < self.n_layers for i in layers):
+            raise _bad("memory_layers", layers, f"distinct block indices in 0..{self.n_layers - 1} (n_layers - 1)")
+        self.memory_layers = sorted(layers)
+        if layers:
+            types = [self.layer_type(i) for i in range(self.n_layers)]
+            self.layer_types = ["mac" if i in layers else t for i, t in enumerate(types)]
+        if "mac" not in self.layer_types:
+            if self.memory_segment is not None:
+                raise _bad("memory_segment", self.memory_segment, "no mac layer to use it; set memory_layers or null")
+            return
+        if self.memory_segment is None:
+            raise _bad("memory_segment", None, "mac layers need a segment length (positions per segment)")
+        self._positive("memory_segment", "memory_depth", "memory_heads")
+        if self.memory_segment > self.context_length:
+            raise _bad("memory_segment", self.memory_segment, f"must be <= context_length={self.context_length}")
+        if self.memory_chunk is None:
+            self.memory_chunk = self.memory_segment
+        self._positive("memory_chunk")
+        if self.memory_segment % self.memory_chunk:
+            raise _bad("memory_chunk", self.memory_chunk, f"must divide memory_segment={self.memory_segment}")
+        if self.d_model % self.memory_heads:
+            raise _bad("memory_heads", self.memory_heads, f"must divide d_model={self.d_model}")
+        if self.memory_hidden is None:
+            self.memory_hidden = self.d_model // self.memory_heads
+        self._positive("memory_hidden")
+        if isinstance(self.persistent_tokens, bool) or not isinstance(self.persistent_tokens, int) \
+                or self.persistent_tokens < 0:
+            raise _bad("persistent_tokens", self.persistent_tokens, "must be an integer >= 0")
+        if isinstance(self.memory_lr, bool) or not isinstance(self.memory_lr, (int, float)) \
+                or not 0 < self.memory_lr < math.inf:
+            raise _bad("memory_lr", self.memory_lr, "must be a finite number > 0")
+        if not self.causal:
+            raise _bad("causal", self.causal, "mac layers (a memory learned left to right) need causal=true")
+        if "B" in self.canon_set:
+            raise _bad("canon_set", self.canon_set, "Canon B sits inside plain attention; mac layers have none")
+
     def _check_values(self) -> None:
         for name in ("layer_types", "mlp_types"):
             if len(getattr(self, name)) > self.n_layers:
                 raise _bad(name, getattr(self, name), f"has {len(getattr(self, name))} entries for n_layers="
                            f"{self.n_layers}: give one per layer or a shorter unit to repeat")
         self._check_moe()
+        self._check_memory()
         if "local_attn" in self.layer_types:
             if self.sliding_window is None:
                 raise _bad("sliding_window", None, f"layer_types {self.layer_types} has local_attn layers; set a window")

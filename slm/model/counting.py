@@ -17,7 +17,9 @@ FLOPS_CONVENTION = (
     "PaLM (Chowdhery et al. 2022, arXiv:2204.02311, App. B): 6*N + 12*L*H*hd*T per token for a "
     "forward+backward pass; N = non-embedding parameters applied per token (shared blocks once per "
     "application, only the routed experts of a mixture of experts) plus the output head d*V; the attention "
-    "term over attention layers only, T = context_length, or the sliding window on local layers"
+    "term over attention layers only, T = context_length, or the sliding window on local layers; a Titans mac "
+    "layer's T = its segment's keys (persistent tokens, memory reads, tokens), plus 18 per memory weight for "
+    "learning the memory"
 )
 
 
@@ -50,6 +52,29 @@ def block_params(cfg: ModelConfig, layer: int) -> int:
         + canon_params(cfg, "A", cfg.d_model)
         + canon_params(cfg, "C", cfg.d_model)
     )
+
+
+def breakdown(cfg: ModelConfig) -> dict[str, int]:
+    """Where params_total sits: embedding (and untied head, learned positions), the mixers by kind (and by part
+    where a mixer names its parts), feed-forwards by kind, norms, Canon layers. The values sum to params_total."""
+    head = cfg.vocab_size * cfg.d_model
+    parts = {"embedding": head + POSITIONS.get(cfg.position).num_params(cfg) + (0 if cfg.tie_embeddings else head)}
+
+    def add(name: str, n: int) -> None:
+        if n:
+            parts[name] = parts.get(name, 0) + n
+
+    norms_per_sublayer = 2 if cfg.norm_placement == "sandwich" else 1
+    for i in range(cfg.n_layers):
+        kind = cfg.layer_type(i)
+        mixer = MIXERS.get(kind)
+        for part, n in (mixer.param_parts(cfg) or {"": mixer.num_params(cfg)}).items():
+            add(f"{kind} layers" + (f": {part}" if part else ""), n)
+        add(f"{cfg.mlp_type(i)} feed-forwards", FFNS.get(cfg.mlp_type(i)).num_params(cfg))
+        add("norms", 2 * norms_per_sublayer * _norm_params(cfg))
+        add("canon layers", canon_params(cfg, "A", cfg.d_model) + canon_params(cfg, "C", cfg.d_model))
+    add("norms", 0 if cfg.norm_placement == "post" else _norm_params(cfg))
+    return parts
 
 
 def count(cfg: ModelConfig) -> Counts:

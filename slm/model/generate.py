@@ -20,7 +20,7 @@ from typing import Callable, Iterable
 
 import torch
 
-from slm.model.cache import KVCache
+from slm.model.cache import KVCache, static_cache_ok
 from slm.model.transformer import Transformer
 
 
@@ -45,7 +45,8 @@ def sample(logits: torch.Tensor, temperature: float = 0.0, top_k: int | None = N
 
 class Decoder:
     """Generation for batches of up to `batch_size` prompts with one preallocated cache of `capacity` slots
-    (default: the model's context). `cuda_graph` (default: on for CUDA) replays the captured step."""
+    (default: the model's context). `cuda_graph` (default: on for CUDA unless a mixer needs an eager cache,
+    as Titans' mac does) replays the captured step."""
 
     def __init__(self, model: Transformer, batch_size: int = 1, capacity: int | None = None,
                  cuda_graph: bool | None = None, compile: bool = False):
@@ -54,7 +55,9 @@ class Decoder:
         self.device, self.dtype = p.device, p.dtype
         self.batch_size = batch_size
         self.capacity = capacity or model.cfg.context_length
-        self.cuda_graph = self.device.type == "cuda" if cuda_graph is None else cuda_graph
+        if cuda_graph is None:  # on by default on CUDA, where every mixer can run on a static cache
+            cuda_graph = self.device.type == "cuda" and static_cache_ok(model.cfg)
+        self.cuda_graph = cuda_graph
         if self.cuda_graph and self.device.type != "cuda":
             raise ValueError("cuda_graph=True needs the model on a CUDA device")
         static = self.cuda_graph or compile  # fixed shapes: one graph for every step

@@ -1,0 +1,300 @@
+"""Titans' memory as context (Behrouz, Zhong, Mirrokni 2025, arXiv 2501.00663, Sec. 4.1), the `mac` mixer.
+
+The sequence is cut into segments of `memory_segment` positions. For each segment, in order:
+
+    h   = M(q)                      q = rms(x W_Q): a read of the neural memory for every segment token
+    y   = Attn([P || h || x])       persistent tokens P, the reads, the segment; causal within the segment
+    M  <- learn(M, k = rms(y W_K), v = y W_V)     (slm.components.memory: momentum, decay, chunked)
+
+and y (after the attention's output projection) is the layer's output. Attention never looks past its
+segment: what came before reaches it through the memory only. Keys and values of P, h and x use the
+attention's own projections (and its qk-norm); h and x are rotated at their token's position, P not.
+
+Two choices differ from the paper's figure, both for next-token prediction: a token sees the reads of its
+own and earlier segment tokens only (a read is a function of its token, so reading later ones would show
+it the future), and the paper's last step o = y * M*(y) is left out, because it reads the memory after it
+has learned the whole segment, later tokens included. The gates come from the token written:
+theta = memory_lr * sigmoid(.), eta = sigmoid(.), alpha = sigmoid(.), one linear map d -> 3 per memory head,
+whose zero-initialised bias is offset so that the memory starts at theta = 0.1 memory_lr, eta = 0.5,
+alpha = 0.0025 (GATE_START).
+
+With a KV cache, each row keeps its memory (weights and momentum), the current segment's keys and values
+and its attention outputs, which the memory learns once the segment is complete (before the next token):
+prefill then one token at a time computes what the whole-sequence forward does. Rows at different positions
+(padded batches) run one at a time. No static cache: the segment bookkeeping is Python-side.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from slm.components import memory
+from slm.components.attention import MultiHeadAttention
+from slm.components.mixer import MIXERS, Mixer
+from slm.components.position import apply_rotary
+
+GATE_START = {"theta": 0.1, "eta": 0.5, "alpha": 0.0025}
+"""Gate values at initialisation (theta as a fraction of memory_lr)."""
+
+
+def _wide(x: torch.Tensor) -> torch.Tensor:
+    """x in float32 at least: the memory learns and reads in float32 (float64 stays float64)."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
+def _logit(p: float) -> float:
+    return math.log(p / (1 - p))
+
+
+@dataclass
+class Carry:
+    """What a mac layer carries from one segment to the next, for a group of rows at the same position."""
+
+    weights: list[torch.Tensor]
+    """The memory, (B, Hm, d_in, d_out) per layer."""
+    momentum: list[torch.Tensor]
+    """Its surprise S, same shapes."""
+    seen: int
+    """Tokens seen so far."""
+    keys: torch.Tensor
+    """Keys of the current segment's reads and tokens, interleaved h_0, x_0, h_1, x_1, ...: (B, KV, 2 n, hd)."""
+    values: torch.Tensor
+    """Their values, likewise."""
+    outputs: torch.Tensor
+    """The current segment's attention outputs y (B, n, d): what the memory learns when the segment ends."""
+
+
+class MemoryState:
+    """A mac layer's slot in a KV cache: per row, the memory, its momentum, the tokens seen, and the current
+    segment's keys, values and outputs (buffers for a whole segment). Eager caches only."""
+
+    def __init__(self, cache, cfg, buffers: dict):
+        self.cache, self.segment = cache, cfg.memory_segment
+        self.weights, self.momentum = buffers["weights"], buffers["momentum"]
+        self.keys, self.values, self.outputs = buffers["keys"], buffers["values"], buffers["outputs"]
+        self.seen = [0] * cache.batch  # tokens per row
+        self.filled = [0] * cache.batch  # tokens of the current segment per row (its outputs not yet learned)
+        self.fresh = [True] * cache.batch  # memory still at its learned initial weights
+
+    def load(self, rows: slice, initial: list[torch.Tensor]) -> Carry:
+        """The carry of rows (all at one position)."""
+        b = rows.start
+        n = self.filled[b]
+        if self.fresh[b]:
+            B = rows.stop - rows.start
+            weights = [w.expand(B, *w.shape) for w in initial]
+            momentum = [torch.zeros_like(w) for w in weights]
+        else:
+            weights, momentum = [w[rows] for w in self.weights], [s[rows] for s in self.momentum]
+        return Carry(weights, momentum, self.seen[b], self.keys[rows, :, :2 * n], self.values[rows, :, :2 * n],
+                     self.outputs[rows, :n])
+
+    def store(self, rows: slice, carry: Carry) -> None:
+        n = carry.outputs.shape[1]
+        for buf, new in zip(self.weights + self.momentum, carry.weights + carry.momentum):
+            buf[rows] = new
+        self.keys[rows, :, :2 * n] = carry.keys
+        self.values[rows, :, :2 * n] = carry.values
+        self.outputs[rows, :n] = carry.outputs
+        for b in range(rows.start, rows.stop):
+            self.seen[b], self.filled[b], self.fresh[b] = carry.seen, n, False
+
+    def select(self, cache, rows: torch.Tensor) -> "MemoryState":
+        out = MemoryState.__new__(MemoryState)
+        out.cache, out.segment = cache, self.segment
+        pick = lambda t: t.index_select(0, rows)  # noqa: E731
+        out.weights, out.momentum = [pick(w) for w in self.weights], [pick(s) for s in self.momentum]
+        out.keys, out.values, out.outputs = pick(self.keys), pick(self.values), pick(self.outputs)
+        idx = rows.tolist()
+        out.seen, out.filled, out.fresh = ([lst[i] for i in idx] for lst in (self.seen, self.filled, self.fresh))
+        return out
+
+    def reset(self) -> None:
+        self.seen = [0] * len(self.seen)
+        self.filled = [0] * len(self.filled)
+        self.fresh = [True] * len(self.fresh)
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        return (*self.weights, *self.momentum, self.keys, self.values, self.outputs)
+
+
+@MIXERS.register("mac")
+class MemoryAsContext(Mixer):
+    """Segment attention over [persistent tokens || memory reads || segment], and a neural memory learned
+    from each segment's outputs (see the module docstring)."""
+
+    slot = "mac"
+    static_cache = False
+
+    def __init__(self, cfg):
+        super().__init__()
+        d, heads = cfg.d_model, cfg.memory_heads
+        self.segment, self.chunk, self.lr = cfg.memory_segment, cfg.memory_chunk, cfg.memory_lr
+        self.heads, self.width, self.eps = heads, d // heads, cfg.norm_eps
+        self.attn = MultiHeadAttention(cfg)  # the segment attention (its projections also see P and the reads)
+        self.to_q = nn.Linear(d, d, bias=cfg.bias)  # memory queries, keys and values
+        self.to_k = nn.Linear(d, d, bias=cfg.bias)
+        self.to_v = nn.Linear(d, d, bias=cfg.bias)
+        self.gates = nn.Linear(d, 3 * heads)  # theta, eta, alpha per memory head
+        self.register_buffer("gate_offset", torch.tensor(
+            [_logit(GATE_START["theta"]), _logit(GATE_START["eta"]), _logit(GATE_START["alpha"])]), persistent=False)
+        dims = memory.memory_dims(self.width, cfg.memory_hidden, cfg.memory_depth)
+        self.memory = nn.ParameterList(nn.Parameter(torch.empty(heads, i, o)) for i, o in zip(dims[:-1], dims[1:]))
+        self.persistent = nn.Parameter(torch.empty(cfg.persistent_tokens, d)) if cfg.persistent_tokens else None
+        self.init_weights(None)
+
+    def init_weights(self, init) -> None:
+        """The memory's initial weights N(0, 1) (each layer scales by 1/sqrt(d_in)), persistent tokens N(0, 1)
+        (like normalised inputs): neither follows init_std."""
+        for w in self.memory:
+            nn.init.normal_(w)
+        if self.persistent is not None:
+            nn.init.normal_(self.persistent)
+
+    @staticmethod
+    def memory_params(cfg) -> int:
+        """The memory MLP's initial weights (its state has as many numbers per row)."""
+        dims = memory.memory_dims(cfg.d_model // cfg.memory_heads, cfg.memory_hidden, cfg.memory_depth)
+        return cfg.memory_heads * sum(i * o for i, o in zip(dims[:-1], dims[1:]))
+
+    @classmethod
+    def param_parts(cls, cfg) -> dict[str, int]:
+        d = cfg.d_model
+        return {"attention": MultiHeadAttention.num_params(cfg),
+                "memory q/k/v projections": 3 * (d * d + (d if cfg.bias else 0)),
+                "memory MLP (initial weights)": cls.memory_params(cfg),
+                "memory gates": 3 * cfg.memory_heads * (d + 1),
+                "persistent tokens": cfg.persistent_tokens * d}
+
+    @classmethod
+    def num_params(cls, cfg) -> int:
+        return sum(cls.param_parts(cfg).values())
+
+    @staticmethod
+    def flops_per_token(cfg) -> int:
+        """Attention within a segment (12 H hd per key: P, the reads and the segment's tokens), plus the
+        memory beyond the 6 x its weights that 6N counts as one application: learning a token runs the MLP
+        forward and back and forms two weighted gradient sums, about 4 applications, 3x for the outer
+        backward: 24 - 6 = 18 per weight."""
+        keys = cfg.persistent_tokens + 2 * cfg.memory_segment
+        return 12 * cfg.n_heads * cfg.head_dim * keys + 18 * MemoryAsContext.memory_params(cfg)
+
+    @classmethod
+    def new_state(cls, cfg, cache) -> MemoryState:
+        if cache.static:
+            raise ValueError("mac layers (Titans memory) keep Python-side segment bookkeeping: they need an "
+                             "eager KV cache, not a static one (no CUDA graph or compiled decoding)")
+        B, S, heads = cache.batch, cfg.memory_segment, cfg.memory_heads
+        dims = memory.memory_dims(cfg.d_model // heads, cfg.memory_hidden, cfg.memory_depth)
+        wide = torch.promote_types(cache.dtype, torch.float32)
+        zeros = lambda *shape: torch.zeros(shape, device=cache.device, dtype=wide)  # noqa: E731
+        kv = lambda: torch.zeros(B, cfg.n_kv_heads, 2 * S, cfg.head_dim, device=cache.device, dtype=cache.dtype)  # noqa: E731
+        return MemoryState(cache, cfg, {
+            "weights": [zeros(B, heads, i, o) for i, o in zip(dims[:-1], dims[1:])],
+            "momentum": [zeros(B, heads, i, o) for i, o in zip(dims[:-1], dims[1:])],
+            "keys": kv(), "values": kv(),
+            "outputs": torch.zeros(B, S, cfg.d_model, device=cache.device, dtype=cache.dtype)})
+
+    # ------------------------------------------------------------------ pieces
+    def _split(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, N, d) -> unit-RMS (B, Hm, N, d / Hm), in float32 (the memory runs in float32 or wider)."""
+        B, N, _ = x.shape
+        x = _wide(x).view(B, N, self.heads, self.width).transpose(1, 2)
+        with torch.autocast(x.device.type, enabled=False):
+            return F.rms_norm(x, (self.width,), eps=self.eps)
+
+    def _learn(self, carry: Carry) -> Carry:
+        """The memory after the current segment's outputs; the segment's keys and outputs cleared."""
+        y = carry.outputs
+        B, n, _ = y.shape
+        k = self._split(self.to_k(y))
+        v = _wide(self.to_v(y)).view(B, n, self.heads, self.width).transpose(1, 2)
+        g = (_wide(self.gates(y)).view(B, n, 3, self.heads) + self.gate_offset[:, None]).permute(2, 0, 3, 1)
+        with torch.autocast(y.device.type, enabled=False):
+            theta, log_eta, log_keep = self.lr * torch.sigmoid(g[0]), F.logsigmoid(g[1]), F.logsigmoid(-g[2])
+            weights, momentum = memory.learn(carry.weights, carry.momentum, k, v, theta, log_eta, log_keep,
+                                             self.chunk)
+        empty = carry.keys[:, :, :0]
+        return Carry(weights, momentum, carry.seen, empty, empty, y[:, :0])
+
+    def _read(self, carry: Carry, x: torch.Tensor) -> torch.Tensor:
+        """Memory reads for tokens x (B, n, d) -> (B, n, d), in x's dtype."""
+        B, n, d = x.shape
+        q = self._split(self.to_q(x))
+        with torch.autocast(x.device.type, enabled=False):
+            h = memory.read(carry.weights, q)  # (B, Hm, n, width)
+        return h.transpose(1, 2).reshape(B, n, d).to(x.dtype)
+
+    def initial(self) -> list[torch.Tensor]:
+        """The memory's learned initial weights, in float32 (the memory runs in float32 or wider)."""
+        return [_wide(w) for w in self.memory]
+
+    def _run(self, x: torch.Tensor, rotary, carry: Carry) -> tuple[torch.Tensor, Carry]:
+        """x (B, T, d), rows at position carry.seen, RoPE tables for its T positions (or None) -> y (B, T, d)
+        and the carry after it."""
+        B, T, _ = x.shape
+        S = self.segment
+        q, k, v = self.attn.project(x)  # (B, heads, T, hd)
+        if self.persistent is not None:
+            _, pk, pv = self.attn.project(self.persistent[None].to(x.dtype))  # (1, KV, P, hd), no rotation
+            pk, pv = pk.expand(B, -1, -1, -1), pv.expand(B, -1, -1, -1)
+        out, at = [], 0
+        while at < T:
+            if carry.outputs.shape[1] == S:  # a complete segment not yet learned
+                carry = self._learn(carry)
+            local = carry.seen % S
+            n = min(T - at, S - local)
+            part = slice(at, at + n)
+            _, hk, hv = self.attn.project(self._read(carry, x[:, part]))
+            qi, ki = q[:, :, part], k[:, :, part]
+            if rotary is not None:
+                rot = tuple(t[..., part, :] for t in rotary)
+                qi, ki, hk = apply_rotary(qi, rot), apply_rotary(ki, rot), apply_rotary(hk, rot)
+            keys = torch.cat([carry.keys, torch.stack([hk, ki], dim=3).flatten(2, 3)], dim=2)  # (B, KV, 2 m, hd)
+            values = torch.cat([carry.values, torch.stack([hv, v[:, :, part]], dim=3).flatten(2, 3)], dim=2)
+            slot = torch.arange(keys.shape[2], device=x.device) // 2  # segment position of each key
+            mask = slot[None, :] <= torch.arange(local, local + n, device=x.device)[:, None]  # (n, 2 m)
+            all_keys, all_values = keys, values
+            if self.persistent is not None:
+                all_keys, all_values = torch.cat([pk, keys], dim=2), torch.cat([pv, values], dim=2)
+                mask = torch.cat([mask.new_ones(n, pk.shape[2]), mask], dim=1)
+            y = self.attn.proj(self.attn.attend(qi, all_keys, all_values, mask, causal=False))  # (B, n, d)
+            carry = Carry(carry.weights, carry.momentum, carry.seen + n, keys, values,
+                          torch.cat([carry.outputs, y], dim=1))
+            out.append(y)
+            at += n
+        return torch.cat(out, dim=1), carry
+
+    def _fresh(self, batch: int, x: torch.Tensor) -> Carry:
+        weights = [w.expand(batch, *w.shape) for w in self.initial()]
+        H, hd = self.attn.n_kv_heads, self.attn.head_dim
+        empty = x.new_zeros(batch, H, 0, hd)
+        return Carry(weights, [torch.zeros_like(w) for w in weights], 0, empty, empty, x[:, :0])
+
+    def forward(self, x: torch.Tensor, seq, kv=None) -> torch.Tensor:
+        rotary = seq.rotary(False)
+        if kv is None:
+            return self._run(x, rotary, self._fresh(x.shape[0], x))[0]
+        state: MemoryState = kv.state
+        B, T, _ = x.shape
+        lengths = seq.cache.lengths
+        counts = [T] * B if lengths is None else lengths.tolist()
+        if len(set(state.seen)) == 1 and len(set(state.fresh)) == 1 and set(counts) == {T}:
+            y, carry = self._run(x, rotary, state.load(slice(0, B), self.initial()))
+            state.store(slice(0, B), carry)
+            return y
+        y = torch.zeros_like(x)  # rows at different positions: one at a time (padding outputs stay 0)
+        for b, n in enumerate(counts):
+            if n == 0:
+                continue
+            rows = slice(b, b + 1)
+            rot = None if rotary is None else tuple(t[rows if t.dim() == 4 else slice(None)][..., :n, :]
+                                                    for t in rotary)
+            y[rows, :n], carry = self._run(x[rows, :n], rot, state.load(rows, self.initial()))
+            state.store(rows, carry)
+        return y

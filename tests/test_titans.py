@@ -1,0 +1,178 @@
+"""Titans' neural memory and the mac mixer: the chunked update against a token-by-token reference whose
+gradients come from autograd, a float64 gradcheck of the whole layer, caching, config and counts."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from slm.components import memory
+from slm.components.position import RoPE
+from slm.components.titans import MemoryAsContext
+from slm.model.cache import KVCache, static_cache_ok
+from slm.model.config import ConfigError, ModelConfig
+from slm.model.counting import breakdown, count
+from slm.model.generate import Decoder, generate
+from slm.model.transformer import SequenceContext, Transformer
+
+
+def mlp(weights, x):
+    """The memory MLP as the paper writes it, per memory head: SiLU between layers, each W / sqrt(d_in)."""
+    for i, w in enumerate(weights):
+        x = (F.silu(x) if i else x) @ w / w.shape[0] ** 0.5
+    return x
+
+
+def token_by_token(weights, momentum, k, v, theta, eta, alpha, chunk):
+    """The recurrence one token at a time, for one row and head; the gradient of token t by autograd at the
+    weights of its chunk's start (chunk 1: at M_{t-1}, the plain recurrence)."""
+    weights = [w.clone() for w in weights]
+    momentum = [s.clone() for s in momentum]
+    for t in range(k.shape[0]):
+        if t % chunk == 0:
+            anchor = [w.detach().clone().requires_grad_(True) for w in weights]
+        loss = (mlp(anchor, k[t]) - v[t]).pow(2).sum()
+        grads = torch.autograd.grad(loss, anchor)
+        momentum = [eta[t] * s - theta[t] * g for s, g in zip(momentum, grads)]
+        weights = [(1 - alpha[t]) * w + s for w, s in zip(weights, momentum)]
+    return weights, momentum
+
+
+def random_memory(B=2, H=2, N=12, d=5, hidden=7, depth=2, dtype=torch.float64):
+    g = torch.Generator().manual_seed(1)
+    dims = memory.memory_dims(d, hidden, depth)
+    weights = [torch.randn(B, H, i, o, generator=g, dtype=dtype) for i, o in zip(dims[:-1], dims[1:])]
+    momentum = [0.1 * torch.randn(B, H, i, o, generator=g, dtype=dtype) for i, o in zip(dims[:-1], dims[1:])]
+    k = F.normalize(torch.randn(B, H, N, d, generator=g, dtype=dtype), dim=-1) * d**0.5
+    v = torch.randn(B, H, N, d, generator=g, dtype=dtype)
+    theta = 0.3 * torch.rand(B, H, N, generator=g, dtype=dtype)
+    eta = torch.rand(B, H, N, generator=g, dtype=dtype)
+    alpha = 0.2 * torch.rand(B, H, N, generator=g, dtype=dtype)
+    return weights, momentum, k, v, theta, eta, alpha
+
+
+@pytest.mark.parametrize("chunk, depth", [(1, 2), (4, 2), (12, 2), (5, 3), (3, 1)])
+def test_chunked_update_equals_token_by_token_reference(chunk, depth):
+    weights, momentum, k, v, theta, eta, alpha = random_memory(depth=depth)
+    got_w, got_s = memory.learn(weights, momentum, k, v, theta, eta.log(), (1 - alpha).log(), chunk)
+    for b in range(2):
+        for h in range(2):
+            ref_w, ref_s = token_by_token([w[b, h] for w in weights], [s[b, h] for s in momentum], k[b, h], v[b, h],
+                                          theta[b, h], eta[b, h], alpha[b, h], chunk)
+            for got, ref in zip(got_w + got_s, ref_w + ref_s):
+                torch.testing.assert_close(got[b, h], ref, rtol=1e-10, atol=1e-10)
+
+
+def test_chunk_size_changes_the_gradients_taken():
+    """Chunking is an approximation: gradients at the chunk's first weights, not the latest."""
+    weights, momentum, k, v, theta, eta, alpha = random_memory()
+    one = memory.learn(weights, momentum, k, v, theta, eta.log(), (1 - alpha).log(), 1)[0]
+    whole = memory.learn(weights, momentum, k, v, theta, eta.log(), (1 - alpha).log(), 12)[0]
+    assert (one[0] - whole[0]).abs().max() > 1e-3
+
+
+def test_strong_decay_over_a_long_chunk_stays_finite():
+    weights, momentum, k, v, theta, eta, alpha = random_memory(N=512, B=1, H=1)
+    w, s = memory.learn(weights, momentum, k, v, theta, torch.full_like(eta, 1e-4).log(),
+                        torch.full_like(alpha, 1e-6).log(), 512)
+    assert all(torch.isfinite(t).all() for t in w + s)
+
+
+def tiny_cfg(**kw) -> ModelConfig:
+    base = dict(n_layers=2, d_model=8, n_heads=2, n_kv_heads=1, vocab_size=11, context_length=16, memory_layers=[0],
+                memory_segment=3, memory_heads=2, memory_hidden=3, persistent_tokens=2)
+    return ModelConfig(**{**base, **kw})
+
+
+def test_gradcheck_of_the_whole_memory_layer():
+    """d(output)/d(input and every parameter) by autograd through the memory's hand-written gradients,
+    against finite differences, in float64."""
+    cfg = tiny_cfg()  # no qk-norm: RMSNorm computes in float32 by design
+    layer = MemoryAsContext(cfg).double()
+    names = [n for n, _ in layer.named_parameters()]
+    params = [p.detach().clone().requires_grad_(True) for _, p in layer.named_parameters()]
+    x = torch.randn(1, 7, cfg.d_model, dtype=torch.float64, requires_grad=True)  # 3 segments, the last partial
+    seq = SequenceContext(cfg, RoPE.from_config(cfg), torch.arange(7), torch.float64)
+
+    def run(x, *params):
+        return torch.func.functional_call(layer, dict(zip(names, params)), (x, seq))
+
+    assert torch.autograd.gradcheck(run, (x, *params), eps=1e-6, atol=1e-5, rtol=1e-4)
+
+
+def test_memory_carries_information_across_segments_and_nothing_leaks_backward():
+    cfg = tiny_cfg(n_layers=1, context_length=12)
+    torch.manual_seed(0)
+    model = Transformer(cfg).eval()
+    idx = torch.randint(0, 11, (1, 12))
+    changed = idx.clone()
+    changed[0, 1] = (idx[0, 1] + 1) % 11  # a token of the first segment
+    a, b = model(idx), model(changed)
+    assert torch.equal(a[0, 0], b[0, 0])  # causal: position 0 does not see position 1
+    assert (a[0, 3:] - b[0, 3:]).abs().max() > 0  # later segments see it, through the memory only
+    late = changed.clone()
+    late[0, 10] = (idx[0, 10] + 1) % 11
+    assert torch.equal(model(late)[0, :10], b[0, :10])
+
+
+def test_cache_prefill_then_steps_and_padded_rows_match_the_whole_sequence():
+    cfg = tiny_cfg(n_layers=3, memory_layers=[0, 2], d_model=16, memory_chunk=1, context_length=24)
+    model = Transformer(cfg).eval()
+    idx = torch.randint(0, 11, (2, 20))
+    with torch.no_grad():
+        full = model(idx)
+        cache = KVCache(cfg, 2, 24)
+        steps = [model(idx[:, :4], cache)] + [model(idx[:, t:t + 1], cache) for t in range(4, 20)]
+        torch.testing.assert_close(torch.cat(steps, 1), full, rtol=1e-5, atol=1e-5)
+        cache = KVCache(cfg, 2, 24)  # rows at different positions, then together again, then copied
+        first = model(torch.stack([idx[0, :7], idx[1, :7]]), cache, torch.tensor([7, 2]))
+        torch.testing.assert_close(first[0], full[0, :7], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(first[1, :2], full[1, :2], rtol=1e-5, atol=1e-5)
+        second = model(torch.stack([idx[0, 7:12], idx[1, 2:7]]), cache)
+        torch.testing.assert_close(second, torch.stack([full[0, 7:12], full[1, 2:7]]), rtol=1e-5, atol=1e-5)
+        copy = cache.select(torch.tensor([1, 1]))
+        third = model(idx[1:, 7:10].repeat(2, 1), copy)
+        torch.testing.assert_close(third, full[1:, 7:10].repeat(2, 1, 1), rtol=1e-5, atol=1e-5)
+
+
+def test_generation_runs_on_the_eager_cache_only():
+    cfg = tiny_cfg(context_length=24)
+    model = Transformer(cfg).eval()
+    assert not static_cache_ok(cfg) and static_cache_ok(ModelConfig(n_heads=2))
+    with pytest.raises(ValueError, match="eager KV cache"):
+        KVCache(cfg, 1, 8, static=True)
+    prompts = [[1, 2, 3, 4, 5], [6, 7]]
+    out = generate(model, prompts, 9)
+    for p, o in zip(prompts, out):  # greedy batch decoding = one row at a time = argmax of whole forwards
+        ids = list(p)
+        for _ in range(9):
+            ids.append(int(model(torch.tensor([ids]))[0, -1].argmax()))
+        assert o == ids[len(p):]
+    assert Decoder(model).cuda_graph is False
+
+
+def test_counts_breakdown_and_the_preset():
+    for kw in (dict(), dict(bias=True, memory_depth=3, memory_heads=1, memory_hidden=5), dict(memory_depth=1),
+               dict(layer_types=["attn", "conv"], memory_layers=[1], canon_set="AC")):
+        cfg = tiny_cfg(**kw)
+        assert count(cfg).params_total == Transformer(cfg).num_params() == sum(breakdown(cfg).values())
+    cfg = tiny_cfg(n_layers=3, layer_types=["conv"], memory_layers=[2])
+    assert cfg.layer_types == ["conv", "conv", "mac"] and ModelConfig(**cfg.to_dict()) == cfg
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(memory_layers=[2]), "memory_layers"),
+    (dict(memory_layers=[0, 0]), "memory_layers"),
+    (dict(memory_segment=None), "memory_segment"),
+    (dict(memory_layers=[], memory_segment=3), "no mac layer"),
+    (dict(memory_chunk=2), "memory_chunk"),
+    (dict(memory_heads=3), "memory_heads"),
+    (dict(causal=False), "causal"),
+    (dict(canon_set="B"), "Canon B"),
+    (dict(memory_lr=0), "memory_lr"),
+    (dict(memory_segment=17), "context_length"),
+])
+def test_bad_memory_settings_name_the_field(kw, match):
+    with pytest.raises(ConfigError, match=match):
+        tiny_cfg(**kw)
