@@ -18,8 +18,9 @@ help:
 	@echo "make plots RESULTS=file     redraw the six plots from a results table"
 	@echo "make test-slurm the Slurm tests on a local single-node cluster (root; installs Slurm from apt)"
 	@echo "make bench      benchmarks: slm-train vs a bare PyTorch loop, data loader share, tokenizers, decode and"
-	@echo "                scoring speed against transformers / lm-eval, a MoE step against its dense twin, AR vs"
-	@echo "                masked-diffusion decoding of one shape"
+	@echo "                scoring speed against transformers / lm-eval, a MoE step against its dense twin, a Titans"
+	@echo "                memory layer's forward+backward against plain attention, AR vs masked-diffusion"
+	@echo "                decoding of one shape"
 
 install: $(STAMP)
 
@@ -66,6 +67,7 @@ bench: install
 	$(BIN)/python bench/train_overhead.py
 	$(BIN)/python bench/eval_speed.py --threads 1
 	$(BIN)/python bench/moe_step.py --threads 1
+	$(BIN)/python bench/titans_step.py --threads 1
 	$(BIN)/python bench/diffusion_decode.py --threads 1
 
 # Redraw the six analysis plots (PNG + SVG) from a results table written by slm-collect:

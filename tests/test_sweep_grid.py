@@ -104,6 +104,9 @@ def test_sweep_files_compose_as_documented(tmp_path):
     assert moe == [("327,371,136", "67,258,752")] * 3
     lfm2 = re.findall(r"^model=lfm2,train\.seed=\d\s+32\s+384\s+([\d,]+)", seeds.stdout, re.M)
     assert lfm2 == ["79,235,136"] * 3
+    titans = re.findall(r"^model\.n_layers=28,model=titans_mac,train\.seed=\d\s+28\s+384\s+([\d,]+)", seeds.stdout,
+                        re.M)
+    assert titans == ["67,757,964"] * 3
     assert "note: sliding_window=1024 >= context_length=1024: the sliding window has no effect" in seeds.stdout
 
     cpu = slm(tmp_path, "-m", "sweep=cpu_default", "hydra.sweeper.dry_run=true")

@@ -8,6 +8,9 @@ import torch
 import torch.nn.functional as F
 
 from slm.components import memory
+from slm.data.tokenizers import CharTokenizer
+from slm.eval.lm import SLMLM
+from slm.eval.offline_tasks import mc_documents, speeches
 from slm.components.position import RoPE
 from slm.components.titans import MemoryAsContext
 from slm.model.cache import KVCache, static_cache_ok
@@ -15,6 +18,8 @@ from slm.model.config import ConfigError, ModelConfig
 from slm.model.counting import breakdown, count
 from slm.model.generate import Decoder, generate
 from slm.model.transformer import SequenceContext, Transformer
+from slm.model.weights import save_model
+from slm.runs.record import update_record
 
 
 def mlp(weights, x):
@@ -176,3 +181,29 @@ def test_counts_breakdown_and_the_preset():
 def test_bad_memory_settings_name_the_field(kw, match):
     with pytest.raises(ConfigError, match=match):
         tiny_cfg(**kw)
+
+
+def test_lm_eval_scores_match_the_whole_sequence_forward(tmp_path):
+    """The `slm` lm-eval model on a mac model: prefix sharing (contexts prefilled once into a padded cache,
+    rows copied per continuation) scores what one whole-sequence forward does."""
+    from lm_eval.api.instance import Instance
+
+    text = "\n\n".join("\n".join(s) for s in speeches())
+    tok = CharTokenizer(CharTokenizer.select(CharTokenizer.fit_counts([text]), None), unk=False, eot=False)
+    cfg = tiny_cfg(d_model=32, vocab_size=tok.vocab_size, context_length=64, memory_segment=8, memory_chunk=4)
+    model = Transformer(cfg)
+    save_model(model, tmp_path / "model")
+    tok.save(tmp_path / "model")
+    update_record(tmp_path, status="completed", eval={"val_nll": 4.0, "val_ppl": 54.6})
+    lm = SLMLM(pretrained=str(tmp_path), batch_size=8, device="cpu")
+    docs = mc_documents()[:3]
+    args = [(d["context"], c) for d in docs for c in d["choices"]]
+    requests = [Instance("loglikelihood", {}, a, i) for i, a in enumerate(args)]
+    shared = lm.loglikelihood(requests, disable_tqdm=True)
+    for (context, cont), (score, _) in zip(args, shared):
+        ctx_ids, cont_ids = lm._encode_pair(context, cont)
+        ids = (ctx_ids + cont_ids)[-65:]
+        with torch.no_grad():
+            logp = lm.model(torch.tensor([ids[:-1]])).log_softmax(-1)[0]
+        ref = float(sum(logp[t - 1, ids[t]] for t in range(len(ids) - len(cont_ids), len(ids))))
+        assert score == pytest.approx(ref, abs=1e-4)

@@ -192,13 +192,17 @@ NEW_FAMILIES = {
              "model.d_ff=128", "model.context_length=128"],
     "moe": ["model=moe", "model.n_layers=2", "model.d_model=64", "model.head_dim=16", "model.n_kv_heads=2",
             "model.n_experts=4", "model.expert_d_ff=64", "model.context_length=128", "model.moe_z_coef=0.001"],
+    "titans_mac": ["model=titans_mac", "model.n_layers=3", "model.memory_layers=[0,2]", "model.d_model=64",
+                   "model.head_dim=16", "model.n_kv_heads=2", "model.context_length=128", "model.memory_segment=32",
+                   "model.persistent_tokens=4"],
 }
 
 
 @pytest.mark.parametrize("family", NEW_FAMILIES)
 def test_new_families_train_resume_exactly_and_are_scored(tmp_path, family):
-    """LFM2 (conv state) and MoE (routing, auxiliary losses, per-expert load) through slm-train: a run killed
-    mid-way resumes to the weights, loss curve and record of an uninterrupted one, and is scored by lm-eval."""
+    """LFM2 (conv state), MoE (routing, auxiliary losses, per-expert load) and Titans-MAC (a memory learned in the
+    forward pass) through slm-train: a run killed mid-way resumes to the weights, loss curve and record of an
+    uninterrupted one, and is scored by lm-eval."""
     args = [*[o for o in FAST if o not in ("model=debug", "eval=none")], *NEW_FAMILIES[family], "train.steps=40",
             "train.ckpt_interval=10", "train.val_interval=20", "eval.limit=4", "eval.throughput.prompt_tokens=8",
             "eval.throughput.new_tokens=8"]

@@ -4,19 +4,28 @@ The sequence is cut into segments of `memory_segment` positions. For each segmen
 
     h   = M(q)                      q = rms(x W_Q): a read of the neural memory for every segment token
     y   = Attn([P || h || x])       persistent tokens P, the reads, the segment; causal within the segment
-    M  <- learn(M, k = rms(y W_K), v = y W_V)     (slm.components.memory: momentum, decay, chunked)
+    M  <- learn(M, k = rms(u W_K), v = u W_V)     u = x + y; slm.components.memory: momentum, decay, chunked
 
 and y (after the attention's output projection) is the layer's output. Attention never looks past its
 segment: what came before reaches it through the memory only. Keys and values of P, h and x use the
 attention's own projections (and its qk-norm); h and x are rotated at their token's position, P not.
 
-Two choices differ from the paper's figure, both for next-token prediction: a token sees the reads of its
-own and earlier segment tokens only (a read is a function of its token, so reading later ones would show
-it the future), and the paper's last step o = y * M*(y) is left out, because it reads the memory after it
-has learned the whole segment, later tokens included. The gates come from the token written:
-theta = memory_lr * sigmoid(.), eta = sigmoid(.), alpha = sigmoid(.), one linear map d -> 3 per memory head,
-whose zero-initialised bias is offset so that the memory starts at theta = 0.1 memory_lr, eta = 0.5,
-alpha = 0.0025 (GATE_START).
+Where this differs from the paper, and why:
+- a token sees the reads of its own and earlier segment tokens only: a read is a function of its token, so
+  reading later ones would show it the future (the paper's figure draws the reads as a prefix);
+- the paper's last step o = y * M*(y) is left out: it reads the memory after it has learned the whole
+  segment, later tokens included;
+- the memory learns from u = x + y (the layer's input plus the attention output) rather than y alone: at
+  initialisation y is a near-uniform average over the segment with no token identity to key on, and on the
+  synthetic recall task (bench/titans_recall.py) a memory learning from y alone did not start to learn;
+- the step size is theta_t = (memory_lr / memory_segment) * sigmoid(.): the paper's chunk update sums its
+  tokens' gradients, so with similar keys a segment's step grows with its length; scaled by the segment,
+  the whole segment's step stays below the point where the memory's own regression diverges (about 1 / 1.4
+  for unit-RMS keys and a 2-layer memory), whatever the keys, while chunk 1 and chunk S keep the same
+  per-token steps (only where the gradients are taken differs).
+The gates come from the token written: theta as above, eta = sigmoid(.), alpha = sigmoid(.), one linear
+map d -> 3 per memory head, whose zero-initialised bias is offset so that the memory starts at theta =
+0.5 memory_lr / memory_segment, eta = 0.5, alpha = 0.0025 (GATE_START).
 
 With a KV cache, each row keeps its memory (weights and momentum), the current segment's keys and values
 and its attention outputs, which the memory learns once the segment is complete (before the next token):
@@ -38,8 +47,8 @@ from slm.components.attention import MultiHeadAttention
 from slm.components.mixer import MIXERS, Mixer
 from slm.components.position import apply_rotary
 
-GATE_START = {"theta": 0.1, "eta": 0.5, "alpha": 0.0025}
-"""Gate values at initialisation (theta as a fraction of memory_lr)."""
+GATE_START = {"theta": 0.5, "eta": 0.5, "alpha": 0.0025}
+"""Gate values at initialisation (theta as a fraction of its largest value, memory_lr / memory_segment)."""
 
 
 def _wide(x: torch.Tensor) -> torch.Tensor:
@@ -134,7 +143,8 @@ class MemoryAsContext(Mixer):
     def __init__(self, cfg):
         super().__init__()
         d, heads = cfg.d_model, cfg.memory_heads
-        self.segment, self.chunk, self.lr = cfg.memory_segment, cfg.memory_chunk, cfg.memory_lr
+        self.segment, self.chunk = cfg.memory_segment, cfg.memory_chunk
+        self.lr = cfg.memory_lr / cfg.memory_segment  # largest step per token
         self.heads, self.width, self.eps = heads, d // heads, cfg.norm_eps
         self.attn = MultiHeadAttention(cfg)  # the segment attention (its projections also see P and the reads)
         self.to_q = nn.Linear(d, d, bias=cfg.bias)  # memory queries, keys and values
@@ -264,8 +274,9 @@ class MemoryAsContext(Mixer):
                 all_keys, all_values = torch.cat([pk, keys], dim=2), torch.cat([pv, values], dim=2)
                 mask = torch.cat([mask.new_ones(n, pk.shape[2]), mask], dim=1)
             y = self.attn.proj(self.attn.attend(qi, all_keys, all_values, mask, causal=False))  # (B, n, d)
+            written = x[:, part] + y  # what the memory learns: the token after attention (see module docstring)
             carry = Carry(carry.weights, carry.momentum, carry.seen + n, keys, values,
-                          torch.cat([carry.outputs, y], dim=1))
+                          torch.cat([carry.outputs, written], dim=1))
             out.append(y)
             at += n
         return torch.cat(out, dim=1), carry

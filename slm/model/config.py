@@ -146,7 +146,8 @@ class ModelConfig:
     persistent_tokens: int = 0
     """Learned tokens prepended to every segment's attention in a mac layer (Titans' persistent memory)."""
     memory_lr: float = 1.0
-    """Largest inner learning rate: the memory's step size is memory_lr * sigmoid(gate), per token."""
+    """Largest inner learning rate of a whole segment: each token's step is memory_lr / memory_segment *
+    sigmoid(gate)."""
     canon: str = "conv"
     """Canon layer kind: conv (depthwise causal conv1d, residual) or conv_centered (the window centred on each
     position: a bidirectional model's choice)."""
