@@ -3,6 +3,8 @@ gradients come from autograd, a float64 gradcheck of the whole layer, caching, c
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -46,9 +48,9 @@ def token_by_token(weights, momentum, k, v, theta, eta, alpha, chunk):
 
 def random_memory(B=2, H=2, N=12, d=5, hidden=7, depth=2, dtype=torch.float64):
     g = torch.Generator().manual_seed(1)
-    dims = memory.memory_dims(d, hidden, depth)
-    weights = [torch.randn(B, H, i, o, generator=g, dtype=dtype) for i, o in zip(dims[:-1], dims[1:])]
-    momentum = [0.1 * torch.randn(B, H, i, o, generator=g, dtype=dtype) for i, o in zip(dims[:-1], dims[1:])]
+    shapes = memory.layer_shapes(SimpleNamespace(d_model=d, memory_heads=1, memory_hidden=hidden, memory_depth=depth))
+    weights = [torch.randn(B, H, i, o, generator=g, dtype=dtype) for i, o in shapes]
+    momentum = [0.1 * torch.randn(B, H, i, o, generator=g, dtype=dtype) for i, o in shapes]
     k = F.normalize(torch.randn(B, H, N, d, generator=g, dtype=dtype), dim=-1) * d**0.5
     v = torch.randn(B, H, N, d, generator=g, dtype=dtype)
     theta = 0.3 * torch.rand(B, H, N, generator=g, dtype=dtype)

@@ -35,9 +35,11 @@ import torch
 import torch.nn.functional as F
 
 
-def memory_dims(width: int, hidden: int, depth: int) -> list[int]:
-    """Widths through the memory MLP: width -> hidden -> ... -> width (depth layers)."""
-    return [width] + [hidden] * (depth - 1) + [width]
+def layer_shapes(cfg) -> list[tuple[int, int]]:
+    """(d_in, d_out) of each layer of one memory head: d -> hidden -> ... -> d, d = d_model / memory_heads."""
+    width = cfg.d_model // cfg.memory_heads
+    dims = [width] + [cfg.memory_hidden] * (cfg.memory_depth - 1) + [width]
+    return list(zip(dims[:-1], dims[1:]))
 
 
 def _silu_grad(z: torch.Tensor) -> torch.Tensor:

@@ -87,20 +87,19 @@ class MemoryState:
         self.weights, self.momentum = buffers["weights"], buffers["momentum"]
         self.keys, self.values, self.outputs = buffers["keys"], buffers["values"], buffers["outputs"]
         self.seen = [0] * cache.batch  # tokens per row
-        self.filled = [0] * cache.batch  # tokens of the current segment per row (its outputs not yet learned)
-        self.fresh = [True] * cache.batch  # memory still at its learned initial weights
 
     def load(self, rows: slice, initial: list[torch.Tensor]) -> Carry:
-        """The carry of rows (all at one position)."""
-        b = rows.start
-        n = self.filled[b]
-        if self.fresh[b]:
+        """The carry of rows (all at one position). A row that has seen nothing holds the initial memory; one
+        that has holds the outputs of its current segment, a complete one until the next token learns it."""
+        seen = self.seen[rows.start]
+        n = (seen - 1) % self.segment + 1 if seen else 0
+        if not seen:
             B = rows.stop - rows.start
             weights = [w.expand(B, *w.shape) for w in initial]
             momentum = [torch.zeros_like(w) for w in weights]
         else:
             weights, momentum = [w[rows] for w in self.weights], [s[rows] for s in self.momentum]
-        return Carry(weights, momentum, self.seen[b], self.keys[rows, :, :2 * n], self.values[rows, :, :2 * n],
+        return Carry(weights, momentum, seen, self.keys[rows, :, :2 * n], self.values[rows, :, :2 * n],
                      self.outputs[rows, :n])
 
     def store(self, rows: slice, carry: Carry) -> None:
@@ -110,8 +109,7 @@ class MemoryState:
         self.keys[rows, :, :2 * n] = carry.keys
         self.values[rows, :, :2 * n] = carry.values
         self.outputs[rows, :n] = carry.outputs
-        for b in range(rows.start, rows.stop):
-            self.seen[b], self.filled[b], self.fresh[b] = carry.seen, n, False
+        self.seen[rows] = [carry.seen] * (rows.stop - rows.start)
 
     def select(self, cache, rows: torch.Tensor) -> "MemoryState":
         out = MemoryState.__new__(MemoryState)
@@ -119,14 +117,11 @@ class MemoryState:
         pick = lambda t: t.index_select(0, rows)  # noqa: E731
         out.weights, out.momentum = [pick(w) for w in self.weights], [pick(s) for s in self.momentum]
         out.keys, out.values, out.outputs = pick(self.keys), pick(self.values), pick(self.outputs)
-        idx = rows.tolist()
-        out.seen, out.filled, out.fresh = ([lst[i] for i in idx] for lst in (self.seen, self.filled, self.fresh))
+        out.seen = [self.seen[i] for i in rows.tolist()]
         return out
 
     def reset(self) -> None:
         self.seen = [0] * len(self.seen)
-        self.filled = [0] * len(self.filled)
-        self.fresh = [True] * len(self.fresh)
 
     def tensors(self) -> tuple[torch.Tensor, ...]:
         return (*self.weights, *self.momentum, self.keys, self.values, self.outputs)
@@ -153,8 +148,7 @@ class MemoryAsContext(Mixer):
         self.gates = nn.Linear(d, 3 * heads)  # theta, eta, alpha per memory head
         self.register_buffer("gate_offset", torch.tensor(
             [_logit(GATE_START["theta"]), _logit(GATE_START["eta"]), _logit(GATE_START["alpha"])]), persistent=False)
-        dims = memory.memory_dims(self.width, cfg.memory_hidden, cfg.memory_depth)
-        self.memory = nn.ParameterList(nn.Parameter(torch.empty(heads, i, o)) for i, o in zip(dims[:-1], dims[1:]))
+        self.memory = nn.ParameterList(nn.Parameter(torch.empty(heads, i, o)) for i, o in memory.layer_shapes(cfg))
         self.persistent = nn.Parameter(torch.empty(cfg.persistent_tokens, d)) if cfg.persistent_tokens else None
         self.init_weights(None)
 
@@ -169,8 +163,7 @@ class MemoryAsContext(Mixer):
     @staticmethod
     def memory_params(cfg) -> int:
         """The memory MLP's initial weights (its state has as many numbers per row)."""
-        dims = memory.memory_dims(cfg.d_model // cfg.memory_heads, cfg.memory_hidden, cfg.memory_depth)
-        return cfg.memory_heads * sum(i * o for i, o in zip(dims[:-1], dims[1:]))
+        return cfg.memory_heads * sum(i * o for i, o in memory.layer_shapes(cfg))
 
     @classmethod
     def param_parts(cls, cfg) -> dict[str, int]:
@@ -200,13 +193,12 @@ class MemoryAsContext(Mixer):
             raise ValueError("mac layers (Titans memory) keep Python-side segment bookkeeping: they need an "
                              "eager KV cache, not a static one (no CUDA graph or compiled decoding)")
         B, S, heads = cache.batch, cfg.memory_segment, cfg.memory_heads
-        dims = memory.memory_dims(cfg.d_model // heads, cfg.memory_hidden, cfg.memory_depth)
         wide = torch.promote_types(cache.dtype, torch.float32)
         zeros = lambda *shape: torch.zeros(shape, device=cache.device, dtype=wide)  # noqa: E731
         kv = lambda: torch.zeros(B, cfg.n_kv_heads, 2 * S, cfg.head_dim, device=cache.device, dtype=cache.dtype)  # noqa: E731
         return MemoryState(cache, cfg, {
-            "weights": [zeros(B, heads, i, o) for i, o in zip(dims[:-1], dims[1:])],
-            "momentum": [zeros(B, heads, i, o) for i, o in zip(dims[:-1], dims[1:])],
+            "weights": [zeros(B, heads, i, o) for i, o in memory.layer_shapes(cfg)],
+            "momentum": [zeros(B, heads, i, o) for i, o in memory.layer_shapes(cfg)],
             "keys": kv(), "values": kv(),
             "outputs": torch.zeros(B, S, cfg.d_model, device=cache.device, dtype=cache.dtype)})
 
@@ -295,7 +287,7 @@ class MemoryAsContext(Mixer):
         B, T, _ = x.shape
         lengths = seq.cache.lengths
         counts = [T] * B if lengths is None else lengths.tolist()
-        if len(set(state.seen)) == 1 and len(set(state.fresh)) == 1 and set(counts) == {T}:
+        if len(set(state.seen)) == 1 and set(counts) == {T}:
             y, carry = self._run(x, rotary, state.load(slice(0, B), self.initial()))
             state.store(slice(0, B), carry)
             return y

@@ -264,6 +264,12 @@ class ModelConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise _bad(name, value, "must be a positive integer")
 
+    def _nonnegative(self, *names: str) -> None:
+        for name in names:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise _bad(name, value, "must be an integer >= 0 (0: none)")
+
     def _derive_sizes(self) -> None:
         self._positive("n_layers", "d_model", "vocab_size", "context_length", "layer_repeat", "d_ff_multiple",
                        "loop_steps")
@@ -308,9 +314,7 @@ class ModelConfig:
                        "of experts is needed")
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or not 1 <= self.top_k <= self.n_experts:
             raise _bad("top_k", self.top_k, f"must be an integer in 1..n_experts={self.n_experts}")
-        if isinstance(self.shared_expert_d_ff, bool) or not isinstance(self.shared_expert_d_ff, int) \
-                or self.shared_expert_d_ff < 0:
-            raise _bad("shared_expert_d_ff", self.shared_expert_d_ff, "must be an integer >= 0 (0: no shared expert)")
+        self._nonnegative("shared_expert_d_ff")
         if self.moe_aux_scope not in MOE_AUX_SCOPES:
             raise _bad("moe_aux_scope", self.moe_aux_scope, f"choose one of: {', '.join(MOE_AUX_SCOPES)}")
         for name in ("moe_aux_coef", "moe_z_coef"):
@@ -351,9 +355,7 @@ class ModelConfig:
         if self.memory_hidden is None:
             self.memory_hidden = self.d_model // self.memory_heads
         self._positive("memory_hidden")
-        if isinstance(self.persistent_tokens, bool) or not isinstance(self.persistent_tokens, int) \
-                or self.persistent_tokens < 0:
-            raise _bad("persistent_tokens", self.persistent_tokens, "must be an integer >= 0")
+        self._nonnegative("persistent_tokens")
         if isinstance(self.memory_lr, bool) or not isinstance(self.memory_lr, (int, float)) \
                 or not 0 < self.memory_lr < math.inf:
             raise _bad("memory_lr", self.memory_lr, "must be a finite number > 0")

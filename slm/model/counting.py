@@ -42,39 +42,34 @@ def _norm_params(cfg: ModelConfig) -> int:
     return NORMS.get(cfg.norm).num_params(cfg.d_model, cfg.bias)
 
 
+def block_parts(cfg: ModelConfig, layer: int) -> dict[str, int]:
+    """Parameters of block `layer` by part: its mixer (by the mixer's own parts where it names them), its
+    feed-forward, its norms and Canon layers."""
+    kind, ffn = cfg.layer_type(layer), cfg.mlp_type(layer)
+    mixer = MIXERS.get(kind)
+    parts = {f"{kind} layers" + (f": {part}" if part else ""): n
+             for part, n in (mixer.param_parts(cfg) or {"": mixer.num_params(cfg)}).items()}
+    parts[f"{ffn} feed-forwards"] = FFNS.get(ffn).num_params(cfg)
+    parts["norms"] = 2 * (2 if cfg.norm_placement == "sandwich" else 1) * _norm_params(cfg)
+    parts["canon layers"] = canon_params(cfg, "A", cfg.d_model) + canon_params(cfg, "C", cfg.d_model)
+    return parts
+
+
 def block_params(cfg: ModelConfig, layer: int) -> int:
     """Parameters of block `layer`."""
-    norms_per_sublayer = 2 if cfg.norm_placement == "sandwich" else 1
-    return (
-        2 * norms_per_sublayer * _norm_params(cfg)
-        + MIXERS.get(cfg.layer_type(layer)).num_params(cfg)
-        + FFNS.get(cfg.mlp_type(layer)).num_params(cfg)
-        + canon_params(cfg, "A", cfg.d_model)
-        + canon_params(cfg, "C", cfg.d_model)
-    )
+    return sum(block_parts(cfg, layer).values())
 
 
 def breakdown(cfg: ModelConfig) -> dict[str, int]:
-    """Where params_total sits: embedding (and untied head, learned positions), the mixers by kind (and by part
-    where a mixer names its parts), feed-forwards by kind, norms, Canon layers. The values sum to params_total."""
+    """Where params_total sits: embedding (and untied head, learned positions), then the blocks' parts summed
+    over blocks (block_parts), the final norm with the norms. The values sum to params_total."""
     head = cfg.vocab_size * cfg.d_model
     parts = {"embedding": head + POSITIONS.get(cfg.position).num_params(cfg) + (0 if cfg.tie_embeddings else head)}
-
-    def add(name: str, n: int) -> None:
-        if n:
-            parts[name] = parts.get(name, 0) + n
-
-    norms_per_sublayer = 2 if cfg.norm_placement == "sandwich" else 1
     for i in range(cfg.n_layers):
-        kind = cfg.layer_type(i)
-        mixer = MIXERS.get(kind)
-        for part, n in (mixer.param_parts(cfg) or {"": mixer.num_params(cfg)}).items():
-            add(f"{kind} layers" + (f": {part}" if part else ""), n)
-        add(f"{cfg.mlp_type(i)} feed-forwards", FFNS.get(cfg.mlp_type(i)).num_params(cfg))
-        add("norms", 2 * norms_per_sublayer * _norm_params(cfg))
-        add("canon layers", canon_params(cfg, "A", cfg.d_model) + canon_params(cfg, "C", cfg.d_model))
-    add("norms", 0 if cfg.norm_placement == "post" else _norm_params(cfg))
-    return parts
+        for name, n in block_parts(cfg, i).items():
+            parts[name] = parts.get(name, 0) + n
+    parts["norms"] += 0 if cfg.norm_placement == "post" else _norm_params(cfg)
+    return {name: n for name, n in parts.items() if n}
 
 
 def count(cfg: ModelConfig) -> Counts:
