@@ -198,7 +198,8 @@ NEW_FAMILIES = {
 }
 
 
-@pytest.mark.parametrize("family", NEW_FAMILIES)
+@pytest.mark.parametrize("family", [pytest.param(f, marks=pytest.mark.slow) if f == "titans_mac" else f
+                                    for f in NEW_FAMILIES])  # titans_mac: ~90 s; make test-slow runs it
 def test_new_families_train_resume_exactly_and_are_scored(tmp_path, family):
     """LFM2 (conv state), MoE (routing, auxiliary losses, per-expert load) and Titans-MAC (a memory learned in the
     forward pass) through slm-train: a run killed mid-way resumes to the weights, loss curve and record of an
