@@ -31,17 +31,23 @@ def mlp(weights, x):
     return x
 
 
-def token_by_token(weights, momentum, k, v, theta, eta, alpha, chunk):
+def token_by_token(weights, momentum, k, v, theta, eta, alpha, chunk, budget=None, max_norm=None):
     """The recurrence one token at a time, for one row and head; the gradient of token t by autograd at the
-    weights of its chunk's start (chunk 1: at M_{t-1}, the plain recurrence)."""
+    weights of its chunk's start (chunk 1: at M_{t-1}, the plain recurrence), clipped to max_norm; the steps
+    of a chunk scaled down to sum to `budget` at most."""
     weights = [w.clone() for w in weights]
     momentum = [s.clone() for s in momentum]
     for t in range(k.shape[0]):
         if t % chunk == 0:
             anchor = [w.detach().clone().requires_grad_(True) for w in weights]
+            total = float(theta[t:t + chunk].sum())
         loss = (mlp(anchor, k[t]) - v[t]).pow(2).sum()
         grads = torch.autograd.grad(loss, anchor)
-        momentum = [eta[t] * s - theta[t] * g for s, g in zip(momentum, grads)]
+        if max_norm is not None:
+            norm = sum(float(g.pow(2).sum()) for g in grads) ** 0.5
+            grads = [g * min(1.0, max_norm / norm) for g in grads]
+        step = theta[t] * (min(1.0, budget / total) if budget is not None else 1.0)
+        momentum = [eta[t] * s - step * g for s, g in zip(momentum, grads)]
         weights = [(1 - alpha[t]) * w + s for w, s in zip(weights, momentum)]
     return weights, momentum
 
@@ -59,14 +65,17 @@ def random_memory(B=2, H=2, N=12, d=5, hidden=7, depth=2, dtype=torch.float64):
     return weights, momentum, k, v, theta, eta, alpha
 
 
-@pytest.mark.parametrize("chunk, depth", [(1, 2), (4, 2), (12, 2), (5, 3), (3, 1)])
-def test_chunked_update_equals_token_by_token_reference(chunk, depth):
+@pytest.mark.parametrize("chunk, depth, budget, max_norm", [(1, 2, None, None), (4, 2, None, None),
+                                                             (12, 2, None, None), (5, 3, None, None),
+                                                             (3, 1, None, None), (4, 2, 0.5, 3.0), (1, 2, 0.2, 3.0)])
+def test_chunked_update_equals_token_by_token_reference(chunk, depth, budget, max_norm):
     weights, momentum, k, v, theta, eta, alpha = random_memory(depth=depth)
-    got_w, got_s = memory.learn(weights, momentum, k, v, theta, eta.log(), (1 - alpha).log(), chunk)
+    got_w, got_s = memory.learn(weights, momentum, k, v, theta, eta.log(), (1 - alpha).log(), chunk, budget,
+                                max_norm)
     for b in range(2):
         for h in range(2):
             ref_w, ref_s = token_by_token([w[b, h] for w in weights], [s[b, h] for s in momentum], k[b, h], v[b, h],
-                                          theta[b, h], eta[b, h], alpha[b, h], chunk)
+                                          theta[b, h], eta[b, h], alpha[b, h], chunk, budget, max_norm)
             for got, ref in zip(got_w + got_s, ref_w + ref_s):
                 torch.testing.assert_close(got[b, h], ref, rtol=1e-10, atol=1e-10)
 

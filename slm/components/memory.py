@@ -66,8 +66,9 @@ def _forward(weights, x):
 
 
 def weighted_grads(weights: list[torch.Tensor], k: torch.Tensor, v: torch.Tensor,
-                   coefs: list[torch.Tensor]) -> list[list[torch.Tensor]]:
-    """For each c in coefs (B, H, N): sum_i c_i grad l(weights; k_i, v_i), one tensor per layer."""
+                   coefs: list[torch.Tensor], max_norm: float | None = None) -> list[list[torch.Tensor]]:
+    """For each c in coefs (B, H, N): sum_i c_i grad l(weights; k_i, v_i), one tensor per layer; with
+    `max_norm`, each token's gradient (all layers together) is first scaled down to that norm at most."""
     out, inputs, pre = _forward(weights, k)
     error = 2 * (out - v)  # dl/d(output of the last layer), (B, H, N, d)
     errors = [None] * len(weights)
@@ -75,15 +76,30 @@ def weighted_grads(weights: list[torch.Tensor], k: torch.Tensor, v: torch.Tensor
         errors[i] = error * weights[i].shape[-2] ** -0.5  # the layer's own 1/sqrt(d_in) folded in
         if i:
             error = (errors[i] @ weights[i].transpose(-1, -2)) * _silu_grad(pre[i - 1])
+    if max_norm is not None:  # a token's gradient is an outer product per layer: |a b^T|^2 = |a|^2 |b|^2
+        square = sum(a.square().sum(-1) * e.square().sum(-1) for a, e in zip(inputs, errors))  # (B, H, N)
+        clip = (max_norm**2 / square.clamp(min=max_norm**2)).sqrt()
+        coefs = [c * clip for c in coefs]
     return [[inputs[i].transpose(-1, -2) @ (c[..., None] * errors[i]) for i in range(len(weights))]
             for c in coefs]
 
 
+TINY = -46.0
+"""log(1e-20): products and decays below it are taken as 0, so that none lands among float32's subnormal
+numbers (below 1.2e-38), on which CPU matmuls run several times slower."""
+
+
+def _exp(log_x: torch.Tensor) -> torch.Tensor:
+    """exp(log_x), exactly 0 where log_x < TINY."""
+    return torch.where(log_x < TINY, 0.0, log_x.exp())
+
+
 def update(weights: list[torch.Tensor], momentum: list[torch.Tensor], k: torch.Tensor, v: torch.Tensor,
-           theta: torch.Tensor, log_eta: torch.Tensor, log_keep: torch.Tensor
+           theta: torch.Tensor, log_eta: torch.Tensor, log_keep: torch.Tensor, max_norm: float | None = None
            ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Learn one chunk: the memory (weights, momentum) after keys k -> values v (B, H, C, d), with step sizes
-    theta, momentum log eta and retention log(1 - alpha) per token (B, H, C). Gradients at `weights`."""
+    theta, momentum log eta and retention log(1 - alpha) per token (B, H, C). Gradients at `weights`, each
+    token's clipped to `max_norm` if given."""
     log_e = log_eta.cumsum(-1)  # log E_j
     log_a = log_keep.cumsum(-1)  # log A_j
     last_a, last_e = log_a[..., -1:], log_e[..., -1:]
@@ -91,19 +107,25 @@ def update(weights: list[torch.Tensor], momentum: list[torch.Tensor], k: torch.T
     C = k.shape[-2]
     later = torch.ones(C, C, dtype=torch.bool, device=k.device).triu()  # [i, j]: j >= i
     paths = (to_end[..., None, :] - log_e[..., :, None]).masked_fill(~later, float("-inf"))
-    w = theta * paths.exp().sum(-1)  # (B, H, C)
-    carried = theta * (last_e - log_e).exp()  # theta_i E_C / E_i
-    into_memory, into_momentum = weighted_grads(weights, k, v, [w, carried])
-    keep, from_momentum, fade = last_a.exp()[..., None], to_end.exp().sum(-1)[..., None, None], last_e.exp()[..., None]
+    w = theta * _exp(paths).sum(-1)  # (B, H, C)
+    carried = theta * _exp(last_e - log_e)  # theta_i E_C / E_i
+    into_memory, into_momentum = weighted_grads(weights, k, v, [w, carried], max_norm)
+    keep, from_momentum, fade = _exp(last_a)[..., None], _exp(to_end).sum(-1)[..., None, None], _exp(last_e)[..., None]
     new_weights = [keep * m + from_momentum * s - g for m, s, g in zip(weights, momentum, into_memory)]
     new_momentum = [fade * s - g for s, g in zip(momentum, into_momentum)]
     return new_weights, new_momentum
 
 
-def learn(weights, momentum, k, v, theta, log_eta, log_keep, chunk: int):
-    """`update` over consecutive chunks of `chunk` tokens (the last may be shorter)."""
+def learn(weights, momentum, k, v, theta, log_eta, log_keep, chunk: int, budget: float | None = None,
+          max_norm: float | None = None):
+    """`update` over consecutive chunks of `chunk` tokens (the last may be shorter). With a `budget`, a
+    chunk whose steps theta sum to more is scaled down to sum to it (its tokens keep their proportions);
+    with `max_norm`, each token's gradient is clipped to that norm."""
     for start in range(0, k.shape[-2], chunk):
         part = slice(start, start + chunk)
-        weights, momentum = update(weights, momentum, k[..., part, :], v[..., part, :], theta[..., part],
-                                   log_eta[..., part], log_keep[..., part])
+        step = theta[..., part]
+        if budget is not None:
+            step = step * budget / step.sum(-1, keepdim=True).clamp(min=budget)
+        weights, momentum = update(weights, momentum, k[..., part, :], v[..., part, :], step,
+                                   log_eta[..., part], log_keep[..., part], max_norm)
     return weights, momentum

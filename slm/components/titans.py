@@ -18,14 +18,22 @@ Where this differs from the paper, and why:
 - the memory learns from u = x + y (the layer's input plus the attention output) rather than y alone: at
   initialisation y is a near-uniform average over the segment with no token identity to key on, and on the
   synthetic recall task (bench/titans_recall.py) a memory learning from y alone did not start to learn;
-- the step size is theta_t = (memory_lr / memory_segment) * sigmoid(.): the paper's chunk update sums its
-  tokens' gradients, so with similar keys a segment's step grows with its length; scaled by the segment,
-  the whole segment's step stays below the point where the memory's own regression diverges (about 1 / 1.4
-  for unit-RMS keys and a 2-layer memory), whatever the keys, while chunk 1 and chunk S keep the same
-  per-token steps (only where the gradients are taken differs).
+- the step size is theta_t = memory_lr * sigmoid(.), and a chunk whose steps sum to more than memory_lr is
+  scaled down to sum to memory_lr (slm.components.memory.learn's budget). A chunk's update adds up its
+  tokens' gradients, all taken at the chunk's first weights, so with similar keys its summed step is what
+  moves each of them: with one key repeated, a linear memory with momentum 0.5 converges at a summed step
+  of 0.5 and diverges over segments at 0.7 (a 2-layer one stayed bounded to 1.0). Without the budget, a
+  long chunk of similar keys would sum past that. With it, every chunk stays below it whatever the keys,
+  and the gates decide how the budget is shared: one token may take all of it (a strong write), filler
+  none. At initialisation every gate is equal, so each token of a chunk steps memory_lr / memory_chunk;
+- each token's gradient is clipped to the norm of the memory's initial weights (sqrt of their number, for
+  N(0, 1) entries): a step cap alone does not keep an MLP memory stable, since the first layer's curvature
+  grows with the second layer's weights (without the clip, a tiny 2-layer memory stepping 0.25 per token
+  overflowed within 20 tokens); with it a token moves the weights by at most memory_lr times their initial
+  norm, so they grow at most linearly, never exponentially.
 The gates come from the token written: theta as above, eta = sigmoid(.), alpha = sigmoid(.), one linear
 map d -> 3 per memory head, whose zero-initialised bias is offset so that the memory starts at theta =
-0.5 memory_lr / memory_segment, eta = 0.5, alpha = 0.0025 (GATE_START).
+0.5 memory_lr (before the budget), eta = 0.5, alpha = 0.0025 (GATE_START).
 
 With a KV cache, each row keeps its memory (weights and momentum), the current segment's keys and values
 and its attention outputs, which the memory learns once the segment is complete (before the next token):
@@ -48,7 +56,7 @@ from slm.components.mixer import MIXERS, Mixer
 from slm.components.position import apply_rotary
 
 GATE_START = {"theta": 0.5, "eta": 0.5, "alpha": 0.0025}
-"""Gate values at initialisation (theta as a fraction of its largest value, memory_lr / memory_segment)."""
+"""Gate values at initialisation (theta as a fraction of memory_lr, before the chunk budget)."""
 
 
 def _wide(x: torch.Tensor) -> torch.Tensor:
@@ -139,7 +147,8 @@ class MemoryAsContext(Mixer):
         super().__init__()
         d, heads = cfg.d_model, cfg.memory_heads
         self.segment, self.chunk = cfg.memory_segment, cfg.memory_chunk
-        self.lr = cfg.memory_lr / cfg.memory_segment  # largest step per token
+        self.lr = cfg.memory_lr  # largest step of a token, and of a chunk's tokens together
+        self.max_norm = math.sqrt(sum(i * o for i, o in memory.layer_shapes(cfg)))  # |initial weights| of a head
         self.heads, self.width, self.eps = heads, d // heads, cfg.norm_eps
         self.attn = MultiHeadAttention(cfg)  # the segment attention (its projections also see P and the reads)
         self.to_q = nn.Linear(d, d, bias=cfg.bias)  # memory queries, keys and values
@@ -220,7 +229,8 @@ class MemoryAsContext(Mixer):
         with torch.autocast(y.device.type, enabled=False):
             theta, log_eta, log_keep = self.lr * torch.sigmoid(g[0]), F.logsigmoid(g[1]), F.logsigmoid(-g[2])
             weights, momentum = memory.learn(carry.weights, carry.momentum, k, v, theta, log_eta, log_keep,
-                                             self.chunk)
+                                             self.chunk, budget=self.lr,
+                                             max_norm=self.max_norm)
         empty = carry.keys[:, :, :0]
         return Carry(weights, momentum, carry.seen, empty, empty, y[:, :0])
 

@@ -145,9 +145,9 @@ class ModelConfig:
     """Independent memories, each over d_model / memory_heads channels."""
     persistent_tokens: int = 0
     """Learned tokens prepended to every segment's attention in a mac layer (Titans' persistent memory)."""
-    memory_lr: float = 1.0
-    """Largest inner learning rate of a whole segment: each token's step is memory_lr / memory_segment *
-    sigmoid(gate)."""
+    memory_lr: float = 0.5
+    """Inner learning rate of a mac layer's memory: a token's step is memory_lr * sigmoid(gate), and a chunk
+    (memory_chunk tokens) whose steps sum to more than memory_lr is scaled down to sum to memory_lr."""
     canon: str = "conv"
     """Canon layer kind: conv (depthwise causal conv1d, residual) or conv_centered (the window centred on each
     position: a bidirectional model's choice)."""
