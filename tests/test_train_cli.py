@@ -261,3 +261,25 @@ def test_a_bidirectional_model_is_refused_by_the_causal_objective(tmp_path):
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("slm-train: error: train.objective=causal_lm needs a causal model"), last
     assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").rglob("result.json"))
+
+
+def test_the_ladder_models_train_on_the_token_after_the_window(tmp_path):
+    """arXiv 2512.20877's linear and transformer models through slm-train with last_token: the loss falls,
+    the record holds the count and validation NLL, the saved model loads; causal_lm refuses the window model."""
+    short = ["eval=none", "train.progress_bar=false", "train.val_batches=2", "train.objective=last_token",
+             "train.steps=40", "train.batch_size=16", "train.lr=3e-4", "train.schedule=constant",
+             "train.warmup_steps=0", "model.context_length=32"]  # the paper's Adam lr, no schedule
+    for model, params in (("ladder_linear", 8_320 + 32 * 128 * 65 + 65), ("ladder_transformer", None)):
+        out = slm_train(tmp_path, f"model={model}", *short, group=model)
+        assert out.returncode == 0, out.stderr[-2000:]
+        path = run_dir(tmp_path, model)
+        r = record(path)
+        assert r["status"] == "completed" and r["model"]["kind"] in ("linear", "transformer")
+        assert r["model"]["params_total"] == load_model(path / "model").num_params()
+        assert params is None or r["model"]["params_total"] == params
+        losses = [json.loads(line)["loss"] for line in (path / "train_log.jsonl").read_text().splitlines()]
+        assert len(losses) == 40 and sum(losses[-10:]) < sum(losses[:10])  # it learns
+        assert 0 < r["eval"]["val_nll"] < 10
+    out = slm_train(tmp_path, "model=ladder_linear", "eval=none", "train.steps=5", group="refused")
+    assert out.returncode == 2
+    assert "train.objective=causal_lm scores every position" in out.stderr.strip().splitlines()[-1]

@@ -6,8 +6,10 @@
     normal   normal(0, init_std) for every linear, embedding and mixer-convolution weight, nothing scaled:
              transformers' _init_weights for LLaMA, Qwen3, Gemma3, LFM2, Mixtral and Qwen3-MoE, and the Canon
              reference (PhysicsLM4)
+    torch    PyTorch's module defaults (Kaiming-uniform Linear, N(0, 1) embeddings and positions): arXiv
+             2512.20877's reference code, which sets no init of its own
 
-Both zero the biases and keep what a component initialises itself: norms (ones, Gemma's zeros), Canon
+gpt2 and normal zero the biases; all keep what a component initialises itself: norms (ones, Gemma's zeros), Canon
 layers (PyTorch's Kaiming-uniform conv init, as the Canon reference does), learned positions (normal).
 A module with parameters outside an nn.Linear / nn.Embedding initialises them in `init_weights(init)`
 (stacked experts, a conv mixer's convolution); a component marks its residual output projection with
@@ -50,6 +52,10 @@ class Init:
     def normal(self, weight: torch.Tensor, residual: bool = False) -> None:
         nn.init.normal_(weight, 0.0, self.out_std if residual else self.std)
 
+    def position(self, weight: torch.Tensor) -> None:
+        """Learned position embeddings: normal(0, std)."""
+        nn.init.normal_(weight, 0.0, self.std)
+
     def module(self, module: nn.Module) -> None:
         if isinstance(module, (nn.Linear, nn.Embedding)):
             self.normal(module.weight, getattr(module, _RESIDUAL_OUT, False))
@@ -71,3 +77,19 @@ class NormalInit(Init):
     """transformers' LLaMA family: normal(0, std) for every weight, mixer convolutions included."""
 
     mixer_convs = True
+
+
+@INITS.register("torch")
+class TorchInit(Init):
+    """PyTorch's own defaults, as a model built from torch.nn with no init of its own gets (arXiv 2512.20877's
+    reference code): Linear Kaiming-uniform weights and uniform biases (+-1/sqrt(fan_in)), embeddings and
+    learned positions N(0, 1); other components as under `normal`."""
+
+    def position(self, weight: torch.Tensor) -> None:
+        nn.init.normal_(weight, 0.0, 1.0)
+
+    def module(self, module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            module.reset_parameters()
+        else:
+            super().module(module)

@@ -205,6 +205,14 @@ def evaluate(path: str | os.PathLike, spec: EvalSpec, output_path: str | os.Path
         model_dir = resolve_model_dir(path)
     except FileNotFoundError as err:
         raise EvalError(str(err)) from None
+    from slm.model.networks import NETWORKS
+    from slm.model.weights import load_config
+
+    kind = load_config(model_dir).kind
+    if not NETWORKS.get(kind).every_position:
+        raise EvalError(f"model.kind={kind!r} predicts only the token after one whole window: lm-eval and decoding "
+                        "need a model that scores every position (its validation NLL is in the record; eval=none "
+                        "skips this step)")
     path = Path(path)
     summary: dict = {}
     lm = None

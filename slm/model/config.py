@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field, fields
 from slm.components import CANON_POSITIONS, CANONS, FFNS, INITS, MIXERS, MLPS, NORMS, POSITIONS
 from slm.components.moe import MOE_AUX_SCOPES
 from slm.components.registry import UnknownKeyError
+from slm.model.networks import NETWORKS
 
 NORM_PLACEMENTS = ("pre", "post", "sandwich")
 QK_NORM_SCOPES = ("head", "all_heads")
@@ -32,6 +33,12 @@ class ModelConfig:
     # --- identity
     family: str = "custom"
     """Label for result tables (gpt2, llama3, ...); does not change the network."""
+    kind: str = "transformer"
+    """Network (slm.model.networks): transformer, or linear / mlp, next-token models over one flattened window
+    of exactly context_length tokens (arXiv 2512.20877's baselines; they read d_model, vocab_size,
+    context_length, window_hidden and dropout, and score the token after the window only)."""
+    window_hidden: list[int] = field(default_factory=list)
+    """Hidden widths of an mlp window model (Linear, ReLU, dropout each); empty for the other kinds."""
 
     # --- shape
     n_layers: int = 2
@@ -177,6 +184,11 @@ class ModelConfig:
     normal (transformers' LLaMA family: nothing scaled); presets use their reference implementation's."""
     init_std: float = 0.02
     """Std of the normal init of linear, embedding (and, under `normal`, conv-mixer) weights."""
+    head_bias: bool = False
+    """A bias on the output head (arXiv 2512.20877's models have one)."""
+    final_norm: bool | None = None
+    """A norm before the head; None: with pre and sandwich placement, not with post (a post-norm block ends
+    normalised). arXiv 2512.20877's post-norm models add one."""
 
     def __post_init__(self) -> None:
         self._check_keys()
@@ -196,6 +208,11 @@ class ModelConfig:
         stack = list(range(self.n_layers - self.loop_layers))
         stack += list(range(self.n_layers - self.loop_layers, self.n_layers)) * self.loop_steps
         return [i for i in stack for _ in range(self.layer_repeat)]
+
+    @property
+    def has_final_norm(self) -> bool:
+        """Whether the network normalises before the head (`final_norm`, or its default by placement)."""
+        return self.norm_placement != "post" if self.final_norm is None else self.final_norm
 
     def layer_type(self, layer: int) -> str:
         """The mixer (MIXERS key) of block `layer`."""
@@ -277,7 +294,9 @@ class ModelConfig:
                 or not 0 <= self.loop_layers <= self.n_layers:
             raise _bad("loop_layers", self.loop_layers, f"must be an integer in 0..n_layers={self.n_layers}")
         if self.n_heads is None and self.head_dim is None:
-            raise _bad("n_heads", None, "set n_heads or head_dim (or both)")
+            if self.kind == "transformer":
+                raise _bad("n_heads", None, "set n_heads or head_dim (or both)")
+            self.n_heads = 1  # a window model has no attention; the transformer fields only need to be valid
         if self.n_heads is None:
             self._positive("head_dim")
             if self.d_model % self.head_dim:
@@ -364,7 +383,20 @@ class ModelConfig:
         if "B" in self.canon_set:
             raise _bad("canon_set", self.canon_set, "Canon B sits inside plain attention; mac layers have none")
 
+    def _check_kind(self) -> None:
+        try:
+            NETWORKS.get(self.kind)
+        except UnknownKeyError as err:
+            raise ConfigError(f"model.kind: {err}") from None
+        hidden = self.window_hidden
+        if any(isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in hidden):
+            raise _bad("window_hidden", hidden, "a list of positive integer widths")
+        if bool(hidden) != (self.kind == "mlp"):
+            raise _bad("window_hidden", hidden, f"kind={self.kind!r} " + (
+                "needs at least one hidden width, e.g. [256, 256]" if self.kind == "mlp" else "takes none; set []"))
+
     def _check_values(self) -> None:
+        self._check_kind()
         for name in ("layer_types", "mlp_types"):
             if len(getattr(self, name)) > self.n_layers:
                 raise _bad(name, getattr(self, name), f"has {len(getattr(self, name))} entries for n_layers="

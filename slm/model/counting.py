@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from slm.components import FFNS, MIXERS, NORMS, POSITIONS
 from slm.components.canon import canon_params
 from slm.model.config import ModelConfig
+from slm.model.networks import NETWORKS
 
 FLOPS_CONVENTION = (
     "PaLM (Chowdhery et al. 2022, arXiv:2204.02311, App. B): 6*N + 12*L*H*hd*T per token for a "
@@ -61,21 +62,38 @@ def block_params(cfg: ModelConfig, layer: int) -> int:
 
 
 def breakdown(cfg: ModelConfig) -> dict[str, int]:
-    """Where params_total sits: embedding (and untied head, learned positions), then the blocks' parts summed
-    over blocks (block_parts), the final norm with the norms. The values sum to params_total."""
-    head = cfg.vocab_size * cfg.d_model
-    parts = {"embedding": head + POSITIONS.get(cfg.position).num_params(cfg) + (0 if cfg.tie_embeddings else head)}
-    for i in range(cfg.n_layers):
-        for name, n in block_parts(cfg, i).items():
-            parts[name] = parts.get(name, 0) + n
-    parts["norms"] += 0 if cfg.norm_placement == "post" else _norm_params(cfg)
-    return {name: n for name, n in parts.items() if n}
+    """Where params_total sits, by part (the network kind's own parts; the values sum to params_total)."""
+    return NETWORKS.get(cfg.kind).parts(cfg)
 
 
 def count(cfg: ModelConfig) -> Counts:
+    """Parameter and FLOP counts of the network `cfg.kind` describes."""
+    return NETWORKS.get(cfg.kind).counts(cfg)
+
+
+def _head_params(cfg: ModelConfig) -> int:
+    """The token embedding, learned positions, and the head's weight when untied and its bias."""
     head = cfg.vocab_size * cfg.d_model
-    embedding = head + POSITIONS.get(cfg.position).num_params(cfg) + (0 if cfg.tie_embeddings else head)
-    final_norm = 0 if cfg.norm_placement == "post" else _norm_params(cfg)
+    return (head + POSITIONS.get(cfg.position).num_params(cfg) + (0 if cfg.tie_embeddings else head)
+            + (cfg.vocab_size if cfg.head_bias else 0))
+
+
+def stack_breakdown(cfg: ModelConfig) -> dict[str, int]:
+    """A transformer's parts: embedding (and untied head, learned positions), then the blocks' parts summed
+    over blocks (block_parts), the final norm with the norms."""
+    parts = {"embedding": _head_params(cfg)}
+    for i in range(cfg.n_layers):
+        for name, n in block_parts(cfg, i).items():
+            parts[name] = parts.get(name, 0) + n
+    parts["norms"] += _norm_params(cfg) if cfg.has_final_norm else 0
+    return {name: n for name, n in parts.items() if n}
+
+
+def stack_counts(cfg: ModelConfig) -> Counts:
+    """A transformer's counts."""
+    head = cfg.vocab_size * cfg.d_model + (cfg.vocab_size if cfg.head_bias else 0)
+    embedding = _head_params(cfg)
+    final_norm = _norm_params(cfg) if cfg.has_final_norm else 0
     layers = range(cfg.n_layers)
     blocks = sum(block_params(cfg, i) for i in layers)
 

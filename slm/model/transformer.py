@@ -15,6 +15,8 @@ from slm.components import FFNS, INITS, MIXERS, NORMS, POSITIONS
 from slm.components.attention import attention_mask
 from slm.components.canon import make_canon
 from slm.model.config import ModelConfig
+from slm.model.counting import stack_breakdown, stack_counts
+from slm.model.networks import NETWORKS
 
 
 class SequenceContext:
@@ -103,8 +105,13 @@ class Block(nn.Module):
         return self._sublayer(h, self.mlp_norm, self.canon_c, "C", self.mlp, self.mlp_out_norm, seq, kv)
 
 
+@NETWORKS.register("transformer")
 class Transformer(nn.Module):
     """Token ids (B, T) -> next-token logits (B, T, vocab_size)."""
+
+    every_position = True
+    counts = staticmethod(stack_counts)
+    parts = staticmethod(stack_breakdown)
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -113,9 +120,9 @@ class Transformer(nn.Module):
         self.position = POSITIONS.get(cfg.position).from_config(cfg)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
-        # post-norm blocks end normalised; pre and sandwich need a final norm before the head
-        self.norm = None if cfg.norm_placement == "post" else NORMS.get(cfg.norm)(cfg.d_model, eps=cfg.norm_eps, bias=cfg.bias)
-        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        # post-norm blocks end normalised; pre and sandwich need a final norm before the head (cfg.has_final_norm)
+        self.norm = NORMS.get(cfg.norm)(cfg.d_model, eps=cfg.norm_eps, bias=cfg.bias) if cfg.has_final_norm else None
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=cfg.head_bias)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.tok_emb.weight
         self.reset_parameters()
@@ -127,7 +134,7 @@ class Transformer(nn.Module):
         for module in self.modules():
             init.module(module)
         for p in self.position.parameters():
-            nn.init.normal_(p, 0.0, self.cfg.init_std)
+            init.position(p)
         if self.cfg.embedding_padding_idx is not None:
             with torch.no_grad():
                 self.tok_emb.weight[self.cfg.embedding_padding_idx].zero_()

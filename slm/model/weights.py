@@ -10,15 +10,16 @@ import os
 from pathlib import Path
 
 import safetensors.torch
+from torch import nn
 
 from slm.model.config import ModelConfig
-from slm.model.transformer import Transformer
+from slm.model.networks import build_model
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 
 
-def save_model(model: Transformer, directory: str | os.PathLike) -> Path:
+def save_model(model: nn.Module, directory: str | os.PathLike) -> Path:
     """Write config and weights into `directory` (created if missing); each file is written to a
     temporary name and renamed, so a reader never sees half a file."""
     out = Path(directory)
@@ -51,8 +52,8 @@ def load_config(directory: str | os.PathLike) -> ModelConfig:
     return ModelConfig.from_dict(json.loads(path.read_text()))
 
 
-def load_model(directory: str | os.PathLike, device: str = "cpu") -> Transformer:
+def load_model(directory: str | os.PathLike, device: str = "cpu"):
     """Build the model from `config.json` and load `model.safetensors` strictly."""
-    model = Transformer(load_config(directory))
+    model = build_model(load_config(directory))
     safetensors.torch.load_model(model, str(Path(directory) / WEIGHTS_FILE), strict=True, device=device)
     return model

@@ -6,12 +6,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from slm.model.networks import NETWORKS
 from slm.objectives.base import OBJECTIVES, Objective, ObjectiveError, with_aux
 
 
 @OBJECTIVES.register("causal_lm")
 class CausalLM(Objective):
     def check(self, model_cfg) -> None:
+        if not NETWORKS.get(model_cfg.kind).every_position:
+            raise ObjectiveError(f"train.objective=causal_lm scores every position, but model.kind="
+                                 f"{model_cfg.kind!r} predicts only the token after its window: use "
+                                 "train.objective=last_token")
         if not model_cfg.causal:
             raise ObjectiveError("train.objective=causal_lm needs a causal model, but model.causal=false: a "
                                  "bidirectional model sees the tokens it is asked to predict (masked diffusion: "

@@ -155,13 +155,13 @@ def _init_source(path: str, model_cfg, tokenizer):
     only) and the run's tokenizer; raises with one line before anything is written."""
     import torch
 
-    from slm.model import Transformer
+    from slm.model import build_model
     from slm.training.init_from import check_shapes, check_tokenizer, find_source
 
     source = find_source(path)
     check_tokenizer(source, tokenizer)
     with torch.device("meta"):
-        check_shapes(source, Transformer(model_cfg), model_cfg.mask_token_id)
+        check_shapes(source, build_model(model_cfg), model_cfg.mask_token_id)
     return source
 
 

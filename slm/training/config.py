@@ -19,7 +19,8 @@ class TrainConfig:
     seed: int = 0
     """Seed for model init, data order and dropout."""
     objective: str = "causal_lm"
-    """Training objective (slm.objectives registry)."""
+    """Training objective (slm.objectives): causal_lm (every position), last_token (the token after each
+    window only) or mdlm (masked diffusion)."""
     batch_size: int = 16
     """Sequences per optimizer step (each context_length tokens)."""
     tokens: float | None = 1.0e6

@@ -8,7 +8,7 @@ import random
 import lightning as L
 import torch
 
-from slm.model import ModelConfig, Transformer
+from slm.model import ModelConfig, build_model
 from slm.objectives import OBJECTIVES
 from slm.training.config import TrainConfig
 from slm.training.optim import build_optimizer
@@ -21,7 +21,7 @@ def step_seed(seed: int, step: int) -> int:
 
 
 class LanguageModelModule(L.LightningModule):
-    """Trains `Transformer(model_cfg)` with `train_cfg.objective`; validates NLL and perplexity.
+    """Trains `build_model(model_cfg)` (the network model_cfg.kind names) with `train_cfg.objective`; validates NLL and perplexity.
 
     A non-finite training loss stops the run: `diverged` then holds the step and the value, and the
     batch is skipped (no update), so the last checkpoint holds the last finite weights.
@@ -40,7 +40,7 @@ class LanguageModelModule(L.LightningModule):
 
     def __init__(self, model_cfg: ModelConfig, train_cfg: TrainConfig, max_steps: int, tokens_per_step: int):
         super().__init__()
-        self.model = Transformer(model_cfg)
+        self.model = build_model(model_cfg)
         self.train_cfg = train_cfg
         self.objective = OBJECTIVES.get(train_cfg.objective)()
         self.max_steps = max_steps
