@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from slm.data import SLMDataModule, prepare
-from slm.data.mix import Mixer, Windows, floor_sum
+from slm.data.mix import Mixer, RandomStarts, TrainSampler, Windows, floor_sum
 
 WEIGHTS = {"a": 0.5, "b": 0.3, "c": 0.2}
 
@@ -86,6 +86,23 @@ def test_windows_tile_each_epoch_without_overlap():
         assert len(set(starts.tolist())) == w.n_windows  # each window once
         assert starts.min() >= 0 and starts.max() + L + 1 <= n
     assert not np.array_equal(w.starts(np.arange(5)), w.starts(np.arange(5) + w.n_windows))
+
+
+def test_random_starts_are_uniform_over_every_window_that_fits_and_stateless():
+    """arXiv 2512.20877's sampler: starts uniform over the n - L windows of L + 1 tokens, with replacement,
+    each a function of (seed, source, sample number) alone."""
+    windows = RandomStarts(1000, 8, seed=0, name="a")
+    starts = windows.starts(np.arange(200_000))
+    counts = np.bincount(starts, minlength=992)
+    assert starts.min() == 0 and starts.max() == 991 and len(counts) == 992
+    assert abs(counts.std() / counts.mean() - (1 / counts.mean()) ** 0.5) < 0.01  # Poisson spread: uniform
+    assert np.array_equal(windows.starts(np.arange(5, 9)), starts[5:9])
+    assert not np.array_equal(RandomStarts(1000, 8, seed=1, name="a").starts(np.arange(50)), starts[:50])
+    tokens = np.arange(1000)
+    a = TrainSampler([tokens], ["a"], [1.0], 4, 8, 0, "random")
+    batch = a.batch(3)
+    assert (np.diff(batch, axis=1) == 1).all()  # whole windows
+    assert np.array_equal(batch, TrainSampler([tokens], ["a"], [1.0], 4, 8, 0, "random").batch(3))
 
 
 def test_mixer_counts_match_enumeration():

@@ -264,11 +264,12 @@ def test_a_bidirectional_model_is_refused_by_the_causal_objective(tmp_path):
 
 
 def test_the_ladder_models_train_on_the_token_after_the_window(tmp_path):
-    """arXiv 2512.20877's linear and transformer models through slm-train with last_token: the loss falls,
-    the record holds the count and validation NLL, the saved model loads; causal_lm refuses the window model."""
+    """arXiv 2512.20877's linear and transformer models through slm-train with its protocol so far (last_token,
+    epochs of random windows, validation at each epoch's end, constant lr): the loss falls, the record holds
+    the count and validation NLL, the saved model loads; causal_lm refuses the window model."""
     short = ["eval=none", "train.progress_bar=false", "train.val_batches=2", "train.objective=last_token",
-             "train.steps=40", "train.batch_size=16", "train.lr=3e-4", "train.schedule=constant",
-             "train.warmup_steps=0", "model.context_length=32"]  # the paper's Adam lr, no schedule
+             "train.epochs=2", "train.windows_per_epoch=320", "train.window_sampling=random", "train.batch_size=16",
+             "train.lr=3e-4", "train.schedule=constant", "train.warmup_steps=0", "model.context_length=32"]
     for model, params in (("ladder_linear", 8_320 + 32 * 128 * 65 + 65), ("ladder_transformer", None)):
         out = slm_train(tmp_path, f"model={model}", *short, group=model)
         assert out.returncode == 0, out.stderr[-2000:]
@@ -279,6 +280,9 @@ def test_the_ladder_models_train_on_the_token_after_the_window(tmp_path):
         assert params is None or r["model"]["params_total"] == params
         losses = [json.loads(line)["loss"] for line in (path / "train_log.jsonl").read_text().splitlines()]
         assert len(losses) == 40 and sum(losses[-10:]) < sum(losses[:10])  # it learns
+        metrics = (path / "logs" / "csv" / "metrics.csv").read_text().splitlines()
+        column = metrics[0].split(",").index("val/nll")
+        assert sum(1 for row in metrics[1:] if row.split(",")[column]) == 2  # one validation per epoch
         assert 0 < r["eval"]["val_nll"] < 10
     out = slm_train(tmp_path, "model=ladder_linear", "eval=none", "train.steps=5", group="refused")
     assert out.returncode == 2

@@ -33,11 +33,29 @@ def test_train_yaml_mirrors_dataclass_defaults():
         (dict(objective="mlm"), r"unknown objective 'mlm'; choose one of: causal_lm"),
         (dict(tokens=None), r"train.tokens=None is invalid"),
         (dict(loggers=["csv", "mlflow"]), r"train.loggers has 'mlflow'"),
+        (dict(epochs=3), r"train.epochs=3 with train.windows_per_epoch=None: set both"),
+        (dict(epochs=0, windows_per_epoch=10), r"train.epochs=0 is invalid: a positive integer"),
+        (dict(window_sampling="strided"), r"train.window_sampling='strided' is invalid: choose one of: tiled, random"),
     ],
 )
 def test_invalid_train_configs(bad, message):
     with pytest.raises(ValueError, match=message):
         TrainConfig(**bad)
+
+
+def test_length_in_epochs_of_windows():
+    """arXiv 2512.20877: 50,000 windows per epoch at batch 64 is 782 steps an epoch, validated at its end."""
+    cfg = TrainConfig(epochs=3, windows_per_epoch=50_000, batch_size=64, steps=5, tokens=None)
+    assert cfg.steps_per_epoch() == 782 and cfg.max_steps(128) == 3 * 782
+    assert cfg.validation_interval(cfg.max_steps(128)) == 782
+    assert TrainConfig(steps=10, val_interval=0).validation_interval(10) == 10
+
+
+def test_window_sampling_keys_match_the_data_layer():
+    from slm.data.mix import SAMPLINGS
+    from slm.training.config import WINDOW_SAMPLINGS
+
+    assert tuple(SAMPLINGS) == WINDOW_SAMPLINGS
 
 
 def test_length_from_token_budget():

@@ -54,7 +54,7 @@ class SLMDataModule(pl.LightningDataModule):
     """
 
     def __init__(self, prepared: PreparedData, batch_size: int, context_length: int, seed: int, val_batches: int,
-                 num_workers: int = 0):
+                 num_workers: int = 0, sampling: str = "tiled"):
         super().__init__()
         for name, value, low in (("batch_size", batch_size, 1), ("context_length", context_length, 1),
                                  ("val_batches", val_batches, 0), ("num_workers", num_workers, 0)):
@@ -72,7 +72,7 @@ class SLMDataModule(pl.LightningDataModule):
         self.names = [s.name for s in prepared.sources]
         self.weights = [s.weight for s in prepared.sources]
         self.sampler = TrainSampler([s.train.tokens() for s in prepared.sources], self.names, self.weights,
-                                    batch_size, context_length, seed)
+                                    batch_size, context_length, seed, sampling)
         self._val: list[torch.Tensor] | None = None
         self._restored: dict | None = None
 

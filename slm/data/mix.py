@@ -7,7 +7,9 @@ count of each source among the first G samples has a closed form (a floor sum, O
 
 The k-th sample of a source reads window perm_e[k mod N] of epoch e = k // N, where perm_e is a seeded
 permutation of the source's N non-overlapping windows of context_length + 1 tokens (neighbours share one
-token, so no token is a target twice in an epoch), and each epoch tiles the tokens from its own seeded offset.
+token, so no token is a target twice in an epoch), and each epoch tiles the tokens from its own seeded offset
+(`tiled`, the default). With `random` sampling (arXiv 2512.20877's protocol) the k-th sample starts at a
+position drawn uniformly from every start that fits, with replacement: a hash of (seed, source, k).
 """
 
 from __future__ import annotations
@@ -98,6 +100,27 @@ class Windows:
         return out
 
 
+class RandomStarts:
+    """Windows at uniformly random starts, with replacement, as a pure function of the sample number."""
+
+    def __init__(self, n_tokens: int, context_length: int, seed: int, name: str):
+        self.n_starts = n_tokens - context_length  # windows of context_length + 1 tokens that fit
+        self.key = np.uint64((seed * 0x9E3779B97F4A7C15 + zlib.crc32(name.encode())) % (1 << 64))
+
+    def starts(self, k: np.ndarray) -> np.ndarray:
+        """Token offsets of the windows read by this source's samples number k. Shape like k."""
+        with np.errstate(over="ignore"):  # splitmix64: uint64 arithmetic wraps by design
+            z = np.asarray(k, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15) + self.key
+            z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+            z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+            z ^= z >> np.uint64(31)
+        return (z % np.uint64(self.n_starts)).astype(np.int64)
+
+
+SAMPLINGS = {"tiled": Windows, "random": RandomStarts}
+"""How training windows are drawn (train.window_sampling)."""
+
+
 def gather(tokens: np.ndarray, starts: np.ndarray, length: int) -> np.ndarray:
     """Rows tokens[s : s + length] for each start. Shape (len(starts), length), int64."""
     return tokens[starts[:, None] + np.arange(length)].astype(np.int64)
@@ -107,12 +130,12 @@ class TrainSampler:
     """Training batches as a pure function of (seed, batch index)."""
 
     def __init__(self, tokens: list[np.ndarray], names: list[str], weights: list[float], batch_size: int,
-                 context_length: int, seed: int):
+                 context_length: int, seed: int, sampling: str = "tiled"):
         self.tokens, self.names = tokens, names
         self.B, self.L = batch_size, context_length
         seed = int(seed) % (1 << 64)  # any int; numpy seeds must be >= 0
         self.mixer = Mixer(weights, seed)
-        self.windows = [Windows(len(t), context_length, seed, n) for t, n in zip(tokens, names)]
+        self.windows = [SAMPLINGS[sampling](len(t), context_length, seed, n) for t, n in zip(tokens, names)]
         self._next: tuple[int, np.ndarray] = (0, self.mixer.counts_before(0))  # memo for sequential access
 
     def samples_before(self, batch: int) -> np.ndarray:

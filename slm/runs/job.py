@@ -227,7 +227,7 @@ def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens
 
         load_weights(module.model, init, model_cfg.mask_token_id)
     datamodule = SLMDataModule(prepared, train_cfg.batch_size, model_cfg.context_length, train_cfg.seed,
-                               train_cfg.val_batches)
+                               train_cfg.val_batches, sampling=train_cfg.window_sampling)
     throughput = ThroughputMonitor(tokens_per_step, counts.flops_per_token, train_cfg.precision,
                                    train_cfg.log_interval, train_cfg.peak_flops)
     checkpoint = ModelCheckpoint(dirpath=run_dir / CHECKPOINT.parent, save_top_k=0, save_last=True,
@@ -236,7 +236,7 @@ def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens
     # Requeueing is submitit's (conf/hydra/launcher/slurm.yaml): where Lightning would pick SLURMEnvironment,
     # it gets one with its own auto-requeue off.
     plugins = [SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else None
-    val_every = train_cfg.val_interval or max_steps
+    val_every = train_cfg.validation_interval(max_steps)
     trainer = L.Trainer(
         default_root_dir=run_dir, accelerator=train_cfg.accelerator, devices=1, precision=train_cfg.precision,
         max_steps=max_steps, max_epochs=-1, val_check_interval=min(val_every, max_steps), check_val_every_n_epoch=None,

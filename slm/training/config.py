@@ -14,6 +14,9 @@ class TrainConfigError(ValueError):
     """An invalid training config; the message names the field, the value and what is allowed."""
 
 
+WINDOW_SAMPLINGS = ("tiled", "random")
+"""Keys of slm.data.mix.SAMPLINGS (named here so that the config does not import the data layer)."""
+
 @dataclass
 class TrainConfig:
     seed: int = 0
@@ -27,6 +30,14 @@ class TrainConfig:
     """Training length as a token budget; steps = tokens // (batch_size * context_length)."""
     steps: int | None = None
     """Training length in optimizer steps; overrides `tokens` when set."""
+    epochs: int | None = None
+    """Training length in epochs of `windows_per_epoch` windows (arXiv 2512.20877's protocol): steps = epochs x
+    ceil(windows_per_epoch / batch_size), validation at the end of each epoch. Overrides steps and tokens."""
+    windows_per_epoch: int | None = None
+    """Training windows (sequences) per epoch; needs `epochs`."""
+    window_sampling: str = "tiled"
+    """How training windows are drawn (slm.data.mix): tiled (each epoch a shuffled tiling of the tokens) or
+    random (every window at a uniformly random start, with replacement: arXiv 2512.20877's sampler)."""
     lr: float = 1.0e-3
     """Peak learning rate."""
     min_lr_ratio: float = 0.1
@@ -90,8 +101,9 @@ class TrainConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise TrainConfigError(f"train.{name}={value!r} is invalid: must be a positive integer")
-        if self.steps is None and self.tokens is None:
-            raise TrainConfigError("train.tokens=None is invalid: set a token budget (train.tokens) or train.steps")
+        if self.steps is None and self.tokens is None and self.epochs is None:
+            raise TrainConfigError("train.tokens=None is invalid: set a token budget (train.tokens), train.steps or "
+                                   "train.epochs")
         if self.steps is not None and (not isinstance(self.steps, int) or self.steps <= 0):
             raise TrainConfigError(f"train.steps={self.steps!r} is invalid: must be a positive integer")
         if self.tokens is not None and not self.tokens > 0:
@@ -109,6 +121,16 @@ class TrainConfig:
             raise TrainConfigError(f"train.decay_fraction={self.decay_fraction!r} is invalid: must be in (0, 1]")
         if not 0 <= self.min_lr_ratio <= 1:
             raise TrainConfigError(f"train.min_lr_ratio={self.min_lr_ratio!r} is invalid: must be in [0, 1]")
+        for name in ("epochs", "windows_per_epoch"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise TrainConfigError(f"train.{name}={value!r} is invalid: a positive integer, or null")
+        if (self.epochs is None) != (self.windows_per_epoch is None):
+            raise TrainConfigError(f"train.epochs={self.epochs!r} with train.windows_per_epoch="
+                                   f"{self.windows_per_epoch!r}: set both (a run of epochs) or neither")
+        if self.window_sampling not in WINDOW_SAMPLINGS:
+            raise TrainConfigError(f"train.window_sampling={self.window_sampling!r} is invalid: choose one of: "
+                                   f"{', '.join(WINDOW_SAMPLINGS)}")
         if self.val_interval < 0:
             raise TrainConfigError(f"train.val_interval={self.val_interval!r} is invalid: must be >= 0")
         if self.init_from is not None and (not isinstance(self.init_from, str) or not self.init_from.strip()):
@@ -122,8 +144,20 @@ class TrainConfig:
             raise TrainConfigError(f"train.block_curriculum is set with train.objective={self.objective}: the "
                                    "attention-block curriculum is for masked diffusion (train.objective=mdlm)")
 
+    def steps_per_epoch(self) -> int | None:
+        """Optimizer steps per epoch when the run is measured in epochs, else None."""
+        if self.epochs is None:
+            return None
+        return -(-self.windows_per_epoch // self.batch_size)
+
+    def validation_interval(self, max_steps: int) -> int:
+        """Steps between validations: each epoch's end when measured in epochs, else val_interval (0: the end)."""
+        return self.steps_per_epoch() or self.val_interval or max_steps
+
     def max_steps(self, context_length: int) -> int:
-        """Optimizer steps of the run: `steps`, or the token budget in whole batches."""
+        """Optimizer steps of the run: epochs of windows, `steps`, or the token budget in whole batches."""
+        if self.epochs is not None:
+            return self.epochs * self.steps_per_epoch()
         if self.steps is not None:
             return self.steps
         per_step = self.batch_size * context_length
