@@ -4,6 +4,7 @@
     slm-plot --kind pareto results.parquet -o plots/                 # one plot (PNG + SVG)
     slm-plot --kind all results.parquet -o plots/                    # all six
     slm-report results.parquet -o report/                            # report.md + report.html + figures/
+    slm-ladder runs/ladder_table1 -o report/2512.20877              # arXiv 2512.20877 side by side
 
 RESULTS may also be a runs directory (collected on the fly). Bad input (no such path, no runs found, an
 unknown column or plot kind) is one line on stderr, `<prog>: error: ...`, and exit code 2; warnings
@@ -137,8 +138,26 @@ def report_main(argv: list[str] | None = None) -> None:
     print(f"{prog}: wrote {path.with_name('report.md')} and {path}")
 
 
-if __name__ == "__main__":  # python -m analysis.cli collect|plot|report ...
-    commands = {"collect": collect_main, "plot": plot_main, "report": report_main}
+def ladder_main(argv: list[str] | None = None) -> None:
+    prog = "slm-ladder"
+    p = _Parser(prog=prog, description="arXiv 2512.20877 side by side: the ladder runs' test NLL next to the "
+                "paper's published numbers, and test NLL against training FLOPs (ladder.md + figures/).")
+    p.add_argument("results", help="results table (.parquet/.csv from slm-collect) or a runs directory")
+    p.add_argument("-o", "--out-dir", default="report/2512.20877", help="output directory")
+    args = p.parse_args(argv)
+    _logging(prog)
+    from analysis.ladder import write
+
+    table = _load(prog, args.results)
+    if "test_nll" not in table or table["test_nll"].isna().all():
+        _fail(prog, f"{args.results}: no run with a test NLL (train the ladder sweeps: make reproduce-2512)")
+    path = write(table, args.out_dir)
+    print(path.read_text())
+    print(f"{prog}: wrote {path} and {Path(args.out_dir) / 'figures' / 'ladder_nll_flops.png'}")
+
+
+if __name__ == "__main__":  # python -m analysis.cli collect|plot|report|ladder ...
+    commands = {"collect": collect_main, "plot": plot_main, "report": report_main, "ladder": ladder_main}
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
         _fail("analysis.cli", f"usage: python -m analysis.cli {{{'|'.join(commands)}}} ...")
     commands[sys.argv[1]](sys.argv[2:])

@@ -195,6 +195,10 @@ def row_from_record(record: dict, run_dir: str | os.PathLike, root: str | os.Pat
     row["val_nll_kind"] = ev.get("val_nll_kind") or ("nll" if row["val_nll"] is not None else None)
     row["val_ppl"] = _number(ev.get("val_ppl"))
     row["val_step"] = _number(ev.get("val_step"))
+    row["test_nll"] = _number(ev.get("test_nll"))
+    row["test_targets"] = _number(ev.get("test_targets"))
+    row["epochs"] = train_cfg.get("epochs")
+    row["windows_per_epoch"] = train_cfg.get("windows_per_epoch")
     lm = ev.get("lm_eval") or {}
     details = lm.get("details") or {}
     metrics = lm.get("metrics") or {}

@@ -61,7 +61,7 @@ def test_fitted_vocabulary_is_cached(tmp_path, monkeypatch):
 def test_cache_dir_from_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("SLM_CACHE", str(tmp_path / "env"))
     prepare({}, {"kind": "char"})
-    assert len(list((tmp_path / "env" / "tokens").glob("*.bin"))) == 2
+    assert len(list((tmp_path / "env" / "tokens").glob("*.bin"))) == 3  # train, valid, test
 
 
 def test_leftovers_of_a_killed_job_are_removed(tmp_path):

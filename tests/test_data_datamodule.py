@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from slm.data import SLMDataModule, prepare
-from slm.data.mix import Mixer, RandomStarts, TrainSampler, Windows, floor_sum
+from slm.data.mix import Mixer, RandomStarts, TrainSampler, Windows, first_windows, floor_sum
 
 WEIGHTS = {"a": 0.5, "b": 0.3, "c": 0.2}
 
@@ -103,6 +103,17 @@ def test_random_starts_are_uniform_over_every_window_that_fits_and_stateless():
     batch = a.batch(3)
     assert (np.diff(batch, axis=1) == 1).all()  # whole windows
     assert np.array_equal(batch, TrainSampler([tokens], ["a"], [1.0], 4, 8, 0, "random").batch(3))
+
+
+def test_first_windows_are_consecutive_at_stride_one():
+    """arXiv 2512.20877's validation and test sets: windows starting at 0, 1, 2, ..., in batches."""
+    tokens = np.arange(100)
+    batches = first_windows([tokens], [1.0], 4, 8, 10)
+    assert [len(b) for b in batches] == [4, 4, 2]
+    rows = np.concatenate(batches)
+    assert np.array_equal(rows[:, 0], np.arange(10)) and rows.shape == (10, 9)
+    with pytest.raises(ValueError, match="93 windows"):
+        first_windows([tokens], [1.0], 4, 8, 93)
 
 
 def test_mixer_counts_match_enumeration():

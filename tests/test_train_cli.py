@@ -264,12 +264,14 @@ def test_a_bidirectional_model_is_refused_by_the_causal_objective(tmp_path):
 
 
 def test_the_ladder_models_train_on_the_token_after_the_window(tmp_path):
-    """arXiv 2512.20877's linear and transformer models through slm-train with its protocol so far (last_token,
-    epochs of random windows, validation at each epoch's end, constant lr): the loss falls, the record holds
-    the count and validation NLL, the saved model loads; causal_lm refuses the window model."""
-    short = ["eval=none", "train.progress_bar=false", "train.val_batches=2", "train.objective=last_token",
-             "train.epochs=2", "train.windows_per_epoch=320", "train.window_sampling=random", "train.batch_size=16",
-             "train.lr=3e-4", "train.schedule=constant", "train.warmup_steps=0", "model.context_length=32"]
+    """arXiv 2512.20877's linear and transformer models through slm-train with its protocol (last_token, epochs
+    of random windows, validation on the first windows at each epoch's end, constant lr, the best validation
+    restored, the test split scored): the loss falls, the record holds the count, validation and test NLL,
+    the saved model loads; causal_lm refuses the window model."""
+    short = ["eval=none", "train.progress_bar=false", "train.objective=last_token", "train.epochs=2",
+             "train.windows_per_epoch=320", "train.window_sampling=random", "train.batch_size=16",
+             "train.eval_windows=40", "train.restore_best=true", "train.lr=3e-4", "train.schedule=constant",
+             "train.warmup_steps=0", "model.context_length=32"]
     for model, params in (("ladder_linear", 8_320 + 32 * 128 * 65 + 65), ("ladder_transformer", None)):
         out = slm_train(tmp_path, f"model={model}", *short, group=model)
         assert out.returncode == 0, out.stderr[-2000:]
@@ -283,7 +285,16 @@ def test_the_ladder_models_train_on_the_token_after_the_window(tmp_path):
         metrics = (path / "logs" / "csv" / "metrics.csv").read_text().splitlines()
         column = metrics[0].split(",").index("val/nll")
         assert sum(1 for row in metrics[1:] if row.split(",")[column]) == 2  # one validation per epoch
-        assert 0 < r["eval"]["val_nll"] < 10
+        e = r["eval"]
+        assert 0 < e["val_nll"] < 10 and 0 < e["test_nll"] < 10 and e["test_targets"] == 40
+        assert e["restored_best"] and e["val_nll"] <= e["last_val_nll"] and e["last_val_step"] == 40
+        assert e["val_step"] in (20, 40)
     out = slm_train(tmp_path, "model=ladder_linear", "eval=none", "train.steps=5", group="refused")
     assert out.returncode == 2
     assert "train.objective=causal_lm scores every position" in out.stderr.strip().splitlines()[-1]
+    text = tmp_path / "corpus.txt"
+    text.write_text("to be or not to be " * 400)
+    out = slm_train(tmp_path, "model=ladder_linear", "data=local", f"data.sources.0.paths=[{text}]", *short,
+                    group="no_test")
+    assert out.returncode == 2
+    assert "source 'local' has no test split" in out.stderr.strip().splitlines()[-1]

@@ -104,6 +104,8 @@ class SourceConfig:
     """local: files or globs (** allowed) of the training split, or of all text when valid_paths is empty."""
     valid_paths: list[str] = field(default_factory=list)
     """local: files or globs of the validation split; empty holds out the last valid_fraction instead."""
+    test_paths: list[str] = field(default_factory=list)
+    """local: files or globs of the test split (scored after training with train.eval_windows); empty: none."""
     valid_fraction: float = 0.05
     """local without valid_paths: share held out for validation (bytes of text/jsonl, rows of parquet), from the end."""
     format: str = "auto"
@@ -140,6 +142,7 @@ class SourceConfig:
         self.valid_documents = _count(self.valid_documents, f"{where}.valid_documents")
         self.paths = _paths(self.paths, f"{where}.paths")
         self.valid_paths = _paths(self.valid_paths, f"{where}.valid_paths")
+        self.test_paths = _paths(self.test_paths, f"{where}.test_paths")
         if isinstance(self.valid_fraction, bool) or not isinstance(self.valid_fraction, (int, float)) \
                 or not 0 < self.valid_fraction < 1:
             raise DataError(f"{where}.valid_fraction={self.valid_fraction!r} is invalid: must be in (0, 1)")

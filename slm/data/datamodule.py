@@ -16,7 +16,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
 from slm.data.errors import DataError
-from slm.data.mix import TrainSampler, validation_batches
+from slm.data.mix import TrainSampler, first_windows, validation_batches
 from slm.data.prepare import PreparedData
 
 
@@ -54,7 +54,7 @@ class SLMDataModule(pl.LightningDataModule):
     """
 
     def __init__(self, prepared: PreparedData, batch_size: int, context_length: int, seed: int, val_batches: int,
-                 num_workers: int = 0, sampling: str = "tiled"):
+                 num_workers: int = 0, sampling: str = "tiled", eval_windows: int | None = None):
         super().__init__()
         for name, value, low in (("batch_size", batch_size, 1), ("context_length", context_length, 1),
                                  ("val_batches", val_batches, 0), ("num_workers", num_workers, 0)):
@@ -62,7 +62,7 @@ class SLMDataModule(pl.LightningDataModule):
                 raise DataError(f"{name}={value!r} is invalid: must be an integer >= {low}")
         self.prepared = prepared
         self.batch_size, self.context_length, self.seed = batch_size, context_length, seed
-        self.val_batches, self.num_workers = val_batches, num_workers
+        self.val_batches, self.num_workers, self.eval_windows = val_batches, num_workers, eval_windows
         need = context_length + 1
         for s in prepared.sources:
             for split, shard, needed in (("training", s.train, True), ("validation", s.valid, val_batches > 0)):
@@ -105,12 +105,38 @@ class SLMDataModule(pl.LightningDataModule):
                           persistent_workers=self.num_workers > 0)
 
     def validation_batches(self) -> list[torch.Tensor]:
-        """The fixed validation batches (computed once): the same for every call, seed and run."""
+        """The fixed validation batches (computed once): the same for every call, seed and run. With
+        eval_windows, the first eval_windows windows at stride 1; else val_batches batches spread evenly."""
         if self._val is None:
-            batches = validation_batches([s.valid.tokens() for s in self.prepared.sources], self.weights,
-                                         self.batch_size, self.context_length, self.val_batches)
+            tokens = [s.valid.tokens() for s in self.prepared.sources]
+            if self.eval_windows is not None:
+                batches = self._first_windows(tokens, "validation")
+            else:
+                batches = validation_batches(tokens, self.weights, self.batch_size, self.context_length,
+                                             self.val_batches)
             self._val = [torch.from_numpy(b) for b in batches]
         return self._val
+
+    def test_batches(self) -> list[torch.Tensor]:
+        """The first eval_windows windows of every source's test split at stride 1 (needs eval_windows)."""
+        if self.eval_windows is None:
+            raise DataError("test batches need train.eval_windows (the first N windows of the test split)")
+        missing = [s.name for s in self.prepared.sources if s.test is None]
+        if missing:
+            raise DataError(f"source {missing[0]!r} has no test split: give its files (data.sources.N.test_paths) "
+                            "or set train.eval_windows=null")
+        return [torch.from_numpy(b) for b in self._first_windows([s.test.tokens() for s in self.prepared.sources],
+                                                                 "test")]
+
+    def _first_windows(self, tokens, split: str) -> list:
+        try:
+            return first_windows(tokens, self.weights, self.batch_size, self.context_length, self.eval_windows)
+        except ValueError as err:
+            raise DataError(f"train.eval_windows={self.eval_windows}: the {split} split is too short ({err})") from None
+
+    def test_dataloader(self) -> DataLoader:
+        return DataLoader(FixedBatches(self.test_batches()), batch_size=None, shuffle=False,
+                          pin_memory=torch.cuda.is_available())
 
     def val_dataloader(self) -> DataLoader:
         """The validation batches in order, wrapped in a DataLoader (Lightning reads a bare list as a list of loaders)."""

@@ -189,3 +189,17 @@ def validation_batches(tokens: list[np.ndarray], weights: list[float], batch_siz
         picks = (np.arange(len(rows)) * n_windows) // len(rows)
         flat[rows] = gather(tokens[s], picks * context_length, context_length + 1)
     return list(flat.reshape(n_batches, batch_size, context_length + 1))
+
+
+def first_windows(tokens: list[np.ndarray], weights: list[float], batch_size: int, context_length: int,
+                  n_windows: int) -> list[np.ndarray]:
+    """The first windows of each split at stride 1 (starts 0, 1, 2, ...: arXiv 2512.20877's validation and
+    test sets), each source its share of `n_windows`, in batches of batch_size (the last may be shorter)."""
+    rows = []
+    for t, n in zip(tokens, shares(weights, n_windows)):
+        fits = len(t) - context_length  # windows of context_length + 1 tokens that fit
+        if n > fits:
+            raise ValueError(f"{n} windows of {context_length + 1} tokens asked of a split of {len(t)} tokens")
+        rows.append(gather(t, np.arange(n), context_length + 1))
+    flat = np.concatenate(rows)
+    return [flat[i:i + batch_size] for i in range(0, len(flat), batch_size)]

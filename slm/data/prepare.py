@@ -1,4 +1,4 @@
-"""`prepare(data_node, tokenizer_node)`: build the tokenizer and every source's train/valid shards.
+"""`prepare(data_node, tokenizer_node)`: build the tokenizer and every source's train/valid (and test) shards.
 
 Everything lands in the cache (see `slm.data.cache`), keyed by source, split, tokenizer and content, so a
 second job of a sweep finds it there. A char/word vocabulary is fitted on the training splits once and
@@ -40,12 +40,15 @@ class PreparedSource:
     """Training tokens."""
     valid: Shard
     """Validation tokens."""
+    test: Shard | None = None
+    """Test tokens, where the source has a test split."""
 
     def describe(self) -> dict:
+        shards = {"train": self.train, "valid": self.valid, **({"test": self.test} if self.test else {})}
         return {**self.source.describe(), "weight": self.weight, "token_budget": self.source.budget,
-                "train_tokens": self.train.n_tokens, "valid_tokens": self.valid.n_tokens,
-                "cache_keys": {"train": self.train.key, "valid": self.valid.key},
-                "reused_cache": {"train": not self.train.built, "valid": not self.valid.built}}
+                **{f"{split}_tokens": shard.n_tokens for split, shard in shards.items()},
+                "cache_keys": {split: shard.key for split, shard in shards.items()},
+                "reused_cache": {split: not shard.built for split, shard in shards.items()}}
 
 
 @dataclass
@@ -64,6 +67,20 @@ class PreparedData:
     """The parsed tokenizer node."""
     cache_dir: Path
     """The cache directory used."""
+
+    def check_first_windows(self, n_windows: int, context_length: int) -> None:
+        """Raise DataError unless every source's validation and test splits hold its share of the first
+        `n_windows` windows of context_length + 1 tokens (train.eval_windows)."""
+        from slm.data.mix import shares
+
+        for s, n in zip(self.sources, shares([s.weight for s in self.sources], n_windows)):
+            if s.test is None:
+                raise DataError(f"train.eval_windows={n_windows}: source {s.name!r} has no test split (give its "
+                                f"files: data.sources.N.test_paths), or set train.eval_windows=null")
+            for split, shard in (("validation", s.valid), ("test", s.test)):
+                if shard.n_tokens - context_length < n:
+                    raise DataError(f"train.eval_windows={n_windows}: source {s.name!r} has {shard.n_tokens} {split} "
+                                    f"tokens, fewer than its {n} windows of {context_length + 1} need")
 
     def describe(self) -> dict:
         """JSON-able summary for the run record."""
@@ -96,7 +113,8 @@ def prepare(data_node: dict, tokenizer_node: dict) -> PreparedData:
     for src, st in zip(sources, streams):
         shards = {split: build_shard(root, shard_key(stream, tokenizer, dtype), stream, tokenizer, dtype, cfg.num_proc)
                   for split, stream in st.items()}
-        prepared.append(PreparedSource(src.cfg.name, src.cfg.weight / total_weight, src, shards["train"], shards["valid"]))
+        prepared.append(PreparedSource(src.cfg.name, src.cfg.weight / total_weight, src, shards["train"], shards["valid"],
+                                       shards.get("test")))
     return PreparedData(tokenizer, tok_cfg.padded(tokenizer.vocab_size), prepared, cfg, tok_cfg, root)
 
 

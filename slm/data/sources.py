@@ -77,7 +77,8 @@ def sha256_file(path: Path) -> str:
 
 @SOURCES.register("tiny_shakespeare")
 class TinyShakespeare(Source):
-    """The Tiny Shakespeare corpus shipped in this package, with its train/valid splits (one document each)."""
+    """The Tiny Shakespeare corpus shipped in this package, with its train/valid/test splits (one document each;
+    the splits of arXiv 2512.20877's code)."""
 
     kind = "tiny_shakespeare"
 
@@ -86,7 +87,7 @@ class TinyShakespeare(Source):
 
     def streams(self) -> dict[str, Stream]:
         out = {}
-        for split in ("train", "valid"):
+        for split in ("train", "valid", "test"):
             file = self._file(split)
             digest = hashlib.sha256(file.read_bytes()).hexdigest()
 
@@ -115,7 +116,9 @@ class LocalFiles(Source):
             raise DataError(f"{where}.paths is empty: list the files, e.g. data=local '{where}.paths=[/data/*.jsonl]'")
         self.train_files = self._resolve(cfg.paths, f"{where}.paths")
         self.valid_files = self._resolve(cfg.valid_paths, f"{where}.valid_paths") if cfg.valid_paths else []
-        formats = {readers.detect_format(p, cfg.format, where) for p in self.train_files + self.valid_files}
+        self.test_files = self._resolve(cfg.test_paths, f"{where}.test_paths") if cfg.test_paths else []
+        formats = {readers.detect_format(p, cfg.format, where)
+                   for p in self.train_files + self.valid_files + self.test_files}
         if len(formats) > 1:
             raise DataError(f"{where} mixes formats {', '.join(sorted(formats))}; use one source per format")
         self.format = formats.pop()
@@ -158,9 +161,12 @@ class LocalFiles(Source):
 
     def streams(self) -> dict[str, Stream]:
         whole = lambda files: [(p, 0, readers.units(p, self.format)) for p in files]  # noqa: E731
+        test = {"test": self._stream("test", whole(self.test_files), self._key("test", self.test_files))} \
+            if self.test_files else {}
         if self.valid_files:
             return {"train": self._stream("train", whole(self.train_files), self._key("train", self.train_files)),
-                    "valid": self._stream("valid", whole(self.valid_files), self._key("valid", self.valid_files))}
+                    "valid": self._stream("valid", whole(self.valid_files), self._key("valid", self.valid_files)),
+                    **test}
         # held out: the last valid_fraction of all units, cut at a point that keeps tokenization exact
         ranges = whole(self.train_files)
         target = int(sum(stop for _, _, stop in ranges) * (1 - self.cfg.valid_fraction))
@@ -177,7 +183,7 @@ class LocalFiles(Source):
             seen += size
         key = self._key("all", self.train_files, valid_fraction=self.cfg.valid_fraction)
         return {"train": self._stream("train", train, {**key, "split": "train"}),
-                "valid": self._stream("valid", valid, {**key, "split": "valid"})}
+                "valid": self._stream("valid", valid, {**key, "split": "valid"}), **test}
 
     def describe(self) -> dict:
         out = {**super().describe(), "format": self.format, "paths": [str(p) for p in self.train_files]}
@@ -185,6 +191,8 @@ class LocalFiles(Source):
             out["valid_paths"] = [str(p) for p in self.valid_files]
         else:
             out["valid_fraction"] = self.cfg.valid_fraction
+        if self.test_files:
+            out["test_paths"] = [str(p) for p in self.test_files]
         return out
 
 

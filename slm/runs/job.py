@@ -122,6 +122,8 @@ def _setup(cfg: dict, run_dir: Path) -> tuple:
     OBJECTIVES.get(train_cfg.objective)().check(model_cfg)  # e.g. causal_lm with a bidirectional model
     if train_cfg.block_curriculum is not None:
         model_cfg = config_from_spec(_curriculum_spec(spec, train_cfg.block_curriculum, model_cfg.context_length))
+    if train_cfg.eval_windows is not None:
+        prepared.check_first_windows(train_cfg.eval_windows, model_cfg.context_length)
     counts = count(model_cfg)
     max_steps = train_cfg.max_steps(model_cfg.context_length)
     init = None
@@ -227,7 +229,8 @@ def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens
 
         load_weights(module.model, init, model_cfg.mask_token_id)
     datamodule = SLMDataModule(prepared, train_cfg.batch_size, model_cfg.context_length, train_cfg.seed,
-                               train_cfg.val_batches, sampling=train_cfg.window_sampling)
+                               train_cfg.val_batches, sampling=train_cfg.window_sampling,
+                               eval_windows=train_cfg.eval_windows)
     throughput = ThroughputMonitor(tokens_per_step, counts.flops_per_token, train_cfg.precision,
                                    train_cfg.log_interval, train_cfg.peak_flops)
     checkpoint = ModelCheckpoint(dirpath=run_dir / CHECKPOINT.parent, save_top_k=0, save_last=True,
@@ -240,7 +243,7 @@ def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens
     trainer = L.Trainer(
         default_root_dir=run_dir, accelerator=train_cfg.accelerator, devices=1, precision=train_cfg.precision,
         max_steps=max_steps, max_epochs=-1, val_check_interval=min(val_every, max_steps), check_val_every_n_epoch=None,
-        limit_val_batches=train_cfg.val_batches, num_sanity_val_steps=0, log_every_n_steps=train_cfg.log_interval,
+        limit_val_batches=train_cfg.val_batches if train_cfg.eval_windows is None else None, num_sanity_val_steps=0, log_every_n_steps=train_cfg.log_interval,
         logger=_loggers(train_cfg.loggers, run_dir), plugins=plugins,
         callbacks=[checkpoint, throughput, StepLog(run_dir / "train_log.jsonl"), preemption],
         enable_progress_bar=train_cfg.progress_bar, enable_model_summary=False, detect_anomaly=train_cfg.detect_anomaly,
@@ -276,6 +279,11 @@ def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens
                              training=training, data=_data_section(prepared, datamodule), artifacts=artifacts)
     if module.val_metrics.get("val_step") != steps:
         trainer.validate(module, datamodule=datamodule, verbose=False)
+    last_val = module.restore_best() if train_cfg.restore_best else None
+    if train_cfg.eval_windows is not None:  # the test split's first windows, scored by the model saved below
+        module.scoring_test = True
+        trainer.validate(module, dataloaders=datamodule.test_dataloader(), verbose=False)
+        module.scoring_test = False
     save_model(module.model, run_dir / "model")
     prepared.tokenizer.save(run_dir / "model")
     val = module.val_metrics
@@ -285,7 +293,9 @@ def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens
     record = update_record(run_dir, status="completed", error=None, training=training,
                            data=_data_section(prepared, datamodule), artifacts=artifacts,
                            eval={"val_nll": val["val_nll"], "val_ppl": val["val_ppl"], "val_step": val["val_step"],
-                                 "val_nll_kind": module.objective.nll_kind,
+                                 "val_nll_kind": module.objective.nll_kind, **module.test_metrics,
+                                 **({"restored_best": True, "last_val_nll": last_val["val_nll"],
+                                     "last_val_step": last_val["val_step"]} if last_val else {}),
                                  **({"val_attention_block": val["val_attention_block"]}
                                     if "val_attention_block" in val else {})})
     return _evaluate(cfg, run_dir, record)

@@ -35,6 +35,13 @@ class TrainConfig:
     ceil(windows_per_epoch / batch_size), validation at the end of each epoch. Overrides steps and tokens."""
     windows_per_epoch: int | None = None
     """Training windows (sequences) per epoch; needs `epochs`."""
+    eval_windows: int | None = None
+    """Validate on the first eval_windows windows of the validation split at stride 1 (starts 0, 1, 2, ...:
+    arXiv 2512.20877's protocol), and after training score the same windows of the test split (eval.test_nll);
+    None: val_batches batches of windows spread evenly over the validation split, and no test score."""
+    restore_best: bool = False
+    """At the end, restore the weights of the best validation (the model saved, tested and scored is that one;
+    arXiv 2512.20877's protocol)."""
     window_sampling: str = "tiled"
     """How training windows are drawn (slm.data.mix): tiled (each epoch a shuffled tiling of the tokens) or
     random (every window at a uniformly random start, with replacement: arXiv 2512.20877's sampler)."""
@@ -121,7 +128,7 @@ class TrainConfig:
             raise TrainConfigError(f"train.decay_fraction={self.decay_fraction!r} is invalid: must be in (0, 1]")
         if not 0 <= self.min_lr_ratio <= 1:
             raise TrainConfigError(f"train.min_lr_ratio={self.min_lr_ratio!r} is invalid: must be in [0, 1]")
-        for name in ("epochs", "windows_per_epoch"):
+        for name in ("epochs", "windows_per_epoch", "eval_windows"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise TrainConfigError(f"train.{name}={value!r} is invalid: a positive integer, or null")

@@ -49,6 +49,10 @@ class LanguageModelModule(L.LightningModule):
         self.last_train_loss: float | None = None
         self.last_lr: float | None = None
         self.val_metrics: dict[str, float] = {}
+        self.best: dict | None = None  # train.restore_best: the best validation so far, and its weights
+        self.best_state: dict[str, torch.Tensor] | None = None
+        self.test_metrics: dict[str, float] = {}
+        self.scoring_test = False  # a validation loop over the test batches (score_test in slm.runs.job)
         self._val_sums: list[tuple[torch.Tensor, int]] = []
         self._forward = self.model
         self._load_sum: torch.Tensor | None = None  # sum of per-step routing load over the logging window
@@ -144,13 +148,29 @@ class LanguageModelModule(L.LightningModule):
         total = sum(float(s) for s, _ in self._val_sums)
         count = sum(n for _, n in self._val_sums)
         nll = total / count
+        if self.scoring_test:
+            self.test_metrics = {"test_nll": nll, "test_ppl": math.exp(min(nll, 700.0)), "test_targets": count}
+            return
         self.val_metrics = {"val_nll": nll, "val_ppl": math.exp(min(nll, 700.0)), "val_step": self.global_step}
+        if self.train_cfg.restore_best and (self.best is None or nll < self.best["val_nll"]):
+            self.best = dict(self.val_metrics)
+            self.best_state = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
         self.log("val/nll", nll, prog_bar=True)
         self.log("val/ppl", self.val_metrics["val_ppl"])
         block = self.attention_block(self.global_step - 1)
         if block is not None:
             self.val_metrics["val_attention_block"] = block
             self.log("val/attention_block", float(block))
+
+    def restore_best(self) -> dict | None:
+        """Load the best validation's weights (train.restore_best) and make its metrics the current ones;
+        returns the metrics of the last validation it replaced (None if nothing was restored)."""
+        if self.best_state is None:
+            return None
+        last = dict(self.val_metrics)
+        self.model.load_state_dict(self.best_state)
+        self.val_metrics = dict(self.best)
+        return last
 
     # ------------------------------------------------------------------ exact resume
     def on_save_checkpoint(self, checkpoint: dict) -> None:
@@ -160,6 +180,7 @@ class LanguageModelModule(L.LightningModule):
             "python": list(random.getstate()[1]),
         }
         checkpoint["slm_last_train_loss"] = self.last_train_loss
+        checkpoint["slm_best"] = {"metrics": self.best, "state": self.best_state}
         checkpoint["slm_routing_load"] = (self._load_sum, self._load_steps)
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
@@ -170,4 +191,6 @@ class LanguageModelModule(L.LightningModule):
                 torch.cuda.set_rng_state_all(state["cuda"])
             random.setstate((3, tuple(state["python"]), None))
         self.last_train_loss = checkpoint.get("slm_last_train_loss")
+        best = checkpoint.get("slm_best") or {}
+        self.best, self.best_state = best.get("metrics"), best.get("state")
         self._load_sum, self._load_steps = checkpoint.get("slm_routing_load", (None, 0))
