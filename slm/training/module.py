@@ -52,7 +52,7 @@ class LanguageModelModule(L.LightningModule):
         self.best: dict | None = None  # train.restore_best: the best validation so far, and its weights
         self.best_state: dict[str, torch.Tensor] | None = None
         self.test_metrics: dict[str, float] = {}
-        self.scoring_test = False  # a validation loop over the test batches (score_test in slm.runs.job)
+        self.scoring_test = False  # the validation loop is scoring the test batches (slm.runs.job, at the end)
         self._val_sums: list[tuple[torch.Tensor, int]] = []
         self._forward = self.model
         self._load_sum: torch.Tensor | None = None  # sum of per-step routing load over the logging window
