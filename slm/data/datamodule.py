@@ -47,6 +47,13 @@ class FixedBatches(Dataset):
         return self.batches[i]
 
 
+def _own_generator() -> torch.Generator:
+    """A generator for a DataLoader's own seed draw: without one, every iterator a loader starts (each
+    validation, the training loader after a resume) draws from torch's global generator, which dropout
+    also uses, so a resumed run's dropout masks would differ from an uninterrupted run's."""
+    return torch.Generator().manual_seed(0)
+
+
 class SLMDataModule(pl.LightningDataModule):
     """Training batches from the mixed training shards, fixed validation batches from the validation shards.
 
@@ -102,7 +109,7 @@ class SLMDataModule(pl.LightningDataModule):
         """Endless batches from `batches_done()` on; Lightning's max_steps ends training."""
         return DataLoader(TrainBatches(self.sampler, self.batches_done()), batch_size=None,
                           num_workers=self.num_workers, pin_memory=torch.cuda.is_available(),
-                          persistent_workers=self.num_workers > 0)
+                          generator=_own_generator(), persistent_workers=self.num_workers > 0)
 
     def validation_batches(self) -> list[torch.Tensor]:
         """The fixed validation batches (computed once): the same for every call, seed and run. With
@@ -136,9 +143,9 @@ class SLMDataModule(pl.LightningDataModule):
 
     def test_dataloader(self) -> DataLoader:
         return DataLoader(FixedBatches(self.test_batches()), batch_size=None, shuffle=False,
-                          pin_memory=torch.cuda.is_available())
+                          pin_memory=torch.cuda.is_available(), generator=_own_generator())
 
     def val_dataloader(self) -> DataLoader:
         """The validation batches in order, wrapped in a DataLoader (Lightning reads a bare list as a list of loaders)."""
         return DataLoader(FixedBatches(self.validation_batches()), batch_size=None, shuffle=False,
-                          pin_memory=torch.cuda.is_available())
+                          pin_memory=torch.cuda.is_available(), generator=_own_generator())
