@@ -70,6 +70,8 @@ class SLMDataModule(pl.LightningDataModule):
         self.prepared = prepared
         self.batch_size, self.context_length, self.seed = batch_size, context_length, seed
         self.val_batches, self.num_workers, self.eval_windows = val_batches, num_workers, eval_windows
+        if eval_windows is not None:  # every source's validation and test splits hold their first windows
+            prepared.check_first_windows(eval_windows, context_length)
         need = context_length + 1
         for s in prepared.sources:
             for split, shard, needed in (("training", s.train, True), ("validation", s.valid, val_batches > 0)):
@@ -117,7 +119,7 @@ class SLMDataModule(pl.LightningDataModule):
         if self._val is None:
             tokens = [s.valid.tokens() for s in self.prepared.sources]
             if self.eval_windows is not None:
-                batches = self._first_windows(tokens, "validation")
+                batches = first_windows(tokens, self.weights, self.batch_size, self.context_length, self.eval_windows)
             else:
                 batches = validation_batches(tokens, self.weights, self.batch_size, self.context_length,
                                              self.val_batches)
@@ -128,18 +130,9 @@ class SLMDataModule(pl.LightningDataModule):
         """The first eval_windows windows of every source's test split at stride 1 (needs eval_windows)."""
         if self.eval_windows is None:
             raise DataError("test batches need train.eval_windows (the first N windows of the test split)")
-        missing = [s.name for s in self.prepared.sources if s.test is None]
-        if missing:
-            raise DataError(f"source {missing[0]!r} has no test split: give its files (data.sources.N.test_paths) "
-                            "or set train.eval_windows=null")
-        return [torch.from_numpy(b) for b in self._first_windows([s.test.tokens() for s in self.prepared.sources],
-                                                                 "test")]
-
-    def _first_windows(self, tokens, split: str) -> list:
-        try:
-            return first_windows(tokens, self.weights, self.batch_size, self.context_length, self.eval_windows)
-        except ValueError as err:
-            raise DataError(f"train.eval_windows={self.eval_windows}: the {split} split is too short ({err})") from None
+        tokens = [s.test.tokens() for s in self.prepared.sources]  # present and long enough: checked in __init__
+        batches = first_windows(tokens, self.weights, self.batch_size, self.context_length, self.eval_windows)
+        return [torch.from_numpy(b) for b in batches]
 
     def test_dataloader(self) -> DataLoader:
         return DataLoader(FixedBatches(self.test_batches()), batch_size=None, shuffle=False,

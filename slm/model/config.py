@@ -36,7 +36,7 @@ class ModelConfig:
     kind: str = "transformer"
     """Network (slm.model.networks): transformer, or linear / mlp, next-token models over one flattened window
     of exactly context_length tokens (arXiv 2512.20877's baselines; they read d_model, vocab_size,
-    context_length, window_hidden and dropout, and score the token after the window only)."""
+    context_length, window_hidden, dropout and init, and score the token after the window only)."""
     window_hidden: list[int] = field(default_factory=list)
     """Hidden widths of an mlp window model (Linear, ReLU, dropout each); empty for the other kinds."""
 

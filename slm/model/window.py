@@ -1,6 +1,6 @@
 """Next-token models over one flattened window (the baselines of arXiv 2512.20877, Sec. 3): the embeddings
 of a window of exactly `context_length` tokens are concatenated and mapped to the logits of the token after
-it. No attention, no positions (a token's place in the window is its place in the concatenation).
+it, initialised by the config's `init` scheme. No attention, no positions (a token's place in the window is its place in the concatenation).
 
     linear   embed (V, d) -> flatten (T d) -> Linear(T d, V)
     mlp      embed -> flatten -> [Linear -> ReLU -> Dropout] per width in window_hidden -> Linear(., V)
@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from slm.components import INITS
 from slm.model.counting import Counts
 from slm.model.networks import NETWORKS
 
@@ -41,10 +42,10 @@ class WindowModel(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """PyTorch's own initialisation (the reference's): embedding N(0, 1), Linear Kaiming-uniform."""
+        """Initialise by the config's scheme (`init`; the ladder presets use torch, PyTorch's defaults)."""
+        init = INITS.get(self.cfg.init)(self.cfg)
         for module in self.modules():
-            if isinstance(module, (nn.Linear, nn.Embedding)):
-                module.reset_parameters()
+            init.module(module)
 
     def forward(self, idx: torch.Tensor, cache=None, lengths=None, return_aux: bool = False):
         if cache is not None or lengths is not None:
