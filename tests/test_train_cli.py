@@ -302,17 +302,30 @@ def test_the_ladder_models_train_on_the_token_after_the_window(tmp_path):
 
 def test_resume_with_the_ladder_protocol_is_exact(tmp_path):
     """Random windows, epochs, first-window validation and best-epoch restore across a SIGKILL: the resumed
-    run restores the same best epoch and scores the same test NLL as one that ran straight through."""
+    run restores the same best epoch and scores the same test NLL as one that ran straight through.
+
+    One retry of the whole pair: on the 2-core CI machine about 1 fresh process in 30 computes one early
+    vector op approximately on one thread (traced op by op: AdamW's exp_avg_sq.sqrt() for the embedding,
+    half the tensor off by up to 3e-4, the same wrong values in every such process; seen with AVX-512 and
+    AVX2 kernels and with MKL_CBWR set), so an uninterrupted run is not always bit-identical to itself there.
+    A resume bug is deterministic and fails both attempts."""
     args = ["model=ladder_transformer", "model.context_length=32", "model.n_layers=1", "eval=none",
             "train.progress_bar=false", "train.objective=last_token", "train.epochs=3", "train.windows_per_epoch=320",
             "train.window_sampling=random", "train.batch_size=16", "train.eval_windows=40", "train.restore_best=true",
             "train.lr=3e-3", "train.schedule=constant", "train.warmup_steps=0", "train.ckpt_interval=10",
             "train.log_interval=5", "train.seed=5"]
-    ref_dir, cut_dir = tmp_path / "ref", tmp_path / "cut"
-    assert slm_train(ref_dir, *args).returncode == 0
-    kill_at_step(cut_dir, args, 35)  # past the first epoch's validation and a checkpoint
-    out = slm_train(cut_dir, *args)
-    assert out.returncode == 0, out.stderr[-2000:]
-    ref, cut = record(run_dir(ref_dir))["eval"], record(run_dir(cut_dir))["eval"]
-    assert cut["restored_best"] and cut["val_step"] == ref["val_step"] and cut["test_nll"] == ref["test_nll"]
-    assert_same_run(run_dir(ref_dir), run_dir(cut_dir))
+    for attempt in (1, 2):
+        ref_dir, cut_dir = tmp_path / f"ref{attempt}", tmp_path / f"cut{attempt}"
+        assert slm_train(ref_dir, *args).returncode == 0
+        kill_at_step(cut_dir, args, 35)  # past the first epoch's validation and a checkpoint
+        out = slm_train(cut_dir, *args)
+        assert out.returncode == 0, out.stderr[-2000:]
+        ref, cut = record(run_dir(ref_dir))["eval"], record(run_dir(cut_dir))["eval"]
+        assert cut["restored_best"] and cut["val_step"] == ref["val_step"]
+        try:
+            assert cut["test_nll"] == ref["test_nll"]
+            assert_same_run(run_dir(ref_dir), run_dir(cut_dir))
+            break
+        except AssertionError:
+            if attempt == 2:
+                raise
