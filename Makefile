@@ -15,8 +15,8 @@ help:
 	@echo "make sweep      the default study: cpu_default sweep, offline eval, results table, plots, report"
 	@echo "make smoke      the CI smoke sweep (4 tiny runs); again, it trains nothing"
 	@echo "make sweep-dry SWEEP=name   a sweep's jobs, parameter counts, tokens and GPU-hours; trains nothing"
-	@echo "make reproduce-2512          arXiv 2512.20877's character-level ladder (Table 1, the RoPE ablation;"
-	@echo "                             SEEDS seeds each), then its side-by-side table and NLL-per-FLOP plot"
+	@echo "make reproduce-2512          arXiv 2512.20877's character-level ladder (Table 1, the RoPE ablation,"
+	@echo "                             the four sweeps; SEEDS seeds each), then its side-by-side tables and plot"
 	@echo "make plots RESULTS=file     redraw the six plots from a results table"
 	@echo "make test-slurm the Slurm tests on a local single-node cluster (root; installs Slurm from apt)"
 	@echo "make bench      benchmarks: slm-train vs a bare PyTorch loop, data loader share, tokenizers, decode and"
@@ -89,12 +89,12 @@ SLURM_BASE ?= /tmp/slm-test-slurm
 smoke: install
 	OMP_NUM_THREADS=1 $(BIN)/slm-train -m sweep=smoke
 
-# arXiv 2512.20877 reproduced: Table 1 and the position ablation under the paper's protocol (sweeps/ladder_*.yaml),
+# arXiv 2512.20877 reproduced: Table 1, the position ablation and the four sweeps under the paper's protocol (sweeps/ladder_*.yaml),
 # SEEDS seeds each (train.seed 0..SEEDS-1), then report/2512.20877/ladder.md with the paper's numbers beside
 # ours and the NLL-per-FLOP figure. Started again, it trains only what is missing.
 SEEDS ?= 3
 reproduce-2512: install
-	@seeds=$$(seq -s, 0 $$(($(SEEDS) - 1))); 	OMP_NUM_THREADS=$(SWEEP_THREADS) $(BIN)/slm-train -m sweep=ladder_table1 train.seed=$$seeds; rc=$$?; 	OMP_NUM_THREADS=$(SWEEP_THREADS) $(BIN)/slm-train -m sweep=ladder_rope train.seed=$$seeds || rc=$$?; 	$(BIN)/slm-ladder $(RUNS) -o $(RUNS)/report-2512.20877 && exit $$rc
+	@seeds=$$(seq -s, 0 $$(($(SEEDS) - 1))); 	OMP_NUM_THREADS=$(SWEEP_THREADS) $(BIN)/slm-train -m sweep=ladder_table1 train.seed=$$seeds; rc=$$?; 	OMP_NUM_THREADS=$(SWEEP_THREADS) $(BIN)/slm-train -m sweep=ladder_rope train.seed=$$seeds || rc=$$?; 	OMP_NUM_THREADS=$(SWEEP_THREADS) $(BIN)/slm-train -m sweep=ladder_sweeps train.seed=$$seeds || rc=$$?; 	$(BIN)/slm-ladder $(RUNS) -o $(RUNS)/report-2512.20877 && exit $$rc
 
 # A sweep's jobs with parameter counts, tokens and GPU-hours, training nothing: make sweep-dry SWEEP=families_70m
 sweep-dry: install

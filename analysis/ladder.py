@@ -1,5 +1,6 @@
-"""arXiv 2512.20877 side by side: the ladder runs (sweeps/ladder_table1.yaml, ladder_rope.yaml) next to the
-paper's published test NLLs, and its central figure, test NLL against training FLOPs.
+"""arXiv 2512.20877 side by side: the ladder runs (sweeps/ladder_table1.yaml, ladder_rope.yaml, and
+ladder_sweeps.yaml, ladder_word.yaml when they ran) next to the paper's published test NLLs, and its central
+figure, test NLL against training FLOPs.
 
     frame = side_by_side(table)            # one row per paper model: ours (mean, spread, seeds) and theirs
     fig = plot_nll_per_flop(frame)         # test NLL against training FLOPs, both
@@ -19,17 +20,45 @@ from matplotlib.figure import Figure
 
 from analysis.report import markdown_table
 
+def _paper(section, model, sweep, family, match, params, windows, context, epochs, nll):
+    return (section, model, sweep, family, match, params, windows, context, epochs, nll)
+
+
 PAPER = pd.DataFrame([
-    # model, family, position, parameters, epochs, published test NLL (Table 1; the RoPE ablation)
-    ("Linear", "ladder_linear", None, 1_073_345, 3, 3.0549),
-    ("MLP", "ladder_mlp", None, 4_285_377, 3, 2.3222),
-    ("Self-Attention", "ladder_attention", None, 231_617, 4, 2.1335),
-    ("Transformer", "ladder_transformer", None, 430_785, 4, 2.0058),
-    ("Pre-LN, learned positions", "ladder_rope", "learned", 430_785, 8, 1.9738),
-    ("Pre-LN, RoPE", "ladder_rope", "rope", 414_401, 8, 2.0096),
-], columns=["model", "family", "position", "paper_params", "paper_epochs", "paper_test_nll"])
-PAPER_WINDOWS, PAPER_CONTEXT = 50_000, 128
-"""The paper's windows per epoch and window length (Table 1 and the ablation)."""
+    # section, model, run group, family, other columns that pick our runs, parameters, windows per epoch,
+    # window length, epochs, published test NLL
+    _paper("main", "Linear", "ladder_table1", "ladder_linear", {}, 1_073_345, 50_000, 128, 3, 3.0549),
+    _paper("main", "MLP", "ladder_table1", "ladder_mlp", {}, 4_285_377, 50_000, 128, 3, 2.3222),
+    _paper("main", "Self-Attention", "ladder_table1", "ladder_attention", {}, 231_617, 50_000, 128, 4, 2.1335),
+    _paper("main", "Transformer", "ladder_table1", "ladder_transformer", {}, 430_785, 50_000, 128, 4, 2.0058),
+    _paper("main", "Pre-LN, learned positions", "ladder_rope", "ladder_rope", {"position": "learned"},
+           430_785, 50_000, 128, 8, 1.9738),
+    _paper("main", "Pre-LN, RoPE", "ladder_rope", "ladder_rope", {"position": "rope"}, 414_401, 50_000, 128, 8, 2.0096),
+    *[_paper("sweeps", f"Linear, T = {t}", "ladder_sweeps", "ladder_linear", {"context_length": t}, n, 30_000, t, 2, nll)
+      for t, n, nll in ((32, 274_625, 2.5135), (64, 540_865, 2.7006), (128, 1_073_345, 3.0496))],
+    *[_paper("sweeps", f"MLP, hidden {h}", "ladder_sweeps", "ladder_mlp", {"params_total": n}, n, 30_000, 128, 2, nll)
+      for h, n, nll in ((128, 2_130_497, 2.5482), (256, 4_285_377, 2.5115), (512, 8_693_441, 2.5002))],
+    *[_paper("sweeps", f"Self-Attention, {h} head{'s' if h > 1 else ''}", "ladder_sweeps", "ladder_attention",
+             {"n_heads": h}, 231_617, 30_000, 128, 2, nll) for h, nll in ((1, 2.3482), (2, 2.4033), (4, 2.3055))],
+    *[_paper("sweeps", f"Transformer, {n_layers} layers", "ladder_sweeps", "ladder_transformer", {"n_layers": n_layers},
+             n, 30_000, 128, 2, nll) for n_layers, n, nll in ((2, 298_305, 2.3034), (3, 430_785, 2.2795),
+                                                              (4, 563_265, 2.3078))],
+    _paper("word", "Transformer, PTB", "ladder_word", "ladder_transformer", {"data": "ptb"}, 2_975_631, 79_935, 64, 8,
+           6.1896),
+    _paper("word", "Transformer, WikiText-2", "ladder_word", "ladder_transformer", {"data": "wikitext2"}, 8_958_077,
+           79_935, 64, 8, 6.8875),
+], columns=["section", "model", "sweep", "family", "match", "paper_params", "paper_windows", "paper_context",
+            "paper_epochs", "paper_test_nll"])
+SECTIONS = {
+    "main": "Test NLL (nats per character, Tiny Shakespeare, the first 10,000 test windows) of the paper's models "
+            "(its Table 1 and position ablation) next to slm's runs of the same models under the same protocol "
+            "(sweeps/ladder_table1.yaml, ladder_rope.yaml).",
+    "sweeps": "The paper's one-factor sweeps (2 epochs of 30,000 windows, the first 5,000 test windows; "
+              "sweeps/ladder_sweeps.yaml).",
+    "word": "Word level (nats per word; PTB and WikiText-2 as whitespace-separated words, windows of 64, 8 epochs "
+            "of 79,935 windows from the first 80,000 training tokens, the first 19,935 test windows; "
+            "sweeps/ladder_word.yaml).",
+}
 
 
 def paper_flops(params, windows_per_epoch, context_length, epochs):
@@ -39,15 +68,20 @@ def paper_flops(params, windows_per_epoch, context_length, epochs):
 
 def side_by_side(table: pd.DataFrame) -> pd.DataFrame:
     """Per paper model: its published test NLL and FLOPs, and ours (completed runs with a test NLL of the
-    same family and position): mean, min, max over seeds, the difference, our parameters and FLOPs."""
+    same run group, family and setting): mean, min, max over seeds, the difference, our parameters and FLOPs.
+    A table without a run-group column (`sweep`) is matched on family and setting only."""
     runs = table[(table["status"] == "completed") & table.get("test_nll", pd.Series(index=table.index)).notna()]
     rows = []
     for paper in PAPER.itertuples():
         mine = runs[runs["family"] == paper.family]
-        if isinstance(paper.position, str):  # the ablation: one arm per position
-            mine = mine[mine["position"] == paper.position]
-        row = {"model": paper.model, "paper params": paper.paper_params, "paper test NLL": paper.paper_test_nll,
-               "paper FLOPs": paper_flops(paper.paper_params, PAPER_WINDOWS, PAPER_CONTEXT, paper.paper_epochs),
+        if "sweep" in mine:
+            mine = mine[mine["sweep"] == paper.sweep]
+        for column, value in paper.match.items():
+            mine = mine[mine[column] == value] if column in mine else mine.iloc[:0]
+        row = {"section": paper.section, "model": paper.model, "paper params": paper.paper_params,
+               "paper test NLL": paper.paper_test_nll,
+               "paper FLOPs": paper_flops(paper.paper_params, paper.paper_windows, paper.paper_context,
+                                          paper.paper_epochs),
                "seeds": len(mine)}
         if len(mine):
             nll = mine["test_nll"].astype(float)
@@ -61,8 +95,10 @@ def side_by_side(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def plot_nll_per_flop(frame: pd.DataFrame) -> Figure:
-    """Test NLL against training FLOPs (log), the paper's models hollow and ours filled with their
-    seed range as error bars."""
+    """Test NLL against training FLOPs (log) of the main section (Table 1 and the ablation), the paper's
+    models hollow and ours filled with their seed range as error bars."""
+    if "section" in frame:
+        frame = frame[frame["section"] == "main"]
     fig = Figure(figsize=(7, 4.5))
     ax = fig.add_subplot()
     for i, (_, row) in enumerate(frame.iterrows()):
@@ -91,19 +127,22 @@ def write(table: pd.DataFrame, out_dir: str | os.PathLike) -> Path:
     fig = plot_nll_per_flop(frame)
     for ext in ("png", "svg"):
         fig.savefig(out / "figures" / f"ladder_nll_flops.{ext}", dpi=150)
-    shown = frame.copy()
     formats = {"paper FLOPs": "{:.3g}", "FLOPs": "{:.3g}", "paper params": "{:,.0f}", "params": "{:,.0f}",
                "paper test NLL": "{:.4f}", "test NLL": "{:.4f}", "min": "{:.4f}", "max": "{:.4f}",
                "difference": "{:+.4f}"}
-    for column, fmt in formats.items():
-        if column in shown:
-            shown[column] = shown[column].map(lambda v, fmt=fmt: fmt.format(v) if pd.notna(v) else "")
     text = ["# arXiv 2512.20877 reproduced in slm", "",
-            "Test NLL (nats per character, Tiny Shakespeare, the first 10,000 test windows) of the paper's models "
-            "(its Table 1 and position ablation) next to slm's runs of the same models under the same protocol "
-            "(sweeps/ladder_table1.yaml, ladder_rope.yaml). min/max: over our seeds; difference: our mean minus "
-            "the paper's single run. FLOPs: the paper's formula.", "",
-            markdown_table(shown), "", "![test NLL against training FLOPs](figures/ladder_nll_flops.png)", ""]
+            "min/max: over our seeds; difference: our mean minus the paper's single run; FLOPs: the paper's formula "
+            "(2 x parameters x windows x window length x epochs).", ""]
+    for section, caption in SECTIONS.items():
+        shown = frame[frame["section"] == section].drop(columns="section")
+        if section != "main" and not shown["seeds"].any():
+            continue  # a section none of whose runs are in the table
+        for column, fmt in formats.items():
+            if column in shown:
+                shown[column] = shown[column].map(lambda v, fmt=fmt: fmt.format(v) if pd.notna(v) else "")
+        text += [caption, "", markdown_table(shown), ""]
+        if section == "main":
+            text += ["![test NLL against training FLOPs](figures/ladder_nll_flops.png)", ""]
     path = out / "ladder.md"
     path.write_text("\n".join(text))
     return path

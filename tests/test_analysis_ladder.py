@@ -51,3 +51,18 @@ def test_the_cli_refuses_results_without_a_test_nll(tmp_path, capsys):
         ladder_main([str(tmp_path / "results.csv"), "-o", str(tmp_path / "out")])
     assert exit_.value.code == 2
     assert "no run with a test NLL" in capsys.readouterr().err
+
+
+def test_runs_are_matched_by_run_group_and_setting(tmp_path):
+    """Table 1's linear model and the context sweep's are the same family: the run group and the swept
+    setting keep them apart; a section with no runs (word level here) is left out of the report."""
+    table = runs({"ladder_linear": [3.0, 2.5, 2.7]})
+    table["sweep"] = ["ladder_table1", "ladder_sweeps", "ladder_sweeps"]
+    table["context_length"] = [128, 32, 64]
+    frame = side_by_side(table).set_index("model")
+    assert frame.loc["Linear", "seeds"] == 1 and frame.loc["Linear", "test NLL"] == 3.0
+    assert frame.loc["Linear, T = 32", "test NLL"] == 2.5 and frame.loc["Linear, T = 64", "test NLL"] == 2.7
+    assert frame.loc["Linear, T = 128", "seeds"] == 0 and frame.loc["Transformer, PTB", "seeds"] == 0
+    text = write(table, tmp_path).read_text()
+    assert "one-factor sweeps" in text and "| Linear, T = 32 | 274,625 | 2.5135 |" in text
+    assert "Word level" not in text

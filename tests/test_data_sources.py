@@ -1,6 +1,7 @@
 """Sources: the shipped Tiny Shakespeare splits, local text/jsonl/parquet files with globs, held-out
-validation, hub datasets (offline failure, and the stream logic against a local stand-in), and the one-line
-error of each kind of bad input."""
+validation, hub datasets (offline failure, and the stream logic against a local stand-in), corpora published
+as train/valid/test splits (PTB, WikiText-2: a local directory or the hub), and the one-line error of each
+kind of bad input."""
 
 from __future__ import annotations
 
@@ -182,7 +183,7 @@ def test_bad_records(tmp_path):
 
 def test_bad_config_values(tmp_path):
     _one_line_error(tmp_path, [{"kind": "web"}],
-                    r"^data.sources.0.kind: unknown source kind 'web'; choose one of: tiny_shakespeare, local, hub$")
+                    r"^data.sources.0.kind: unknown source kind 'web'; choose one of: tiny_shakespeare, local, hub, splits$")
     _one_line_error(tmp_path, [{"kind": "local", "pathz": ["a"]}], r"^unknown key data.sources.0.pathz; choose one of: name, kind")
     _one_line_error(tmp_path, [{"kind": "tiny_shakespeare", "weight": 0}], r"^data.sources.0.weight=0 is invalid: must be a number > 0$")
     _one_line_error(tmp_path, [{"kind": "tiny_shakespeare"}, {"kind": "tiny_shakespeare"}],
@@ -252,7 +253,7 @@ def test_hub_stream_split_and_budget(tmp_path, monkeypatch):
         calls.append((path, name, split, streaming))
         return datasets.Dataset.from_dict({"text": DOCS, "id": list(range(len(DOCS)))}).to_iterable_dataset()
 
-    monkeypatch.setattr(hub, "check_reachable", lambda cfg: None)
+    monkeypatch.setattr(hub, "check_reachable", lambda cfg, instead=None: None)
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
     p = _prepare(tmp_path, [HUB], {"kind": "gpt2", "eot": True}, token_budget=300)
     assert calls[0] == ("HuggingFaceFW/fineweb-edu", "sample-10BT", "train", True)
@@ -261,6 +262,82 @@ def test_hub_stream_split_and_budget(tmp_path, monkeypatch):
     train = p.tokenizer.decode(p.sources[0].train.tokens().tolist())
     assert p.sources[0].train.n_tokens == 300 and train.startswith(DOCS[5])
 
-    monkeypatch.setattr(hub, "check_reachable", lambda cfg: pytest.fail("the cached shards need no network"))
+    monkeypatch.setattr(hub, "check_reachable", lambda cfg, instead=None: pytest.fail("the cached shards need no network"))
     again = _prepare(tmp_path, [HUB], {"kind": "gpt2", "eot": True}, token_budget=300)
     assert again.describe()["sources"][0]["reused_cache"] == {"train": True, "valid": True}
+
+
+# ---------------------------------------------------------------- train/valid/test corpora (PTB, WikiText-2)
+PTB_LINES = {"train": [" the cat sat on the mat ", " a dog ran <unk> N times ", " the end "] * 20,
+             "valid": [" the dog sat ", " a cat ran "], "test": [" the mat ran N times "]}
+
+
+def _ptb_node(**source) -> dict:
+    """conf/data/ptb.yaml as slm-train reads it (no $SLM_PTB_DIR), with `source` fields changed."""
+    from omegaconf import OmegaConf
+
+    node = OmegaConf.to_container(OmegaConf.load(Path(__file__).parents[1] / "conf" / "data" / "ptb.yaml"))
+    node["sources"][0].update({"dir": None, **source})
+    return node
+
+
+def _ptb_dir(tmp_path) -> Path:
+    root = tmp_path / "ptb"
+    root.mkdir()
+    for split, lines in PTB_LINES.items():
+        (root / f"{split}.txt").write_text("\n".join(lines) + "\n")
+    return root
+
+
+WORDS = {"kind": "word", "newlines": False, "unk": False}
+
+
+def test_splits_from_a_local_directory(tmp_path):
+    """The three files, read as str.split() reads them: the vocabulary is the training words (<unk> and N are
+    words of the corpus), the test split is kept, and a token budget takes the first tokens of training."""
+    node = _ptb_node(dir=str(_ptb_dir(tmp_path)))
+    p = prepare({**node, "cache_dir": str(tmp_path / "cache"), "token_budget": 50}, WORDS)
+    train_words = " ".join(PTB_LINES["train"]).split()
+    assert p.tokenizer.vocab_size == len(set(train_words)) == 12
+    source = p.sources[0]
+    assert source.train.n_tokens == 50 and p.tokenizer.decode(source.train.tokens().tolist()) == " ".join(train_words[:50])
+    assert p.tokenizer.decode(source.test.tokens().tolist()) == "the mat ran N times"
+    assert source.valid.n_tokens == 6 and p.describe()["sources"][0]["dir"] == node["sources"][0]["dir"]
+
+
+def test_splits_missing_files_and_offline_hub_are_one_line(tmp_path, monkeypatch):
+    root = _ptb_dir(tmp_path)
+    (root / "test.txt").unlink()
+    with pytest.raises(DataError, match=rf"^data.sources.0.dir={root}: test.txt not found there "
+                                        r"\(the layout is train.txt, valid.txt, test.txt\)$"):
+        prepare({**_ptb_node(dir=str(root)), "cache_dir": str(tmp_path / "cache")}, WORDS)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(DataError) as err:
+        prepare({**_ptb_node(), "cache_dir": str(tmp_path / "cache")}, WORDS)
+    assert str(err.value) == ("hub dataset 'ptb-text-only/ptb_text_only' (data.sources.0) cannot be reached: "
+                              "HF_HUB_OFFLINE=1 (offline mode); put train.txt, valid.txt, test.txt in a directory "
+                              "and set data.sources.0.dir=/path/to/it")
+
+
+def test_splits_from_the_hub(tmp_path, monkeypatch):
+    """The hub path against a local stand-in for datasets.load_dataset: each of the three named splits is
+    read whole, a row per line, and gives the same tokens as the local files."""
+    import datasets
+
+    from slm.data import hub
+
+    calls = []
+
+    def fake_load_dataset(path, name=None, split=None, streaming=False, revision=None):
+        calls.append((path, name, split, revision))
+        rows = PTB_LINES[{"validation": "valid"}.get(split, split)]
+        return datasets.Dataset.from_dict({"sentence": rows}).to_iterable_dataset()
+
+    monkeypatch.setattr(hub, "check_reachable", lambda cfg, instead=None: None)
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    online = prepare({**_ptb_node(), "cache_dir": str(tmp_path / "a")}, WORDS)
+    assert {c[2] for c in calls} == {"test", "train", "validation"}
+    assert {c[:2] + c[3:] for c in calls} == {("ptb-text-only/ptb_text_only", "penn_treebank", "refs/convert/parquet")}
+    local = prepare({**_ptb_node(dir=str(_ptb_dir(tmp_path))), "cache_dir": str(tmp_path / "b")}, WORDS)
+    for split in ("train", "valid", "test"):
+        assert (getattr(online.sources[0], split).tokens() == getattr(local.sources[0], split).tokens()).all()

@@ -109,6 +109,21 @@ def test_word_vocab_and_unk(tmp_path):
     assert (p.sources[0].valid.tokens() == tok.unk_id).mean() > 0.05  # unseen validation words
 
 
+def test_word_newlines_as_whitespace(tmp_path):
+    """newlines=false reads text as str.split() does (the PTB / WikiText-2 convention): the vocabulary is
+    exactly the training split's distinct words, a newline is no token, and the setting survives save/load
+    and keys its own vocabulary cache entry; the default's saved form (and so its shard keys) is unchanged."""
+    split = _prepare(tmp_path, {"kind": "word", "unk": True, "newlines": False}).tokenizer
+    lines = _prepare(tmp_path, {"kind": "word", "unk": True}).tokenizer
+    assert split.vocab_size == len(set(SHAKESPEARE_TRAIN.split())) + 1 == lines.vocab_size - 1
+    assert "\n" not in split.symbols and "newlines" not in lines.meta()
+    assert split.encode("First Citizen:\nBefore") == split.encode("First  Citizen:\tBefore") != lines.encode("First Citizen:\nBefore")
+    assert len(split.encode(SHAKESPEARE_TRAIN[:5000])) == len(SHAKESPEARE_TRAIN[:5000].split())
+    _same(split, load_tokenizer(split.save(tmp_path / "tok")), SHAKESPEARE_TRAIN[:2000])
+    with pytest.raises(DataError, match=r"tokenizer.newlines='no' is invalid: must be true or false"):
+        _prepare(tmp_path, {"kind": "word", "newlines": "no"})
+
+
 def test_word_max_vocab_needs_unk(tmp_path):
     tok = _prepare(tmp_path, {"kind": "word", "unk": True, "max_vocab": 100}).tokenizer
     assert tok.vocab_size == 101

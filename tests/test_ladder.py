@@ -46,6 +46,14 @@ def test_counts_match_the_paper(name, overrides, published):
     assert sum(breakdown(cfg).values()) == published
 
 
+@pytest.mark.parametrize("vocab, published", [(9_999, 2_975_631), (33_277, 8_958_077)])
+def test_word_level_counts_match_the_paper(vocab, published):
+    """The word-level Transformer as sweeps/ladder_word.yaml composes it, at PTB's and WikiText-2's vocabularies."""
+    cfg = config_from_spec(compose_model_node("sweep=ladder_word", f"model.vocab_size={vocab}"))
+    assert (cfg.context_length, cfg.n_layers, cfg.d_ff) == (64, 3, 256)
+    assert count(cfg).params_total == published
+
+
 def reference_stack(cfg: ModelConfig, norm_first: bool) -> nn.ModuleDict:
     """The paper's Self-Attention / Transformer built from torch.nn: embeddings + learned positions,
     TransformerEncoderLayer blocks (causal mask), a final LayerNorm, a biased head."""

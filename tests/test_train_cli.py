@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -298,6 +299,33 @@ def test_the_ladder_models_train_on_the_token_after_the_window(tmp_path):
                     group="no_test")
     assert out.returncode == 2
     assert "source 'local' has no test split" in out.stderr.strip().splitlines()[-1]
+
+
+def test_the_word_level_ladder_runs_from_a_local_directory(tmp_path):
+    """sweeps/ladder_word.yaml, shrunk, on a PTB-shaped directory (train/valid/test.txt): the vocabulary is the
+    training split's whitespace words, so the count is the paper's formula (257 V + blocks + positions); the
+    record names the directory and holds the test NLL. Offline with no directory it fails in one line."""
+    rng = random.Random(0)
+    words = [f"w{i}" for i in range(40)] + ["<unk>", "N"]
+    corpus = tmp_path / "ptb"
+    corpus.mkdir()
+    for split, n_lines in (("train", 300), ("valid", 40), ("test", 40)):
+        lines = (" " + " ".join(rng.choice(words) for _ in range(10)) + " " for _ in range(n_lines))
+        (corpus / f"{split}.txt").write_text("\n".join(lines) + "\n")
+    vocab = len(set((corpus / "train.txt").read_text().split()))
+    short = ["sweep=ladder_word", "train.progress_bar=false", "train.epochs=1", "train.windows_per_epoch=64",
+             "train.batch_size=16", "train.eval_windows=50", "model.context_length=16", "data.token_budget=2000"]
+    out = slm_train(tmp_path, *short, f"data.sources.0.dir={corpus}")
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = record(run_dir(tmp_path))
+    assert r["model"]["params_total"] == 257 * vocab + 3 * 132_480 + 128 + 128 + 16 * 128
+    assert r["data"]["sources"][0]["dir"] == str(corpus) and r["data"]["sources"][0]["train_tokens"] == 2000
+    assert 0 < r["eval"]["test_nll"] < 10 and r["eval"]["test_targets"] == 50
+    out = slm_train(tmp_path, *short, group="offline")
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines()[-1].endswith(
+        "cannot be reached: HF_HUB_OFFLINE=1 (offline mode); put train.txt, valid.txt, test.txt in a directory "
+        "and set data.sources.0.dir=/path/to/it")
 
 
 def test_resume_with_the_ladder_protocol_is_exact(tmp_path):

@@ -59,6 +59,9 @@ class TokenizerConfig:
     """Separate documents with an end-of-text id: gpt2's <|endoftext|>, hf's eot_token, a new <eot> for char/word."""
     unk: bool = False
     """char/word: add <unk> for symbols outside the fitted vocabulary; without it such a symbol is an error."""
+    newlines: bool = True
+    """word: a newline is a token of its own; false treats it as whitespace (str.split(), as PTB and WikiText-2
+    are usually read, e.g. by arXiv 2512.20877)."""
     max_vocab: int | None = None
     """char/word: keep only the most frequent symbols (ties by symbol order), specials excluded; null keeps all."""
     fit_max_chars: int | None = 100_000_000
@@ -81,7 +84,7 @@ class TokenizerConfig:
         self.pad_vocab_multiple = _count(self.pad_vocab_multiple, "tokenizer.pad_vocab_multiple")
         self.max_vocab = _count(self.max_vocab, "tokenizer.max_vocab", optional=True)
         self.fit_max_chars = _count(self.fit_max_chars, "tokenizer.fit_max_chars", optional=True)
-        for name in ("eot", "unk", "mask"):
+        for name in ("eot", "unk", "mask", "newlines"):
             if not isinstance(getattr(self, name), bool):
                 raise DataError(f"tokenizer.{name}={getattr(self, name)!r} is invalid: must be true or false")
 
@@ -95,7 +98,8 @@ class SourceConfig:
     name: str = ""
     """Label in records and in cache file names, distinct within a mix; empty derives it from kind/dataset."""
     kind: str = "tiny_shakespeare"
-    """Registry key: tiny_shakespeare (shipped corpus), local (files), hub (Hugging Face dataset, streamed)."""
+    """Registry key: tiny_shakespeare (shipped corpus), local (files), hub (Hugging Face dataset, streamed),
+    splits (a corpus published as train/valid/test: a local directory, else the hub's three splits)."""
     weight: float = 1.0
     """Share of training samples (and validation batches) drawn from this source; normalised over the mix."""
     token_budget: int | None = None
@@ -122,6 +126,10 @@ class SourceConfig:
     """hub: git revision of the dataset; null is the main branch."""
     valid_documents: int = 1000
     """hub: documents at the start of the stream held out for validation; training streams the rest."""
+    dir: str | None = None
+    """splits: a local directory holding train.txt, valid.txt and test.txt; null reads the hub's splits instead."""
+    hub_splits: list[str] = field(default_factory=lambda: ["train", "validation", "test"])
+    """splits: the hub's names of the train, validation and test splits, in that order."""
 
     where = "data.sources.0"  # not a field: the config path used in messages, set by check()
 
@@ -143,6 +151,13 @@ class SourceConfig:
         self.paths = _paths(self.paths, f"{where}.paths")
         self.valid_paths = _paths(self.valid_paths, f"{where}.valid_paths")
         self.test_paths = _paths(self.test_paths, f"{where}.test_paths")
+        if not (isinstance(self.hub_splits, (list, tuple)) and len(self.hub_splits) == 3
+                and all(isinstance(x, str) and x for x in self.hub_splits)):
+            raise DataError(f"{where}.hub_splits={self.hub_splits!r} is invalid: name the train, validation and "
+                            "test splits, e.g. [train, validation, test]")
+        self.hub_splits = list(self.hub_splits)
+        if self.dir is not None and not (isinstance(self.dir, str) and self.dir):
+            raise DataError(f"{where}.dir={self.dir!r} is invalid: a directory path, or null")
         if isinstance(self.valid_fraction, bool) or not isinstance(self.valid_fraction, (int, float)) \
                 or not 0 < self.valid_fraction < 1:
             raise DataError(f"{where}.valid_fraction={self.valid_fraction!r} is invalid: must be in (0, 1)")

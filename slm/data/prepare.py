@@ -143,7 +143,8 @@ def _build_tokenizer(cfg: TokenizerConfig, train_streams: list[Stream], root: Pa
     if not cls.fitted:
         return cls.from_config(cfg)
     material = {"kind": cfg.kind, "max_vocab": cfg.max_vocab, "unk": cfg.unk, "eot": cfg.eot,
-                "fit_max_chars": cfg.fit_max_chars, "train": [s.key for s in train_streams]}
+                "fit_max_chars": cfg.fit_max_chars, "train": [s.key for s in train_streams],
+                **({} if cfg.newlines else {"newlines": False})}
     key = f"{cfg.kind}.{_hash(material)}"
     path = cache.entry(root, "vocab", f"{key}.json")
     meta = cache.read_json(path)

@@ -1,4 +1,4 @@
-"""Data sources (a registry): tiny_shakespeare, local, hub.
+"""Data sources (a registry): tiny_shakespeare, local, hub, splits.
 
 A source turns its `SourceConfig` into two `Stream`s, train and valid: a function yielding the pieces of
 text to tokenize, a `key` that identifies that content (hashed into the shard's cache key), and a token cap
@@ -10,7 +10,7 @@ from __future__ import annotations
 import glob
 import hashlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Callable, ClassVar, Iterator
@@ -230,3 +230,53 @@ class HubDataset(Source):
         c = self.cfg
         return {**super().describe(), "dataset": c.dataset, "subset": c.subset, "split": c.split,
                 "revision": c.revision, "valid_documents": c.valid_documents}
+
+
+@SOURCES.register("splits")
+class SplitCorpus(Source):
+    """A corpus published as train/valid/test splits (PTB, WikiText-2), each read whole: the files train.txt,
+    valid.txt and test.txt of a local directory (`dir`), else the hub dataset's three splits (`hub_splits`,
+    a row per line). Offline with no directory set, it fails at once in one line saying how to set one."""
+
+    kind = "splits"
+    FILES = ("train.txt", "valid.txt", "test.txt")
+
+    def __init__(self, cfg: SourceConfig, budget: int | None):
+        super().__init__(cfg, budget)
+        self.local: LocalFiles | None = None
+        if cfg.dir:
+            root = Path(os.path.expanduser(cfg.dir))
+            missing = [name for name in self.FILES if not (root / name).is_file()]
+            if missing:
+                raise DataError(f"{cfg.where}.dir={cfg.dir}: {', '.join(missing)} not found there "
+                                f"(the layout is {', '.join(self.FILES)})")
+            files = replace(cfg, kind="local", format="text", paths=[str(root / self.FILES[0])],
+                            valid_paths=[str(root / self.FILES[1])], test_paths=[str(root / self.FILES[2])])
+            files.where = cfg.where
+            self.local = LocalFiles(files, budget)
+        elif not cfg.dataset:
+            raise DataError(f"{cfg.where}: set dir (a directory holding {', '.join(self.FILES)}) "
+                            "or dataset (a hub id)")
+
+    def streams(self) -> dict[str, Stream]:
+        if self.local is not None:
+            return self.local.streams()
+        c = self.cfg
+        instead = (f"put {', '.join(self.FILES)} in a directory and set {c.where}.dir=/path/to/it")
+        out = {}
+        for split, hub_split in zip(("train", "valid", "test"), c.hub_splits):
+            def pieces(hub_split=hub_split) -> Iterator[Piece]:
+                for line in hub.documents(c, split=hub_split, instead=instead):
+                    yield (line if line.endswith("\n") else line + "\n"), False
+
+            key = {"kind": self.kind, "dataset": c.dataset, "subset": c.subset, "split": hub_split,
+                   "revision": c.revision, "text_field": c.text_field}
+            out[split] = Stream(c.name, split, key, pieces, self.budget if split == "train" else None, remote=True)
+        return out
+
+    def describe(self) -> dict:
+        c = self.cfg
+        if self.local is not None:
+            return {**super().describe(), "dir": c.dir}
+        return {**super().describe(), "dataset": c.dataset, "subset": c.subset, "splits": c.hub_splits,
+                "revision": c.revision}

@@ -167,6 +167,10 @@ class _VocabTokenizer(Tokenizer):
         if len(kept) < len(counts or ()) and not cfg.unk:
             raise DataError(f"tokenizer.max_vocab={cfg.max_vocab} drops {len(counts) - len(kept)} symbols; "
                             "set tokenizer.unk=true so they map to <unk>")
+        return cls._build(kept, cfg)
+
+    @classmethod
+    def _build(cls, kept: list[str], cfg: TokenizerConfig) -> "Tokenizer":
         return cls(kept, unk=cfg.unk, eot=cfg.eot)
 
     @classmethod
@@ -225,16 +229,20 @@ class CharTokenizer(_VocabTokenizer):
 
 @TOKENIZERS.register("word")
 class WordTokenizer(_VocabTokenizer):
-    """Whitespace-separated words; a newline is a token of its own so line structure survives.
+    """Whitespace-separated words; by default a newline is a token of its own so line structure survives
+    (`newlines=False`: a newline is whitespace like any other, as str.split() reads PTB and WikiText-2).
 
     decode joins words with one space (other whitespace is not kept)."""
 
     kind = "word"
     threads = False
     pattern = re.compile(r"\S+|\n")
+    words_only = re.compile(r"\S+")
 
-    def __init__(self, symbols: list[str], unk: bool, eot: bool):
+    def __init__(self, symbols: list[str], unk: bool, eot: bool, newlines: bool = True):
         super().__init__(symbols, unk, eot)
+        self.newlines = newlines
+        self._pattern = self.pattern if newlines else self.words_only
         self._ids = {s: i for i, s in enumerate(self.symbols)}
 
     @classmethod
@@ -248,8 +256,26 @@ class WordTokenizer(_VocabTokenizer):
     def select(cls, counts: Counter, max_vocab: int | None) -> list[str]:
         return sorted(counts, key=lambda w: (-counts[w], w))[:max_vocab]
 
+    @classmethod
+    def from_config(cls, cfg: TokenizerConfig, counts: Counter | None = None) -> "Tokenizer":
+        if not cfg.newlines and counts:
+            counts = Counter({w: n for w, n in counts.items() if w != "\n"})
+        return super().from_config(cfg, counts)
+
+    @classmethod
+    def _build(cls, kept: list[str], cfg: TokenizerConfig) -> "Tokenizer":
+        return cls(kept, unk=cfg.unk, eot=cfg.eot, newlines=cfg.newlines)
+
+    @classmethod
+    def from_meta(cls, meta: dict, directory: Path) -> "Tokenizer":
+        return cls(meta["symbols"], unk=meta["unk"], eot=meta["eot"], newlines=meta.get("newlines", True))
+
+    def meta(self) -> dict:
+        # "newlines" only when off, so the ids (and cached shards) of newline-token vocabularies keep their key
+        return {**super().meta(), **({} if self.newlines else {"newlines": False})}
+
     def _encode_one(self, text: str) -> np.ndarray:
-        words = self.pattern.findall(text)
+        words = self._pattern.findall(text)
         get, unk = self._ids.get, -1 if self.unk_id is None else self.unk_id
         ids = np.fromiter((get(w, unk) for w in words), dtype=np.int64, count=len(words))
         if unk < 0 and (ids < 0).any():
