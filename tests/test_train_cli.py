@@ -98,11 +98,14 @@ def test_resume_after_sigkill_is_exact(tmp_path):
     kill_at_step(cut_dir, args, 25)
     cut = run_dir(cut_dir)
     assert record(cut)["status"] == "running" and 25 <= _steps(cut) < 60
+    stale = cut / "checkpoints" / ".last.ckpt.tmp-99999"  # what a kill during a checkpoint save leaves
+    stale.write_bytes(b"partial")
     out = slm_train(cut_dir, *args)
     assert out.returncode == 0, out.stderr[-2000:]
     r = record(cut)
     assert r["status"] == "completed" and r["training"]["resumed_from"] == "checkpoints/last.ckpt"
     assert_same_run(run_dir(ref_dir), cut)
+    assert sorted(p.name for p in (cut / "checkpoints").iterdir()) == ["last.ckpt"]
 
 
 def test_divergence_is_recorded(tmp_path):

@@ -3,7 +3,9 @@
 Layout of a run directory:
   result.json              the run record (slm.runs.record)
   config.yaml              the resolved config
-  checkpoints/last.ckpt    Lightning checkpoint (model, optimizer, scheduler, loop, RNG), every ckpt_interval
+  checkpoints/last.ckpt    Lightning checkpoint (model, optimizer, scheduler, loop, RNG), every ckpt_interval;
+                           written atomically (slm.training.checkpoint_io): a kill or a full disk during a
+                           save leaves the previous one intact
   model/                   final weights (model.safetensors), config.json and the tokenizer
   train_log.jsonl          one line per optimizer step: step, loss, lr
   logs/                    CSV (and TensorBoard / W&B) logger output
@@ -218,6 +220,7 @@ def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens
 
     from slm.data import SLMDataModule
     from slm.training.callbacks import SignalCheckpoint, StepLog, ThroughputMonitor
+    from slm.training.checkpoint_io import AtomicCheckpointIO, remove_stale
     from slm.training.logs import tidy_lightning_logging
     from slm.training.module import LanguageModelModule
 
@@ -238,7 +241,8 @@ def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens
     preemption = SignalCheckpoint(run_dir / CHECKPOINT)
     # Requeueing is submitit's (conf/hydra/launcher/slurm.yaml): where Lightning would pick SLURMEnvironment,
     # it gets one with its own auto-requeue off.
-    plugins = [SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else None
+    plugins = [AtomicCheckpointIO(), *([SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else [])]
+    remove_stale(run_dir / CHECKPOINT.parent)  # temporary files of saves a kill interrupted
     val_every = train_cfg.validation_interval(max_steps)
     trainer = L.Trainer(
         default_root_dir=run_dir, accelerator=train_cfg.accelerator, devices=1, precision=train_cfg.precision,

@@ -152,9 +152,7 @@ class SignalCheckpoint(L.Callback):
             return
         self._pending = False
         self.step = trainer.global_step
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        trainer.save_checkpoint(tmp, weights_only=False)
-        os.replace(tmp, self.path)
+        trainer.save_checkpoint(self.path, weights_only=False)  # atomic: the trainer's AtomicCheckpointIO
         previous = self._restore()
         if callable(previous):
             previous(self.signum, None)  # submitit: requeue this job, then sys.exit; if it returns, go on
