@@ -28,8 +28,10 @@ def test_a_failed_save_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(torch, "save", disk_full)
-    with pytest.raises(OSError, match="No space left on device"):
+    with pytest.raises(OSError) as err:
         io.save_checkpoint({"step": 2, "w": torch.zeros(4)}, path)
+    assert err.value.errno == errno.ENOSPC
+    assert str(err.value) == f"[Errno 28] No space left on device while saving {path} (the previous one is kept)"
     monkeypatch.setattr(torch, "save", real_save)
     assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]  # no temporary file left
     kept = torch.load(path, weights_only=True)

@@ -108,6 +108,31 @@ def test_resume_after_sigkill_is_exact(tmp_path):
     assert sorted(p.name for p in (cut / "checkpoints").iterdir()) == ["last.ckpt"]
 
 
+@pytest.mark.slow  # three training runs (~30 s); make test-slow runs it
+def test_a_full_disk_during_a_checkpoint_keeps_the_last_good_one(tmp_path, monkeypatch):
+    """The second checkpoint save fails with ENOSPC (tests/faults): the run is recorded failed with one line
+    naming the file, the step-10 checkpoint is intact, and running the command again resumes from it to
+    the weights of an uninterrupted run."""
+    args = [*FAST, "train.steps=30", "train.ckpt_interval=10", "train.val_interval=30", "train.seed=3"]
+    ref_dir, cut_dir = tmp_path / "ref", tmp_path / "cut"
+    assert slm_train(ref_dir, *args).returncode == 0
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent / "faults"))
+    monkeypatch.setenv("SLM_FAULT_SAVE", "2")
+    assert slm_train(cut_dir, *args).returncode != 0
+    monkeypatch.delenv("SLM_FAULT_SAVE")
+    cut = run_dir(cut_dir)
+    r = record(cut)
+    assert r["status"] == "failed" and "\n" not in r["error"]
+    assert r["error"] == (f"OSError: [Errno 28] No space left on device while saving {cut / 'checkpoints' / 'last.ckpt'} "
+                          "(the previous one is kept)")
+    assert sorted(p.name for p in (cut / "checkpoints").iterdir()) == ["last.ckpt"]
+    assert torch.load(cut / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 10
+    out = slm_train(cut_dir, *args)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert record(cut)["status"] == "completed" and record(cut)["training"]["resumed_from"] == "checkpoints/last.ckpt"
+    assert_same_run(run_dir(ref_dir), cut)
+
+
 def test_divergence_is_recorded(tmp_path):
     out = slm_train(tmp_path, *FAST, "train.steps=30", "train.lr=1e4", "train.grad_clip=null", "train.warmup_steps=0")
     assert out.returncode == 0, out.stderr[-2000:]

@@ -36,6 +36,9 @@ def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as err:  # a full disk, a quota: say which file; the previous checkpoint is untouched
+        tmp.unlink(missing_ok=True)
+        raise OSError(err.errno, f"{err.strerror or err} while saving {path} (the previous one is kept)") from err
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
