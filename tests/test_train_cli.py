@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import random
@@ -106,6 +107,13 @@ def test_resume_after_sigkill_is_exact(tmp_path):
     assert r["status"] == "completed" and r["training"]["resumed_from"] == "checkpoints/last.ckpt"
     assert_same_run(run_dir(ref_dir), cut)
     assert sorted(p.name for p in (cut / "checkpoints").iterdir()) == ["last.ckpt"]
+    assert curve(run_dir(ref_dir)) == curve(cut)  # metrics.csv keeps the rows from before the kill
+
+
+def curve(path: Path) -> list[tuple]:
+    """(step, train loss, validation NLL) of each row of logs/csv/metrics.csv."""
+    with open(path / "logs" / "csv" / "metrics.csv", newline="") as f:
+        return [(row["step"], row.get("train/loss"), row.get("val/nll")) for row in csv.DictReader(f)]
 
 
 @pytest.mark.slow  # three training runs (~30 s); make test-slow runs it

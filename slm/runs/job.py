@@ -216,10 +216,11 @@ def _train(cfg: dict, run_dir: Path, train_cfg, prepared, model_cfg, counts, max
 def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens_per_step, started, init) -> dict:
     import lightning as L
     from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.loggers import CSVLogger
     from lightning.pytorch.plugins.environments import SLURMEnvironment
 
     from slm.data import SLMDataModule
-    from slm.training.callbacks import SignalCheckpoint, StepLog, ThroughputMonitor
+    from slm.training.callbacks import CSVHistory, SignalCheckpoint, StepLog, ThroughputMonitor
     from slm.training.checkpoint_io import AtomicCheckpointIO, remove_stale
     from slm.training.logs import tidy_lightning_logging
     from slm.training.module import LanguageModelModule
@@ -244,12 +245,14 @@ def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens
     plugins = [AtomicCheckpointIO(), *([SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else [])]
     remove_stale(run_dir / CHECKPOINT.parent)  # temporary files of saves a kill interrupted
     val_every = train_cfg.validation_interval(max_steps)
+    loggers = _loggers(train_cfg.loggers, run_dir)
+    history = [CSVHistory(logger) for logger in loggers if isinstance(logger, CSVLogger)]  # read before the Trainer opens it
     trainer = L.Trainer(
         default_root_dir=run_dir, accelerator=train_cfg.accelerator, devices=1, precision=train_cfg.precision,
         max_steps=max_steps, max_epochs=-1, val_check_interval=min(val_every, max_steps), check_val_every_n_epoch=None,
         limit_val_batches=train_cfg.val_batches if train_cfg.eval_windows is None else None, num_sanity_val_steps=0, log_every_n_steps=train_cfg.log_interval,
-        logger=_loggers(train_cfg.loggers, run_dir), plugins=plugins,
-        callbacks=[checkpoint, throughput, StepLog(run_dir / "train_log.jsonl"), preemption],
+        logger=loggers, plugins=plugins,
+        callbacks=[checkpoint, throughput, StepLog(run_dir / "train_log.jsonl"), *history, preemption],
         enable_progress_bar=train_cfg.progress_bar, enable_model_summary=False, detect_anomaly=train_cfg.detect_anomaly,
         use_distributed_sampler=False,
     )

@@ -3,6 +3,8 @@ checkpoint taken on a Slurm preemption signal."""
 
 from __future__ import annotations
 
+import contextlib
+import csv
 import json
 import os
 import signal
@@ -117,6 +119,35 @@ class StepLog(L.Callback):
 
     def on_exception(self, trainer, pl_module, exception) -> None:
         self.on_train_end(trainer, pl_module)
+
+
+class CSVHistory(L.Callback):
+    """Keeps a resumed run's logs/csv/metrics.csv rows from before the interruption.
+
+    Lightning's CSVLogger deletes metrics.csv when it opens a log directory that exists, so each resume
+    lost the learning curve written so far. This reads the file when the trainer is built (before the
+    logger opens it) and, once training starts from the restored step, writes back the rows logged before
+    that step (later ones come again) and tells the logger its columns, so that it appends after them.
+    """
+
+    def __init__(self, logger):
+        self.logger = logger
+        path = Path(logger.log_dir) / "metrics.csv"
+        with open(path, newline="") if path.exists() else contextlib.nullcontext() as f:
+            self._rows = list(csv.DictReader(f)) if f is not None else []
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        kept = [row for row in self._rows if row.get("step") and int(float(row["step"])) < trainer.global_step]
+        self._rows = []
+        if not kept:
+            return
+        writer = self.logger.experiment  # opening it removes the old file, whose rows are held here
+        keys = sorted(set().union(*kept))
+        with open(writer.metrics_file_path, "w", newline="") as f:
+            out = csv.DictWriter(f, fieldnames=keys)
+            out.writeheader()
+            out.writerows(kept)
+        writer.metrics_keys = keys
 
 
 class SignalCheckpoint(L.Callback):
