@@ -1,5 +1,5 @@
-"""Callbacks: throughput and MFU, the per-step training log used for exact loss curves, and the
-checkpoint taken on a Slurm preemption signal."""
+"""Callbacks: throughput and MFU, the per-step training log used for exact loss curves, the CSV log's rows
+kept across a resume, and the checkpoint taken on a Slurm preemption signal."""
 
 from __future__ import annotations
 
