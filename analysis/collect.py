@@ -8,8 +8,10 @@ Where runs are found: every directory holding a `result.json` is one run (the wa
 into it). A Hydra job folder with no result.json (it has `.hydra/`, `config.yaml`, `checkpoints/` or a
 train log) becomes a row with status `not_started`; so does a job that a basic-sweeper `multirun.yaml`
 asked for but whose folder was never created, when the collector can expand that sweep exactly (simple
-`key=a,b,c` overrides; anything else is not guessed). A result.json that cannot be read or parsed is
-named in one warning line (logger `analysis.collect`) and skipped.
+`key=a,b,c` overrides; anything else is not guessed). A result.json that cannot be read or parsed, is no
+JSON object, or has a status or section of the wrong type (slm.runs.record.load_record), and a
+multirun.yaml that cannot be read, are each named in one warning line (logger `analysis.collect`) with
+the reason, and skipped.
 
 Columns (missing values are NaN/None; every column is documented in COLUMN_DOCS):
   identity   run (path relative to the collected root), sweep (the run group), run_dir, status, error
@@ -43,7 +45,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from slm.runs.record import RESULT_FILE, STATUSES
+from slm.runs.record import RESULT_FILE, STATUSES, RecordError, load_record
 
 log = logging.getLogger(__name__)
 
@@ -288,11 +290,11 @@ def find_run_dirs(root: str | os.PathLike) -> tuple[list[Path], list[Path], list
     """(run dirs with a result.json, Hydra job folders without one, multirun.yaml files) under root."""
     root = Path(root)
     runs, bare, sweeps = [], [], []
-    if (root / RESULT_FILE).is_file():
+    if (root / RESULT_FILE).exists():
         return [root], [], []
     for current, dirs, files in os.walk(root):
         here = Path(current)
-        if RESULT_FILE in files:
+        if RESULT_FILE in files or RESULT_FILE in dirs:  # a directory by that name: reported unreadable
             runs.append(here)
             dirs[:] = []
             continue
@@ -320,6 +322,19 @@ def expected_jobs(multirun_yaml: str | os.PathLike) -> dict[str, dict] | None:
         return None
     try:
         cfg = yaml.safe_load(Path(multirun_yaml).read_text())
+        problem = None if isinstance(cfg, dict) and isinstance(cfg.get("hydra"), dict) else "no hydra: section"
+    except UnicodeDecodeError:
+        problem = "not UTF-8 text"
+    except OSError as err:
+        problem = err.strerror or type(err).__name__
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        problem = f"not valid YAML: {getattr(err, 'problem', None) or type(err).__name__}" + \
+            (f" at line {mark.line + 1}" if mark else "")
+    if problem:
+        log.warning("cannot read %s: %s; jobs it lists that never started are not shown", multirun_yaml, problem)
+        return None
+    try:
         hydra = cfg["hydra"]
         sweeper = hydra.get("sweeper") or {}
         if not str(sweeper.get("_target_", "")).endswith("BasicSweeper") or sweeper.get("params"):
@@ -346,17 +361,23 @@ def expected_jobs(multirun_yaml: str | os.PathLike) -> dict[str, dict] | None:
 
 
 def read_record(path: Path) -> dict | None:
-    """The parsed result.json, or None (with one warning line naming the file) when it cannot be read."""
+    """The parsed result.json, or None (with one warning line naming the file and the reason) when it
+    cannot be read or is not a record."""
     try:
-        record = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        reason = " ".join(str(err).split()) or type(err).__name__
-        log.warning("cannot read %s (%s: %s); skipped", path, type(err).__name__, reason)
+        return load_record(path.parent)
+    except RecordError as err:
+        log.warning("cannot read %s; skipped", err)
         return None
-    if not isinstance(record, dict):
-        log.warning("cannot read %s (not a JSON object); skipped", path)
+
+
+def _row(record: dict, run_dir: Path, root) -> dict | None:
+    """row_from_record, or None (one warning line) for a record whose nested fields have unexpected types."""
+    try:
+        return row_from_record(record, run_dir, root)
+    except (AttributeError, TypeError, ValueError) as err:
+        log.warning("cannot read %s: unexpected content (%s: %s); skipped", run_dir / RESULT_FILE,
+                    type(err).__name__, " ".join(str(err).split()))
         return None
-    return record
 
 
 def collect(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> pd.DataFrame:
@@ -379,8 +400,9 @@ def collect(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> pd.DataFr
                 continue
             seen.add(key)
             record = read_record(run_dir / RESULT_FILE)
-            if record is not None:
-                rows.append(row_from_record(record, run_dir, root))
+            row = _row(record, run_dir, root) if record is not None else None
+            if row is not None:
+                rows.append(row)
         for job_dir in bare:
             if job_dir.resolve() not in seen:
                 seen.add(job_dir.resolve())

@@ -3,7 +3,8 @@
 Each trial is one slm-train job with the trial's values as overrides, so it gets its own run directory
 (runs/<run_group>/<job key>) and result.json like any sweep job, and any launcher runs it (basic: here,
 one trial after another; slurm: `n_jobs` trials per Slurm array). The objective is read from the run's
-result.json (`objective`, default eval.val_nll); a failed or diverged trial is told FAIL and the study goes on.
+result.json (`objective`, default eval.val_nll); a failed or diverged trial is told FAIL and the study goes on,
+as is a trial whose run directory holds a result.json that cannot be read (it is not launched).
 
 Search space (`params`, Hydra's override syntax; plain values are fixed overrides, null drops a key;
 sweep overrides on the command line, e.g. 'train.lr=interval(1e-4,1e-2)', are dimensions too):
@@ -203,10 +204,11 @@ class OptunaSweeper(Sweeper):
             trial.set_user_attr("overrides", overrides)
             trial_jobs.append((trial, job))
         jobs = list(by_dir.values())
+        skipped = {j.run_dir for j in jobs if J.unreadable(j)}
         for job in jobs:
-            if job.cfg is None:
+            if job.cfg is None and job.run_dir not in skipped:
                 J.record_invalid(job, rerun=bool(self.config.get("rerun_failed", False)))
-        runnable = [j for j in jobs if j.cfg is not None and not J.finished(j)]
+        runnable = [j for j in jobs if j.cfg is not None and j.run_dir not in skipped and not J.finished(j)]
         results = J.launch(self.launcher, runnable, initial_job_idx=job_idx) if runnable else []
         outcomes = {j.run_dir: J.outcome(j, r) for j, r in zip(runnable, results)}
         outcomes.update({j.run_dir: J.outcome(j) for j in jobs if j.run_dir not in outcomes})

@@ -8,7 +8,8 @@ dry run.
 
 Every job is composed before anything is launched: a job whose overrides do not compose is recorded
 failed in its run directory (the others still run), jobs that name the same run directory run once, and
-jobs already completed (or failed or diverged, unless rerun_failed=true) are not launched at all.
+jobs already completed (or failed or diverged, unless rerun_failed=true) are not launched at all, nor is
+a job whose result.json cannot be read (one line on stderr; it is `unreadable` in the summary).
 After the sweep one line sums up the outcomes read from the jobs' result.json files, with a line per
 failed or diverged job; the command exits 1 if a job failed. The launcher is whatever hydra/launcher
 names (basic: in this process, one job after another; slurm: a Slurm array).
@@ -62,17 +63,20 @@ class GridSweeper(BasicSweeper):
 
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-        list_jobs(sweep_dir, {j.key: j.overrides for j in jobs})
+        list_jobs(sweep_dir, {j.key: j.overrides for j in jobs}, warn=J.say)
         outcomes = {}
         for job in jobs:
+            if J.unreadable(job):
+                outcomes[job.key] = J.outcome(job)
+                continue
             if job.cfg is None:
                 J.record_invalid(job, rerun=bool(self.config.get("rerun_failed", False)))
             if job.cfg is None or J.finished(job):
                 outcomes[job.key] = J.outcome(job)
         runnable = [j for j in jobs if j.key not in outcomes]
         if len(runnable) < len(jobs):
-            print(f"sweep {name}: launching {len(runnable)} of {len(jobs)} jobs; the others are completed, or "
-                  f"recorded failed, diverged or invalid (rerun_failed=true runs those again)")
+            print(f"sweep {name}: launching {len(runnable)} of {len(jobs)} jobs; the others are completed, "
+                  f"unreadable, or recorded failed, diverged or invalid (rerun_failed=true runs those again)")
         size = self.max_batch_size or len(runnable) or 1
         returns = []
         for start in range(0, len(runnable), size):

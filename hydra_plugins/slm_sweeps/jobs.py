@@ -1,12 +1,14 @@
 """What the slm sweepers share: each job's config and run directory, its outcome, the sweep's summary.
 
 A job's outcome is read from its run directory's result.json (the same file `slm-status` reads), so a
-sweeper sees the same thing whichever launcher ran the job, in this process or on a Slurm node.
+sweeper sees the same thing whichever launcher ran the job, in this process or on a Slurm node. A job
+whose result.json cannot be read is not launched (nothing overwrites the file) and is `unreadable`.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -14,10 +16,9 @@ from typing import Any, Optional
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig, OmegaConf
 
-from slm.runs.record import FINAL, load_record, settled
+from slm.runs.record import FINAL, RecordError, load_record, settled
 
 log = logging.getLogger(__name__)
-
 
 
 def one_line(err: BaseException | str, limit: int = 500) -> str:
@@ -73,6 +74,21 @@ def unique(jobs: list[Job]) -> list[Job]:
     return out
 
 
+def say(message: str) -> None:
+    """One line on stderr, as slm-train reports skipped jobs."""
+    print(f"slm-train: {message}", file=sys.stderr)
+
+
+def unreadable(job: Job) -> bool:
+    """True (and one line on stderr) if the job's result.json exists but cannot be read: it is skipped."""
+    try:
+        load_record(job.run_dir)
+    except RecordError as err:
+        say(f"{err}; job skipped (move the file aside to run it again)")
+        return True
+    return False
+
+
 def finished(job: Job) -> bool:
     """True if the job need not be launched: recorded completed, or failed/diverged without rerun_failed."""
     rerun = job.cfg is not None and bool(OmegaConf.select(job.cfg, "rerun_failed", default=False))
@@ -92,10 +108,14 @@ def record_invalid(job: Job, rerun: bool) -> None:
 
 def outcome(job: Job, ret: Optional[JobReturn] = None) -> dict:
     """The job's status, error line and val_nll, from its result.json; a job that raised or left no
-    record is recorded failed here (with the launcher's error line when there is one)."""
+    record is recorded failed here (with the launcher's error line when there is one); an unreadable
+    record is status `unreadable` with its error."""
     from slm.runs.job import record_failure
 
-    record = load_record(job.run_dir) or {}
+    try:
+        record = load_record(job.run_dir) or {}
+    except RecordError as err:
+        return {"key": job.key, "status": "unreadable", "error": str(err), "val_nll": None, "run_dir": str(job.run_dir)}
     if record.get("status") not in FINAL and ret is not None and ret.status == JobStatus.FAILED:
         record = record_failure(job.run_dir, record.get("config") or {"overrides": job.overrides},
                                 one_line(ret._return_value))
@@ -119,7 +139,7 @@ def launch(launcher: Any, jobs: list[Job], initial_job_idx: int) -> list[Optiona
 
 
 def summarize(name: str, sweep_dir: Path, outcomes: list[dict]) -> bool:
-    """Print one line per sweep and one per failed or diverged job; True if any job failed."""
+    """Print one line per sweep and one per failed, diverged or unreadable job; True if any job failed."""
     tally: dict[str, int] = {}
     for o in outcomes:
         tally[o["status"]] = tally.get(o["status"], 0) + 1

@@ -35,10 +35,13 @@ def _vocab(tokenizer_node: dict, data_node: dict) -> int | None:
 
 def plan_row(job: Job, estimate: dict) -> dict:
     from slm.cli.params import params_report
-    from slm.runs.record import load_record
+    from slm.runs.record import RecordError, load_record
     from slm.training.config import TrainConfig
 
-    row = {"key": job.key, "state": (load_record(job.run_dir) or {}).get("status", "-")}
+    try:
+        row = {"key": job.key, "state": (load_record(job.run_dir) or {}).get("status", "-"), "unreadable": None}
+    except RecordError as err:
+        row = {"key": job.key, "state": "unreadable", "unreadable": str(err)}
     if job.cfg is None:
         return {**row, "error": job.error}
     try:
@@ -75,6 +78,8 @@ def print_plan(name: str, sweep_dir: Path, jobs: list[Job], estimate: dict) -> l
               f" {r['active']:13,d} {r['steps']:8d} {r['tokens']:9.3g} {r['flops']:9.3g} {r['gpu_hours']:8.2f}  {r['state']}")
         for note in r["notes"]:
             print(f"{'':{width}s}   note: {note}")
+        if r["unreadable"]:
+            print(f"{'':{width}s}   unreadable: {r['unreadable']} (the sweep skips this job)")
     ok = [r for r in rows if not r["error"]]
     todo = [r for r in ok if r["state"] != "completed"]
     print(f"{'total':{width}s} {'':6s} {'':7s} {'':13s} {'':13s} {'':13s} {'':8s} {sum(r['tokens'] for r in ok):9.3g} "

@@ -6,7 +6,8 @@
 Statuses (slm.runs.status): completed, failed and diverged as recorded in each result.json; running
 (a process holds the run's lock); stopped (started, nothing runs it now: killed, interrupted, or
 preempted and waiting for its requeue; the next attempt resumes it); pending (listed by the sweep, not
-started). Progress is the last logged optimizer step over the run's max_steps.
+started); unreadable (its result.json cannot be read or is not a record: the line says why). Progress
+is the last logged optimizer step over the run's max_steps.
 """
 
 from __future__ import annotations
@@ -29,8 +30,17 @@ def _progress(state) -> str:
     return f"{state.step or 0}/{state.max_steps}"
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:
+        fail(self.prog, f"{message} (see {self.prog} --help)")
+
+
+def _warn(message: str) -> None:
+    print(f"{PROG}: warning: {message}", file=sys.stderr)
+
+
 def report(sweep_dir: Path) -> list[str]:
-    states = sweep_states(sweep_dir)
+    states = sweep_states(sweep_dir, warn=_warn)
     tally = counts(states)
     lines = [f"{sweep_dir}: {len(states)} jobs" + (": " + ", ".join(f"{n} {s}" for s, n in tally.items()) if states else "")]
     width = max([len(s.key) for s in states] + [3])
@@ -47,7 +57,7 @@ def report(sweep_dir: Path) -> list[str]:
 
 
 def run(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser = _Parser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("dirs", nargs="+", type=Path, help="sweep directories (runs/<run_group>) or run directories")
     parser.add_argument("--json", action="store_true", help="one JSON object per job instead of the table")
     args = parser.parse_args(argv)
@@ -56,7 +66,7 @@ def run(argv: list[str]) -> None:
             fail(PROG, f"{d} is not a directory (a sweep is runs/<run_group>, e.g. runs/smoke)")
     for d in args.dirs:
         if args.json:
-            for state in sweep_states(d):
+            for state in sweep_states(d, warn=_warn):
                 print(json.dumps({"sweep": str(d), **state.to_dict()}))
         else:
             print("\n".join(report(d)))

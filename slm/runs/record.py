@@ -26,9 +26,10 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
+
+from slm.atomic import atomic_write
 
 SCHEMA_VERSION = 1
 RESULT_FILE = "result.json"
@@ -58,29 +59,54 @@ def _finite(value):
 
 
 def write_json_atomic(path: str | os.PathLike, data: dict) -> None:
-    """Write strict JSON to a temporary file in the same directory, fsync it, then rename over `path`."""
-    data = _finite(data)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    """Write strict JSON atomically (slm.atomic: a temporary file beside it, fsync, rename; umask respected)."""
+    text = json.dumps(_finite(data), indent=2, default=str, allow_nan=False) + "\n"
+    atomic_write(path, lambda f: f.write(text.encode()))
+
+
+class RecordError(ValueError):
+    """A result.json (or another JSON file of a run) that exists but cannot be used; the message is one
+    line, `<path>: <reason>`."""
+
+
+SECTIONS = ("config", "model", "data", "training", "eval", "environment", "artifacts")  # objects, or absent/null
+_JSON_TYPES = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean",
+               type(None): "null"}
+
+
+def read_object(path: str | os.PathLike) -> dict:
+    """The JSON object in the file at `path`; RecordError if it cannot be read, parsed, or is no object."""
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, default=str, allow_nan=False)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        text = Path(path).read_text()
+    except UnicodeDecodeError:
+        raise RecordError(f"{path}: not UTF-8 text") from None
+    except OSError as err:
+        raise RecordError(f"{path}: cannot read it ({err.strerror or type(err).__name__})") from None
+    if not text.strip():
+        raise RecordError(f"{path}: empty file")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise RecordError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise RecordError(f"{path}: not a JSON object but {_JSON_TYPES.get(type(data), type(data).__name__)}")
+    return data
 
 
 def load_record(run_dir: str | os.PathLike) -> dict | None:
-    """The run's record, or None if it has none yet."""
+    """The run's record, or None if it has none yet. RecordError if its result.json cannot be read or
+    parsed, is not a JSON object, or has a status or section of the wrong type."""
     path = Path(run_dir) / RESULT_FILE
     if not path.exists():
         return None
-    return json.loads(path.read_text())
+    record = read_object(path)
+    if "status" in record and record["status"] not in STATUSES:
+        raise RecordError(f"{path}: status {json.dumps(record['status'])} is not one of {', '.join(STATUSES)}")
+    for key in SECTIONS:
+        if record.get(key) is not None and not isinstance(record[key], dict):
+            kind = _JSON_TYPES.get(type(record[key]), type(record[key]).__name__)
+            raise RecordError(f"{path}: section {key!r} is {kind}, not an object")
+    return record
 
 
 def update_record(run_dir: str | os.PathLike, **sections) -> dict:

@@ -9,25 +9,29 @@ training it right now from the run's lock (run_lock below, held by slm.runs.job 
   stopped                         started but no process holds the lock: killed, interrupted, or
                                   preempted and waiting to be requeued; the next attempt resumes it
   pending                         listed by the sweep (sweep.json) but not started yet
+  unreadable                      its result.json cannot be read or is not a record (the error says why)
 """
 
 from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import yaml
 
-from slm.runs.record import RESULT_FILE, load_record
+from slm.runs.record import RESULT_FILE, RecordError, load_record, read_object
 
+log = logging.getLogger(__name__)
 LOCK_FILE = ".lock"  # flock-ed by the process training the run (slm.runs.job)
 SWEEP_FILE = "sweep.json"  # written by the sweepers into the sweep directory: every job key and its overrides
-ORDER = ("failed", "diverged", "running", "stopped", "pending", "completed")
+ORDER = ("failed", "unreadable", "diverged", "running", "stopped", "pending", "completed")
 
 
 @dataclass
@@ -102,14 +106,26 @@ def last_step(run_dir: Path) -> int | None:
 
 
 def _overrides(run_dir: Path) -> list[str]:
-    path = run_dir / ".hydra" / "overrides.yaml"
-    return list(yaml.safe_load(path.read_text()) or []) if path.exists() else []
+    """The job's overrides from .hydra/overrides.yaml; [] when there is none or it cannot be read."""
+    try:
+        overrides = yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text())
+    except (OSError, ValueError, yaml.YAMLError):
+        return []
+    return [str(o) for o in overrides] if isinstance(overrides, list) else []
+
+
+def _number(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def run_state(run_dir: str | os.PathLike, key: str | None = None) -> JobState:
     run_dir = Path(run_dir)
-    record = load_record(run_dir)
     state = JobState(key=key or run_dir.name, status="pending", overrides=_overrides(run_dir))
+    try:
+        record = load_record(run_dir)
+    except RecordError as err:
+        state.status, state.error = "unreadable", str(err)
+        return state
     if record is None:  # started (Hydra made the directory) but no record yet
         state.status, state.note = ("running", "preparing") if lock_held(run_dir) else ("stopped", "before training")
         return state
@@ -119,17 +135,30 @@ def run_state(run_dir: str | os.PathLike, key: str | None = None) -> JobState:
     state.step = last_step(run_dir)
     if state.step is None:
         state.step = training.get("steps")
-    state.val_nll = (record.get("eval") or {}).get("val_nll")
+    state.val_nll = _number((record.get("eval") or {}).get("val_nll"))
     if state.status == "running" and not lock_held(run_dir):
         state.status = "stopped"
         interrupted = training.get("interrupted")
-        if interrupted:
-            state.note = f"{interrupted['signal']} at step {interrupted['step']}: checkpointed, to be requeued"
+        if isinstance(interrupted, dict):
+            state.note = f"{interrupted.get('signal')} at step {interrupted.get('step')}: checkpointed, to be requeued"
     return state
 
 
-def sweep_states(sweep_dir: str | os.PathLike) -> list[JobState]:
-    """Every job of a sweep directory: its run directories, and the jobs its sweep.json lists."""
+def listed_jobs(sweep_dir: str | os.PathLike) -> dict[str, list[str]]:
+    """The jobs the sweep's sweep.json lists (key -> overrides), {} without one; RecordError when it
+    cannot be read or is not such a listing."""
+    path = Path(sweep_dir) / SWEEP_FILE
+    if not path.exists():
+        return {}
+    jobs = read_object(path).get("jobs", {})
+    if not isinstance(jobs, dict) or not all(isinstance(o, list) for o in jobs.values()):
+        raise RecordError(f"{path}: \"jobs\" is not an object of job key -> overrides")
+    return jobs
+
+
+def sweep_states(sweep_dir: str | os.PathLike, warn: Callable[[str], None] = log.warning) -> list[JobState]:
+    """Every job of a sweep directory: its run directories, and the jobs its sweep.json lists (a run
+    whose record cannot be read is `unreadable`; an unreadable sweep.json is one `warn` line)."""
     sweep_dir = Path(sweep_dir)
     if (sweep_dir / RESULT_FILE).exists():  # a run directory itself
         return [run_state(sweep_dir)]
@@ -137,20 +166,28 @@ def sweep_states(sweep_dir: str | os.PathLike) -> list[JobState]:
     for run_dir in sorted(p for p in sweep_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
         if (run_dir / RESULT_FILE).exists() or (run_dir / ".hydra").exists():
             states[run_dir.name] = run_state(run_dir)
-    listed = sweep_dir / SWEEP_FILE
-    if listed.exists():
-        for key, overrides in json.loads(listed.read_text()).get("jobs", {}).items():
-            states.setdefault(key, JobState(key=key, status="pending", overrides=overrides))
+    try:
+        listed = listed_jobs(sweep_dir)
+    except RecordError as err:
+        warn(f"{err}; the jobs not started yet are unknown")
+        listed = {}
+    for key, overrides in listed.items():
+        states.setdefault(key, JobState(key=key, status="pending", overrides=overrides))
     return sorted(states.values(), key=lambda s: (ORDER.index(s.status) if s.status in ORDER else len(ORDER), s.key))
 
 
-def list_jobs(sweep_dir: str | os.PathLike, jobs: dict[str, list[str]]) -> None:
-    """Add jobs (key -> overrides) to the sweep's sweep.json, so that slm-status shows those not started."""
+def list_jobs(sweep_dir: str | os.PathLike, jobs: dict[str, list[str]],
+              warn: Callable[[str], None] = log.warning) -> None:
+    """Add jobs (key -> overrides) to the sweep's sweep.json, so that slm-status shows those not started
+    (an unreadable sweep.json is one `warn` line and replaced)."""
     from slm.runs.record import write_json_atomic
 
-    path = Path(sweep_dir) / SWEEP_FILE
-    known = json.loads(path.read_text()).get("jobs", {}) if path.exists() else {}
-    write_json_atomic(path, {"jobs": {**known, **jobs}})
+    try:
+        known = listed_jobs(sweep_dir)
+    except RecordError as err:
+        warn(f"{err}; rewritten with this sweep's jobs")
+        known = {}
+    write_json_atomic(Path(sweep_dir) / SWEEP_FILE, {"jobs": {**known, **jobs}})
 
 
 def counts(states: list[JobState]) -> dict[str, int]:
