@@ -81,7 +81,7 @@ def test_configs_stored_before_layer_types_still_load():
 
 def test_base_yaml_mirrors_dataclass_defaults():
     base = yaml.safe_load((CONF_DIR / "model_base" / "base.yaml").read_text())
-    solver_keys = {"param_budget": None, "width_step": 64, "budget_count": "total"}
+    from slm.model.budget import SOLVER_KEYS as solver_keys
     defaults = {f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
                 for f in dataclasses.fields(ModelConfig)}
     assert base == {**defaults, **solver_keys}

@@ -5,6 +5,7 @@ import torch
 
 from slm.components.mlp import SwiGLU
 from slm.model import ModelConfig, Transformer, config_from_spec, count, solve_width
+from slm.model.budget import SOLVER_KEYS
 from tests.conftest import PRESETS, compose_model_node
 
 # Published or derived-by-hand sizes (all with tied embeddings):
@@ -97,7 +98,7 @@ def test_budget_solver_picks_closest_width(preset, layers):
     assert cfg.n_layers == layers and cfg.d_model % 64 == 0 and cfg.n_heads * cfg.head_dim == cfg.d_model
     assert built_count(cfg) == got
     # no other admissible width is closer
-    base = {k: v for k, v in spec.items() if k not in ("param_budget", "width_step", "budget_count")}
+    base = {k: v for k, v in spec.items() if k not in SOLVER_KEYS}
     for width in range(64, 2048, 64):
         try:
             other = ModelConfig(**{**base, "d_model": width, "n_heads": None})
@@ -107,7 +108,7 @@ def test_budget_solver_picks_closest_width(preset, layers):
 
 
 def test_budget_solver_keeps_design():
-    spec = {k: v for k, v in compose_model_node("model=llama3").items() if k not in ("param_budget", "width_step", "budget_count")}
+    spec = {k: v for k, v in compose_model_node("model=llama3").items() if k not in SOLVER_KEYS}
     cfg = solve_width(spec, 30e6, step=48)
     assert cfg.d_model != 384 and cfg.n_kv_heads == 4 and cfg.head_dim == 48
     assert cfg.d_ff == SwiGLU.default_d_ff(cfg.d_model, 64)  # re-derived at the new width

@@ -31,6 +31,83 @@ def fail(prog: str, message: str, code: int = 2) -> None:
     sys.exit(code)
 
 
+def full_errors() -> bool:
+    """Whether the user asked for tracebacks (HYDRA_FULL_ERROR=1; slm-train's wrapper keeps the user's choice in
+    SLM_FULL_ERROR while it sets HYDRA_FULL_ERROR itself)."""
+    return os.environ.get("SLM_FULL_ERROR", os.environ.get("HYDRA_FULL_ERROR")) == "1"
+
+
+def explain(err: BaseException, overrides: list[str]) -> str:
+    """One line for an error of Hydra's config composition, naming the override and, for a misspelt field or
+    option, the closest valid one."""
+    from hydra.errors import MissingConfigException, OverrideParseException
+
+    from slm.typecheck import did_you_mean
+
+    if isinstance(err, OverrideParseException):
+        reason = " ".join(line.strip() for line in err.message.splitlines() if not line.startswith("See https"))
+        reason = reason.replace(f"Error parsing override '{err.override}' ", "")
+        return (f"cannot parse the override {err.override!r}: {reason} (the grammar: "
+                "https://hydra.cc/docs/advanced/override_grammar/basic/)")
+    if isinstance(err, MissingConfigException) and err.options is not None and err.missing_cfg_file:
+        group, _, name = err.missing_cfg_file.rpartition("/")
+        where = "sweeps/" if group == "sweep" else f"conf/{group}/"
+        return (f"{group}={name}: there is no {where}{name}.yaml{did_you_mean(name, err.options, f'{group}=')}; "
+                f"choose one of: {', '.join(err.options)}")
+    cause = err.__cause__
+    if isinstance(cause, OmegaConfBaseException) and getattr(cause, "full_key", None):
+        full_key = cause.full_key
+        given = next((o for o in overrides if o.split("=")[0].lstrip("+~") == full_key), full_key)
+        parent, _, leaf = full_key.rpartition(".")
+        known = _keys_under(parent, overrides)
+        where = f"{parent} has no field {leaf!r}" if parent else f"there is no config group or field {leaf!r}"
+        return f"{given}: {where}{did_you_mean(leaf, known, f'{parent}.' if parent else '')}"
+    return " ".join(part.strip() for part in str(err).split("Config search path:")[0].splitlines() if part.strip())
+
+
+def _keys_under(parent: str, overrides: list[str]) -> list[str]:
+    """The keys of the config node `parent` ('' for the root), composed with the overrides that choose a group
+    option (model=gpt2), so that a misspelt field is matched against the fields it could have meant."""
+    from omegaconf import OmegaConf
+
+    groups = [o for o in overrides if "=" in o and "." not in o.split("=")[0] and not o.startswith(("+", "~"))]
+    try:
+        cfg = compose_config(groups)
+    except Exception:  # noqa: BLE001 - a second bad override: match against the defaults
+        cfg = compose_config([])
+    node = OmegaConf.select(cfg, parent) if parent else cfg
+    keys = list(node.keys()) if OmegaConf.is_dict(node) else []
+    if not parent:
+        keys += [path.name for path in CONF_DIR.iterdir() if path.is_dir()]  # groups: model, train, ...
+    return keys
+
+
+def one_line_errors(prog: str, hydra_main: Callable) -> Callable:
+    """Wrap a @hydra.main function so that an error of Hydra's own (a bad override, an unknown field, a missing
+    config option) is one line and exit 2, like every other bad input; HYDRA_FULL_ERROR=1 shows the traceback."""
+
+    @functools.wraps(hydra_main)
+    def inner() -> None:
+        saved = {name: os.environ.get(name) for name in ("SLM_FULL_ERROR", "HYDRA_FULL_ERROR")}
+        wanted = "1" if full_errors() else "0"
+        os.environ["SLM_FULL_ERROR"] = wanted
+        os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises instead of printing its multi-line report
+        try:
+            hydra_main()
+        except USER_ERRORS as err:
+            if wanted == "1":
+                raise
+            fail(prog, explain(err, [a for a in sys.argv[1:] if not a.startswith("-")]))
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+
+    return inner
+
+
 def reports_user_errors(prog: str) -> Callable:
     """Decorator: turn USER_ERRORS into one line and exit 2, unless HYDRA_FULL_ERROR=1."""
 
@@ -40,8 +117,11 @@ def reports_user_errors(prog: str) -> Callable:
             try:
                 return fn(*args, **kwargs)
             except USER_ERRORS as err:
-                if os.environ.get("HYDRA_FULL_ERROR") == "1":
+                if full_errors():
                     raise
+                if isinstance(err, (HydraException, OmegaConfBaseException)):
+                    fail(prog, explain(err, [a for a in args[0] if isinstance(a, str)] if args and
+                                       isinstance(args[0], list) else []))
                 fail(prog, str(err) or type(err).__name__)
 
         return inner

@@ -23,13 +23,13 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from slm.cli.config import CONF_DIR, register_resolvers, reports_user_errors
+from slm.cli.config import CONF_DIR, one_line_errors, register_resolvers, reports_user_errors
 
 register_resolvers()
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
-def main(cfg: DictConfig) -> dict:
+def hydra_main(cfg: DictConfig) -> dict:
     hydra_cfg = HydraConfig.get()
     run_dir = hydra_cfg.runtime.output_dir
     if hydra_cfg.mode == RunMode.MULTIRUN:
@@ -39,11 +39,20 @@ def main(cfg: DictConfig) -> dict:
 
 @reports_user_errors("slm-train")
 def single_run(cfg: DictConfig, run_dir: str) -> dict:
-    from slm.runs.job import train_run
+    from slm.runs.job import RunInUseError, discard_unstarted, train_run
 
-    record = train_run(OmegaConf.to_container(cfg, resolve=True), run_dir)
+    try:
+        record = train_run(OmegaConf.to_container(cfg, resolve=True), run_dir)
+    except RunInUseError:
+        raise
+    except Exception:
+        discard_unstarted(run_dir)  # refused before training: leave no run directory behind
+        raise
     print(f"slm-train: {record['status']}: {run_dir}")
     return outcome(record, run_dir)
+
+
+main = one_line_errors("slm-train", hydra_main)  # the console entry point
 
 
 def sweep_job(cfg: DictConfig, run_dir: str) -> dict:

@@ -7,24 +7,34 @@ d_ff is re-derived at each candidate width, so a depth/width sweep stays inside 
 
 from __future__ import annotations
 
+import math
+
 from slm.model.config import ConfigError, ModelConfig, upgrade_fields
 from slm.model.counting import count
+from slm.typecheck import did_you_mean
 
 MAX_WIDTH = 16384
 
 
 BUDGET_COUNTS = ("total", "active")
+SOLVER_KEYS = {"param_budget": None, "width_step": 64, "budget_count": "total", "budget_tolerance": 0.25}
+"""The `model` node's keys that are not ModelConfig fields, with their defaults (conf/model_base/base.yaml)."""
 
 
-def solve_width(spec: dict, budget: float, step: int = 64, counted: str = "total") -> ModelConfig:
+def solve_width(spec: dict, budget: float, step: int = 64, counted: str = "total",
+                tolerance: float | None = None) -> ModelConfig:
     """Return the config from `spec` with d_model chosen so that params_<counted> (total, or active per token
     for a mixture of experts) is closest to `budget`.
 
     `spec` holds ModelConfig fields as given by the user (None for derived sizes). Ties go to the
-    narrower model. Raises ConfigError if no width fits the constraints.
+    narrower model. Raises ConfigError if no width fits the constraints, or if the closest one misses the
+    budget by more than `tolerance` (a fraction of it; None: any distance).
     """
-    if not budget > 0:
-        raise ConfigError(f"model.param_budget={budget!r} is invalid: must be > 0")
+    if not (isinstance(budget, (int, float)) and math.isfinite(budget) and budget > 0):
+        raise ConfigError(f"model.param_budget={budget!r} is invalid: a finite number of parameters > 0")
+    if tolerance is not None and not (isinstance(tolerance, (int, float)) and tolerance >= 0):
+        raise ConfigError(f"model.budget_tolerance={tolerance!r} is invalid: a fraction >= 0 (0.25: within 25%), "
+                          "or null (any distance)")
     if not isinstance(step, int) or step <= 0:
         raise ConfigError(f"model.width_step={step!r} is invalid: must be a positive integer")
     if counted not in BUDGET_COUNTS:
@@ -52,7 +62,17 @@ def solve_width(spec: dict, budget: float, step: int = 64, counted: str = "total
             f"model.param_budget={budget:g} is invalid: no width that is a multiple of width_step={step} "
             f"and of head_dim={head_dim} (with n_kv_heads={spec.get('n_kv_heads')}) up to {MAX_WIDTH}"
         )
-    return best[1]
+    cfg = best[1]
+    params = getattr(count(cfg), f"params_{counted}")
+    if tolerance is not None and abs(params - budget) > tolerance * budget:
+        off = params / budget - 1
+        off = f"{off:+.1%}" if abs(off) < 10 else f"{params / budget:.3g}x the budget"
+        raise ConfigError(
+            f"model.param_budget={budget:g} is out of reach: the closest width, d_model={cfg.d_model}, has "
+            f"{params:,} {counted} parameters ({off}; allowed: ±"
+            f"{tolerance:.0%}, model.budget_tolerance); change n_layers or the budget"
+        )
+    return cfg
 
 
 def config_from_spec(spec: dict) -> ModelConfig:
@@ -60,14 +80,20 @@ def config_from_spec(spec: dict) -> ModelConfig:
     (None: use d_model as given), `width_step` and `budget_count` (total or active parameters)."""
     spec = upgrade_fields(spec)
     budget = spec.pop("param_budget", None)
-    step = spec.pop("width_step", 64)
-    counted = spec.pop("budget_count", "total")
+    step = spec.pop("width_step", SOLVER_KEYS["width_step"])
+    counted = spec.pop("budget_count", SOLVER_KEYS["budget_count"])
+    tolerance = spec.pop("budget_tolerance", SOLVER_KEYS["budget_tolerance"])
     unknown = sorted(set(spec) - set(ModelConfig.field_names()))
     if unknown:
-        raise ConfigError(f"model.{unknown[0]} is not a model field; see conf/model_base/base.yaml for the fields")
+        hint = did_you_mean(unknown[0], [*ModelConfig.field_names(), *SOLVER_KEYS], "model.")
+        raise ConfigError(f"model.{unknown[0]} is not a model field{hint}; see conf/model_base/base.yaml for the fields")
     if budget is None:
         return ModelConfig(**spec)
-    return solve_width(spec, float(budget), step, counted)
+    try:
+        budget = float(budget)  # a YAML 1.1 file reads 70e6 as a string
+    except (TypeError, ValueError):
+        raise ConfigError(f"model.param_budget={budget!r} is invalid: a finite number of parameters > 0") from None
+    return solve_width(spec, budget, step, counted, tolerance)
 
 
 

@@ -14,6 +14,7 @@ from slm.components import CANON_POSITIONS, CANONS, FFNS, INITS, MIXERS, MLPS, N
 from slm.components.moe import MOE_AUX_SCOPES
 from slm.components.registry import UnknownKeyError
 from slm.model.networks import NETWORKS
+from slm.typecheck import check_types
 
 NORM_PLACEMENTS = ("pre", "post", "sandwich")
 QK_NORM_SCOPES = ("head", "all_heads")
@@ -191,6 +192,7 @@ class ModelConfig:
     normalised). arXiv 2512.20877's post-norm models add one."""
 
     def __post_init__(self) -> None:
+        check_types(self, "model", ConfigError)  # a string in a numeric field, an infinite theta, ...
         self._check_keys()
         self._derive_sizes()
         self._check_values()

@@ -4,8 +4,10 @@ Layout of a run directory:
   result.json              the run record (slm.runs.record)
   config.yaml              the resolved config
   checkpoints/last.ckpt    Lightning checkpoint (model, optimizer, scheduler, loop, RNG), every ckpt_interval;
-                           written atomically (slm.training.checkpoint_io): a kill or a full disk during a
-                           save leaves the previous one intact
+                           written atomically (slm.training.checkpoints): a kill or a full disk during a
+                           save leaves the previous one intact; checked before a resume
+  checkpoints/previous.ckpt  the checkpoint before it (a hard link), the fallback when last.ckpt is damaged
+                           (`bad_checkpoint=previous`; `bad_checkpoint=restart` trains from step 0)
   model/                   final weights (model.safetensors), config.json and the tokenizer
   train_log.jsonl          one line per optimizer step: step, loss, lr
   logs/                    CSV (and TensorBoard / W&B) logger output
@@ -31,6 +33,7 @@ from slm.model.weights import save_model
 from slm.runs.environment import environment
 from slm.runs.record import load_record, now, settled, update_record
 from slm.runs.status import run_lock
+from slm.training.checkpoints import PREVIOUS, ResumeError, resume_checkpoint
 from slm.training.config import TrainConfig
 
 CHECKPOINT = Path("checkpoints") / "last.ckpt"
@@ -91,17 +94,45 @@ def train_run(cfg: dict, run_dir: str | os.PathLike, *, sweep: bool = False, rer
                 print(f"slm-train: {run_dir} is recorded {status}; skipped (rerun_failed=true runs it again)")
             return existing
         try:
+            resume = resume_checkpoint(run_dir / CHECKPOINT.parent, cfg.get("bad_checkpoint", "fail"))
+        except ResumeError as err:  # a damaged checkpoint: recorded failed, with what to do
+            record = update_record(run_dir, status="failed", error=_one_line(err))
+            if not sweep:
+                raise
+            return record
+        try:
             setup = _setup(cfg, run_dir)  # validates the config and prepares the data before anything is written
         except Exception as err:
             if not sweep:
                 raise
             return record_failure(run_dir, cfg, err)
         try:
-            return _train(cfg, run_dir, *setup)
+            return _train(cfg, run_dir, *setup, resume=resume)
         except Exception:
             if not sweep:
                 raise
             return load_record(run_dir)  # recorded failed by _train
+
+
+HYDRA_LEFTOVERS = {".hydra", ".lock"}  # what Hydra (and the lock) leave in a run directory before training
+
+
+def discard_unstarted(run_dir: str | os.PathLike) -> bool:
+    """Remove the directory of a single run that was refused before it wrote anything (bad input): it holds
+    only Hydra's .hydra/, the lock and an empty or Hydra-only log, so that `slm-status` does not list a run that
+    never was. Returns whether it was removed; a directory with a record, or held by a process, is kept."""
+    import shutil
+
+    from slm.runs.status import lock_held
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir() or (run_dir / "result.json").exists() or lock_held(run_dir):
+        return False
+    extra = [p for p in run_dir.iterdir() if p.name not in HYDRA_LEFTOVERS and not p.name.endswith(".log")]
+    if extra:
+        return False
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return True
 
 
 def record_failure(run_dir: str | os.PathLike, cfg: dict, err: BaseException | str) -> dict:
@@ -115,7 +146,7 @@ def _setup(cfg: dict, run_dir: Path) -> tuple:
 
     from slm.objectives import OBJECTIVES, tokenizer_node_for
 
-    train_cfg = TrainConfig(**cfg["train"])
+    train_cfg = TrainConfig.from_node(cfg["train"])
     preflight(cfg.get("eval"))  # hub tasks while offline, unknown tasks, bad fields: fail before training
     prepared = prepare(cfg["data"], tokenizer_node_for(train_cfg.objective, cfg["tokenizer"]))
     mask = {"mask_token_id": prepared.tokenizer.mask_id} if prepared.tokenizer.mask_id is not None else {}
@@ -128,8 +159,11 @@ def _setup(cfg: dict, run_dir: Path) -> tuple:
         prepared.check_first_windows(train_cfg.eval_windows, model_cfg.context_length)
     counts = count(model_cfg)
     max_steps = train_cfg.max_steps(model_cfg.context_length)
+    train_cfg.check_length(max_steps)
+    train_cfg.check_accelerator()
     init = None
-    if train_cfg.init_from is not None and not (run_dir / CHECKPOINT).exists():  # a resumed run has its weights
+    resuming = any((run_dir / CHECKPOINT.parent / name).exists() for name in (CHECKPOINT.name, PREVIOUS))
+    if train_cfg.init_from is not None and not resuming:  # a resumed run has its weights
         init = _init_source(train_cfg.init_from, model_cfg, prepared.tokenizer)
     return train_cfg, prepared, model_cfg, counts, max_steps, init
 
@@ -192,7 +226,8 @@ def init_from_section(source) -> dict:
     return section
 
 
-def _train(cfg: dict, run_dir: Path, train_cfg, prepared, model_cfg, counts, max_steps, init) -> dict:
+def _train(cfg: dict, run_dir: Path, train_cfg, prepared, model_cfg, counts, max_steps, init, *,
+           resume: Path | None = None) -> dict:
     tokens_per_step = train_cfg.batch_size * model_cfg.context_length
     model_section = {**model_cfg.to_dict(), **vars(counts), "flops_convention": FLOPS_CONVENTION,
                      "param_budget": cfg["model"].get("param_budget"), "notes": model_cfg.notes()}
@@ -206,14 +241,16 @@ def _train(cfg: dict, run_dir: Path, train_cfg, prepared, model_cfg, counts, max
     update_record(run_dir, status="running", error=None, config=cfg, model=model_section,
                   training=training, environment=environment())
     try:
-        record = _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens_per_step, started, init)
+        record = _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens_per_step, started, init,
+                      resume)
     except Exception as err:  # an interruption (BaseException) leaves the run `running`, to be resumed
         update_record(run_dir, status="failed", error=_one_line(err))
         raise
     return record
 
 
-def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens_per_step, started, init) -> dict:
+def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens_per_step, started, init,
+         resume) -> dict:
     import lightning as L
     from lightning.pytorch.callbacks import ModelCheckpoint
     from lightning.pytorch.loggers import CSVLogger
@@ -221,7 +258,8 @@ def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens
 
     from slm.data import SLMDataModule
     from slm.training.callbacks import CSVHistory, SignalCheckpoint, StepLog, ThroughputMonitor
-    from slm.training.checkpoint_io import AtomicCheckpointIO, remove_stale
+    from slm.atomic import remove_stale
+    from slm.training.checkpoint_io import AtomicCheckpointIO
     from slm.training.logs import tidy_lightning_logging
     from slm.training.module import LanguageModelModule
 
@@ -256,12 +294,10 @@ def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens
         enable_progress_bar=train_cfg.progress_bar, enable_model_summary=False, detect_anomaly=train_cfg.detect_anomaly,
         use_distributed_sampler=False,
     )
-    ckpt = run_dir / CHECKPOINT
-    resumed_from = None
-    if ckpt.exists():
-        resumed_from = str(CHECKPOINT)
+    resumed_from = str(Path(resume).relative_to(run_dir)) if resume is not None else None
     try:
-        trainer.fit(module, datamodule=datamodule, ckpt_path=str(ckpt) if ckpt.exists() else None, weights_only=True)
+        trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume) if resume is not None else None,
+                    weights_only=True)
     except BaseException:
         if preemption.step is not None:  # checkpointed on a preemption signal; submitit requeues the job
             before = (load_record(run_dir) or {}).get("training", {}).get("interruptions", 0)

@@ -83,6 +83,14 @@ class ThroughputMonitor(L.Callback):
                 "peak_flops": self.peak}
 
 
+def _step_of(line: str) -> int | None:
+    """The step of a train_log.jsonl line, or None for a blank or partly written one."""
+    try:
+        return int(json.loads(line)["step"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 class StepLog(L.Callback):
     """Appends one JSON line per optimizer step (step, loss, lr; attention_block with a block curriculum) to `path`.
 
@@ -97,7 +105,7 @@ class StepLog(L.Callback):
     def on_train_start(self, trainer, pl_module) -> None:
         step = trainer.global_step
         lines = self.path.read_text().splitlines() if self.path.exists() else []
-        kept = [line for line in lines if line.strip() and json.loads(line)["step"] <= step]
+        kept = [line for line in lines if (_step_of(line) or step + 1) <= step]  # a line a kill cut short: dropped
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text("".join(line + "\n" for line in kept))
         tmp.replace(self.path)

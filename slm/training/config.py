@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 from slm.training.curriculum import BlockCurriculum, CurriculumError
+from slm.typecheck import check_types, did_you_mean
 
 PRECISIONS = ("32", "bf16-mixed")
 LOGGERS = ("csv", "tensorboard", "wandb")
+ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
 
 
 class TrainConfigError(ValueError):
@@ -82,7 +84,8 @@ class TrainConfig:
     loggers: list[str] = field(default_factory=lambda: ["csv"])
     """Any of csv, tensorboard, wandb."""
     accelerator: str = "auto"
-    """Lightning accelerator: auto, cpu, gpu."""
+    """Lightning accelerator: auto (a GPU if one is visible, else the CPU), cpu, gpu / cuda, mps; one that is not
+    available here is refused before the run starts."""
     peak_flops: float | None = None
     """Peak FLOP/s of one device for MFU; None looks the device up in slm.training.hardware."""
     progress_bar: bool = True
@@ -102,6 +105,11 @@ class TrainConfig:
         from slm.objectives import OBJECTIVES
         from slm.training.schedules import SCHEDULES
 
+        if isinstance(self.precision, int) and not isinstance(self.precision, bool):
+            self.precision = str(self.precision)  # `train.precision=32` on the command line is a number
+        check_types(self, "train", TrainConfigError)  # a string in a numeric field, lr=inf, tokens=nan, ...
+        if isinstance(self.loggers, str):
+            self.loggers = [name.strip() for name in self.loggers.split(",") if name.strip()]
         OBJECTIVES.get(self.objective)
         SCHEDULES.get(self.schedule)
         for name in ("batch_size", "val_batches", "log_interval", "ckpt_interval"):
@@ -117,6 +125,25 @@ class TrainConfig:
             raise TrainConfigError(f"train.tokens={self.tokens!r} is invalid: must be > 0")
         if not self.lr > 0:
             raise TrainConfigError(f"train.lr={self.lr!r} is invalid: must be > 0")
+        if self.grad_clip is not None and not self.grad_clip > 0:
+            raise TrainConfigError(f"train.grad_clip={self.grad_clip!r} is invalid: a norm > 0, or null (no clipping)")
+        if self.warmup_steps is not None and self.warmup_steps < 0:
+            raise TrainConfigError(f"train.warmup_steps={self.warmup_steps!r} is invalid: an integer >= 0, or null "
+                                   "(train.warmup_fraction)")
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            raise TrainConfigError(f"train.betas={self.betas!r} is invalid: two numbers in [0, 1), e.g. [0.9, 0.95]")
+        if not self.eps > 0:
+            raise TrainConfigError(f"train.eps={self.eps!r} is invalid: must be > 0")
+        if not self.weight_decay >= 0:
+            raise TrainConfigError(f"train.weight_decay={self.weight_decay!r} is invalid: must be >= 0")
+        if not 0 <= self.seed < 2**32:
+            raise TrainConfigError(f"train.seed={self.seed!r} is invalid: an integer in 0..2**32-1")
+        if self.peak_flops is not None and not self.peak_flops > 0:
+            raise TrainConfigError(f"train.peak_flops={self.peak_flops!r} is invalid: FLOP/s > 0, or null (look the "
+                                   "device up)")
+        if self.accelerator not in ACCELERATORS:
+            raise TrainConfigError(f"train.accelerator={self.accelerator!r} is invalid: choose one of: "
+                                   f"{', '.join(ACCELERATORS)}")
         if self.precision not in PRECISIONS:
             raise TrainConfigError(f"train.precision={self.precision!r} is invalid: choose one of: {', '.join(PRECISIONS)}")
         for logger in self.loggers:
@@ -151,6 +178,16 @@ class TrainConfig:
             raise TrainConfigError(f"train.block_curriculum is set with train.objective={self.objective}: the "
                                    "attention-block curriculum is for masked diffusion (train.objective=mdlm)")
 
+    @classmethod
+    def from_node(cls, node: dict) -> "TrainConfig":
+        """The config from the `train` node of a run config; an unknown key is one line naming it."""
+        names = [f.name for f in fields(cls)]
+        for key in node:
+            if key not in names:
+                raise TrainConfigError(f"train.{key} is not a training field{did_you_mean(key, names, 'train.')}; "
+                                       "see conf/train/default.yaml for the fields")
+        return cls(**node)
+
     def steps_per_epoch(self) -> int | None:
         """Optimizer steps per epoch when the run is measured in epochs, else None."""
         if self.epochs is None:
@@ -175,6 +212,22 @@ class TrainConfig:
                 f"(batch_size {self.batch_size} x context {context_length} = {per_step} tokens)"
             )
         return steps
+
+    def check_length(self, max_steps: int) -> None:
+        """Settings that only make sense against the run's length (a warmup longer than the run)."""
+        if self.warmup_steps is not None and self.warmup_steps > max_steps:
+            raise TrainConfigError(f"train.warmup_steps={self.warmup_steps} is invalid: longer than the run "
+                                   f"({max_steps} steps)")
+
+    def check_accelerator(self) -> None:
+        """Refuse an accelerator this machine does not have (Lightning would fail later, with a traceback)."""
+        import torch
+
+        if self.accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+            raise TrainConfigError(f"train.accelerator={self.accelerator} is invalid here: no CUDA device is visible "
+                                   "(torch.cuda.is_available() is False); use auto or cpu")
+        if self.accelerator == "mps" and not torch.backends.mps.is_available():
+            raise TrainConfigError("train.accelerator=mps is invalid here: no Apple MPS device; use auto or cpu")
 
     def warmup(self, max_steps: int) -> int:
         return self.warmup_steps if self.warmup_steps is not None else int(self.warmup_fraction * max_steps)

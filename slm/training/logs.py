@@ -1,5 +1,6 @@
 """Lightning's console lines in slm: each once, without its advertisement, a deprecation notice of its
-own making (lightning 2.6 on torch 2.13: `isinstance(treespec, LeafSpec)`) and the srun hint."""
+own making (lightning 2.6 on torch 2.13: `isinstance(treespec, LeafSpec)`), the srun hint and the CSV logger's
+"will be deleted" warning on a resume (CSVHistory keeps those rows)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ def tidy_lightning_logging() -> None:
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated")
     # slm never launches through srun (submitit starts one process per job): the hint does not apply
     warnings.filterwarnings("ignore", message=r"The `srun` command is available on your system but is not used")
+    # a resumed run's CSV log keeps its rows (slm.training.callbacks.CSVHistory writes them back)
+    warnings.filterwarnings("ignore", message=r"Experiment logs directory .* exists and is not empty")
     import lightning  # noqa: F401  (installs the handler this removes)
 
     if logging.getLogger().handlers:

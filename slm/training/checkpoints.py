@@ -1,0 +1,101 @@
+"""Checkpoint files that survive a kill, a full disk or damage (the Lightning plugin that saves through here:
+slm.training.checkpoint_io).
+
+Lightning's own save writes through a temporary file in $TMPDIR and moves it into place; when the runs
+directory is on another filesystem, the move is a copy over the old checkpoint, so a kill during it leaves
+the previous good `last.ckpt` truncated. Here a save goes through slm.atomic (a temporary file beside it,
+fsync, rename): the old file is never touched until the new one is complete, and it stays as
+`previous.ckpt` (a hard link, no copy), the fallback when `last.ckpt` turns out damaged.
+
+Before a resume, `resume_checkpoint` checks `last.ckpt` (every record's CRC, then a weights-only load: a
+truncated, overwritten or foreign file is caught here rather than as a traceback inside Lightning) and
+applies the run's `bad_checkpoint` choice: fail (one line saying what to do), previous, or restart.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from slm.atomic import atomic_write
+
+LAST = "last.ckpt"
+PREVIOUS = "previous.ckpt"
+BAD_CHECKPOINT = ("fail", "previous", "restart")
+"""What a resume does when last.ckpt is damaged: fail (say so), previous (resume from previous.ckpt), restart
+(train from step 0); the damaged file is kept as last.ckpt.bad either way."""
+
+
+class ResumeError(ValueError):
+    """A checkpoint that cannot be resumed from; the message names the file and what to do."""
+
+
+def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
+    """torch.save(obj) to `path` atomically; the file it replaces is kept as previous.ckpt beside it."""
+    path = Path(path)
+    atomic_write(path, lambda f: torch.save(obj, f), keep_previous=path.with_name(PREVIOUS), verb="saving")
+
+
+def inspect_checkpoint(path: str | os.PathLike) -> tuple[int | None, str | None]:
+    """(the checkpoint's global step, None) if `path` can be resumed from, else (None, why not)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            damaged = archive.testzip()  # reads every record and checks its CRC; torch.load checks none
+    except zipfile.BadZipFile as err:
+        return None, f"not a complete checkpoint ({err}: truncated, or not a file torch.save wrote)"
+    except OSError as err:
+        return None, f"cannot be read ({err.strerror or err})"
+    if damaged is not None:
+        return None, f"damaged: its record {damaged} fails its CRC check"
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except pickle.UnpicklingError:
+        return None, ("it holds pickled objects that weights-only loading refuses (not a checkpoint slm wrote; "
+                      "do not load it with weights_only=False)")
+    except Exception as err:  # noqa: BLE001 - any failure to load is the answer
+        reason = (str(err).splitlines() or [""])[0][:200]
+        return None, f"cannot be loaded ({type(err).__name__}: {reason})"
+    if not isinstance(ckpt, dict) or not isinstance(ckpt.get("global_step"), int) or "state_dict" not in ckpt:
+        return None, "not a Lightning training checkpoint (no global_step and state_dict)"
+    return ckpt["global_step"], None
+
+
+def resume_checkpoint(directory: str | os.PathLike, policy: str = "fail") -> Path | None:
+    """The checkpoint a run resumes from (None: a fresh start), after checking it.
+
+    A damaged last.ckpt raises ResumeError under policy `fail`; under `previous` the run resumes from
+    previous.ckpt (if that one is good), under `restart` from step 0; both keep the damaged file as
+    last.ckpt.bad, and say what they did on stdout.
+    """
+    if policy not in BAD_CHECKPOINT:
+        raise ResumeError(f"bad_checkpoint={policy!r} is invalid: choose one of: {', '.join(BAD_CHECKPOINT)}")
+    directory = Path(directory)
+    last, previous = directory / LAST, directory / PREVIOUS
+    if not last.exists():
+        return None
+    _, problem = inspect_checkpoint(last)
+    if problem is None:
+        return last
+    prev_step, prev_problem = inspect_checkpoint(previous) if previous.exists() else (None, "there is none")
+    fallback = (f"bad_checkpoint=previous to resume from {PREVIOUS} (step {prev_step}) or " if prev_problem is None
+                else f"({PREVIOUS} cannot help: {prev_problem}) ")
+    if policy == "fail":
+        raise ResumeError(f"{last} cannot be resumed from: {problem}; run again with {fallback}"
+                              "bad_checkpoint=restart to train from step 0 (the damaged file is kept as last.ckpt.bad)")
+    if policy == "previous" and prev_problem is not None:
+        raise ResumeError(f"{last} cannot be resumed from: {problem}; bad_checkpoint=previous: {PREVIOUS} cannot "
+                              f"be used either ({prev_problem}); bad_checkpoint=restart trains from step 0")
+    os.replace(last, last.with_name(LAST + ".bad"))
+    if policy == "previous":
+        print(f"slm-train: {last} cannot be resumed from ({problem}); resuming from {PREVIOUS} (step {prev_step}), "
+              "as bad_checkpoint=previous asks; the damaged file is kept as last.ckpt.bad")
+        return previous
+    if previous.exists():
+        os.replace(previous, previous.with_name(PREVIOUS + ".old"))  # not to be confused with this restart's
+    print(f"slm-train: {last} cannot be resumed from ({problem}); training from step 0, as bad_checkpoint=restart "
+          "asks; the damaged file is kept as last.ckpt.bad")
+    return None
