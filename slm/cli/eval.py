@@ -12,7 +12,13 @@ The other flags mirror `lm_eval run`: num_fewshot, batch_size, limit, output_pat
 (--no_throughput, --compile), --no_record, and --model_args for the `slm` lm-eval model (e.g.
 tokenizer=<dir>, max_length=512, prefix_sharing=False).
 
-Bad input (no such run, unknown task, a hub task while offline) is one line on stderr and exit code 2.
+Bad input is one line on stderr, `slm-eval: error: <what, naming the file>`, and exit code 2 (a traceback
+only with HYDRA_FULL_ERROR=1): no such run, unknown task, a hub task while offline; a config.json that is not
+valid JSON or ModelConfig fields, or does not match model.safetensors; weights that are not safetensors (a
+pickle); a model too large for the memory available (checked from its parameter count before anything is
+allocated); a disk that is full when a results file is written (each is written atomically, so what was
+there is kept). A result.json that cannot be read or written is reported after the scoring ran: lm-eval's
+results file holds the scores, result.json is left untouched, and the exit code is still 2.
 lm-eval's own CLI can run the `slm` model too: `python -m slm.eval run --model slm
 --model_args pretrained=<run> --tasks slm_offline` (see slm/eval/__main__.py).
 """
@@ -21,13 +27,14 @@ from __future__ import annotations
 
 import argparse
 import ast
+import json
 import os
 import sys
 from pathlib import Path
 
 import yaml
 
-from slm.cli.config import CONF_DIR
+from slm.cli.config import CONF_DIR, full_errors
 from slm.runs.record import RESULT_FILE, load_record, update_record
 
 PROG = "slm-eval"
@@ -164,28 +171,68 @@ def _print(summary: dict) -> None:
 
 
 def run_directory(path: Path) -> Path | None:
-    """The run directory of `path` (a run, or its model/ directory), or None for a bare checkpoint."""
+    """The run directory of `path` (a run, or its model/ directory), or None for a bare checkpoint (or a file)."""
+    if not path.is_dir():
+        return None
     for candidate in (path, path.parent):
         if (candidate / RESULT_FILE).is_file() and (candidate / "model").is_dir():
             return candidate
     return None
 
 
+def _describe(err: BaseException) -> str:
+    """One line for an error: an OSError as `<file>: <reason>`, a JSON error with its position."""
+    if isinstance(err, json.JSONDecodeError):
+        return f"not valid JSON (line {err.lineno} column {err.colno}: {err.msg})"
+    if isinstance(err, OSError) and err.strerror:
+        return f"{err.filename}: {err.strerror}" if err.filename else err.strerror
+    return " ".join(str(err).split()) or type(err).__name__
+
+
+def _record(run_dir: Path, summary: dict) -> None:
+    """Merge the summary into <run>/result.json; a record that cannot be read or written is left as it is
+    and named in one line (exit 2), after the scores went to lm-eval's results file."""
+    from slm.eval.run import eval_section
+
+    record_file = run_dir / RESULT_FILE
+    saved = summary.get("results_file")
+    kept = (f"the scores were written to lm-eval's results file {run_dir / saved} only" if saved
+            else "nothing was recorded")
+    try:
+        record = load_record(run_dir) or {}
+        if not isinstance(record, dict) or not isinstance(record.get("eval") or {}, dict):
+            raise ValueError("its eval section is not a JSON object" if isinstance(record, dict)
+                             else f"a JSON {type(record).__name__}, not an object")
+    except ValueError as err:  # slm.runs.record.RecordError (`<path>: <reason>`), or json's JSONDecodeError
+        if full_errors():
+            raise
+        reason = _describe(err).removeprefix(f"{record_file}: ")
+        _fail(f"{record_file} is unreadable: {reason}; it was left as it is and {kept}; repair or restore it, "
+              "then run slm-eval again")
+    try:
+        update_record(run_dir, eval=eval_section(summary, record.get("eval")))
+    except OSError as err:
+        if full_errors():
+            raise
+        reason = os.strerror(err.errno) if err.errno else _describe(err)  # e.g. "No space left on device"
+        _fail(f"cannot write {record_file}: {reason}; it was left as it was and {kept}")
+    print(f"{record_file}: eval updated")
+
+
 def main(argv: list[str] | None = None) -> None:
     args = _parse(argv)
-    from slm.eval.run import EvalError, eval_section, evaluate
+    from slm.eval.run import evaluate
 
     run_dir = run_directory(args.path)
     try:
         summary = evaluate(run_dir or args.path, build_spec(args), output_path=args.output_path)
-    except (EvalError, FileNotFoundError, ValueError) as err:
-        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+    except (ValueError, OSError) as err:  # EvalError, CheckpointError, FileNotFoundError, a full disk, ...
+        if full_errors():
             raise
-        _fail(str(err) or type(err).__name__)
+        _fail(_describe(err))
     _print(summary)
     if run_dir is not None and not args.no_record:
-        update_record(run_dir, eval=eval_section(summary, (load_record(run_dir) or {}).get("eval")))
-        print(f"{run_dir / RESULT_FILE}: eval updated")
+        _record(run_dir, summary)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,12 @@
 
 (lm-eval 0.4 has no plugin entry point for models, so `lm_eval --model slm` alone cannot find it.)
 Without --include_path, slm/eval/tasks is added; with one, add slm/eval/tasks yourself to keep them.
+A checkpoint that cannot be loaded (slm.model.weights.CheckpointError: a bad config.json, weights that are
+not safetensors, a model too large for memory) or a missing path is one line on stderr and exit code 2,
+as with slm-eval (a traceback with HYDRA_FULL_ERROR=1).
 """
 
+import os
 import sys
 
 import slm.eval.lm  # noqa: F401 - registers the `slm` model
@@ -20,7 +24,15 @@ def main() -> None:
     if argv and argv[0] not in ("ls", "validate", "-h", "--help") and "--include_path" not in argv:
         argv += ["--include_path", str(TASKS_DIR)]  # `run`, or the legacy form without a subcommand
     sys.argv = [sys.argv[0], *argv]
-    cli_evaluate()
+    from slm.model.weights import CheckpointError
+
+    try:
+        cli_evaluate()
+    except (CheckpointError, FileNotFoundError) as err:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        print(f"python -m slm.eval: error: {' '.join(str(err).split())}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -43,7 +43,8 @@ from tqdm import tqdm
 from slm.eval import lm_diffusion
 from slm.model.cache import KVCache
 from slm.model.generate import Decoder
-from slm.model.weights import load_model, resolve_model_dir  # noqa: F401 (resolve_model_dir: part of this API)
+from slm.model.weights import (  # noqa: F401 (resolve_model_dir: part of this API)
+    check_checkpoint, load_model, resolve_model_dir)
 
 log = logging.getLogger(__name__)
 
@@ -57,13 +58,35 @@ def load_eval_tokenizer(directory: str | Path):
     from slm.data.tokenizers import HF_FILES, META_FILE, HFTokenizer, load_tokenizer
 
     directory = Path(directory).expanduser()
-    if (directory / META_FILE).is_file():
-        return load_tokenizer(directory)
-    if any((directory / f).is_file() for f in HF_FILES):
-        tok = HFTokenizer(directory, eot=False)
-        return HFTokenizer(directory, eot=True) if tok.eot_token is not None else tok
+    try:
+        if (directory / META_FILE).is_file():
+            return load_tokenizer(directory)
+        if any((directory / f).is_file() for f in HF_FILES):
+            tok = HFTokenizer(directory, eot=False)
+            return HFTokenizer(directory, eot=True) if tok.eot_token is not None else tok
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as err:  # a damaged tokenizer file
+        text = " ".join(str(err).split())[:300] or type(err).__name__
+        raise ValueError(f"{directory}: cannot load the tokenizer ({type(err).__name__}: {text}); restore its "
+                         "files or pass tokenizer=<dir>") from None
     raise FileNotFoundError(f"{directory}: no tokenizer ({META_FILE} or Hugging Face tokenizer files); "
                             "pass tokenizer=<dir>")
+
+
+def resolve_device(device: str | None, dtype: str = "auto") -> tuple[torch.device, torch.dtype]:
+    """The device and dtype to evaluate with: `device`, else cuda when available (cuda without CUDA: cpu, with
+    a warning, as lm-eval's default); dtype auto: bfloat16 on CUDA when supported, else float32."""
+    if device and device.startswith("cuda") and not torch.cuda.is_available():
+        log.warning("slm model: device=%s but CUDA is not available; using cpu", device)
+        device = "cpu"
+    try:
+        resolved = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    except RuntimeError as err:
+        raise ValueError(f"device={device!r}: {' '.join(str(err).split())}") from None
+    if dtype == "auto":
+        dtype = "bfloat16" if resolved.type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype={dtype!r}: choose one of auto, {', '.join(DTYPES)}")
+    return resolved, DTYPES[dtype]
 
 
 def _as_bool(value) -> bool:
@@ -86,15 +109,8 @@ class SLMLM(TemplateLM):
         if unused:
             log.warning("slm model: ignoring unknown model_args %s", sorted(unused))
         self.model_dir = resolve_model_dir(pretrained)
-        if device and device.startswith("cuda") and not torch.cuda.is_available():
-            log.warning("slm model: device=%s but CUDA is not available; using cpu", device)  # lm-eval's default
-            device = "cpu"
-        self._device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        if dtype == "auto":
-            dtype = "bfloat16" if self._device.type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
-        if dtype not in DTYPES:
-            raise ValueError(f"dtype={dtype!r}: choose one of auto, {', '.join(DTYPES)}")
-        self.dtype = DTYPES[dtype]
+        self._device, self.dtype = resolve_device(device, dtype)
+        check_checkpoint(self.model_dir, self._device, self.dtype)  # one line, before anything is allocated
         self.model = load_model(self.model_dir).to(self._device, self.dtype).eval()
         self.cfg = self.model.cfg
         self.tok = load_eval_tokenizer(tokenizer or self.model_dir)

@@ -199,16 +199,17 @@ def evaluate(path: str | os.PathLike, spec: EvalSpec, output_path: str | os.Path
     import lm_eval
     from lm_eval.utils import handle_non_serializable
 
-    from slm.eval.lm import SLMLM, resolve_model_dir
+    from slm.eval.lm import SLMLM, resolve_device, resolve_model_dir
 
     try:
         model_dir = resolve_model_dir(path)
     except FileNotFoundError as err:
         raise EvalError(str(err)) from None
     from slm.model.networks import NETWORKS
-    from slm.model.weights import load_config
+    from slm.model.weights import check_checkpoint
 
-    kind = load_config(model_dir).kind
+    # config, weights header and memory checked before tasks load or anything is allocated (CheckpointError)
+    kind = check_checkpoint(model_dir, *resolve_device(spec.device, spec.dtype)).kind
     if not NETWORKS.get(kind).every_position:
         raise EvalError(f"model.kind={kind!r} predicts only the token after one whole window: lm-eval and decoding "
                         "need a model that scores every position (its validation NLL is in the record; eval=none "
@@ -229,15 +230,12 @@ def evaluate(path: str | os.PathLike, spec: EvalSpec, output_path: str | os.Path
         results["config"]["model_args"] = {"pretrained": str(model_dir), **spec.model_args}
         results["config"]["estimator"] = lm.estimator
         out_file = _results_path(output_path or path / "eval")
-        out_file.parent.mkdir(parents=True, exist_ok=True)
         samples = results.pop("samples", None)
-        out_file.write_text(json.dumps(results, indent=2, default=handle_non_serializable, ensure_ascii=False))
+        _write_atomic(out_file, [json.dumps(results, indent=2, default=handle_non_serializable, ensure_ascii=False)])
         if samples is not None:
-            with open(out_file.with_name(out_file.stem + "_samples.jsonl"), "w") as f:
-                for task, docs in samples.items():
-                    for doc in docs:
-                        f.write(json.dumps({"task": task, **doc}, default=handle_non_serializable,
-                                           ensure_ascii=False) + "\n")
+            _write_atomic(out_file.with_name(out_file.stem + "_samples.jsonl"),
+                          (json.dumps({"task": task, **doc}, default=handle_non_serializable, ensure_ascii=False)
+                           + "\n" for task, docs in samples.items() for doc in docs))
         summary = summarize(results, spec)
         inside = out_file.resolve().is_relative_to(path.resolve())
         summary["results_file"] = os.path.relpath(out_file, path) if inside else str(out_file)
@@ -253,19 +251,25 @@ def evaluate(path: str | os.PathLike, spec: EvalSpec, output_path: str | os.Path
     return summary
 
 
-def _load_for_throughput(model_dir: Path, spec: EvalSpec):
-    import torch
+def _write_atomic(path: Path, chunks) -> None:
+    """Write text `chunks` atomically (slm.atomic): a full disk or a kill never leaves half a file at `path`.
+    An OSError becomes one EvalError line naming `path`."""
+    from slm.atomic import atomic_write
 
-    from slm.eval.lm import DTYPES
+    try:
+        atomic_write(path, lambda f: [f.write(chunk.encode()) for chunk in chunks])
+    except OSError as err:
+        reason = os.strerror(err.errno) if err.errno else str(err)
+        raise EvalError(f"cannot write {path}: {reason} ({path.name} is left as it was; free "
+                        "space, or pass --output_path elsewhere)") from None
+
+
+def _load_for_throughput(model_dir: Path, spec: EvalSpec):
+    from slm.eval.lm import resolve_device
     from slm.model.weights import load_model
 
-    cuda = torch.cuda.is_available()
-    device = torch.device(spec.device if spec.device and (cuda or not spec.device.startswith("cuda"))
-                          else "cuda" if cuda else "cpu")
-    dtype = spec.dtype
-    if dtype == "auto":
-        dtype = "bfloat16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
-    return load_model(model_dir).to(device, DTYPES[dtype]).eval()
+    device, dtype = resolve_device(spec.device, spec.dtype)
+    return load_model(model_dir).to(device, dtype).eval()
 
 
 def summarize(results: dict, spec: EvalSpec) -> dict:
