@@ -94,6 +94,7 @@ CASES = [
     ("slm-train", [*RUN, "model.param_budget=10"], "model.param_budget=10 is out of reach"),
     ("slm-train", [*RUN, "model.param_budget=1e15"], "model.param_budget=1e+15 is out of reach"),
     ("slm-train", [*RUN, "model.param_budget=abc"], "model.param_budget='abc' is invalid"),
+    ("slm-train", [*RUN, "model.d_model=65536", "model.n_layers=64"], "training needs at least"),
     # data and tokenizer
     ("slm-train", [*RUN, "tokenizer.kind=bpe"], "unknown tokenizer 'bpe'"),
     ("slm-train", [*RUN, "data.sources.0.kind=ftp"], "unknown source kind 'ftp'"),

@@ -161,11 +161,35 @@ def _setup(cfg: dict, run_dir: Path) -> tuple:
     max_steps = train_cfg.max_steps(model_cfg.context_length)
     train_cfg.check_length(max_steps)
     train_cfg.check_accelerator()
+    _check_memory(train_cfg, counts.params_total)
     init = None
     resuming = any((run_dir / CHECKPOINT.parent / name).exists() for name in (CHECKPOINT.name, PREVIOUS))
     if train_cfg.init_from is not None and not resuming:  # a resumed run has its weights
         init = _init_source(train_cfg.init_from, model_cfg, prepared.tokenizer)
     return train_cfg, prepared, model_cfg, counts, max_steps, init
+
+
+TRAIN_BYTES_PER_PARAM = 16
+"""The least a parameter costs in training: float32 weight, gradient and AdamW's two moments (activations on top)."""
+
+
+def _check_memory(train_cfg, params: int) -> None:
+    """Refuse, before anything is allocated, a model whose weights, gradients and optimizer state alone exceed
+    the memory free on the device it would train on (a typo such as d_model=65536 would otherwise allocate
+    until the kernel kills the job)."""
+    import torch
+
+    from slm.model.weights import available_memory
+    from slm.training.config import TrainConfigError
+
+    gpu = train_cfg.accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
+    device = "cuda" if gpu else "cpu"
+    free = available_memory(device)
+    need = params * TRAIN_BYTES_PER_PARAM
+    if free is not None and need > free:
+        raise TrainConfigError(f"the model has {params:,} parameters: training needs at least {need / 2**30:,.1f} GiB "
+                               f"(float32 weights, gradients and AdamW's two moments) and the {device} has "
+                               f"{free / 2**30:,.1f} GiB available; make the model smaller")
 
 
 def _curriculum_spec(spec: dict, curriculum, context: int) -> dict:
