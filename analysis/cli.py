@@ -134,12 +134,7 @@ def report_main(argv: list[str] | None = None) -> None:
     table = _load(prog, args.results)
     if args.score and args.score not in table:
         _fail(prog, f"--score {args.score}: no such column in {args.results}")
-    quiet = logging.getLogger("analysis.collect")
-    quiet.disabled = True  # build_report reads the results again: _load has warned about them once
-    try:
-        path = build_report(args.results, args.out_dir, score=args.score, title=args.title)
-    finally:
-        quiet.disabled = False
+    path = build_report(args.results, args.out_dir, score=args.score, title=args.title, table=table)
     print(f"{prog}: wrote {path.with_name('report.md')} and {path}")
 
 

@@ -210,10 +210,11 @@ def _html(title: str, parts: list, notes: dict, generated: str) -> str:
 
 
 def build_report(results_path: str | os.PathLike, out_dir: str | os.PathLike, score: str | None = None,
-                 title: str = "slm results") -> Path:
+                 title: str = "slm results", table: pd.DataFrame | None = None) -> Path:
     """Draw the six plots into out_dir/figures and write out_dir/report.md and report.html; returns the
-    HTML report's path. results_path: a results table (.parquet/.csv) or a runs directory."""
-    table = load_results(results_path)
+    HTML report's path. results_path: a results table (.parquet/.csv) or a runs directory; `table`: the
+    results already loaded from it (else they are loaded here)."""
+    table = load_results(results_path) if table is None else table
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     drawn = draw_all(table, out_dir / FIGURES, score=score)

@@ -50,7 +50,7 @@ def plan_row(job: Job, estimate: dict) -> dict:
 
         vocab = _vocab(tokenizer_node_for(cfg["train"].get("objective", "causal_lm"), cfg["tokenizer"]), cfg["data"])
         report = params_report({**cfg["model"], **({"vocab_size": vocab} if vocab else {})})
-        train = TrainConfig(**cfg["train"])
+        train = TrainConfig.from_node(cfg["train"])
         steps = train.max_steps(report["context_length"])
         tokens = steps * train.batch_size * report["context_length"]
     except Exception as err:

@@ -72,9 +72,9 @@ def _keys_under(parent: str, overrides: list[str]) -> list[str]:
 
     groups = [o for o in overrides if "=" in o and "." not in o.split("=")[0] and not o.startswith(("+", "~"))]
     try:
-        cfg = compose_config(groups)
+        cfg = _compose(groups)
     except Exception:  # noqa: BLE001 - a second bad override: match against the defaults
-        cfg = compose_config([])
+        cfg = _compose([])
     node = OmegaConf.select(cfg, parent) if parent else cfg
     keys = list(node.keys()) if OmegaConf.is_dict(node) else []
     if not parent:
@@ -119,9 +119,6 @@ def reports_user_errors(prog: str) -> Callable:
             except USER_ERRORS as err:
                 if full_errors():
                     raise
-                if isinstance(err, (HydraException, OmegaConfBaseException)):
-                    fail(prog, explain(err, [a for a in args[0] if isinstance(a, str)] if args and
-                                       isinstance(args[0], list) else []))
                 fail(prog, str(err) or type(err).__name__)
 
         return inner
@@ -129,8 +126,22 @@ def reports_user_errors(prog: str) -> Callable:
     return wrap
 
 
+class ComposeError(ValueError):
+    """Overrides that do not compose; the message is `explain`'s one line."""
+
+
 def compose_config(overrides: list[str], config_name: str = "config"):
-    """Compose the run config from conf/ with command-line overrides (no run directory, no logging)."""
+    """Compose the run config from conf/ with command-line overrides (no run directory, no logging); an
+    override that does not compose raises ComposeError, one line naming it (HYDRA_FULL_ERROR=1: Hydra's own)."""
+    try:
+        return _compose(overrides, config_name)
+    except (HydraException, OmegaConfBaseException) as err:
+        if full_errors():
+            raise
+        raise ComposeError(explain(err, overrides)) from err
+
+
+def _compose(overrides: list[str], config_name: str = "config"):
     from hydra import compose, initialize_config_dir
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):

@@ -27,14 +27,12 @@ from __future__ import annotations
 
 import argparse
 import ast
-import json
 import os
-import sys
 from pathlib import Path
 
 import yaml
 
-from slm.cli.config import CONF_DIR, full_errors
+from slm.cli.config import CONF_DIR, fail, full_errors
 from slm.runs.record import RESULT_FILE, load_record, update_record
 
 PROG = "slm-eval"
@@ -42,9 +40,7 @@ SUITES_DIR = CONF_DIR / "eval"
 
 
 def _fail(message: str) -> None:
-    line = " ".join(part.strip() for part in str(message).splitlines() if part.strip())
-    print(f"{PROG}: error: {line}", file=sys.stderr)
-    sys.exit(2)
+    fail(PROG, message)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -181,9 +177,7 @@ def run_directory(path: Path) -> Path | None:
 
 
 def _describe(err: BaseException) -> str:
-    """One line for an error: an OSError as `<file>: <reason>`, a JSON error with its position."""
-    if isinstance(err, json.JSONDecodeError):
-        return f"not valid JSON (line {err.lineno} column {err.colno}: {err.msg})"
+    """One line for an error: an OSError as `<file>: <reason>`."""
     if isinstance(err, OSError) and err.strerror:
         return f"{err.filename}: {err.strerror}" if err.filename else err.strerror
     return " ".join(str(err).split()) or type(err).__name__
@@ -199,14 +193,11 @@ def _record(run_dir: Path, summary: dict) -> None:
     kept = (f"the scores were written to lm-eval's results file {run_dir / saved} only" if saved
             else "nothing was recorded")
     try:
-        record = load_record(run_dir) or {}
-        if not isinstance(record, dict) or not isinstance(record.get("eval") or {}, dict):
-            raise ValueError("its eval section is not a JSON object" if isinstance(record, dict)
-                             else f"a JSON {type(record).__name__}, not an object")
-    except ValueError as err:  # slm.runs.record.RecordError (`<path>: <reason>`), or json's JSONDecodeError
+        record = load_record(run_dir) or {}  # RecordError (`<path>: <reason>`) for a file that is not a record
+    except ValueError as err:
         if full_errors():
             raise
-        reason = _describe(err).removeprefix(f"{record_file}: ")
+        reason = str(err).removeprefix(f"{record_file}: ")
         _fail(f"{record_file} is unreadable: {reason}; it was left as it is and {kept}; repair or restore it, "
               "then run slm-eval again")
     try:

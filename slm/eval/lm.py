@@ -43,8 +43,7 @@ from tqdm import tqdm
 from slm.eval import lm_diffusion
 from slm.model.cache import KVCache
 from slm.model.generate import Decoder
-from slm.model.weights import (  # noqa: F401 (resolve_model_dir: part of this API)
-    check_checkpoint, load_model, resolve_model_dir)
+from slm.model.weights import load_model, resolve_model_dir  # noqa: F401 (resolve_model_dir: part of this API)
 
 log = logging.getLogger(__name__)
 
@@ -110,8 +109,7 @@ class SLMLM(TemplateLM):
             log.warning("slm model: ignoring unknown model_args %s", sorted(unused))
         self.model_dir = resolve_model_dir(pretrained)
         self._device, self.dtype = resolve_device(device, dtype)
-        check_checkpoint(self.model_dir, self._device, self.dtype)  # one line, before anything is allocated
-        self.model = load_model(self.model_dir).to(self._device, self.dtype).eval()
+        self.model = load_model(self.model_dir, self._device, self.dtype).eval()  # checked before allocating
         self.cfg = self.model.cfg
         self.tok = load_eval_tokenizer(tokenizer or self.model_dir)
         if self.tok.vocab_size > self.cfg.vocab_size:

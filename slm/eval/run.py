@@ -256,8 +256,12 @@ def _write_atomic(path: Path, chunks) -> None:
     An OSError becomes one EvalError line naming `path`."""
     from slm.atomic import atomic_write
 
+    def write(f) -> None:
+        for chunk in chunks:
+            f.write(chunk.encode())
+
     try:
-        atomic_write(path, lambda f: [f.write(chunk.encode()) for chunk in chunks])
+        atomic_write(path, write)
     except OSError as err:
         reason = os.strerror(err.errno) if err.errno else str(err)
         raise EvalError(f"cannot write {path}: {reason} ({path.name} is left as it was; free "
@@ -269,7 +273,7 @@ def _load_for_throughput(model_dir: Path, spec: EvalSpec):
     from slm.model.weights import load_model
 
     device, dtype = resolve_device(spec.device, spec.dtype)
-    return load_model(model_dir).to(device, dtype).eval()
+    return load_model(model_dir, device, dtype).eval()
 
 
 def summarize(results: dict, spec: EvalSpec) -> dict:

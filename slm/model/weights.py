@@ -226,6 +226,11 @@ def check_checkpoint(directory: str | os.PathLike, device: torch.device | str = 
     """The directory's ModelConfig, after checking, without allocating the model, that config.json is valid,
     model.safetensors is a safetensors file whose header holds as many parameters as the config describes,
     and the model fits in memory on `device` in `dtype` (check_memory). Raises CheckpointError (one line)."""
+    return _checked(directory, device, dtype)[0]
+
+
+def _checked(directory: str | os.PathLike, device, dtype) -> tuple[ModelConfig, dict[str, list[int]]]:
+    """check_checkpoint's work: the config and the weights file's header (tensor name -> shape)."""
     directory = Path(directory)
     config_file, weights_file = _config_file(directory), directory / WEIGHTS_FILE
     fields_ = _read_fields(config_file)
@@ -254,7 +259,7 @@ def check_checkpoint(directory: str | os.PathLike, device: torch.device | str = 
             check_shapes(model, header, weights_file, config_file)
         raise CheckpointError(f"{weights_file} does not match {config_file}: the config describes {params:,} "
                               f"parameters, the file holds {stored:,}; restore the config slm-train wrote")
-    return cfg
+    return cfg, header
 
 
 def check_shapes(model: nn.Module, header: dict[str, list[int]], weights_file: Path, config_file: Path) -> None:
@@ -279,17 +284,19 @@ def check_shapes(model: nn.Module, header: dict[str, list[int]], weights_file: P
         fail(f"the file has {len(unexpected)} tensor(s) the model lacks, e.g. {unexpected[0]}")
 
 
-def load_model(directory: str | os.PathLike, device: str = "cpu"):
-    """Build the model from `config.json` and load `model.safetensors` strictly, after check_checkpoint (CPU
-    memory) and a shape check of every tensor; CheckpointError (one line) for a checkpoint that cannot load."""
+def load_model(directory: str | os.PathLike, device: torch.device | str = "cpu",
+               dtype: torch.dtype = torch.float32):
+    """Build the model from `config.json`, load `model.safetensors` strictly and move it to `device` in `dtype`,
+    after check_checkpoint (config, header, memory on `device`) and a shape check of every tensor;
+    CheckpointError (one line) for a checkpoint that cannot load."""
     directory = Path(directory)
     config_file, weights_file = directory / CONFIG_FILE, directory / WEIGHTS_FILE
-    cfg = check_checkpoint(directory)
+    cfg, header = _checked(directory, device, dtype)
     model = build_model(cfg)
-    check_shapes(model, read_header(weights_file), weights_file, config_file)
+    check_shapes(model, header, weights_file, config_file)
     try:
-        safetensors.torch.load_model(model, str(weights_file), strict=True, device=device)
+        safetensors.torch.load_model(model, str(weights_file), strict=True)
     except (RuntimeError, SafetensorError) as err:  # missing or unexpected tensors; a file changed meanwhile
         raise CheckpointError(f"{weights_file} does not match {config_file}: "
                               f"{' '.join(str(err).split())[:400]}") from None
-    return model
+    return model.to(device, dtype)
