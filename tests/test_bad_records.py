@@ -217,6 +217,7 @@ def test_grid_sweep_skips_the_job_with_a_corrupt_record_and_runs_the_other(tmp_p
     assert len(json.loads((sweep / "sweep.json").read_text())["jobs"]) == 2  # rewritten
 
 
+@pytest.mark.slow  # an Optuna study of two trials (~15 s); the grid sweep above covers the skip in make test
 def test_optuna_trial_with_a_corrupt_record_fails_and_the_study_goes_on(tmp_path):
     import optuna
     from optuna.trial import TrialState
