@@ -21,6 +21,19 @@ def temp_path(path: Path) -> Path:
     return path.with_name(f".{path.name}{TMP_MARK}{os.getpid()}")
 
 
+def umask() -> int:
+    """This process's umask (read from /proc where it can be, so no other thread sees it changed)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
 def fsync_directory(directory: Path) -> None:
     """Make a rename in `directory` durable."""
     fd = os.open(directory, os.O_RDONLY)
@@ -40,7 +53,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], None], *, 
     """
 
     def save(tmp: Path) -> None:
-        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666), "wb") as f:
+        with open(tmp, "wb") as f:
             write(f)
 
     atomic_save(path, save, keep_previous=keep_previous, verb=verb)
@@ -54,6 +67,7 @@ def atomic_save(path: str | os.PathLike, save: Callable[[Path], None], *, keep_p
     tmp = temp_path(path)
     try:
         save(tmp)
+        os.chmod(tmp, 0o666 & ~umask())  # some writers create their file 0600 (safetensors does)
         fd = os.open(tmp, os.O_RDONLY)
         try:
             os.fsync(fd)

@@ -16,7 +16,6 @@ from analysis.collect import collect
 from hydra_plugins.slm_sweeps.jobs import Job
 from hydra_plugins.slm_sweeps.plan import plan_row
 from slm.cli.status import run as status_cli
-from slm.runs.keys import job_key
 from slm.runs.record import RecordError, load_record
 from slm.runs.status import sweep_states
 from tests.test_analysis_collect import make_record, write
@@ -194,9 +193,14 @@ def test_status_usage_error_is_one_line(capsys):
 
 
 def _key(*overrides: str) -> str:
-    """The run directory of a sweep job (Hydra's override_dirname less the excluded keys, as slm.runs.keys)."""
-    excluded = ("run_group=", "eval=", "train.progress_bar=")
-    return job_key(",".join(sorted(o for o in overrides if not o.startswith(excluded))))
+    """The run directory of a sweep job: its overrides less conf/config.yaml's exclude_keys (slm.cli.job_keys)."""
+    import yaml
+
+    from slm.cli.config import CONF_DIR
+    from slm.cli.job_keys import key_from_overrides
+
+    hydra = yaml.safe_load((CONF_DIR / "config.yaml").read_text())["hydra"]
+    return key_from_overrides(overrides, hydra["job"]["config"]["override_dirname"]["exclude_keys"])
 
 
 def test_grid_sweep_skips_the_job_with_a_corrupt_record_and_runs_the_other(tmp_path):

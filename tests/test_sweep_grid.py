@@ -40,7 +40,7 @@ def test_failed_diverged_and_invalid_jobs_are_recorded_and_the_others_complete(t
     recs = records(sweep)
     by_lr = {k: r for k, r in recs.items() if ",model=debug," in k}
     status = {re.search(r"train.lr=([^,]+)", k).group(1): r["status"] for k, r in by_lr.items()}
-    assert status == {"0.001": "completed", "10000.0": "diverged", "-1": "failed"}, status
+    assert status == {"0.001": "completed", "10000.0": "diverged", "-1.0": "failed"}, status
     ok, = (r for r in by_lr.values() if r["status"] == "completed")
     assert 0 < ok["eval"]["val_nll"] < 10 and (sweep / next(k for k in by_lr if "0.001" in k) / "model").is_dir()
     bad, = (r for r in by_lr.values() if r["status"] == "failed")

@@ -35,7 +35,7 @@ from hydra.core.plugins import Plugins
 from hydra.errors import HydraException
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from hydra_plugins.slm_sweeps import jobs as J
 
@@ -162,7 +162,7 @@ class OptunaSweeper(Sweeper):
         from optuna.trial import TrialState
 
         space, fixed = self._space(arguments)
-        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        J.save_sweep_config(self.config, sweep_dir)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         study = optuna.create_study(study_name=name, storage=self._storage(sweep_dir), direction=self.direction,
                                     load_if_exists=True)

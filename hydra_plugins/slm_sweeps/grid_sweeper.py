@@ -24,7 +24,6 @@ from typing import Any, Dict, List, Optional
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
-from omegaconf import OmegaConf
 
 from hydra_plugins.slm_sweeps import jobs as J
 
@@ -62,7 +61,7 @@ class GridSweeper(BasicSweeper):
         from slm.runs.status import list_jobs
 
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        J.save_sweep_config(self.config, sweep_dir)
         list_jobs(sweep_dir, {j.key: j.overrides for j in jobs}, warn=J.say)
         outcomes = {}
         for job in jobs:

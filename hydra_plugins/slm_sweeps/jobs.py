@@ -17,6 +17,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig, OmegaConf
 
 from slm.runs.record import FINAL, RecordError, load_record, settled
+from slm.runs.status import DIVERGED, FAILED, UNREADABLE
 
 log = logging.getLogger(__name__)
 
@@ -42,26 +43,46 @@ class Job:
         return self.run_dir.name
 
 
-def _dirname(overrides: list[str], master: DictConfig) -> str:
-    """Hydra's override_dirname of raw overrides (for a job whose config does not compose)."""
-    od = master.hydra.job.config.override_dirname
-    exclude = set(od.exclude_keys)
-    lines = sorted(o for o in overrides if o.split("=", 1)[0].lstrip("+~").split("@")[0] not in exclude)
-    return od.item_sep.join(line.replace("=", od.kv_sep) for line in lines)
+def _key(overrides: list[str], master: DictConfig) -> str:
+    """The job key of raw overrides, as hydra.sweep.subdir makes it (for a job whose config does not compose)."""
+    from slm.cli.job_keys import key_from_overrides
+
+    return key_from_overrides(overrides, master.hydra.job.config.override_dirname.exclude_keys)
 
 
 def compose_job(config_loader: Any, master: DictConfig, overrides: list[str]) -> Job:
     """The job's config and run directory (hydra.sweep.dir / hydra.sweep.subdir), as the launcher will
     make them; a config that does not compose gives cfg None, its error line and the directory its key
     names."""
-    from slm.runs.keys import job_key
-
     try:
         cfg = config_loader.load_sweep_config(master, list(overrides))
         return Job(list(overrides), Path(str(cfg.hydra.sweep.dir)) / str(cfg.hydra.sweep.subdir), cfg)
     except Exception as err:
-        run_dir = Path(str(master.hydra.sweep.dir)) / job_key(_dirname(list(overrides), master))
+        run_dir = Path(str(master.hydra.sweep.dir)) / _key(list(overrides), master)
         return Job(list(overrides), run_dir, None, one_line(err))
+
+
+SWEEP_CONFIGS = "multirun"  # <sweep dir>/multirun/<UTC time>.yaml: every sweep started in this run group
+
+
+def save_sweep_config(config: DictConfig, sweep_dir: Path) -> Path:
+    """Write the sweep's config as multirun.yaml (the latest, as Hydra does) and, kept, as
+    multirun/<UTC start time>.yaml, so that a second sweep in the same run group does not erase the first's
+    record; both atomically. Returns the kept copy."""
+    import os
+    import time
+
+    from slm.atomic import atomic_write
+
+    text = OmegaConf.to_yaml(config).encode()
+    stamp = time.strftime("%Y-%m-%dT%H-%M-%SZ", time.gmtime())
+    kept = sweep_dir / SWEEP_CONFIGS / f"{stamp}.yaml"
+    if kept.exists():  # two sweeps started in the same second
+        kept = kept.with_name(f"{stamp}-{os.getpid()}.yaml")
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    for path in (kept, sweep_dir / "multirun.yaml"):
+        atomic_write(path, lambda f: f.write(text))
+    return kept
 
 
 def unique(jobs: list[Job]) -> list[Job]:
@@ -115,13 +136,13 @@ def outcome(job: Job, ret: Optional[JobReturn] = None) -> dict:
     try:
         record = load_record(job.run_dir) or {}
     except RecordError as err:
-        return {"key": job.key, "status": "unreadable", "error": str(err), "val_nll": None, "run_dir": str(job.run_dir)}
+        return {"key": job.key, "status": UNREADABLE, "error": str(err), "val_nll": None, "run_dir": str(job.run_dir)}
     if record.get("status") not in FINAL and ret is not None and ret.status == JobStatus.FAILED:
         record = record_failure(job.run_dir, record.get("config") or {"overrides": job.overrides},
                                 one_line(ret._return_value))
     status = record.get("status")
     if status is None:
-        status, error = "failed", "the job left no result.json (see its log)"
+        status, error = FAILED, "the job left no result.json (see its log)"
     else:
         error = record.get("error")
     return {"key": job.key, "status": status, "error": error,
@@ -146,6 +167,6 @@ def summarize(name: str, sweep_dir: Path, outcomes: list[dict]) -> bool:
     parts = ", ".join(f"{n} {s}" for s, n in tally.items())
     print(f"sweep {name}: {len(outcomes)} jobs: {parts} (details: slm-status {sweep_dir})")
     for o in outcomes:
-        if o["status"] in ("failed", "diverged") or o["status"] not in FINAL:
+        if o["status"] in (FAILED, DIVERGED) or o["status"] not in FINAL:
             print(f"  {o['status']:9s} {o['key']}: {o['error'] or ''}")
-    return any(o["status"] == "failed" for o in outcomes)
+    return any(o["status"] == FAILED for o in outcomes)

@@ -15,7 +15,6 @@ from typing import Callable
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
-from slm.runs.keys import job_key  # the run-directory name, resolver `slm_job_key`
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
@@ -149,8 +148,21 @@ def _compose(overrides: list[str], config_name: str = "config"):
 
 
 def register_resolvers() -> None:
-    """Resolvers used by conf/config.yaml (`${slm_job_key:...}`); safe to call more than once."""
+    """Resolvers used by conf/config.yaml (`${slm_job_key:<overrides>,<exclude_keys>}`, the run-directory name);
+    safe to call more than once."""
     from omegaconf import OmegaConf
 
     if not OmegaConf.has_resolver("slm_job_key"):
-        OmegaConf.register_new_resolver("slm_job_key", job_key)
+        OmegaConf.register_new_resolver("slm_job_key", _job_key)
+
+
+def _job_key(overrides, exclude=()) -> str:
+    """`slm_job_key`: the key of the job's override list (hydra.overrides.task) less `exclude`. A string is
+    Hydra's override_dirname, the argument conf/config.yaml passed before keys were normalised (a
+    .hydra/hydra.yaml written then): escaped as it is."""
+    from slm.cli.job_keys import key_from_overrides
+    from slm.runs.keys import job_key
+
+    if isinstance(overrides, str):
+        return job_key(overrides)
+    return key_from_overrides(list(overrides or []), list(exclude or []))

@@ -8,6 +8,8 @@ Layout of a run directory:
                            save leaves the previous one intact; checked before a resume
   checkpoints/previous.ckpt  the checkpoint before it (a hard link), the fallback when last.ckpt is damaged
                            (`bad_checkpoint=previous`; `bad_checkpoint=restart` trains from step 0)
+  checkpoints/step-<N>.ckpt  the checkpoints train.keep_every / train.keep_steps keep (never deleted; a full
+                           training state, and a train.init_from source)
   model/                   final weights (model.safetensors), config.json and the tokenizer
   train_log.jsonl          one line per optimizer step: step, loss, lr
   logs/                    CSV (and TensorBoard / W&B) logger output
@@ -15,13 +17,20 @@ Layout of a run directory:
 
 A run is trained by one process at a time: a second one (the same sweep started twice) finds the lock
 held and leaves the run alone. Interruptions (Ctrl-C, scancel, a Slurm preemption or time limit) leave
-the record `running`, so the next attempt resumes from checkpoints/last.ckpt.
+the record `running`, so the next attempt resumes from checkpoints/last.ckpt. Ctrl-C and SIGTERM stop at the
+next step boundary with a checkpoint of that step (training.interrupted in the record names the signal and the
+step) and exit 128 + the signal (130, 143); a second one stops at once (slm.training.callbacks.SignalCheckpoint).
+
+While it trains, a run prints what it is (the run directory, the model, the length, the optimisation, the
+parameter count), where it starts (step 0, or the step it resumed from), then a progress bar on a terminal or
+a progress line every train.print_interval steps elsewhere (slm.training.progress).
 """
 
 from __future__ import annotations
 
 import math
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -41,6 +50,23 @@ CHECKPOINT = Path("checkpoints") / "last.ckpt"
 
 class RunInUseError(ValueError):
     """Another process holds the run's lock (it is training this run right now)."""
+
+
+class RunConfigClash(ValueError):
+    """The run directory's record is of another model than the one asked for (same job key)."""
+
+
+def _model_clash(existing: dict | None, cfg: dict) -> str | None:
+    """The first model field whose recorded value differs from the requested one ('n_layers: 2 recorded,
+    28 asked'), or None. Fields one side lacks (added to ModelConfig since the record) are not compared."""
+    recorded = ((existing or {}).get("config") or {}).get("model")
+    asked = cfg.get("model")
+    if not isinstance(recorded, dict) or not isinstance(asked, dict):
+        return None
+    for key in sorted(recorded.keys() & asked.keys()):
+        if recorded[key] != asked[key]:
+            return f"model.{key}: {recorded[key]!r} recorded, {asked[key]!r} asked"
+    return None
 
 
 def _one_line(err: BaseException) -> str:
@@ -86,6 +112,14 @@ def train_run(cfg: dict, run_dir: str | os.PathLike, *, sweep: bool = False, rer
             return {"status": "running", "error": None, "busy": True}
         existing = load_record(run_dir)
         status = existing.get("status") if existing else None
+        clash = _model_clash(existing, cfg)
+        if clash:
+            message = (f"{run_dir} holds a run of another model ({clash}): the defaults or the preset changed "
+                       "since it was made; name the model on the command line, or choose another run_group")
+            if not sweep:
+                raise RunConfigClash(message)
+            print(f"slm-train: {message}; skipped")
+            return existing
         if settled(status, rerun_failed=rerun_failed or not sweep):
             if status == "completed":
                 print(f"slm-train: {run_dir} is already completed; nothing to do "
@@ -147,6 +181,7 @@ def _setup(cfg: dict, run_dir: Path) -> tuple:
     from slm.objectives import OBJECTIVES, tokenizer_node_for
 
     train_cfg = TrainConfig.from_node(cfg["train"])
+    train_cfg.check_loggers()  # a logger whose package is missing (wandb): one line, before the data is prepared
     preflight(cfg.get("eval"))  # hub tasks while offline, unknown tasks, bad fields: fail before training
     prepared = prepare(cfg["data"], tokenizer_node_for(train_cfg.objective, cfg["tokenizer"]))
     mask = {"mask_token_id": prepared.tokenizer.mask_id} if prepared.tokenizer.mask_id is not None else {}
@@ -230,8 +265,10 @@ def _init_source(path: str, model_cfg, tokenizer):
 def init_from_section(source) -> dict:
     """The run record's training.init_from: where the weights came from (absolute paths, the weights' SHA-256)
     and, for a run directory with a record, what that run was."""
-    section = {"path": source.given, "model_dir": str(source.model_dir),
+    section = {"path": source.given, "model_dir": str(source.model_dir) if source.model_dir else None,
                "run_dir": str(source.run_dir) if source.run_dir else None, "weights_sha256": source.sha256()}
+    if source.checkpoint is not None:  # a training checkpoint file (checkpoints/step-<N>.ckpt): its SHA-256 above
+        section.update(checkpoint=str(source.checkpoint), checkpoint_step=source.step())
     config = source.config()
     section["source_model"] = {k: config.get(k) for k in ("family", "causal", "attention_block", "vocab_size",
                                                           "mask_token_id")}
@@ -264,13 +301,40 @@ def _train(cfg: dict, run_dir: Path, train_cfg, prepared, model_cfg, counts, max
     (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     update_record(run_dir, status="running", error=None, config=cfg, model=model_section,
                   training=training, environment=environment())
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
     try:
         record = _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens_per_step, started, init,
                       resume)
+    except SIGTERMException:  # Lightning's own SIGTERM stop (outside the training steps) has no exit code: 0
+        raise SystemExit(128 + signal.SIGTERM) from None
     except Exception as err:  # an interruption (BaseException) leaves the run `running`, to be resumed
         update_record(run_dir, status="failed", error=_one_line(err))
         raise
     return record
+
+
+def _banner(run_dir: Path, train_cfg, model_cfg, counts, max_steps: int, tokens_per_step: int,
+            init) -> list[str]:
+    """What the run is, in three or four lines printed before training starts."""
+    preset = model_cfg.family + (f" ({model_cfg.kind})" if model_cfg.kind != "transformer" else "")
+    params = f"{counts.params_total:,} parameters ({counts.params_non_embedding:,} non-embedding"
+    if counts.params_active != counts.params_total:
+        params += f", {counts.params_active:,} active"
+    model = (f"slm-train: model {preset}: {model_cfg.n_layers} layers, d_model {model_cfg.d_model}, context "
+             f"{model_cfg.context_length}, vocabulary {model_cfg.vocab_size}; {params})")
+    lines = [f"slm-train: run {run_dir}", model]
+    length = (f"{max_steps:,} steps of {train_cfg.batch_size} x {model_cfg.context_length} tokens = "
+              f"{max_steps * tokens_per_step:,} tokens")
+    if train_cfg.epochs is not None:
+        length += f" ({train_cfg.epochs} epochs)"
+    warmup = train_cfg.warmup(max_steps)
+    lines.append(f"slm-train: {length}; {train_cfg.objective}, lr {train_cfg.lr:g} ({train_cfg.schedule}, warmup "
+                 f"{warmup} step{'s' if warmup != 1 else ''}), precision {train_cfg.precision}, accelerator "
+                 f"{train_cfg.accelerator}, seed {train_cfg.seed}")
+    if init is not None:
+        lines.append(f"slm-train: weights from {init.given}")
+    return lines
 
 
 def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens_per_step, started, init,
@@ -281,15 +345,20 @@ def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens
     from lightning.pytorch.plugins.environments import SLURMEnvironment
 
     from slm.data import SLMDataModule
-    from slm.training.callbacks import CSVHistory, SignalCheckpoint, StepLog, ThroughputMonitor
+    from slm.training.callbacks import CSVHistory, KeepCheckpoints, SignalCheckpoint, StepLog, ThroughputMonitor
     from slm.atomic import remove_stale
     from slm.training.checkpoint_io import AtomicCheckpointIO
+    from slm.training.init_from import tokenizer_meta
     from slm.training.logs import tidy_lightning_logging
     from slm.training.module import LanguageModelModule
+    from slm.training.progress import ProgressLog, StartLine, StepsBar, duration, interactive
 
     tidy_lightning_logging()
+    for line in _banner(run_dir, train_cfg, model_cfg, counts, max_steps, tokens_per_step, init):
+        print(line, flush=True)
     L.seed_everything(train_cfg.seed, workers=True, verbose=False)
-    module = LanguageModelModule(model_cfg, train_cfg, max_steps, tokens_per_step)
+    module = LanguageModelModule(model_cfg, train_cfg, max_steps, tokens_per_step,
+                                 checkpoint_meta={"tokenizer": tokenizer_meta(prepared.tokenizer)})
     if init is not None:  # a fresh start (_setup leaves init None for a resumed run): weights only
         from slm.training.init_from import load_weights
 
@@ -302,6 +371,11 @@ def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens
     checkpoint = ModelCheckpoint(dirpath=run_dir / CHECKPOINT.parent, save_top_k=0, save_last=True,
                                  every_n_train_steps=train_cfg.ckpt_interval)
     preemption = SignalCheckpoint(run_dir / CHECKPOINT)
+    keep = KeepCheckpoints(run_dir / CHECKPOINT.parent, train_cfg.keeps)
+    bar = train_cfg.progress_bar and interactive()  # a bar only on a terminal: in a file it is a stream of \r
+    resumed_from = str(Path(resume).relative_to(run_dir)) if resume is not None else None
+    talk = [StartLine(resumed_from), StepsBar(throughput) if bar else
+            ProgressLog(throughput, max_steps, train_cfg.print_every(max_steps))]
     # Requeueing is submitit's (conf/hydra/launcher/slurm.yaml): where Lightning would pick SLURMEnvironment,
     # it gets one with its own auto-requeue off.
     plugins = [AtomicCheckpointIO(), *([SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else [])]
@@ -314,19 +388,21 @@ def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens
         max_steps=max_steps, max_epochs=-1, val_check_interval=min(val_every, max_steps), check_val_every_n_epoch=None,
         limit_val_batches=train_cfg.val_batches if train_cfg.eval_windows is None else None, num_sanity_val_steps=0, log_every_n_steps=train_cfg.log_interval,
         logger=loggers, plugins=plugins,
-        callbacks=[checkpoint, throughput, StepLog(run_dir / "train_log.jsonl"), *history, preemption],
-        enable_progress_bar=train_cfg.progress_bar, enable_model_summary=False, detect_anomaly=train_cfg.detect_anomaly,
+        # keep before preemption: a kept step that is also interrupted is saved before the run stops
+        callbacks=[*talk, checkpoint, throughput, StepLog(run_dir / "train_log.jsonl"), *history, keep, preemption],
+        enable_progress_bar=bar, enable_model_summary=False, detect_anomaly=train_cfg.detect_anomaly,
         use_distributed_sampler=False,
     )
-    resumed_from = str(Path(resume).relative_to(run_dir)) if resume is not None else None
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume) if resume is not None else None,
                     weights_only=True)
     except BaseException:
-        if preemption.step is not None:  # checkpointed on a preemption signal; submitit requeues the job
+        if preemption.step is not None:  # checkpointed on a signal: a requeue (submitit) or the same command resumes
             before = (load_record(run_dir) or {}).get("training", {}).get("interruptions", 0)
             update_record(run_dir, training={"interruptions": before + 1, "interrupted": {
                 "step": preemption.step, "signal": preemption.signal_name, "at": now()}})
+            print(f"slm-train: stopped by {preemption.signal_name} at step {preemption.step} of {max_steps}, "
+                  f"checkpointed in {CHECKPOINT}: the same command resumes the run", file=sys.stderr, flush=True)
         raise
 
     steps = trainer.global_step
@@ -356,6 +432,11 @@ def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens
     val = module.val_metrics
     if not math.isfinite(val.get("val_nll", float("nan"))):
         raise FloatingPointError(f"validation NLL is {val.get('val_nll')}")
+    best = " (the best, restored)" if last_val else ""
+    print(f"slm-train: trained to step {steps:,} of {max_steps:,} ({totals['session_steps']:,} steps in "
+          f"{duration(training['wall_seconds'])}); validation "
+          f"{module.objective.nll_kind} {val['val_nll']:.4f} (ppl {val['val_ppl']:.4g}) at step {val['val_step']}"
+          f"{best}", flush=True)
     artifacts.update(weights="model/model.safetensors", model_dir="model")
     record = update_record(run_dir, status="completed", error=None, training=training,
                            data=_data_section(prepared, datamodule), artifacts=artifacts,

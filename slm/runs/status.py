@@ -2,13 +2,17 @@
 
 A job's state comes from its result.json, its progress from the last line of train_log.jsonl (one line
 per optimizer step, so it is current to the step) over `training.max_steps`, and whether a process is
-training it right now from the run's lock (run_lock below, held by slm.runs.job while it trains):
+training it right now from the run's lock (run_lock below, held by slm.runs.job while it trains).
+
+STATES below is the one vocabulary of job states: slm-status, slm-collect's `status` column, the sweepers'
+summaries and the report use these words and no others. The first four are what result.json records
+(slm.runs.record.STATUSES); the others are read from the run directory:
 
   completed | failed | diverged   as recorded (failed and diverged with their error line)
-  running                         recorded running and a process holds the lock
+  running                         recorded running (or no record yet) and a process holds the lock
   stopped                         started but no process holds the lock: killed, interrupted, or
                                   preempted and waiting to be requeued; the next attempt resumes it
-  pending                         listed by the sweep (sweep.json) but not started yet
+  pending                         a job of the sweep (sweep.json, multirun.yaml) with no run directory yet
   unreadable                      its result.json cannot be read or is not a record (the error says why)
 """
 
@@ -26,12 +30,37 @@ from pathlib import Path
 
 import yaml
 
-from slm.runs.record import RESULT_FILE, RecordError, load_record, read_object
+from slm.runs.record import RESULT_FILE, STATUSES, RecordError, load_record, read_object
 
 log = logging.getLogger(__name__)
 LOCK_FILE = ".lock"  # flock-ed by the process training the run (slm.runs.job)
 SWEEP_FILE = "sweep.json"  # written by the sweepers into the sweep directory: every job key and its overrides
-ORDER = ("failed", "unreadable", "diverged", "running", "stopped", "pending", "completed")
+
+# ---------------------------------------------------------------- the vocabulary of job states
+COMPLETED, FAILED, DIVERGED, RUNNING = "completed", "failed", "diverged", "running"  # recorded in result.json
+STOPPED, PENDING, UNREADABLE = "stopped", "pending", "unreadable"  # read from the run directory
+STATES = {  # in the order slm-status lists them: what needs attention first
+    FAILED: "recorded failed, with its error line (rerun_failed=true runs a sweep's failed jobs again)",
+    UNREADABLE: "its result.json cannot be read or is not a record; the line says why",
+    DIVERGED: "recorded diverged: a non-finite training loss (step and value in the error line)",
+    RUNNING: "a process holds the run's lock and is training it now",
+    STOPPED: "started, but no process trains it: killed, interrupted, or preempted and waiting to be requeued; "
+             "the same command resumes it",
+    PENDING: "a job of the sweep that has not started (no run directory yet)",
+    COMPLETED: "recorded completed",
+}
+ORDER = tuple(STATES)
+FINISHED = (COMPLETED, FAILED, DIVERGED)  # a run that ended: its record says so (slm.runs.record.FINAL)
+assert set(STATUSES) <= set(STATES), "every recorded status is a job state"
+
+
+def live_status(recorded: str | None, run_dir: str | os.PathLike) -> str:
+    """The job state of a run directory whose result.json records `recorded` (None: no record yet): a run
+    recorded running, or without a record, is `running` while a process holds its lock and `stopped` otherwise;
+    a recorded completed, failed or diverged is that."""
+    if recorded in FINISHED:
+        return recorded
+    return RUNNING if lock_held(run_dir) else STOPPED
 
 
 @dataclass
@@ -120,27 +149,29 @@ def _number(value) -> float | None:
 
 def run_state(run_dir: str | os.PathLike, key: str | None = None) -> JobState:
     run_dir = Path(run_dir)
-    state = JobState(key=key or run_dir.name, status="pending", overrides=_overrides(run_dir))
+    state = JobState(key=key or run_dir.name, status=PENDING, overrides=_overrides(run_dir))
     try:
         record = load_record(run_dir)
     except RecordError as err:
-        state.status, state.error = "unreadable", str(err)
+        state.status, state.error = UNREADABLE, str(err)
         return state
     if record is None:  # started (Hydra made the directory) but no record yet
-        state.status, state.note = ("running", "preparing") if lock_held(run_dir) else ("stopped", "before training")
+        state.status = live_status(None, run_dir)
+        state.note = "preparing" if state.status == RUNNING else "before training"
         return state
     training = record.get("training") or {}
-    state.status, state.error = record.get("status", "running"), record.get("error")
+    state.status, state.error = live_status(record.get("status", RUNNING), run_dir), record.get("error")
     state.max_steps = training.get("max_steps")
     state.step = last_step(run_dir)
     if state.step is None:
         state.step = training.get("steps")
     state.val_nll = _number((record.get("eval") or {}).get("val_nll"))
-    if state.status == "running" and not lock_held(run_dir):
-        state.status = "stopped"
+    if state.status == STOPPED:
         interrupted = training.get("interrupted")
         if isinstance(interrupted, dict):
-            state.note = f"{interrupted.get('signal')} at step {interrupted.get('step')}: checkpointed, to be requeued"
+            sig = interrupted.get("signal")
+            then = "to be requeued" if sig not in ("SIGINT", "SIGTERM") else "the same command resumes it"
+            state.note = f"{sig} at step {interrupted.get('step')}: checkpointed, {then}"
     return state
 
 
@@ -172,7 +203,7 @@ def sweep_states(sweep_dir: str | os.PathLike, warn: Callable[[str], None] = log
         warn(f"{err}; the jobs not started yet are unknown")
         listed = {}
     for key, overrides in listed.items():
-        states.setdefault(key, JobState(key=key, status="pending", overrides=overrides))
+        states.setdefault(key, JobState(key=key, status=PENDING, overrides=overrides))
     return sorted(states.values(), key=lambda s: (ORDER.index(s.status) if s.status in ORDER else len(ORDER), s.key))
 
 
