@@ -6,9 +6,11 @@
 
 Where runs are found: every directory holding a `result.json` is one run (the walk does not descend
 into it). A Hydra job folder with no result.json (it has `.hydra/`, `config.yaml`, `checkpoints/` or a
-train log) becomes a row with status `not_started`; so does a job that a basic-sweeper `multirun.yaml`
-asked for but whose folder was never created, when the collector can expand that sweep exactly (simple
-`key=a,b,c` overrides; anything else is not guessed). A result.json that cannot be read or parsed, is no
+train log) becomes a row with status `stopped` (`running` while a process holds its lock); a job of the
+sweep whose folder was never created is a row with status `pending`: the jobs the sweepers listed in
+sweep.json, or, for a sweep from before sweep.json, those of a basic-sweeper `multirun.yaml` when the
+collector can expand it exactly (simple `key=a,b,c` overrides; anything else is not guessed). Statuses are
+slm.runs.status's vocabulary, the same words as slm-status. A result.json that cannot be read or parsed, is no
 JSON object, or has a status or section of the wrong type (slm.runs.record.load_record), and a
 multirun.yaml that cannot be read, are each named in one warning line (logger `analysis.collect`) with
 the reason, and skipped.
@@ -21,12 +23,19 @@ Columns (missing values are NaN/None; every column is documented in COLUMN_DOCS)
              name), tokenizer, objective, seed, lr, batch_size, schedule, precision
   counts     params_total, params_active (per token: less the experts a mixture of experts skips),
              params_embedding, params_non_embedding, flops_per_token, tokens, steps, max_steps,
-             train_flops = flops_per_token x tokens
+             train_flops = flops_per_token x tokens; for a run whose width was solved for a parameter
+             budget (model.param_budget): budget_count (total | active), budget_tolerance (the run's
+             model.budget_tolerance, 0.25 when the record predates it; None: any distance) and
+             budget_error = params_<budget_count> / param_budget - 1
   training   wall_seconds, train_seconds, train_tokens_per_s, mfu, final_train_loss, diverged_step,
              moe_max_load (a mixture of experts' routing balance: 1 = even)
   metrics    val_nll, val_nll_kind (nll exact | nelbo a diffusion bound), val_ppl, val_step; per lm-eval task: score_<task> (headline value), stderr_<task>,
-             metric_<task> (lm-eval's "metric,filter" key), samples_<task> (documents scored); per suite:
-             avg_<suite> (eval.lm_eval.averages)
+             metric_<task> (lm-eval's "metric,filter" key), samples_<task> (documents scored),
+             chance_<task> (random-guess accuracy of a multiple-choice task, see chance_of); per suite:
+             avg_<suite> (eval.lm_eval.averages), tasks_avg_<suite> (its member tasks, comma-separated),
+             stderr_avg_<suite> (propagated: sqrt(sum stderr_i^2) / k over its k tasks, assuming the
+             tasks' errors are independent; empty when a member has none), chance_avg_<suite> (the mean
+             of the members' chance levels, when every member has one)
   throughput decode_tokens_per_s, generate_tokens_per_s, time_to_first_token_s, peak_memory_bytes,
              peak_memory_measure, kv_cache_bytes, decode_device, decode_dtype, decoder (autoregressive |
              masked_diffusion), decode_sampler (a diffusion sampler's settings) (eval.throughput, batch 1)
@@ -45,13 +54,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from slm.runs.record import RESULT_FILE, STATUSES, RecordError, load_record
+from slm.runs.record import RESULT_FILE, RecordError, load_record
+from slm.runs.status import ORDER, PENDING, listed_jobs, live_status
 
 log = logging.getLogger(__name__)
 
-NOT_STARTED = "not_started"
-ALL_STATUSES = (*STATUSES, NOT_STARTED)
-"""Run statuses in the table: the record's own, plus `not_started` for a job folder without a record."""
+ALL_STATUSES = ORDER
+"""Run statuses in the table: slm.runs.status's vocabulary, the words slm-status and the sweepers use (a run
+recorded running that no process trains is `stopped`; a job folder without a record is `stopped`, or
+`running` while its lock is held; a job of the sweep with no folder is `pending`)."""
 
 SWEEP_AXES = ["family", "n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "position", "norm",
               "norm_placement", "mlp", "layer_types", "mlp_types", "n_experts", "top_k", "qk_norm", "canon_set",
@@ -60,7 +71,11 @@ SWEEP_AXES = ["family", "n_layers", "d_model", "n_heads", "n_kv_heads", "head_di
 """Columns that describe what was trained (a configuration = these minus `seed`)."""
 
 COUNT_COLUMNS = ["params_total", "params_active", "params_embedding", "params_non_embedding", "flops_per_token",
-                 "tokens", "steps", "max_steps", "train_flops"]
+                 "tokens", "steps", "max_steps", "train_flops", "param_budget", "budget_count", "budget_tolerance",
+                 "budget_error"]
+DEFAULT_BUDGET_TOLERANCE = 0.25
+"""model.budget_tolerance when a record predates it (slm.model.budget.SOLVER_KEYS; not imported: analysis
+reads result files only)."""
 TRAINING_COLUMNS = ["wall_seconds", "train_seconds", "train_tokens_per_s", "mfu", "final_train_loss", "diverged_step",
                     "moe_max_load"]
 THROUGHPUT_COLUMNS = ["decode_tokens_per_s", "generate_tokens_per_s", "time_to_first_token_s", "peak_memory_bytes",
@@ -92,8 +107,30 @@ COLUMN_DOCS = {
     "peak_memory_bytes": "peak memory during decode (bytes; see peak_memory_measure)",
     "score_<task>": "headline lm-eval value of the task (metric_<task> names it)",
     "stderr_<task>": "lm-eval's standard error of score_<task>", "samples_<task>": "documents scored",
+    "chance_<task>": "random-guess accuracy of a multiple-choice task (mean over its documents of 1 / choices); "
+                     "empty for other tasks",
     "avg_<suite>": "mean headline score of the suite's averaged tasks",
+    "tasks_avg_<suite>": "the tasks averaged into avg_<suite>, comma-separated",
+    "stderr_avg_<suite>": "standard error of avg_<suite>: sqrt(sum of the tasks' stderr^2) / k, assuming independent "
+                          "tasks; empty when a task has no stderr",
+    "chance_avg_<suite>": "mean chance level of the averaged tasks (when every one has one)",
+    "param_budget": "the parameter budget the width was solved for (model.param_budget; empty: d_model as given)",
+    "budget_count": "which count the budget is for: total or active parameters (model.budget_count)",
+    "budget_tolerance": "how far from the budget the solver may land, as a fraction (model.budget_tolerance)",
+    "budget_error": "params_<budget_count> / param_budget - 1: how far the solved width landed from the budget",
 }
+
+KNOWN_CHANCE = {
+    "slm_shakespeare_mc": 0.25,  # the true line end and 3 distractors (slm/eval/offline_tasks.py)
+    "hellaswag": 0.25, "mmlu": 0.25,  # 4 endings / 4 letters in every document
+    "piqa": 0.5, "winogrande": 0.5,  # 2 solutions / 2 options in every document
+}
+"""Random-guess accuracy of multiple-choice tasks whose every document has the same number of choices, for
+records written before the evaluation recorded it (eval.lm_eval.details[task].chance). Tasks not listed
+(arc_challenge: 3 to 5 choices; truthfulqa_mc2: not an argmax accuracy; generation tasks) get no chance
+level unless their record has one."""
+CHANCE_METRICS = ("acc", "acc_norm")
+"""Headline metrics for which a chance level means something (argmax accuracies)."""
 
 # Substrings of metric or column names whose values are better when lower.
 LOWER_IS_BETTER = ("nll", "perplexity", "ppl", "bits_per_byte", "bpb", "loss", "byte_perplexity")
@@ -145,6 +182,41 @@ def _stderr(details: dict, metric: str | None) -> float | None:
     return None
 
 
+def chance_of(task: str, details: dict, metric: str | None) -> float | None:
+    """The chance level of a task's headline score: the record's own (slm.eval.run.chance_level), else
+    KNOWN_CHANCE; None unless the headline metric is an argmax accuracy (acc, acc_norm)."""
+    if (metric or "").split(",")[0] not in CHANCE_METRICS:
+        return None
+    level = _number(details.get("chance"))
+    if level is None or not math.isfinite(level):
+        level = KNOWN_CHANCE.get(task)
+    return level
+
+
+def _average_members(lm: dict, config: dict, suite: str) -> list[str] | None:
+    """The tasks averaged into a suite: eval.lm_eval.average_tasks (written since the evaluation records it),
+    else the run's `eval` config when it names this suite; None when unknown."""
+    tasks = (lm.get("average_tasks") or {}).get(suite)
+    if isinstance(tasks, list) and tasks:
+        return [str(t) for t in tasks]
+    ev = config.get("eval") if isinstance(config.get("eval"), dict) else {}
+    average = ev.get("average")
+    if ev.get("name") == suite and isinstance(average, list) and average:
+        return [str(t) for t in average]
+    if isinstance(average, dict) and isinstance(average.get(suite), list) and average[suite]:
+        return [str(t) for t in average[suite]]
+    return None
+
+
+def average_stderr(stderrs) -> float | None:
+    """Standard error of the mean of k task scores, sqrt(sum se_i^2) / k, assuming the tasks' errors are
+    independent; None when any se_i is unknown."""
+    values = [_number(v) for v in stderrs]
+    if not values or any(v is None or not math.isfinite(v) for v in values):
+        return None
+    return math.sqrt(sum(v * v for v in values)) / len(values)
+
+
 def row_from_record(record: dict, run_dir: str | os.PathLike, root: str | os.PathLike | None = None) -> dict:
     """One table row from a result.json record."""
     run_dir = Path(run_dir)
@@ -157,7 +229,7 @@ def row_from_record(record: dict, run_dir: str | os.PathLike, root: str | os.Pat
     train_cfg = config.get("train") or {}
 
     row: dict = {"run": _relative(run_dir, root), "sweep": run_dir.parent.name if root is not None else None,
-                 "status": record.get("status"), "error": record.get("error"),
+                 "status": live_status(record.get("status"), run_dir), "error": record.get("error"),
                  "eval_error": (record.get("eval") or {}).get("lm_eval_error")}
     if not model and isinstance(config.get("model"), dict):  # a run that failed before its model section
         model = config["model"]
@@ -183,6 +255,16 @@ def row_from_record(record: dict, run_dir: str | os.PathLike, root: str | os.Pat
     row["max_steps"] = _number(training.get("max_steps"))
     fpt = _number(model.get("flops_per_token"))
     row["train_flops"] = fpt * row["tokens"] if fpt is not None and row["tokens"] is not None else None
+    model_cfg = config.get("model") if isinstance(config.get("model"), dict) else {}
+    budget = _number(model.get("param_budget", model_cfg.get("param_budget")))
+    row["param_budget"] = budget
+    if budget is not None and budget > 0:
+        counted = str(model_cfg.get("budget_count") or "total")
+        row["budget_count"] = counted
+        row["budget_tolerance"] = (_number(model_cfg["budget_tolerance"]) if "budget_tolerance" in model_cfg
+                                   else DEFAULT_BUDGET_TOLERANCE)
+        params = _number(model.get(f"params_{counted}"))
+        row["budget_error"] = params / budget - 1 if params is not None else None
     row["wall_seconds"] = _number(training.get("wall_seconds"))
     row["train_seconds"] = _number(training.get("train_seconds"))
     row["train_tokens_per_s"] = _number(training.get("tokens_per_s"))
@@ -210,8 +292,16 @@ def row_from_record(record: dict, run_dir: str | os.PathLike, root: str | os.Pat
         row[f"stderr_{task}"] = _stderr(task_details, metrics.get(task))
         row[f"metric_{task}"] = metrics.get(task)
         row[f"samples_{task}"] = _number(task_details.get("samples"))
+        row[f"chance_{task}"] = chance_of(task, task_details, metrics.get(task))
     for suite, value in (lm.get("averages") or {}).items():
         row[f"avg_{suite}"] = _number(value)
+        members = _average_members(lm, config, suite)
+        if members:
+            row[f"tasks_avg_{suite}"] = ",".join(members)
+            row[f"stderr_avg_{suite}"] = average_stderr([row.get(f"stderr_{t}") for t in members])
+            chances = [row.get(f"chance_{t}") for t in members]
+            row[f"chance_avg_{suite}"] = (sum(chances) / len(chances)
+                                          if all(c is not None for c in chances) else None)
     tp = ev.get("throughput") or {}
     row["decode_tokens_per_s"] = _number(tp.get("decode_tokens_per_s"))
     row["time_to_first_token_s"] = _number(tp.get("time_to_first_token_s"))
@@ -263,8 +353,8 @@ def _relative(run_dir: Path, root) -> str:
     return Path(root).resolve().name if text == "." else text
 
 
-def _not_started_row(run_dir: Path, root, reason: str, overrides: dict | None = None) -> dict:
-    row = {"run": _relative(run_dir, root), "sweep": run_dir.parent.name, "status": NOT_STARTED, "error": reason,
+def _not_started_row(run_dir: Path, root, reason: str, status: str, overrides: dict | None = None) -> dict:
+    row = {"run": _relative(run_dir, root), "sweep": run_dir.parent.name, "status": status, "error": reason,
            "run_dir": str(run_dir)}
     for key, value in (overrides or {}).items():
         name = key.split(".")[-1]
@@ -311,9 +401,18 @@ def find_run_dirs(root: str | os.PathLike) -> tuple[list[Path], list[Path], list
 
 
 def expected_jobs(multirun_yaml: str | os.PathLike) -> dict[str, dict] | None:
-    """{job folder name: overrides} of a basic-sweeper multirun, or None when the sweep cannot be expanded
-    exactly (another sweeper, sweeper params, range()/choice()/glob() or quoted values, a sub-directory
-    pattern other than slm's job key)."""
+    """{job folder name: overrides} of a sweep: the jobs its sweepers listed in sweep.json beside it, or,
+    without one, those of a basic-sweeper multirun.yaml expanded, or None when that cannot be done exactly
+    (another sweeper, sweeper params, range()/choice()/glob() or quoted values, a sub-directory pattern
+    other than the override_dirname job key)."""
+    sweep_dir = Path(multirun_yaml).parent
+    try:
+        listed = listed_jobs(sweep_dir)
+    except RecordError as err:
+        log.warning("cannot read %s; jobs it lists that never started are not shown", err)
+        return None
+    if listed:
+        return {key: dict(str(o).split("=", 1) for o in overrides if "=" in str(o)) for key, overrides in listed.items()}
     try:
         import yaml
 
@@ -339,7 +438,7 @@ def expected_jobs(multirun_yaml: str | os.PathLike) -> dict[str, dict] | None:
         sweeper = hydra.get("sweeper") or {}
         if not str(sweeper.get("_target_", "")).endswith("BasicSweeper") or sweeper.get("params"):
             return None
-        if "slm_job_key:${hydra.job.override_dirname}" not in str(hydra["sweep"]["subdir"]):
+        if "slm_job_key:${hydra.job.override_dirname}}" not in str(hydra["sweep"]["subdir"]):
             return None
         dirname_cfg = hydra["job"]["config"]["override_dirname"]
         exclude = set(dirname_cfg.get("exclude_keys") or [])
@@ -406,14 +505,16 @@ def collect(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> pd.DataFr
         for job_dir in bare:
             if job_dir.resolve() not in seen:
                 seen.add(job_dir.resolve())
-                rows.append(_not_started_row(job_dir, root, "job folder without result.json"))
+                rows.append(_not_started_row(job_dir, root, "job folder without result.json",
+                                             live_status(None, job_dir)))
         for multirun in sweeps:
             jobs = expected_jobs(multirun)
             for name, overrides in (jobs or {}).items():
                 job_dir = multirun.parent / name
                 if job_dir.resolve() not in seen:
                     seen.add(job_dir.resolve())
-                    rows.append(_not_started_row(job_dir, root, "in multirun.yaml but no job folder", overrides))
+                    rows.append(_not_started_row(job_dir, root, "a job of the sweep with no job folder", PENDING,
+                                                 overrides))
     return tidy(pd.DataFrame(rows))
 
 
@@ -426,8 +527,10 @@ def tidy(table: pd.DataFrame) -> pd.DataFrame:
         if column not in table:
             table[column] = None
     tasks = sorted({c[len("score_"):] for c in table.columns if c.startswith("score_")})
-    lm_cols = [f"{p}_{t}" for t in tasks for p in ("score", "stderr", "metric", "samples") if f"{p}_{t}" in table]
-    avg_cols = sorted(c for c in table.columns if c.startswith("avg_"))
+    lm_cols = [f"{p}_{t}" for t in tasks for p in ("score", "stderr", "metric", "samples", "chance")
+               if f"{p}_{t}" in table]
+    avg_cols = [f"{p}{c}" for c in sorted(c for c in table.columns if c.startswith("avg_"))
+                for p in ("", "stderr_", "chance_", "tasks_") if f"{p}{c}" in table]
     order = [*ID_COLUMNS, *[c for c in SWEEP_AXES if c in table], *[c for c in COUNT_COLUMNS if c in table],
              *[c for c in METRIC_COLUMNS if c in table], *avg_cols, *lm_cols,
              *[c for c in THROUGHPUT_COLUMNS if c in table], *[c for c in TRAINING_COLUMNS if c in table]]
@@ -478,6 +581,46 @@ def save_results(table: pd.DataFrame, path: str | os.PathLike) -> Path:
 def task_names(table: pd.DataFrame) -> list[str]:
     """lm-eval tasks with at least one score in the table."""
     return [c[len("score_"):] for c in table.columns if c.startswith("score_") and table[c].notna().any()]
+
+
+def stderr_column(table: pd.DataFrame, column: str) -> str | None:
+    """The standard-error column of a score column (score_<task> -> stderr_<task>, avg_<suite> ->
+    stderr_avg_<suite>) when the table has it, else None."""
+    if column.startswith("score_"):
+        name = f"stderr_{column[len('score_'):]}"
+    elif column.startswith("avg_"):
+        name = f"stderr_{column}"
+    else:
+        return None
+    return name if name in table else None
+
+
+def chance_column(table: pd.DataFrame, column: str) -> str | None:
+    """The chance-level column of a score column (chance_<task>, chance_avg_<suite>) when the table has one
+    with a value, else None."""
+    if column.startswith("score_"):
+        name = f"chance_{column[len('score_'):]}"
+    elif column.startswith("avg_"):
+        name = f"chance_{column}"
+    else:
+        return None
+    return name if name in table and pd.to_numeric(table[name], errors="coerce").notna().any() else None
+
+
+def average_members(table: pd.DataFrame, column: str) -> list[str] | None:
+    """The tasks averaged into an avg_<suite> column (the most common list over the rows), or None when
+    the table does not say."""
+    name = f"tasks_{column}"
+    if not column.startswith("avg_") or name not in table:
+        return None
+    values = table.loc[table[column].notna() if column in table else table.index, name].dropna().astype(str)
+    return values.value_counts().index[0].split(",") if len(values) else None
+
+
+def single_task_average(table: pd.DataFrame, column: str) -> bool:
+    """An avg_<suite> column whose suite averages one task: it only repeats that task's score."""
+    members = average_members(table, column)
+    return members is not None and len(members) == 1
 
 
 def metric_of(table: pd.DataFrame, column: str) -> str | None:

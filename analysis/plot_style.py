@@ -16,7 +16,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from analysis.collect import higher_is_better, metric_of, task_names
+from analysis.collect import (average_members, chance_column, higher_is_better, metric_of, single_task_average,
+                              stderr_column, task_names)
 
 log = logging.getLogger("analysis.plots")  # one logger for the plots and their placeholders
 
@@ -33,7 +34,17 @@ MARKERS = ["o", "s", "^", "D", "v", "P", "X", "<", ">", "*"]
 
 METRIC_NAMES = {"acc": "accuracy", "acc_norm": "normalised accuracy", "exact_match": "exact match",
                  "bits_per_byte": "bits per byte", "byte_perplexity": "byte perplexity",
-                 "word_perplexity": "word perplexity", "mc2": "MC2"}
+                 "word_perplexity": "perplexity per whitespace word", "mc2": "MC2"}
+"""lm-eval metrics by what they measure. bits_per_byte is a cross-entropy (bits per UTF-8 byte of the text),
+not a perplexity, whatever the task is called. word_perplexity is exp(the document's NLL / its number of
+whitespace-separated words): it does not depend on the tokenizer, so it stays valid for a character-level
+model (and comparable with a BPE one), but it is per word, not per token, hence much larger than a
+char model's token perplexity: labelled as such."""
+
+
+TASK_NAMES = {"slm_shakespeare_ppl": "Shakespeare test text", "slm_shakespeare_mc": "Shakespeare line endings"}
+"""Display names of the shipped offline tasks: slm_shakespeare_ppl's headline is bits per byte, not a
+perplexity, so its name is not shown as if it were one (the table keeps the task's own name)."""
 
 
 FRACTION_METRICS = ("acc", "acc_norm", "exact_match", "mc1", "mc2", "f1", "em")
@@ -85,9 +96,10 @@ def score_label(table: pd.DataFrame, column: str, direction: bool = True) -> str
         metric = (metric_of(table, column) or "").split(",")[0]
         name = METRIC_NAMES.get(metric, metric or "score")
         unit = " (fraction)" if metric in FRACTION_METRICS else ""
-        text = f"{task}: {name}{unit}"
+        text = f"{TASK_NAMES.get(task, task)}: {name}{unit}"
     elif column.startswith("avg_"):
-        text = f"{column[len('avg_'):]} suite: mean score"
+        members = average_members(table, column)
+        text = f"{column[len('avg_'):]} suite: mean " + (f"of {len(members)} task scores" if members else "score")
     else:
         text = column
     if direction:
@@ -102,7 +114,8 @@ def choose_score(table: pd.DataFrame, score: str | None = None) -> tuple[str | N
         if score not in table:
             raise KeyError(f"no column {score!r} in the results (columns: {', '.join(score_columns(table))})")
         return score, ""
-    averages = [c for c in table.columns if c.startswith("avg_") and table[c].notna().any()]
+    averages = [c for c in table.columns if c.startswith("avg_") and table[c].notna().any()
+                and not single_task_average(table, c)]  # a one-task average only repeats that task
     if averages:
         preferred = [c for c in averages if c == "avg_study7"]
         return (preferred or averages)[0], ""
@@ -194,7 +207,7 @@ def p_text(p: float) -> str:
 
 def short_name(score: str) -> str:
     if score.startswith("score_"):
-        return score[len("score_"):]
+        return TASK_NAMES.get(score[len("score_"):], score[len("score_"):])
     if score.startswith("avg_"):
         return f"{score[len('avg_'):]} average"
     return {"val_nll": "validation NLL", "val_ppl": "validation perplexity"}.get(score, score)
@@ -292,6 +305,7 @@ def legends_outside(ax, group, size_legend=None) -> None:
     if size_legend is None:
         return
     ax.add_artist(first)
+    first.set_clip_on(False)  # add_artist clips to the axes, which also cut it out of a tight bounding box
     values, to_size, title, fmt = size_legend
     values = np.asarray([v for v in values if np.isfinite(v)], float)
     if not len(values):
@@ -306,7 +320,100 @@ def legends_outside(ax, group, size_legend=None) -> None:
 def column_title(table: pd.DataFrame, column: str) -> str:
     metric = (metric_of(table, column) or "").split(",")[0]
     arrow = " ↑" if higher_is_better(table, column) else " ↓"
-    return short_name(column) + (f"\n{metric}" if metric else "") + arrow
+    return short_name(column) + (f"\n{METRIC_NAMES.get(metric, metric)}" if metric else "") + arrow
+
+
+def score_columns_to_show(table: pd.DataFrame, tasks: list[str] | None = None) -> list[str]:
+    """Score columns for per-task panels and cells: each task's, then the suite averages that hold more
+    than one task (a one-task average would repeat its task; an average whose tasks are unknown is kept)."""
+    columns = [f"score_{t}" for t in (tasks or task_names(table))]
+    if not tasks:
+        columns += [c for c in table.columns if c.startswith("avg_") and table[c].notna().any()
+                    and not single_task_average(table, c)]
+    return columns
+
+
+# ---------------------------------------------------------------------------------------------- noise, chance
+
+Z95 = 1.96
+"""Half-width of a 95% normal interval in standard errors: error bars and "within noise" use it."""
+
+
+def score_errors(table: pd.DataFrame, column: str) -> pd.Series:
+    """Each row's standard error of `column` (lm-eval's for a task, the propagated one for an average); NaN
+    where unknown."""
+    name = stderr_column(table, column)
+    if name is None:
+        return pd.Series(np.nan, index=table.index, dtype=float)
+    return pd.to_numeric(table[name], errors="coerce").astype(float)
+
+
+def chance_value(table: pd.DataFrame, column: str) -> float | None:
+    """The chance level of a score column (random-guess accuracy of a multiple-choice task, or the mean of an
+    average's members'), or None when it has none. One value for the plot: the median over the rows."""
+    name = chance_column(table, column)
+    if name is None:
+        return None
+    values = pd.to_numeric(table.loc[pd.to_numeric(table[column], errors="coerce").notna(), name],
+                           errors="coerce").dropna()
+    return float(values.median()) if len(values) else None
+
+
+def near_chance(table: pd.DataFrame, column: str) -> pd.Series:
+    """Rows whose score is within noise of chance: score - chance <= 1.96 stderr (at or below chance when the
+    stderr is unknown). False where there is no chance level or no score."""
+    name = chance_column(table, column)
+    if name is None or column not in table:
+        return pd.Series(False, index=table.index)
+    value = pd.to_numeric(table[column], errors="coerce")
+    chance = pd.to_numeric(table[name], errors="coerce")
+    se = score_errors(table, column).fillna(0.0)
+    return (value.notna() & chance.notna() & (value - chance <= Z95 * se)).astype(bool)
+
+
+def draw_chance(ax, level: float | None, vertical: bool = False, label: bool = True) -> None:
+    """The chance level as a dotted line across the axes (horizontal: score on y; vertical: score on x)."""
+    if level is None:
+        return
+    style = {"color": "#8b0000", "ls": ":", "lw": 1.4, "zorder": 1.5}
+    if vertical:
+        ax.axvline(level, **style)
+        if label:
+            ax.text(level, 1.0, f" chance {level:.3g}", transform=ax.get_xaxis_transform(), ha="left", va="bottom",
+                    fontsize=8, color="#8b0000", clip_on=False)
+    else:
+        ax.axhline(level, **style)
+        if label:
+            ax.text(1.0, level, f"chance {level:.3g} ", transform=ax.get_yaxis_transform(), ha="right",
+                    va="bottom", fontsize=8, color="#8b0000")
+    lo, hi = ax.get_xlim() if vertical else ax.get_ylim()
+    if not lo <= level <= hi:  # keep the line in view
+        span = max(hi, level) - min(lo, level)
+        lo, hi = min(lo, level) - 0.04 * span, max(hi, level) + 0.04 * span
+        (ax.set_xlim if vertical else ax.set_ylim)(lo, hi)
+
+
+def chance_note(table: pd.DataFrame, column: str, what: str = "runs") -> str:
+    """One line for a subtitle: the chance line and how many rows are within noise of it ("" if no chance)."""
+    level = chance_value(table, column)
+    if level is None:
+        return ""
+    scored = pd.to_numeric(table[column], errors="coerce").notna()
+    near = int(near_chance(table, column)[scored].sum())
+    text = f"dotted: chance {level:.3g} (random guess among the choices)"
+    if near:
+        text += f"; {near} of {int(scored.sum())} {what} within noise of chance (score - chance <= 1.96 stderr)"
+    return text
+
+
+def errorbar_note(table: pd.DataFrame, column: str) -> str:
+    """What the error bars are (for a subtitle), or why there are none."""
+    se = score_errors(table, column)
+    if not se.notna().any():
+        return "no error bars: no per-run standard error is recorded for this score"
+    if column.startswith("avg_"):
+        return "bars: 95% interval (1.96 x stderr propagated from the tasks', assuming independent tasks)"
+    return "bars: 95% interval (1.96 x lm-eval stderr)"
 
 
 def cell_text(value: float) -> str:

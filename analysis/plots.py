@@ -7,10 +7,17 @@
 KINDS:
   tiers       runs sorted by score, tiers shaded, the gap annotated (analysis.tiers; refusals say so)
   threshold   score against hidden size d_model, marker size = depth, the threshold line (analysis.thresholds)
-  depth       score against depth, one panel per lm-eval task
-  throughput  score against batch-1 decode speed, marker size = peak memory
+  depth       score against depth, one panel per lm-eval task (and per suite average of more than one task)
+  throughput  score against batch-1 decode speed, marker size = peak GPU memory (a CPU run's peak memory is
+              its process's cumulative RSS, so it is left out and the subtitle says so)
   pareto      validation NLL against training FLOPs with the Pareto frontier
-  heatmap     runs x tasks, coloured by rank within each task, values written in the cells
+  heatmap     runs x tasks, coloured by rank within each task, values (± 95% interval) written in the cells
+
+Uncertainty and chance, in every score plot: error bars (or ± in the heatmap's cells) are 95% intervals,
+1.96 x the score's standard error (lm-eval's for a task; for a suite average the propagated
+sqrt(sum se_i^2) / k, assuming independent tasks); the subtitle says when none is recorded. A multiple-
+choice accuracy gets its chance level as a dotted line (analysis.collect.chance_of) and the subtitle
+counts the runs within noise of it (score - chance <= 1.96 stderr).
 
 Each plot degrades instead of failing: with no lm-eval scores the score is the validation NLL (and the
 title says so); without the columns a plot needs (no throughput measured, no d_model, no completed run)
@@ -32,7 +39,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
 from analysis import plot_style as style
-from analysis.collect import higher_is_better, task_names
+from analysis.collect import higher_is_better
 from analysis.plot_style import choose_score, score_label  # noqa: F401  (re-exported: report, notebook)
 from analysis.thresholds import find_threshold, pareto_mask
 from analysis.tiers import find_tiers, run_labels, units_of
@@ -89,16 +96,25 @@ def plot_tiers(table: pd.DataFrame, score: str | None = None, k: int | None = No
     else:
         title = f"No significant tiers in {style.short_name(score)}"
         sub = result.reason
+    chance = style.chance_value(table, score)
+    if chance is not None:
+        style.draw_chance(ax, chance, vertical=True, label=False)
     if err is not None and np.isfinite(err).any():
         sources = []
         if result.units_source.get("stderr"):
-            sources.append("lm-eval stderr")
+            sources.append("stderr propagated from the tasks' (independent tasks assumed)" if score.startswith("avg_")
+                           else "lm-eval stderr")
         if result.units_source.get("seeds"):
             pooled = " (pooled, for single-seed runs)" if result.units_source.get("pooled") else ""
             sources.append("seed-to-seed spread" + pooled)
         sub += "\nbars: 95% interval from " + (" and ".join(sources) or "the runs' uncertainty")
     elif not result.noise_known:
         sub += "\nno per-run uncertainty known (single seed, no stderr)"
+    if chance is not None:
+        se = units["se"].to_numpy(float) if "se" in units else np.zeros(n)
+        near = int(np.sum(x - chance <= style.Z95 * np.nan_to_num(se)))
+        sub += f"\ndotted: chance {chance:.3g} (random guess among the choices)" + (
+            f"; {near} of {n} configurations within noise of chance" if near else "")
     if note:
         title += f" ({note})"
     style.set_title(fig, title, style.wrap_text(sub, 95))
@@ -158,19 +174,19 @@ def plot_threshold(table: pd.DataFrame, score: str | None = None, axis: str = "d
     def to_size(v):
         return 25 + 300 * (v / dmax) if np.isfinite(v) else 60
 
-    stderr = f"stderr_{score[len('score_'):]}" if score.startswith("score_") else None
+    errors = style.score_errors(rows, score)
     for key, part in rows.groupby(rows[group].astype(str) if group else pd.Series("all", rows.index)):
         x = pd.to_numeric(part[axis]).to_numpy(float)
         y = pd.to_numeric(part[score]).to_numpy(float)
-        if stderr and stderr in part and part[stderr].notna().any():
-            ax.errorbar(x, y, yerr=1.96 * part[stderr].fillna(0).to_numpy(float), fmt="none",
-                        ecolor=colors.get(key, "#555555"), alpha=0.5, elinewidth=1, zorder=2)
+        if errors.loc[part.index].notna().any():
+            ax.errorbar(x, y, yerr=style.Z95 * errors.loc[part.index].fillna(0).to_numpy(float), fmt="none",
+                        ecolor=colors.get(key, "#555555"), alpha=0.5, elinewidth=1, capsize=2, zorder=2)
         ax.scatter(x, y, s=[to_size(v) for v in depth.loc[part.index]], color=colors.get(key, "#1f77b4"),
                    marker=markers.get(key, "o"), alpha=0.75, edgecolors="white", linewidths=0.8, zorder=3,
                    label=str(key))
     style.log2_axis(ax, pd.to_numeric(rows[axis]).to_numpy(float))
     ax.set_xlabel(style.AXIS_LABELS.get(axis, axis) + (", log scale" if ax.get_xscale() == "log" else ""))
-    ax.set_ylabel(style.score_label(table, score))
+    ax.set_ylabel(style.wrap_text(style.score_label(table, score), 48))
     ax.grid(color="#e5e5e5", linewidth=0.6)
     if result.found:
         xline = math.sqrt(result.below * result.threshold) if ax.get_xscale() == "log" else \
@@ -188,12 +204,14 @@ def plot_threshold(table: pd.DataFrame, score: str | None = None, axis: str = "d
     if result.confounded_with:
         sub += "; caution: " + ", ".join(f"{k} moves with {axis} (rho {v:+.2f})"
                                          for k, v in result.confounded_with.items())
+    sub += "\n" + "; ".join(t for t in (style.errorbar_note(rows, score), style.chance_note(rows, score)) if t)
     if note:
         title += f" ({note})"
     style.set_title(fig, title, style.wrap_text(sub, 95))
     style.legends_outside(ax, group, (depth.dropna().unique(), to_size, "depth\n(marker size,\nlayers)", style.format_number)
                      if depth.notna().any() else None)
     style.pad_y(ax)
+    style.draw_chance(ax, style.chance_value(rows, score))
     fig.slm_result = result
     return fig
 
@@ -204,8 +222,7 @@ def plot_depth(table: pd.DataFrame, tasks: list[str] | None = None, max_panels: 
     rows = style.completed_runs(table)
     if "n_layers" not in rows or pd.to_numeric(rows["n_layers"], errors="coerce").notna().sum() == 0:
         return style.placeholder("Depth", "the results have no n_layers values")
-    columns = [f"score_{t}" for t in (tasks or task_names(rows))]
-    columns += [c for c in rows.columns if c.startswith("avg_") and rows[c].notna().any() and not tasks]
+    columns = style.score_columns_to_show(rows, tasks)
     note = ""
     if not columns:
         if "val_nll" not in rows or rows["val_nll"].notna().sum() == 0:
@@ -242,6 +259,10 @@ def plot_depth(table: pd.DataFrame, tasks: list[str] | None = None, max_panels: 
                 continue
             x = pd.to_numeric(sub["n_layers"]).to_numpy(float)
             y = pd.to_numeric(sub[column]).to_numpy(float)
+            se = style.score_errors(sub, column).to_numpy(float)
+            if np.isfinite(se).any():
+                ax.errorbar(x, y, yerr=style.Z95 * np.nan_to_num(se), fmt="none", ecolor=colors[key], alpha=0.45,
+                            elinewidth=1, capsize=2, zorder=2)
             ax.scatter(x, y, color=colors[key], marker=markers[key], s=28, alpha=0.6, edgecolors="none", zorder=3)
             mean = sub.assign(_x=x, _y=y).groupby("_x")["_y"].mean()
             ax.plot(mean.index, mean.values, color=colors[key], lw=1.6 if len(mean) >= 2 else 0, zorder=2,
@@ -250,6 +271,7 @@ def plot_depth(table: pd.DataFrame, tasks: list[str] | None = None, max_panels: 
             ax.text(0.5, 0.5, "no values", ha="center", va="center", transform=ax.transAxes, color="#777777")
         else:
             style.log2_axis(ax, pd.to_numeric(part["n_layers"]).to_numpy(float))
+        style.draw_chance(ax, style.chance_value(part, column), label=True)
         ax.set_title(style.short_name(column), fontsize=10)
         ax.set_xlabel(style.AXIS_LABELS["n_layers"] + (", log scale" if ax.get_xscale() == "log" else ""))
         ax.set_ylabel(style.wrap_text(style.score_label(table, column), 38), fontsize=9)
@@ -262,7 +284,17 @@ def plot_depth(table: pd.DataFrame, tasks: list[str] | None = None, max_panels: 
         fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 6), fontsize=8,
                    frameon=False)
     title = "Score against depth" + (" per task" if len(columns) > 1 else "")
-    style.set_title(fig, title + (f" ({note})" if note else ""), "points: runs; " + how)
+    notes = ["points: runs; " + how]
+    if any(style.score_errors(rows, c).notna().any() for c in columns):
+        notes.append("bars: 95% intervals (1.96 x stderr; an average's propagated from its tasks', assuming "
+                     "independent tasks)")
+    elif columns != ["val_nll"]:
+        notes.append("no error bars: no per-run standard error is recorded for these scores")
+    near = {style.short_name(c): int(style.near_chance(rows, c).sum()) for c in columns}
+    if any(style.chance_value(rows, c) is not None for c in columns):
+        notes.append("dotted: chance (random guess among the choices)" + "".join(
+            f"; {name}: {k} run(s) within noise of chance" for name, k in near.items() if k))
+    style.set_title(fig, title + (f" ({note})" if note else ""), style.wrap_text("\n".join(notes), 110))
     return fig
 
 
@@ -286,6 +318,13 @@ def plot_throughput(table: pd.DataFrame, score: str | None = None) -> Figure:
     colors, markers = style.group_colors(rows[group]) if group else ({}, {})
     mem = pd.to_numeric(rows.get("peak_memory_bytes"), errors="coerce") / 2 ** 20 if "peak_memory_bytes" in rows \
         else pd.Series(np.nan, rows.index)
+    # A CPU run's peak memory is the process's peak RSS (ru_maxrss): it only grows over every job one process
+    # ran (a local sweep), so as a marker size it would show job order, not the model. Only per-run measures
+    # (CUDA: max_memory_allocated after a reset) size the markers.
+    measure = rows["peak_memory_measure"].astype(object) if "peak_memory_measure" in rows \
+        else pd.Series(None, rows.index, dtype=object)
+    cumulative = measure.eq("process_peak_rss") & mem.notna()
+    mem = mem.where(~cumulative)
     mmax = float(mem.max()) if mem.notna().any() else 1.0
 
     def to_size(v):
@@ -294,7 +333,12 @@ def plot_throughput(table: pd.DataFrame, score: str | None = None) -> Figure:
     labels = run_labels(rows)
     diffusion = rows["decoder"].astype(str).eq("masked_diffusion") if "decoder" in rows \
         else pd.Series(False, rows.index)
+    errors = style.score_errors(rows, score)
     for key, part in rows.groupby(rows[group].astype(str) if group else pd.Series("all", rows.index)):
+        if errors.loc[part.index].notna().any():
+            ax.errorbar(part["decode_tokens_per_s"].astype(float), part[score].astype(float),
+                        yerr=style.Z95 * errors.loc[part.index].fillna(0).to_numpy(float), fmt="none",
+                        ecolor=colors.get(key, "#555555"), alpha=0.45, elinewidth=1, capsize=2, zorder=2)
         ax.scatter(part["decode_tokens_per_s"].astype(float), part[score].astype(float),
                    s=[to_size(v) for v in mem.loc[part.index]], color=colors.get(key, "#1f77b4"),
                    marker=markers.get(key, "o"), alpha=0.7, label=key, zorder=3,
@@ -305,20 +349,25 @@ def plot_throughput(table: pd.DataFrame, score: str | None = None) -> Figure:
         ax.set_xscale("log")
         style.log_ticks(ax, speeds)
     ax.set_xlabel(style.AXIS_LABELS["decode_tokens_per_s"] + (", log scale" if ax.get_xscale() == "log" else ""))
-    ax.set_ylabel(style.score_label(table, score))
+    ax.set_ylabel(style.wrap_text(style.score_label(table, score), 48))
     ax.grid(color="#e5e5e5", linewidth=0.6)
-    measure = rows["peak_memory_measure"].dropna().astype(str).unique() if "peak_memory_measure" in rows else []
-    what = {"cuda_max_memory_allocated": "GPU allocated", "process_peak_rss": "process RSS"}
-    mem_title = "peak memory\n(marker size, MiB" + (",\n" + "/".join(what.get(m, m) for m in measure)
-                                                    if len(measure) else "") + ")"
+    sized = measure[mem.notna()].dropna().astype(str).unique()
+    what = {"cuda_max_memory_allocated": "GPU allocated"}
+    mem_title = "peak memory\n(marker size, MiB" + (",\n" + "/".join(what.get(m, m) for m in sized)
+                                                    if len(sized) else "") + ")"
     style.legends_outside(ax, group, (mem.dropna().to_numpy(), to_size, mem_title, lambda v: f"{v:,.0f}")
                      if mem.notna().any() else None)
     style.pad_y(ax)
+    style.draw_chance(ax, style.chance_value(rows, score))
     ax.margins(x=0.08)
     devices = rows["decode_device"].dropna().astype(str).unique() if "decode_device" in rows else []
     sub = "batch 1, greedy decode" + (f" on {', '.join(devices)}" if len(devices) else "")
-    if "process_peak_rss" in list(measure):
-        sub += "; process RSS includes everything the process held: compare within one command only"
+    if cumulative.any():
+        sub += ("; " + ("marker size: peak GPU memory where measured; " if mem.notna().any() else "")
+                + f"peak memory of {int(cumulative.sum())} CPU run(s) left out (same-size markers): on a CPU it is "
+                "the process's peak RSS, which grows over every job one process ran, so it would show job order, "
+                "not the model")
+    sub += "\n" + "; ".join(t for t in (style.errorbar_note(rows, score), style.chance_note(rows, score)) if t)
     if diffusion.any():
         samplers = rows.loc[diffusion, "decode_sampler"].dropna().astype(str).unique() if "decode_sampler" in rows else []
         sub += ("; ringed: masked diffusion, parallel decoding" + (f" ({'; '.join(samplers)})" if len(samplers) else "")
@@ -328,6 +377,7 @@ def plot_throughput(table: pd.DataFrame, score: str | None = None) -> Figure:
         style.settle_layout(fig)
         style.label_points(ax, speeds.to_numpy(), rows[score].astype(float).to_numpy(), labels.tolist(),
                       [to_size(v) for v in mem.loc[rows.index]])
+    fig.slm_memory_left_out = int(cumulative.sum())
     return fig
 
 
@@ -389,8 +439,7 @@ def plot_heatmap(table: pd.DataFrame, tasks: list[str] | None = None, score: str
     """Runs (configurations, seeds pooled) x tasks. Colour: rank within each task (1 = best on that task,
     0 = worst), so tasks on different scales and directions share one colour bar; each cell shows the value."""
     rows = style.completed_runs(table)
-    columns = [f"score_{t}" for t in (tasks or task_names(rows))]
-    columns += [c for c in rows.columns if c.startswith("avg_") and rows[c].notna().any() and not tasks]
+    columns = style.score_columns_to_show(rows, tasks)
     note = ""
     if not columns:
         columns = [c for c in ("val_nll", "val_ppl") if c in rows and rows[c].notna().any()]
@@ -398,14 +447,17 @@ def plot_heatmap(table: pd.DataFrame, tasks: list[str] | None = None, score: str
         if not columns:
             return style.placeholder("Per-task heatmap", "no lm-eval scores and no validation NLL in the results")
     order_by, _ = style.choose_score(rows, score)
-    frames = []
+    frames, errors, chance = [], [], {}
     for column in columns:
         units, _, _ = units_of(rows, column)
         if len(units):
             frames.append(units.set_index("label")["value"].rename(column))
+            errors.append(units.set_index("label")["se"].rename(column))
+            chance[column] = style.chance_value(rows, column)
     if not frames:
         return style.placeholder("Per-task heatmap", "no completed run has a score")
     grid = pd.concat(frames, axis=1)
+    spread = pd.concat(errors, axis=1).reindex(grid.index)
     if order_by in grid:
         grid = grid.sort_values(order_by, ascending=not higher_is_better(table, order_by), na_position="last")
     if len(grid) > max_rows:
@@ -417,17 +469,27 @@ def plot_heatmap(table: pd.DataFrame, tasks: list[str] | None = None, score: str
         r = values.rank(ascending=higher_is_better(table, column), method="average")
         count = values.notna().sum()
         ranks[column] = (r - 1) / (count - 1) if count > 1 else 0.5
+    spread = spread.loc[grid.index]
     nr, nc = grid.shape
-    fig = style.new_figure(figsize=(max(6.0, 1.25 * nc + 4.0), 1.6 + 0.3 * nr), layout="constrained")
+    two_lines = bool(np.isfinite(spread.to_numpy(float)).any())
+    fig = style.new_figure(figsize=(max(6.0, 1.25 * nc + 4.0), 1.6 + (0.42 if two_lines else 0.3) * nr),
+                           layout="constrained")
     ax = fig.add_subplot()
     image = ax.imshow(ranks.to_numpy(float), aspect="auto", cmap="viridis", vmin=0, vmax=1)
+    near_cells = 0
     for i in range(nr):
         for j in range(nc):
             value = grid.iat[i, j]
             if np.isfinite(value):
                 shade = ranks.iat[i, j]
-                ax.text(j, i, style.cell_text(value), ha="center", va="center", fontsize=7.5,
-                        color="black" if np.isfinite(shade) and shade > 0.55 else "white")
+                se = spread.iat[i, j]
+                text = style.cell_text(value) + (f"\n±{style.cell_text(style.Z95 * se)}" if np.isfinite(se) else "")
+                level = chance[grid.columns[j]]
+                if level is not None and value - level <= style.Z95 * (se if np.isfinite(se) else 0.0):
+                    text += " °"
+                    near_cells += 1
+                ax.text(j, i, text, ha="center", va="center", fontsize=7.5 if not two_lines else 7,
+                        linespacing=1.0, color="black" if np.isfinite(shade) and shade > 0.55 else "white")
     ax.set_xticks(range(nc), [style.column_title(table, c) for c in grid],
                   fontsize=8.5, rotation=30, ha="left", rotation_mode="anchor")
     ax.set_yticks(range(nr), grid.index.tolist(), fontsize=8.5)
@@ -436,9 +498,12 @@ def plot_heatmap(table: pd.DataFrame, tasks: list[str] | None = None, score: str
     ax.tick_params(top=True, bottom=False, labeltop=True, labelbottom=False)
     ax.xaxis.set_label_position("top")
     bar = fig.colorbar(image, ax=ax, shrink=0.8, pad=0.02)
-    bar.set_label("rank within the task (1 = best, 0 = worst)")
-    style.set_title(fig, "Per-task scores" + (f" ({note})" if note else ""),
-           "cells: the task's headline value; colour: rank among the configurations on that task")
+    bar.set_label("rank within the task\n(1 = best, 0 = worst)")
+    sub = "cells: the task's headline value" + (" ± 95% interval (1.96 x stderr, where recorded)" if two_lines
+                                                 else "") + "; colour: rank among the configurations on that task"
+    if near_cells:
+        sub += f"\n°: within noise of the task's chance level ({near_cells} cell(s))"
+    style.set_title(fig, "Per-task scores" + (f" ({note})" if note else ""), style.wrap_text(sub, 90))
     return fig
 
 
@@ -462,7 +527,9 @@ def save(fig: Figure, out_dir: str | os.PathLike, name: str, formats=FORMATS) ->
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "slm"}):
         for fmt in formats:
             path = out_dir / f"{name}.{fmt}"
-            fig.savefig(path, dpi=style.DPI, format=fmt, metadata={"Date": None} if fmt == "svg" else None)
+            # bbox_inches="tight": legends and colour-bar labels outside the axes are kept, never clipped
+            fig.savefig(path, dpi=style.DPI, format=fmt, metadata={"Date": None} if fmt == "svg" else None,
+                        bbox_inches="tight", pad_inches=0.12)
             paths.append(path)
     return paths
 

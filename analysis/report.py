@@ -1,10 +1,14 @@
 """The study report: Markdown and HTML with the run table, tiers, threshold, best per family, Pareto frontier
-and the six plots.
+and the six plots, and what the noise allows: every score's uncertainty (95% intervals; a suite average's
+standard error propagated from its tasks', assuming independent tasks), multiple-choice scores against their
+chance level, no "best configuration" where the differences are within noise, and how far runs solved for a
+parameter budget landed from it.
 
     build_report("runs/cpu_default/results.parquet", "runs/cpu_default/report")   # -> .../report.html
 
 Layout of out_dir:
-  report.md, report.html     the same content; figures referenced relatively
+  report.md, report.html     the same content; report.md links the figures, report.html embeds them (PNG
+                             as data URIs, so the file is whole on its own; each links its SVG)
   figures/<plot>.png, .svg   the six plots (analysis.plots.draw_all)
 
 Every number in the report comes from the results table; statistics are computed by analysis.tiers and
@@ -13,6 +17,7 @@ analysis.thresholds and the method line of each says how it was decided.
 
 from __future__ import annotations
 
+import base64
 import html
 import math
 import os
@@ -21,9 +26,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.collect import ALL_STATUSES, load_results
+from analysis import plot_style as style
+from analysis.collect import ALL_STATUSES, average_members, load_results, single_task_average
 from analysis.plots import FILE_NAMES, TITLES, choose_score, draw_all, score_label
-from analysis.thresholds import best_per_family, find_threshold, pareto_frontier
+from analysis.thresholds import BEST_Z, best_per_family, find_threshold, pareto_frontier
 from analysis.tiers import describe_gap, find_tiers, run_labels
 
 FIGURES = "figures"
@@ -71,6 +77,21 @@ def html_table(frame: pd.DataFrame) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def _percent(value) -> str:
+    return "" if value is None or pd.isna(value) else f"{float(value):+.1%}"
+
+
+def budget_flags(table: pd.DataFrame) -> pd.Series:
+    """True for runs whose parameter count landed farther from their budget than their tolerance
+    (|budget_error| > budget_tolerance); False otherwise (no budget, or a tolerance of None: any distance)."""
+    if "budget_error" not in table:
+        return pd.Series(False, index=table.index)
+    error = pd.to_numeric(table["budget_error"], errors="coerce").abs()
+    tolerance = pd.to_numeric(table.get("budget_tolerance", pd.Series(index=table.index, dtype=float)),
+                              errors="coerce")
+    return (error.notna() & tolerance.notna() & (error > tolerance)).astype(bool)
+
+
 def run_table(table: pd.DataFrame, score: str | None) -> pd.DataFrame:
     """One line per run: label, status and the key numbers."""
     out = pd.DataFrame({"run": run_labels(table) if len(table) else []})
@@ -84,7 +105,118 @@ def run_table(table: pd.DataFrame, score: str | None) -> pd.DataFrame:
                          (score, score), ("decode_tokens_per_s", "decode tok/s")):
         if column and column in table and name not in out:
             out[name] = table[column].to_numpy()
+        if column == score and score and style.score_errors(table, score).notna().any():
+            out["± 95%"] = (style.Z95 * style.score_errors(table, score)).to_numpy()
+        if column == "train_flops" and "budget_error" in table and table["budget_error"].notna().any():
+            flags = budget_flags(table)
+            out["budget error"] = [_percent(e) + (" (outside ±" + f"{float(t):.0%})" if f else "")
+                                   for e, t, f in zip(table["budget_error"], table.get("budget_tolerance", pd.Series(index=table.index, dtype=float)), flags)]
     return out
+
+
+def uncertainty_lines(table: pd.DataFrame, score: str) -> list[str]:
+    """What the report's intervals are, for the chosen score (and a one-task average it stands in for)."""
+    lines = []
+    errors = style.score_errors(table, score)
+    if score.startswith("avg_") and errors.notna().any():
+        k = len(average_members(table, score) or [])
+        lines.append(f"Uncertainty: intervals are 95% (1.96 standard errors). The {score[len('avg_'):]} average's "
+                     f"standard error is propagated from its {k} tasks' as sqrt(sum of se_i^2) / {k}, which assumes "
+                     "the tasks' errors are independent; seeds add their spread where a configuration has several.")
+    elif errors.notna().any():
+        lines.append("Uncertainty: intervals are 95% (1.96 x lm-eval's standard error of the score over the task's "
+                     "documents); seeds add their spread where a configuration has several.")
+    elif score.startswith(("score_", "avg_")):
+        lines.append(f"Uncertainty: no standard error is recorded for {score}"
+                     + (" (a task of the average has none)" if score.startswith("avg_") else "")
+                     + "; only repeated seeds can show its noise, so differences below are not tested against it.")
+    for column in [c for c in table.columns if c.startswith("avg_") and single_task_average(table, c)]:
+        member = average_members(table, column)[0]
+        lines.append(f"The {column[len('avg_'):]} suite averages one task ({member}), so its average is not shown "
+                     f"apart from that task: it is the same number.")
+    return lines
+
+
+def chance_lines(table: pd.DataFrame) -> list[str]:
+    """One line per score with a chance level: the level, and the runs within noise of it."""
+    rows = style.completed_runs(table)
+    lines = []
+    labels = run_labels(rows) if len(rows) else pd.Series(dtype=object)
+    for column in style.score_columns_to_show(rows):
+        level = style.chance_value(rows, column)
+        if level is None:
+            continue
+        scored = pd.to_numeric(rows[column], errors="coerce").notna()
+        near = style.near_chance(rows, column) & scored
+        text = f"**{column}** ({style.short_name(column)}): chance {level:.3g}; "
+        if near.all():
+            text += f"every run ({int(scored.sum())}) is within noise of chance: these scores say nothing yet."
+        elif near.any():
+            text += (f"{int(near.sum())} of {int(scored.sum())} runs within noise of chance (score - chance <= "
+                     f"1.96 stderr): {', '.join(labels[near])}.")
+        else:
+            text += f"all {int(scored.sum())} runs are above chance beyond noise."
+        lines.append(text)
+    if lines:
+        lines.insert(0, "A multiple-choice accuracy is read against its chance level, the mean over its documents of "
+                        "1 / number of choices (the dotted line in the plots). A run within noise of it has not "
+                        "shown that it learned the task.")
+    return lines
+
+
+def budget_blocks(table: pd.DataFrame) -> list:
+    """The parameter-budget section: each budget-solved run's landing, and the runs outside tolerance."""
+    if "budget_error" not in table or not table["budget_error"].notna().any():
+        return []
+    rows = table[table["budget_error"].notna()]
+    flags = budget_flags(rows)
+    counted = rows["budget_count"].fillna("total") if "budget_count" in rows else pd.Series("total", rows.index)
+    params = [row.get(f"params_{c}") for (_, row), c in zip(rows.iterrows(), counted)]
+    frame = pd.DataFrame({"run": run_labels(table).loc[rows.index].to_numpy(),
+                          "budget": rows["param_budget"].to_numpy(), "counted": counted.to_numpy(),
+                          "params": params, "budget error": [_percent(e) for e in rows["budget_error"]],
+                          "tolerance": [("any" if pd.isna(t) else f"±{float(t):.0%}")
+                                        for t in rows.get("budget_tolerance", pd.Series(index=rows.index))],
+                          "outside": ["yes" if f else "" for f in flags]})
+    worst = rows["budget_error"].abs().idxmax()
+    if flags.any():
+        text = (f"**{int(flags.sum())} of {len(rows)} runs landed outside their budget tolerance** "
+                f"(model.budget_tolerance): {', '.join(frame.loc[flags.to_numpy(), 'run'])}. Their size differs "
+                "from the others' by more than the sweep meant it to: compare them with care.")
+    else:
+        text = (f"All {len(rows)} runs solved for a parameter budget landed within their tolerance (largest miss: "
+                f"{_percent(rows.at[worst, 'budget_error'])}, {run_labels(table).at[worst]}).")
+    legend = ("budget error = params / model.param_budget - 1 (params: the count the budget is for, "
+              "model.budget_count); tolerance: the run's model.budget_tolerance.")
+    return [legend, text, frame]
+
+
+def best_blocks(table: pd.DataFrame, score: str) -> list:
+    """The best-per-family section: a best configuration is named only where the noise allows it."""
+    best = best_per_family(table, score)
+    if best.empty:
+        return ["_(no completed run has a value of this score)_"]
+    shown = pd.DataFrame({
+        "family": best["family"],
+        "best configuration": [label if clear is not False else f"no clear best (highest: {label})"
+                               for label, clear in zip(best["label"], best["clear"])],
+        score: best[score], "± 95%": style.Z95 * pd.to_numeric(best["se"], errors="coerce"),
+        "configurations": best["n_configs"], "verdict": best["verdict"]})
+    for column in ("n_layers", "d_model", "params_active"):
+        if column in best:
+            shown[column] = best[column].to_numpy()
+    rule = (f"A configuration is named its family's best only when it beats each other configuration of the "
+            f"family by more than {BEST_Z:g} standard errors of the difference (z = difference / sqrt(se_a^2 + "
+            "se_b^2)); otherwise the family is listed with no clear best.")
+    lines = [rule]
+    tested = best[best["n_configs"] > 1]
+    if len(tested) and tested["clear"].isna().all():
+        lines.append(f"No uncertainty is known for {score} (no stderr, one seed): the values below are the highest "
+                     "per family, not tested against noise.")
+    elif len(tested) and not (tested["clear"] == True).any():
+        lines.append("No family has a configuration that beats its others beyond noise: no best configuration is "
+                     "claimed.")
+    return [*lines, shown]
 
 
 def sections(table: pd.DataFrame, results_path: str, score: str | None = None) -> list[tuple[str, list]]:
@@ -96,9 +228,13 @@ def sections(table: pd.DataFrame, results_path: str, score: str | None = None) -
     intro = [f"Results: `{results_path}` — {len(table)} runs ({status})."]
     if score:
         intro.append(f"Score used below: **{score}** ({score_label(table, score)})" + (f"; {note}." if note else "."))
+        intro += uncertainty_lines(table, score)
     else:
         intro.append(f"No score available: {note}.")
     out.append(("Summary", intro))
+    chance = chance_lines(table)
+    if chance:
+        out.append(("Scores against chance", chance))
 
     problems = table[table["status"] != "completed"] if "status" in table else table.iloc[0:0]
     if len(problems):
@@ -128,13 +264,17 @@ def sections(table: pd.DataFrame, results_path: str, score: str | None = None) -
         blocks.append(("figure", "threshold"))
         out.append(("Hidden-size threshold", blocks))
 
-        best = best_per_family(table, score)
-        if len(best):
-            best = best.drop(columns=[c for c in ("run",) if c in best])
-        out.append(("Best configuration per family", [best]))
+        out.append(("Best configuration per family", best_blocks(table, score)))
 
     out.append(("Depth against score", [("figure", "depth")]))
-    out.append(("Throughput against accuracy", [("figure", "throughput")]))
+    blocks = [("figure", "throughput")]
+    measure = table["peak_memory_measure"] if "peak_memory_measure" in table else pd.Series(dtype=object)
+    if measure.eq("process_peak_rss").any():
+        blocks.insert(0, "Peak memory is drawn (as marker size) only where it was measured per run: on a GPU, "
+                         "torch.cuda.max_memory_allocated after a reset. A CPU run's peak memory is its process's "
+                         "peak resident set size (ru_maxrss), which only grows over every job the process ran (a "
+                         "local sweep runs many), so it would show job order, not the model: it is left out.")
+    out.append(("Throughput against accuracy", blocks))
     front = pareto_frontier(table)
     blocks = []
     if len(front):
@@ -145,6 +285,9 @@ def sections(table: pd.DataFrame, results_path: str, score: str | None = None) -
     blocks.append(("figure", "pareto"))
     out.append(("NLL against training FLOPs", blocks))
     out.append(("Per-task scores", [("figure", "heatmap")]))
+    budget = budget_blocks(table)
+    if budget:
+        out.append(("Parameter budget", budget))
     runs = [run_table(table, score)]
     if "params_active" in table and (table["params_active"] != table["params_total"]).any():
         runs.insert(0, "Sizes are active parameters per token (a mixture of experts uses only its routed experts, "
@@ -173,11 +316,24 @@ def _markdown(title: str, parts: list, notes: dict, generated: str) -> str:
 _CSS = """body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-width:1100px;margin:2em auto;
 padding:0 1em;color:#222;line-height:1.45}table{border-collapse:collapse;margin:0.8em 0;font-size:0.88em}
 th,td{border:1px solid #ccc;padding:0.25em 0.55em;text-align:left}th{background:#f2f2f2}
-img{max-width:100%;border:1px solid #eee;margin:0.5em 0}code{background:#f4f4f4;padding:0 0.2em}
+img{max-width:100%;border:1px solid #eee;margin:0.5em 0}figure{margin:0.5em 0}code{background:#f4f4f4;padding:0 0.2em}
 .note{color:#666;font-size:0.9em}"""
 
 
-def _html(title: str, parts: list, notes: dict, generated: str) -> str:
+def _embedded(figures: Path, kind: str) -> str:
+    """The figure as an <img> the HTML file carries itself (PNG in a data URI), linking its SVG; a plain link
+    to the PNG when the file is not there."""
+    png = figures / f"{FILE_NAMES[kind]}.png"
+    alt = html.escape(TITLES[kind])
+    svg = f"{FIGURES}/{FILE_NAMES[kind]}.svg"
+    if not png.is_file():
+        return f"<img src='{FIGURES}/{FILE_NAMES[kind]}.png' alt='{alt}'>"
+    data = base64.b64encode(png.read_bytes()).decode("ascii")
+    return (f"<figure><img src='data:image/png;base64,{data}' alt='{alt}'>"
+            f"<figcaption class='note'>{alt} (<a href='{svg}'>SVG</a>)</figcaption></figure>")
+
+
+def _html(title: str, parts: list, notes: dict, generated: str, figures: Path | None = None) -> str:
     import re
 
     def inline(text: str) -> str:
@@ -194,7 +350,8 @@ def _html(title: str, parts: list, notes: dict, generated: str) -> str:
                 body.append(html_table(block))
             elif isinstance(block, tuple):
                 kind = block[1]
-                body.append(f"<img src='{FIGURES}/{FILE_NAMES[kind]}.svg' alt='{html.escape(TITLES[kind])}'>")
+                body.append(_embedded(figures, kind) if figures is not None else
+                            f"<img src='{FIGURES}/{FILE_NAMES[kind]}.png' alt='{html.escape(TITLES[kind])}'>")
                 if notes.get(kind):
                     body.append(f"<p class='note'>{html.escape(TITLES[kind])} not drawn: "
                                 f"{html.escape(notes[kind])}</p>")
@@ -223,5 +380,5 @@ def build_report(results_path: str | os.PathLike, out_dir: str | os.PathLike, sc
     generated = datetime.now(timezone.utc).isoformat(timespec="seconds")  # the same stamp in both files
     (out_dir / "report.md").write_text(_markdown(title, parts, notes, generated))
     path = out_dir / "report.html"
-    path.write_text(_html(title, parts, notes, generated))
+    path.write_text(_html(title, parts, notes, generated, out_dir / FIGURES))
     return path

@@ -173,23 +173,64 @@ def _confounds(rows: pd.DataFrame, axis: str, limit: float = 0.7) -> dict:
     return out
 
 
+BEST_Z = 1.96
+"""A configuration is called its family's best only when it beats every other one of the family by more
+than this many standard errors of the difference (95%, two-sided)."""
+
+
 def best_per_family(table: pd.DataFrame, score: str, by: str = "family", higher_is_better: bool | None = None,
-                    completed_only: bool = True) -> pd.DataFrame:
-    """The best configuration of each family (seeds pooled): family, label, score, se, n_seeds, and its
-    size and shape."""
+                    completed_only: bool = True, z: float = BEST_Z) -> pd.DataFrame:
+    """The best configuration of each family (seeds pooled), and whether that is a claim the noise allows.
+
+    Columns: family, label, score, se, n_seeds, n_configs (configurations of the family), runner_up (the other
+    configuration closest to the best in units of noise), z = (best - runner_up) / sqrt(se_best^2 +
+    se_runner_up^2), clear (True: z > `z` against every other configuration; False: some are within noise;
+    None: no uncertainty known, or the family has one configuration), within_noise (the configurations
+    within noise of the best, comma-separated), verdict (one line saying which), then the best's size and
+    shape. se is a configuration's standard error (lm-eval's stderr, an average's propagated one, or the
+    seed-to-seed spread; analysis.tiers.units_of)."""
+    columns = [by, "label", score, "se", "n_seeds", "n_configs", "runner_up", "z", "clear", "within_noise", "verdict"]
     if score not in table or by not in table:
-        return pd.DataFrame(columns=[by, "label", score])
+        return pd.DataFrame(columns=columns)
     hib = _higher_is_better(table, score) if higher_is_better is None else higher_is_better
     units, _, _ = units_of(table, score, completed_only=completed_only)
     if units.empty:
-        return pd.DataFrame(columns=[by, "label", score])
+        return pd.DataFrame(columns=columns)
     first = [r[0] for r in units["runs"]]
     extra = [c for c in (by, "n_layers", "d_model", "params_active", "train_flops", "run") if c in table]
     units = pd.concat([units.reset_index(drop=True), table.loc[first, extra].reset_index(drop=True)], axis=1)
     units = units.sort_values("value", ascending=not hib, kind="stable")
-    best = units.groupby(by, sort=False, dropna=False).head(1)
-    out = best[[by, "label", "value", "se", "n_seeds", *[c for c in extra if c != by]]].rename(columns={"value": score})
-    return out.reset_index(drop=True)
+    sign = 1.0 if hib else -1.0
+    rows = []
+    for family, group in units.groupby(by, sort=False, dropna=False):
+        best, others = group.iloc[0], group.iloc[1:]
+        row = {by: family, "label": best["label"], score: best["value"], "se": best["se"],
+               "n_seeds": best["n_seeds"], "n_configs": len(group), "runner_up": None, "z": None, "clear": None,
+               "within_noise": None, **{c: best[c] for c in extra if c != by}}
+        if others.empty:
+            row["verdict"] = "the family's only configuration: nothing to compare"
+        else:
+            se_best = float(best["se"]) if pd.notna(best["se"]) else math.nan
+            se_other = pd.to_numeric(others["se"], errors="coerce").to_numpy(float)
+            spread = np.sqrt(se_best ** 2 + se_other ** 2)
+            lead = sign * (float(best["value"]) - others["value"].to_numpy(float))
+            if not np.isfinite(spread).all() or (spread <= 0).any():
+                row["runner_up"] = others.iloc[0]["label"]
+                row["verdict"] = (f"highest value of {len(group)}, but no uncertainty is known (no stderr, one seed): "
+                                  "not tested against noise")
+            else:
+                zs = lead / spread
+                k = int(np.argmin(zs))
+                tied = others["label"][zs <= z].tolist()
+                row.update(runner_up=others.iloc[k]["label"], z=float(zs[k]), clear=not tied,
+                           within_noise=", ".join(tied) or None)
+                row["verdict"] = (f"beats the other {len(others)} beyond noise (closest: {others.iloc[k]['label']}, "
+                                  f"z = {zs[k]:.2f} > {z:g})" if not tied else
+                                  f"no clear best: {len(tied)} other configuration(s) within noise "
+                                  f"(closest: {others.iloc[k]['label']}, z = {zs[k]:.2f} <= {z:g})")
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    return out[columns + [c for c in extra if c != by]].reset_index(drop=True)
 
 
 def pareto_mask(x, y, lower_x: bool = True, lower_y: bool = True) -> np.ndarray:

@@ -30,8 +30,9 @@ A partition is real when both of these hold:
    or skewed, are split in <= ~5% of cases at alpha = 0.05.
 2. Noise (each gap against the runs' uncertainty), when any is known. Each unit's value is redrawn
    `n_boot` times: seeds resampled with replacement (where a configuration has several), each seed's
-   score redrawn from Normal(score, stderr) with lm-eval's standard error (a parametric bootstrap over
-   benchmark samples; result.json keeps no per-sample scores). Single-seed configurations get the
+   score redrawn from Normal(score, stderr) with lm-eval's standard error (for a suite average, the
+   propagated stderr_avg_<suite>, analysis.collect; a parametric bootstrap over benchmark samples;
+   result.json keeps no per-sample scores). Single-seed configurations get the
    pooled seed-to-seed spread of the configurations that have several. For each pair of adjacent tiers
    the separation probability is the share of redraws in which every unit of the upper tier still
    beats every unit of the lower one; required: >= 1 - alpha. With no stderr and no repeated seeds this
@@ -52,9 +53,9 @@ import numpy as np
 import pandas as pd
 
 from analysis.collect import (COUNT_COLUMNS, ID_COLUMNS, METRIC_COLUMNS, TAIL_COLUMNS, THROUGHPUT_COLUMNS,
-                              TRAINING_COLUMNS, higher_is_better as _higher_is_better)
+                              TRAINING_COLUMNS, higher_is_better as _higher_is_better, stderr_column)
 
-_OUTPUT_PREFIXES = ("score_", "stderr_", "metric_", "samples_", "avg_")
+_OUTPUT_PREFIXES = ("score_", "stderr_", "metric_", "samples_", "avg_", "chance_", "tasks_")
 _NON_CONFIG = set(ID_COLUMNS + COUNT_COLUMNS + METRIC_COLUMNS + TAIL_COLUMNS + THROUGHPUT_COLUMNS + TRAINING_COLUMNS
                   + ["params_total", "params_active", "params_embedding", "params_non_embedding", "flops_per_token",
                      "seed",
@@ -347,8 +348,8 @@ def units_of(table: pd.DataFrame, score: str, stderr: str | None = None, complet
     dropped = len(table) - len(rows)
     if dropped:
         notes.append(f"{dropped} run(s) without a value of {score} (or not completed) left out")
-    if stderr is None and score.startswith("score_") and f"stderr_{score[len('score_'):]}" in table:
-        stderr = f"stderr_{score[len('score_'):]}"
+    if stderr is None:
+        stderr = stderr_column(table, score)  # a task's lm-eval stderr, or an average's propagated one
     cols = config_columns(rows) if by_config else []
     labels = run_labels(rows, [c for c in LABEL_AXES if c != "seed" or not by_config], dedupe=not by_config)
     keys = rows[cols].map(str).agg("|".join, axis=1) if cols else pd.Series(rows.index.astype(str), index=rows.index)

@@ -15,7 +15,8 @@ import yaml
 
 from analysis import collect, load_results, save_results
 from analysis.cli import collect_main
-from analysis.collect import NOT_STARTED, lower_is_better
+from analysis.collect import lower_is_better
+from slm.runs.status import PENDING, STOPPED
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -110,17 +111,17 @@ def test_every_status_is_a_row_and_the_unreadable_file_is_named(sweep, caplog):
     assert not table["run"].str.contains("n_layers=2$").any()
     by_run = table.set_index(table["run"].str.split("/").str[-1])
     assert by_run.loc["model.d_model=128,model.n_layers=4", "status"] == "completed"
-    assert by_run.loc["model.d_model=64,model.n_layers=8", "status"] == "running"
+    assert by_run.loc["model.d_model=64,model.n_layers=8", "status"] == "stopped"  # recorded running, no process
     assert by_run.loc["model.d_model=32,model.n_layers=8", "status"] == "diverged"
     failed = by_run.loc["model.d_model=33,model.n_layers=8"]
     assert failed["status"] == "failed" and "not divisible" in failed["error"]
     assert failed["d_model"] == 33  # from the config when the model section is missing
-    assert by_run.loc["model.d_model=16,model.n_layers=16", "status"] == NOT_STARTED
+    assert by_run.loc["model.d_model=16,model.n_layers=16", "status"] == STOPPED
     # multirun.yaml asked for 4 x {64, 256} and 8 x {64, 256}: the two with d_model=256 never got a folder
-    missing = table[table["error"].fillna("").str.contains("multirun.yaml")]
+    missing = table[table["error"].fillna("").str.contains("no job folder")]
     assert sorted(missing["run"].str.split("/").str[-1]) == ["model.d_model=256,model.n_layers=4",
                                                              "model.d_model=256,model.n_layers=8"]
-    assert (missing["status"] == NOT_STARTED).all() and set(missing["d_model"]) == {256}
+    assert (missing["status"] == PENDING).all() and set(missing["d_model"]) == {256}
     assert len(table) == 8
 
 
@@ -247,3 +248,18 @@ def test_a_diffusion_bound_is_never_silently_an_nll(tmp_path):
     assert "NELBO" in score_label(table[table["family"] == "dllm"], "val_nll")
     fig = plot_pareto(table)
     assert "left off the frontier of exact NLLs" in fig.texts[-1].get_text() + "".join(t.get_text() for t in fig.texts)
+
+
+def test_the_jobs_a_sweep_listed_in_sweep_json_are_pending_rows(tmp_path):
+    """A sweep with keys made by slm_job_key's override list (not expandable from multirun.yaml) shows its
+    jobs not started from the sweep.json its sweeper wrote."""
+    root = tmp_path / "runs" / "g"
+    write(root / "model.d_model=64", make_record(d_model=64))
+    (root / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {"sweep": {
+        "subdir": "${slm_job_key:${hydra.overrides.task},${hydra.job.config.override_dirname.exclude_keys}}"}}}))
+    (root / "sweep.json").write_text(json.dumps({"jobs": {"model.d_model=64": ["model.d_model=64"],
+                                                          "model.d_model=128": ["model.d_model=128", "sweep=x"]}}))
+    table = collect(root)
+    pending = table[table["status"] == PENDING]
+    assert list(pending["run"].str.split("/").str[-1]) == ["model.d_model=128"] and list(pending["d_model"]) == [128]
+    assert len(table) == 2

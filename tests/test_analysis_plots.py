@@ -138,5 +138,8 @@ def test_throughput_plot_rings_diffusion_runs_and_names_their_sampler(tmp_path):
     fig = plot_throughput(table, "score_hellaswag")
     title = fig._suptitle.get_text() + " ".join(t.get_text() for t in fig.texts)
     assert "ringed: masked diffusion" in title and "blocks of 32" in title
-    edges = [tuple(float(v) for v in c[:3]) for coll in fig.axes[0].collections for c in coll.get_edgecolors()]
+    from matplotlib.collections import PathCollection
+
+    edges = [tuple(float(v) for v in c[:3]) for coll in fig.axes[0].collections if isinstance(coll, PathCollection)
+             for c in coll.get_edgecolors()]  # the markers (error bars are LineCollections)
     assert sorted(edges) == [(0.0, 0.0, 0.0), (1.0, 1.0, 1.0)]  # one ringed, one plain

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from html.parser import HTMLParser
 
 import pytest
@@ -42,12 +43,18 @@ def test_build_report_writes_markdown_html_and_six_figures(results, tmp_path):
     for heading in ("## Summary", "## Runs that did not complete", "## Tiers", "## Hidden-size threshold",
                     "## Best configuration per family", "## NLL against training FLOPs", "## All runs"):
         assert heading in md
-    assert "ValueError: bad width" in md and "running" in md       # unfinished runs are listed, not dropped
+    assert "ValueError: bad width" in md and "stopped" in md       # unfinished runs are listed, not dropped
     assert "2 tiers" in md or "3 tiers" in md
     assert "d_model >= 512 is better" in md
     parser = _Images()
     parser.feed(path.read_text())
-    assert sorted(parser.images) == sorted(f"figures/{FILE_NAMES[k]}.svg" for k in KINDS) and parser.tables >= 3
+    assert len(parser.images) == len(KINDS) and parser.tables >= 3
+    # embedded (the report is whole on its own), not linked: each <img> carries its PNG, in the figures' order
+    assert all(src.startswith("data:image/png;base64,") for src in parser.images)
+    for src, kind in zip(parser.images, KINDS):
+        png = (tmp_path / "report" / "figures" / f"{FILE_NAMES[kind]}.png").read_bytes()
+        assert base64.b64decode(src.split(",", 1)[1]) == png
+    assert "href='figures/tiers.svg'" in path.read_text()  # the vector version is linked beside it
 
 
 def test_cli_plot_and_report(results, tmp_path, capsys):

@@ -8,8 +8,10 @@
 This layer never writes the run record (slm.runs sits above it): `eval_section` turns a summary into
 the record's `eval` fields, merged with what an earlier evaluation left there:
   eval.lm_eval      scores {task: headline score}, metrics {task: "metric,filter"},
-                    details {task: every metric lm-eval reported, num_fewshot, samples, limit},
-                    averages {suite: mean headline score of its `average` tasks}, version,
+                    details {task: every metric lm-eval reported, num_fewshot, samples, limit, and for a
+                    multiple-choice task scored by argmax accuracy its `chance` level (chance_level)},
+                    averages {suite: mean headline score of its `average` tasks}, average_tasks {suite:
+                    those tasks}, version,
                     results_file, estimator (how log-likelihoods were computed: {"kind": "exact"}, or
                     for a diffusion model {"kind": "llada_mc_conditional_elbo", "mc_num", "seed"}; also
                     in each task's details); merged task by task, so offline and study7 scores coexist
@@ -18,7 +20,8 @@ lm-eval's results JSON goes to <path>/eval/results_<time>.json unless output_pat
 
 Tasks are resolved before the model is loaded: the offline tasks shipped in slm/eval/tasks need no index
 of lm-eval's own tasks (seconds saved); a task whose data must come from the Hugging Face hub fails
-here, at once, with one line when the hub is unreachable or HF_HUB_OFFLINE=1 (EvalError).
+here, at once, with one line when the hub is unreachable or HF_HUB_OFFLINE=1 (EvalError; the rule is
+slm.eval.hub_tasks: decided before lm-eval's index is built or `datasets` retries anything).
 """
 
 from __future__ import annotations
@@ -124,8 +127,14 @@ def task_manager(tasks: list[str], include_path: list[str]):
     (no scan of lm-eval's ~15k task files), else lm-eval's tasks plus ours plus `include_path`."""
     from lm_eval.tasks import TaskManager
 
+    from slm.eval import hub_tasks
+
     paths = [str(TASKS_DIR), *map(str, include_path)]
     local = TaskManager(include_path=paths, include_defaults=False)
+    try:  # a hub task while the hub is unreachable: one line now, not after lm-eval's index and datasets' retries
+        hub_tasks.check(tasks, local)
+    except ValueError as err:
+        raise EvalError(str(err)) from None
     if all(t in local.all_tasks for t in tasks):
         return local
     manager = TaskManager(include_path=paths)
@@ -236,7 +245,11 @@ def evaluate(path: str | os.PathLike, spec: EvalSpec, output_path: str | os.Path
             _write_atomic(out_file.with_name(out_file.stem + "_samples.jsonl"),
                           (json.dumps({"task": task, **doc}, default=handle_non_serializable, ensure_ascii=False)
                            + "\n" for task, docs in samples.items() for doc in docs))
-        summary = summarize(results, spec)
+        n_samples = results.get("n-samples", {})
+        chance = {name: level for obj in objects
+                  if (name := getattr(getattr(obj, "config", None), "task", None)) in spec.tasks
+                  and (level := chance_level(obj, (n_samples.get(name) or {}).get("effective"))) is not None}
+        summary = summarize(results, spec, chance)
         inside = out_file.resolve().is_relative_to(path.resolve())
         summary["results_file"] = os.path.relpath(out_file, path) if inside else str(out_file)
         summary["results"] = results  # everything lm-eval reported (printed by slm-eval, not recorded)
@@ -276,9 +289,27 @@ def _load_for_throughput(model_dir: Path, spec: EvalSpec):
     return load_model(model_dir, device, dtype).eval()
 
 
-def summarize(results: dict, spec: EvalSpec) -> dict:
+def chance_level(task, n_docs: int | None = None) -> float | None:
+    """Random-guess accuracy of a multiple-choice task that lm-eval scores by argmax (acc, acc_norm): the mean
+    over its first `n_docs` documents (all: None) of 1 / the number of choices. None for any other task
+    (perplexity, generation, or one with its own process_results such as truthfulqa_mc2, whose score is not
+    an argmax accuracy) and for a group (its subtasks are not at hand here)."""
+    import itertools
+
+    if getattr(task, "OUTPUT_TYPE", None) != "multiple_choice" or getattr(task.config, "process_results", None):
+        return None
+    try:
+        counts = [len(task.doc_to_choice(doc)) for doc in itertools.islice(task.eval_docs, n_docs)]
+    except Exception:  # noqa: BLE001 - a task whose choices cannot be listed simply has no chance line
+        return None
+    counts = [c for c in counts if c > 0]
+    return sum(1 / c for c in counts) / len(counts) if counts else None
+
+
+def summarize(results: dict, spec: EvalSpec, chance: dict[str, float] | None = None) -> dict:
     """eval.lm_eval fields from lm-eval's results: headline scores, details and suite averages for the
-    requested tasks and groups (not every subtask of a group: those stay in the results JSON)."""
+    requested tasks and groups (not every subtask of a group: those stay in the results JSON). `chance`:
+    {task: chance_level}, recorded in the task's details."""
     import lm_eval
 
     scores, metrics, details = {}, {}, {}
@@ -293,13 +324,16 @@ def summarize(results: dict, spec: EvalSpec) -> dict:
         details[task] = {**_clean({k: v for k, v in values.items() if k not in ("alias", "name")}),
                          "num_fewshot": results.get("n-shot", {}).get(task),
                          "samples": n_samples.get(task, {}).get("effective"), "limit": spec.limit,
-                         **({"estimator": estimator} if estimator is not None else {})}
-    averages = {}
+                         **({"estimator": estimator} if estimator is not None else {}),
+                         **({"chance": chance[task]} if task in (chance or {}) else {})}
+    averages, average_tasks = {}, {}
     for suite, tasks in spec.average.items():
         values = [scores.get(t) for t in tasks]
         if values and all(v is not None for v in values):
             averages[suite] = sum(values) / len(values)
+            average_tasks[suite] = list(tasks)
     return {"scores": scores, "metrics": metrics, "details": details, "averages": averages,
+            "average_tasks": average_tasks,
             "version": lm_eval.__version__, "limit": spec.limit,
             **({"estimator": estimator} if estimator is not None else {})}
 
@@ -310,7 +344,8 @@ def eval_section(summary: dict, previous: dict | None) -> dict:
     old = (previous or {}).get("lm_eval") or {}
     section = {}
     if "scores" in summary:
-        lm = {key: {**old.get(key, {}), **summary[key]} for key in ("scores", "metrics", "details", "averages")}
+        lm = {key: {**old.get(key, {}), **summary.get(key, {})}
+              for key in ("scores", "metrics", "details", "averages", "average_tasks")}
         lm.update(version=summary["version"], results_file=summary["results_file"],
                   evaluated_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
         if "estimator" in summary:

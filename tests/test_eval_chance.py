@@ -1,0 +1,56 @@
+"""The evaluation records what the report needs to read a score against noise: each multiple-choice task's
+chance level (the mean over its documents of 1 / number of choices) and the tasks a suite average holds."""
+
+from __future__ import annotations
+
+import pytest
+
+from slm.eval.run import EvalSpec, chance_level, eval_section, load_tasks, summarize, task_manager
+
+TASKS = ["slm_shakespeare_ppl", "slm_shakespeare_mc"]
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    objects = load_tasks(task_manager(TASKS, []), TASKS)
+    return {obj.config.task: obj for obj in objects}
+
+
+def test_chance_level_of_the_offline_tasks(tasks):
+    assert chance_level(tasks["slm_shakespeare_mc"]) == pytest.approx(0.25)  # the answer and 3 distractors
+    assert chance_level(tasks["slm_shakespeare_mc"], 5) == pytest.approx(0.25)
+    assert chance_level(tasks["slm_shakespeare_ppl"]) is None  # perplexity: no chance level
+
+
+def test_chance_level_is_the_mean_of_one_over_the_choices():
+    class Config:
+        process_results = None
+
+    class Task:
+        OUTPUT_TYPE, config, eval_docs = "multiple_choice", Config(), [2, 4, 4, 5]
+
+        def doc_to_choice(self, doc):
+            return ["x"] * doc
+
+    assert chance_level(Task()) == pytest.approx((1 / 2 + 1 / 4 + 1 / 4 + 1 / 5) / 4)
+    assert chance_level(Task(), 2) == pytest.approx((1 / 2 + 1 / 4) / 2)  # only the documents scored
+    custom = Task()
+    custom.config = type("C", (), {"process_results": lambda *a: {}})()
+    assert chance_level(custom) is None  # its own scoring (e.g. truthfulqa_mc2): not an argmax accuracy
+
+
+def test_summary_records_chance_and_the_averaged_tasks():
+    results = {"results": {"slm_shakespeare_mc": {"acc_norm,none": 0.3, "acc_norm_stderr,none": 0.02},
+                           "slm_shakespeare_ppl": {"bits_per_byte,none": 3.0}},
+               "n-samples": {"slm_shakespeare_mc": {"effective": 445}}, "config": {}}
+    spec = EvalSpec(tasks=TASKS, metrics={"slm_shakespeare_mc": "acc_norm,none",
+                                          "slm_shakespeare_ppl": "bits_per_byte,none"},
+                    average={"offline": ["slm_shakespeare_mc"]})
+    summary = summarize(results, spec, {"slm_shakespeare_mc": 0.25})
+    assert summary["details"]["slm_shakespeare_mc"]["chance"] == 0.25
+    assert "chance" not in summary["details"]["slm_shakespeare_ppl"]
+    assert summary["average_tasks"] == {"offline": ["slm_shakespeare_mc"]}
+    summary["results_file"] = "eval/r.json"
+    previous = {"lm_eval": {"scores": {"hellaswag": 0.3}, "average_tasks": {"study7": ["hellaswag"]}}}
+    section = eval_section(summary, previous)["lm_eval"]
+    assert section["average_tasks"] == {"study7": ["hellaswag"], "offline": ["slm_shakespeare_mc"]}
