@@ -8,6 +8,7 @@ Each case is (CLI, arguments, a fragment of the expected line). The CLIs run in 
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import sys
 from pathlib import Path
@@ -95,6 +96,7 @@ CASES = [
     ("slm-train", [*RUN, "model.param_budget=1e15"], "model.param_budget=1e+15 is out of reach"),
     ("slm-train", [*RUN, "model.param_budget=abc"], "model.param_budget='abc' is invalid"),
     ("slm-train", [*RUN, "model.d_model=65536", "model.n_layers=64"], "training needs at least"),
+    ("slm-train", [*RUN, "train.loggers=[csv,wandb]"], "the wandb package is not installed: pip install 'slm[wandb]'"),
     # data and tokenizer
     ("slm-train", [*RUN, "tokenizer.kind=bpe"], "unknown tokenizer 'bpe'"),
     ("slm-train", [*RUN, "data.sources.0.kind=ftp"], "unknown source kind 'ftp'"),
@@ -141,6 +143,8 @@ def workdir(tmp_path, monkeypatch):
 def test_bad_input_is_one_line_exit_2_and_changes_nothing(workdir, capsys, prog, argv, fragment):
     if "accelerator=gpu" in " ".join(argv) and torch.cuda.is_available():
         pytest.skip("a GPU is visible")
+    if "wandb" in " ".join(argv) and importlib.util.find_spec("wandb") is not None:
+        pytest.skip("wandb is installed")
     argv = [a.replace("{tmp}", str(workdir)) for a in argv]
     before = snapshot(workdir)
     with pytest.raises(SystemExit) as exit_:

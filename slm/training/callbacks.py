@@ -1,5 +1,6 @@
 """Callbacks: throughput and MFU, the per-step training log used for exact loss curves, the CSV log's rows
-kept across a resume, and the checkpoint taken on a Slurm preemption signal."""
+kept across a resume, the checkpoint taken on a Slurm preemption signal or a stop signal (Ctrl-C, SIGTERM), and
+the step checkpoints kept on request (train.keep_every, train.keep_steps)."""
 
 from __future__ import annotations
 
@@ -158,55 +159,128 @@ class CSVHistory(L.Callback):
         writer.metrics_keys = keys
 
 
-class SignalCheckpoint(L.Callback):
-    """On a preemption signal, saves `path` after the current optimizer step, then passes the signal on.
+STOP_SIGNALS = ("INT", "TERM")
+"""Signals that stop a run at the next step boundary with a checkpoint: Ctrl-C, and kill / scancel / a container
+stop (SIGTERM)."""
 
-    Slurm sends the signal before a time limit (submitit's `--signal USR2@<delay>`) or on
-    `scancel --signal=USR2`; the signal is $SUBMITIT_PREEMPT_SIGNAL, USR2 by default. The handler only
-    notes it; at the next step boundary the full training state is written (atomically, to the file that
-    ModelCheckpoint keeps as last.ckpt, so resuming is exact), and the handler that was installed before
-    this callback's runs: submitit's, which requeues the job and exits. Without one, training stops with
-    SystemExit(128 + signal); an ignored signal is only checkpointed. `step` is the step checkpointed on a signal (None if none came).
+
+def _signal_name(signum: int) -> str:
+    return signal.Signals(signum).name
+
+
+def _say(text: str) -> None:
+    """Write a line to stderr from a signal handler (os.write: no buffered stream to re-enter)."""
+    try:
+        os.write(2, (text + "\n").encode())
+    except OSError:
+        pass
+
+
+class SignalCheckpoint(L.Callback):
+    """On a preemption or stop signal, saves `path` after the current optimizer step, then stops or passes it on.
+
+    Preemption: Slurm sends the signal before a time limit (submitit's `--signal USR2@<delay>`) or on
+    `scancel --signal=USR2`; the signal is $SUBMITIT_PREEMPT_SIGNAL, USR2 by default. The handler only notes it;
+    at the next step boundary the full training state is written (atomically, to the file that ModelCheckpoint
+    keeps as last.ckpt, so resuming is exact), and the handler that was installed before this callback's runs:
+    submitit's, which requeues the job and exits. Without one, training stops with SystemExit(128 + signal); an
+    ignored signal is only checkpointed.
+
+    Stop (`stop_signals`, SIGINT and SIGTERM): the same checkpoint at the next step boundary, then training stops
+    with SystemExit(128 + signal) (130 for Ctrl-C, 143 for SIGTERM), whatever handler was there before (Lightning's
+    SIGTERM notice, submitit's bypass). A second stop signal while the step finishes stops at once, without a
+    checkpoint (SystemExit(128 + signal); the run resumes from its last one). A stop signal that is ignored when
+    training starts (a job started in the background by a script, nohup) stays ignored.
+
+    `step` is the step checkpointed on a signal (None if none came), `signal_name` the signal it came for;
+    `aborted` the name of a second stop signal that stopped the run without a checkpoint (else None).
     """
 
-    def __init__(self, path: Path, signal_name: str | None = None):
+    def __init__(self, path: Path, signal_name: str | None = None, stop_signals: tuple[str, ...] = STOP_SIGNALS):
         self.path = Path(path)
         self.signal_name = "SIG" + (signal_name or os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2"))
         self.signum = getattr(signal, self.signal_name)
+        self.stop_signums = [num for num in (getattr(signal, "SIG" + name) for name in stop_signals)
+                             if num != self.signum]
         self.step: int | None = None
-        self._pending = False
-        self._previous = None
-        self._installed = False
+        self.aborted: str | None = None
+        self._pending: list[int] = []
+        self._previous: dict[int, object] = {}
 
     def on_train_start(self, trainer, pl_module) -> None:
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(self.signum, self._note)
-            self._installed = True
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in (self.signum, *self.stop_signums):
+            if signum in self.stop_signums and signal.getsignal(signum) == signal.SIG_IGN:
+                continue
+            self._previous[signum] = signal.signal(signum, self._note)
 
     def _note(self, signum, frame) -> None:
-        self._pending = True
+        name = _signal_name(signum)
+        if signum in self.stop_signums:
+            if any(s in self.stop_signums for s in self._pending):  # the second one: stop now
+                self.aborted = name
+                _say(f"slm-train: {name} again: stopping now, without a checkpoint (the run resumes from its last "
+                     "one)")
+                raise SystemExit(128 + signum)
+            again = "Ctrl-C" if signum == signal.SIGINT else name
+            _say(f"slm-train: {name}: stopping after this step, with a checkpoint ({again} again stops at once, "
+                 "without one)")
+        if signum not in self._pending:
+            self._pending.append(signum)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if not self._pending:
             return
-        self._pending = False
-        self.step = trainer.global_step
+        pending, self._pending = self._pending, []
         trainer.save_checkpoint(self.path, weights_only=False)  # atomic: the trainer's AtomicCheckpointIO
-        previous = self._restore()
-        if callable(previous):
-            previous(self.signum, None)  # submitit: requeue this job, then sys.exit; if it returns, go on
-        elif previous != signal.SIG_IGN:
-            raise SystemExit(128 + self.signum)
+        self.step = trainer.global_step
+        stop = next((signum for signum in pending if signum in self.stop_signums), None)
+        if self.signum in pending:
+            self.signal_name = _signal_name(self.signum)
+            previous = self._restore(self.signum)
+            if callable(previous):
+                previous(self.signum, None)  # submitit: requeue this job, then sys.exit; if it returns, go on
+            elif previous != signal.SIG_IGN and stop is None:
+                raise SystemExit(128 + self.signum)
+        if stop is not None:
+            self.signal_name = _signal_name(stop)
+            self._restore()
+            raise SystemExit(128 + stop)
 
-    def _restore(self):
-        previous = self._previous
-        if self._installed:
-            signal.signal(self.signum, previous)
-            self._installed = False
+    def _restore(self, signum: int | None = None):
+        """Put back the handler(s) this callback replaced (`signum`'s, or all); the one of `signum` (else None)."""
+        previous = None
+        for num in [signum] if signum is not None else list(self._previous):
+            if num in self._previous:
+                previous = self._previous.pop(num)
+                if previous is not None:  # None: a handler not installed from Python, which cannot be put back
+                    signal.signal(num, previous)
         return previous
 
     def on_train_end(self, trainer, pl_module) -> None:
+        self._pending = []  # a signal after the last step: the run is finishing anyway
         self._restore()
 
     def on_exception(self, trainer, pl_module, exception) -> None:
         self._restore()
+
+
+class KeepCheckpoints(L.Callback):
+    """Saves the full training state of the steps `keeps(step)` names as `directory`/step-<N>.ckpt (atomically,
+    through the trainer's checkpoint IO), next to the rolling last.ckpt; nothing deletes them.
+
+    List it before SignalCheckpoint: a step that is both kept and interrupted is saved before the run stops (the
+    resumed run starts after that step and would not come back to it)."""
+
+    def __init__(self, directory: Path, keeps):
+        self.directory, self.keeps = Path(directory), keeps
+
+    @staticmethod
+    def name(step: int) -> str:
+        return f"step-{step}.ckpt"
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        step = trainer.global_step
+        if getattr(pl_module, "diverged", None) is None and self.keeps(step):
+            trainer.save_checkpoint(self.directory / self.name(step), weights_only=False)

@@ -35,9 +35,11 @@ class ResumeError(ValueError):
 
 
 def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
-    """torch.save(obj) to `path` atomically; the file it replaces is kept as previous.ckpt beside it."""
+    """torch.save(obj) to `path` atomically; when `path` is last.ckpt, the file it replaces is kept as
+    previous.ckpt beside it (a kept step-<N>.ckpt written again leaves previous.ckpt alone)."""
     path = Path(path)
-    atomic_write(path, lambda f: torch.save(obj, f), keep_previous=path.with_name(PREVIOUS), verb="saving")
+    keep = path.with_name(PREVIOUS) if path.name == LAST else None
+    atomic_write(path, lambda f: torch.save(obj, f), keep_previous=keep, verb="saving")
 
 
 def inspect_checkpoint(path: str | os.PathLike) -> tuple[int | None, str | None]:

@@ -79,8 +79,18 @@ class TrainConfig:
     """Validation batches (fixed windows of the held-out split)."""
     log_interval: int = 10
     """Send metrics to the loggers every this many steps."""
+    print_interval: int | None = None
+    """Without a progress bar (progress_bar false, or stdout not a terminal), print a progress line to stdout every
+    this many steps, and at the first and the last step of each session: step/max, loss, lr, tokens/s, MFU where
+    the device's peak is known, ETA (and one line per validation). None: about every 1% of the run
+    (max_steps // 100, at least 1); 0: no progress lines."""
     ckpt_interval: int = 200
     """Write last.ckpt every this many steps (and at the end)."""
+    keep_every: int | None = None
+    """Also keep the checkpoint of every this many steps as checkpoints/step-<N>.ckpt (full training state, written
+    atomically, never replaced nor deleted; train.init_from takes its path). None: none."""
+    keep_steps: list[int] = field(default_factory=list)
+    """Steps whose checkpoint is kept as checkpoints/step-<N>.ckpt (with keep_every's), e.g. [1000, 5000]."""
     loggers: list[str] = field(default_factory=lambda: ["csv"])
     """Any of csv, tensorboard, wandb."""
     accelerator: str = "auto"
@@ -89,13 +99,15 @@ class TrainConfig:
     peak_flops: float | None = None
     """Peak FLOP/s of one device for MFU; None looks the device up in slm.training.hardware."""
     progress_bar: bool = True
-    """Show Lightning's progress bar."""
+    """Show a progress bar (steps of max_steps, loss, tokens/s, ETA) when stdout is a terminal; when it is not (a
+    file, a pipe, a Slurm log), or when false, print_interval's progress lines instead."""
     detect_anomaly: bool = False
     """torch.autograd anomaly detection (slow; for debugging)."""
     init_from: str | None = None
-    """Start from the weights of this run directory (its model/) or checkpoint directory (config.json +
-    model.safetensors): weights only, every tensor's shape must match; a new optimizer and schedule. A resumed
-    run continues from its own checkpoint instead. None: random init."""
+    """Start from the weights of this run directory (its model/), checkpoint directory (config.json +
+    model.safetensors) or training checkpoint file (a run's checkpoints/step-<N>.ckpt or last.ckpt, read
+    weights-only): weights only, every tensor's shape must match; a new optimizer and schedule. A resumed run
+    continues from its own checkpoint instead. None: random init."""
     block_curriculum: BlockCurriculum | None = None
     """mdlm only: attention block per step, warm-up from `start` to the context, stable, optional decay to a
     compact block (slm.training.curriculum; fields start, growth, warmup_fraction, decay_fraction,
@@ -155,6 +167,15 @@ class TrainConfig:
             raise TrainConfigError(f"train.decay_fraction={self.decay_fraction!r} is invalid: must be in (0, 1]")
         if not 0 <= self.min_lr_ratio <= 1:
             raise TrainConfigError(f"train.min_lr_ratio={self.min_lr_ratio!r} is invalid: must be in [0, 1]")
+        if self.print_interval is not None and self.print_interval < 0:
+            raise TrainConfigError(f"train.print_interval={self.print_interval!r} is invalid: an integer >= 0 (0: no "
+                                   "progress lines), or null (about every 1% of the run)")
+        if self.keep_every is not None and self.keep_every <= 0:
+            raise TrainConfigError(f"train.keep_every={self.keep_every!r} is invalid: a positive number of steps, or "
+                                   "null (none)")
+        if any(step <= 0 for step in self.keep_steps):
+            raise TrainConfigError(f"train.keep_steps={self.keep_steps!r} is invalid: positive step numbers, e.g. "
+                                   "[1000, 5000]")
         for name in ("epochs", "windows_per_epoch", "eval_windows"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -214,10 +235,33 @@ class TrainConfig:
         return steps
 
     def check_length(self, max_steps: int) -> None:
-        """Settings that only make sense against the run's length (a warmup longer than the run)."""
+        """Settings that only make sense against the run's length (a warmup longer than the run, a checkpoint kept
+        at a step the run never reaches)."""
         if self.warmup_steps is not None and self.warmup_steps > max_steps:
             raise TrainConfigError(f"train.warmup_steps={self.warmup_steps} is invalid: longer than the run "
                                    f"({max_steps} steps)")
+        beyond = [step for step in self.keep_steps if step > max_steps]
+        if beyond:
+            raise TrainConfigError(f"train.keep_steps has {beyond[0]}: beyond the end of the run ({max_steps} steps)")
+
+    def print_every(self, max_steps: int) -> int:
+        """Steps between progress lines: print_interval, or about 1% of the run when it is None (0: none)."""
+        if self.print_interval is not None:
+            return self.print_interval
+        return max(1, max_steps // 100)
+
+    def keeps(self, step: int) -> bool:
+        """Whether the checkpoint of optimizer step `step` is kept as checkpoints/step-<step>.ckpt."""
+        return step in self.keep_steps or (self.keep_every is not None and step > 0 and step % self.keep_every == 0)
+
+    def check_loggers(self) -> None:
+        """Refuse a logger whose package is not installed (before any data is prepared; Lightning would fail
+        after it, with a traceback)."""
+        import importlib.util
+
+        if "wandb" in self.loggers and importlib.util.find_spec("wandb") is None:
+            raise TrainConfigError("train.loggers has wandb, but the wandb package is not installed: "
+                                   "pip install 'slm[wandb]' (or leave wandb out of train.loggers)")
 
     def check_accelerator(self) -> None:
         """Refuse an accelerator this machine does not have (Lightning would fail later, with a traceback)."""

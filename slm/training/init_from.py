@@ -1,7 +1,11 @@
 """`train.init_from`: start a run from another run's weights (e.g. an AR model converted to masked diffusion).
 
 Weights only: the optimizer, the schedule and the data position start afresh. The source is a run directory
-(its `model/`) or an slm checkpoint directory (`config.json` + `model.safetensors`). Every tensor is checked
+(its `model/`), an slm checkpoint directory (`config.json` + `model.safetensors`), or a training checkpoint file
+slm-train wrote (`<run>/checkpoints/step-<N>.ckpt`, kept by train.keep_every / keep_steps, or last.ckpt): its
+records are CRC-checked and it is read weights-only (torch's restricted unpickler: no code in the file runs), the
+model's tensors taken from its state dict and its config and tokenizer fingerprint from what the run stored beside
+them (`slm_meta`). Every tensor is checked
 against the model being built before anything is written: the same names and the same shapes, and tied
 weights tied in both. Config fields that change no shape may differ (causal -> bidirectional,
 attention_block, mask_token_id, dropout, ...). The source's tokenizer, when its directory has one, must give
@@ -33,26 +37,69 @@ class InitFromError(ValueError):
     """train.init_from names weights this model cannot start from; the message says which and why."""
 
 
+CHECKPOINT_SUFFIX = ".ckpt"
+MODEL_PREFIX = "model."
+"""LanguageModelModule's state-dict prefix of the network's tensors in a training checkpoint."""
+
+
 @dataclass
 class InitSource:
     """Where the weights come from."""
 
     given: str
     """train.init_from as written."""
-    model_dir: Path
-    """The checkpoint directory (absolute): config.json + model.safetensors."""
+    model_dir: Path | None
+    """The checkpoint directory (absolute): config.json + model.safetensors; None for a training checkpoint file."""
     run_dir: Path | None
-    """The run directory when `given` named one (model_dir = run_dir / model), else None."""
+    """The run directory when `given` named one (model_dir = run_dir / model), or the run that wrote the training
+    checkpoint file (<run>/checkpoints/<file>, when it has a result.json); else None."""
+    checkpoint: Path | None = None
+    """The training checkpoint file (absolute) when `given` named one, else None."""
 
     @property
     def weights(self) -> Path:
-        return self.model_dir / WEIGHTS_FILE
+        return self.checkpoint if self.checkpoint is not None else self.model_dir / WEIGHTS_FILE
+
+    def _checkpoint(self) -> dict:
+        return torch.load(self.checkpoint, map_location="cpu", weights_only=True, mmap=True)
+
+    def step(self) -> int | None:
+        """The optimizer step of a training checkpoint file (None for a model directory)."""
+        return self._checkpoint()["global_step"] if self.checkpoint is not None else None
+
+    def meta(self) -> dict:
+        """What the run stored beside the weights of a training checkpoint file (slm_meta: model_config,
+        tokenizer); {} for a model directory or a checkpoint written before slm stored it."""
+        return dict(self._checkpoint().get("slm_meta") or {}) if self.checkpoint is not None else {}
 
     def config(self) -> dict:
-        return json.loads((self.model_dir / CONFIG_FILE).read_text())
+        if self.checkpoint is None:
+            return json.loads((self.model_dir / CONFIG_FILE).read_text())
+        return dict(self.meta().get("model_config") or {})  # {}: a checkpoint written before slm stored it
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """The model's tensors by state-dict name, each shared tensor once (tied weights: the first name)."""
+        if self.checkpoint is None:
+            from safetensors.torch import load_file
+
+            return load_file(str(self.weights))
+        seen, out = set(), {}
+        for name, tensor in self._checkpoint()["state_dict"].items():
+            if not name.startswith(MODEL_PREFIX):
+                continue
+            key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape),
+                   tuple(tensor.stride()))
+            if key in seen:  # the same tensor under a second name (a tied head)
+                continue
+            seen.add(key)
+            out[name.removeprefix(MODEL_PREFIX)] = tensor
+        return out
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
-        """Tensor name -> shape, read from the safetensors header (no tensor is loaded)."""
+        """Tensor name -> shape, read from the safetensors header (no tensor is loaded) or the checkpoint's state
+        dict (memory-mapped)."""
+        if self.checkpoint is not None:
+            return {name: tuple(t.shape) for name, t in self.tensors().items()}
         from safetensors import safe_open
 
         with safe_open(str(self.weights), framework="pt") as f:
@@ -66,10 +113,28 @@ class InitSource:
         return digest.hexdigest()
 
 
+def _checkpoint_source(given: str, where: Path) -> InitSource:
+    """A training checkpoint file slm-train wrote, checked (CRC, weights-only load, a state dict of a model)."""
+    from slm.training.checkpoints import inspect_checkpoint
+
+    _, problem = inspect_checkpoint(where)
+    if problem is not None:
+        raise InitFromError(f"train.init_from={given}: {problem}")
+    run_dir = where.parent.parent if (where.parent.parent / "result.json").is_file() else None
+    source = InitSource(given, None, run_dir, where)
+    if not source.tensors():
+        raise InitFromError(f"train.init_from={given}: the checkpoint holds no model tensors ({MODEL_PREFIX}*): not "
+                            "a checkpoint slm-train wrote")
+    return source
+
+
 def find_source(path: str | os.PathLike) -> InitSource:
-    """The checkpoint directory of a run directory (`<run>/model`) or of a checkpoint directory itself."""
+    """The checkpoint directory of a run directory (`<run>/model`) or of a checkpoint directory itself, or a
+    training checkpoint file (`<run>/checkpoints/step-<N>.ckpt`)."""
     given = str(path)
     where = Path(path).expanduser().absolute()
+    if where.suffix == CHECKPOINT_SUFFIX and where.is_file():
+        return _checkpoint_source(given, where)
     try:
         model_dir = resolve_model_dir(where)
     except FileNotFoundError as err:
@@ -83,20 +148,30 @@ def find_source(path: str | os.PathLike) -> InitSource:
     return InitSource(given, model_dir, where if model_dir != where else None)
 
 
+def tokenizer_meta(tokenizer) -> dict:
+    """What a training checkpoint stores of its run's tokenizer (slm_meta.tokenizer), for check_tokenizer."""
+    return {"name": tokenizer.name, "ids": tokenizer.vocab_size - (tokenizer.mask_id is not None),
+            "fingerprint": tokenizer.fingerprint()}
+
+
 def check_tokenizer(source: InitSource, tokenizer) -> None:
-    """Refuse a source trained with other token ids than `tokenizer` (skipped when the source directory holds
-    no slm tokenizer, e.g. an imported checkpoint). A mask token is not part of the comparison."""
+    """Refuse a source trained with other token ids than `tokenizer` (skipped when the source holds no slm
+    tokenizer, e.g. an imported checkpoint). A mask token is not part of the comparison."""
     from slm.data.tokenizers import META_FILE, load_tokenizer
 
-    if not (source.model_dir / META_FILE).is_file():
-        return
-    theirs = load_tokenizer(source.model_dir)
-    if theirs.fingerprint() != tokenizer.fingerprint():
-        def describe(tok) -> str:
-            return f"{tok.name}, {tok.vocab_size - (tok.mask_id is not None)} ids"
+    ours = tokenizer_meta(tokenizer)
+    theirs = source.meta().get("tokenizer")
+    if theirs is None:
+        directory = source.model_dir or (source.run_dir / "model" if source.run_dir is not None else None)
+        if directory is None or not (directory / META_FILE).is_file():
+            return
+        theirs = tokenizer_meta(load_tokenizer(directory))
+    if theirs.get("fingerprint") != ours["fingerprint"]:
+        def describe(meta: dict) -> str:
+            return f"{meta.get('name')}, {meta.get('ids')} ids"
 
         raise InitFromError(f"train.init_from={source.given}: the source was trained with another tokenizer "
-                            f"({describe(theirs)}) than this run ({describe(tokenizer)}); the same ids must mean the "
+                            f"({describe(theirs)}) than this run ({describe(ours)}); the same ids must mean the "
                             "same tokens: use the source's tokenizer settings")
 
 
@@ -140,10 +215,8 @@ def check_shapes(source: InitSource, model: nn.Module, mask_token_id: int | None
 
 def load_weights(model: nn.Module, source: InitSource, mask_token_id: int | None = None) -> None:
     """Check, then copy the source's tensors into `model` (tied tensors are filled through either name)."""
-    from safetensors.torch import load_file
-
     check_shapes(source, model, mask_token_id)
-    tensors = load_file(str(source.weights))
+    tensors = source.tensors()
     params = model.state_dict(keep_vars=True)
     with torch.no_grad():
         for name, value in tensors.items():

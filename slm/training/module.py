@@ -38,8 +38,10 @@ class LanguageModelModule(L.LightningModule):
     checkpointed) for the run record: `routing_load()`.
     """
 
-    def __init__(self, model_cfg: ModelConfig, train_cfg: TrainConfig, max_steps: int, tokens_per_step: int):
+    def __init__(self, model_cfg: ModelConfig, train_cfg: TrainConfig, max_steps: int, tokens_per_step: int,
+                 checkpoint_meta: dict | None = None):
         super().__init__()
+        self.checkpoint_meta = dict(checkpoint_meta or {})  # written into every checkpoint as slm_meta (below)
         self.model = build_model(model_cfg)
         self.train_cfg = train_cfg
         self.objective = OBJECTIVES.get(train_cfg.objective)()
@@ -87,7 +89,7 @@ class LanguageModelModule(L.LightningModule):
             return None  # no backward, no update
         self.last_train_loss = value
         self.last_lr = self.trainer.optimizers[0].param_groups[0]["lr"]
-        self.log("train/loss", loss.detach(), prog_bar=True)
+        self.log("train/loss", loss.detach())  # not prog_bar: Lightning would read it back every step
         self.log("train/lr", self.last_lr)
         self.log("train/tokens", float((self.global_step + 1) * self.tokens_per_step))
         if block is not None:
@@ -155,7 +157,7 @@ class LanguageModelModule(L.LightningModule):
         if self.train_cfg.restore_best and (self.best is None or nll < self.best["val_nll"]):
             self.best = dict(self.val_metrics)
             self.best_state = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
-        self.log("val/nll", nll, prog_bar=True)
+        self.log("val/nll", nll)
         self.log("val/ppl", self.val_metrics["val_ppl"])
         block = self.attention_block(self.global_step - 1)
         if block is not None:
@@ -182,6 +184,9 @@ class LanguageModelModule(L.LightningModule):
         checkpoint["slm_last_train_loss"] = self.last_train_loss
         checkpoint["slm_best"] = {"metrics": self.best, "state": self.best_state}
         checkpoint["slm_routing_load"] = (self._load_sum, self._load_steps)
+        # what train.init_from needs to start another run from this file (slm.training.init_from): the model's
+        # config, and whatever the job adds (the tokenizer's fingerprint)
+        checkpoint["slm_meta"] = {"model_config": self.model.cfg.to_dict(), **self.checkpoint_meta}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         state = checkpoint.get("slm_rng")
