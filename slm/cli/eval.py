@@ -10,7 +10,8 @@ comma separated; a task's headline score is the metric the suites name for it (e
 The other flags mirror `lm_eval run`: num_fewshot, batch_size, limit, output_path (a directory, or a
 .json file), include_path, device, gen_kwargs, seed, log_samples; plus dtype, the throughput switches
 (--no_throughput, --compile), --no_record, and --model_args for the `slm` lm-eval model (e.g.
-tokenizer=<dir>, max_length=512, prefix_sharing=False).
+tokenizer=<dir>, tokenizer=gpt2 (the shipped GPT-2 BPE), max_length=512, prefix_sharing=False; a path
+there may hold commas, see slm.eval.lm_args).
 
 Bad input is one line on stderr, `slm-eval: error: <what, naming the file>`, and exit code 2 (a traceback
 only with HYDRA_FULL_ERROR=1): no such run, unknown task, a hub task while offline; a config.json that is not
@@ -19,8 +20,8 @@ pickle); a model too large for the memory available (checked from its parameter 
 allocated); a disk that is full when a results file is written (each is written atomically, so what was
 there is kept). A result.json that cannot be read or written is reported after the scoring ran: lm-eval's
 results file holds the scores, result.json is left untouched, and the exit code is still 2.
-lm-eval's own CLI can run the `slm` model too: `python -m slm.eval run --model slm
---model_args pretrained=<run> --tasks slm_offline` (see slm/eval/__main__.py).
+lm-eval's own CLI can run the `slm` model too: `slm-lm-eval --model slm --model_args pretrained=<run>
+--tasks slm_offline` (or `python -m slm.eval run ...`; see slm/cli/lm_eval.py).
 """
 
 from __future__ import annotations
@@ -62,6 +63,20 @@ def _key_values(items: list[str] | None, what: str) -> dict:
     return out
 
 
+def _model_args(items: list[str] | None) -> dict:
+    """--model_args: key=value pairs (comma or space separated) whose path values may hold commas
+    (slm.eval.lm_args)."""
+    from slm.eval.lm_args import parse_model_args
+
+    out = {}
+    for item in items or []:
+        try:
+            out.update(parse_model_args(item))
+        except ValueError as err:
+            _fail(f"--model_args: {err}")
+    return out
+
+
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = _Parser(prog=PROG, description="Score an slm run or checkpoint with lm-evaluation-harness and merge "
                 "the scores into the run's result.json.")
@@ -98,14 +113,21 @@ def load_suite(name: str) -> dict | None:
     return yaml.safe_load(path.read_text()) if path.is_file() else None
 
 
+def suite_metrics() -> dict[str, str]:
+    """The headline metric of every task that a suite (conf/eval/*.yaml) names: the same in every suite."""
+    metrics: dict[str, str] = {}
+    for path in sorted(SUITES_DIR.glob("*.yaml")):
+        metrics.update((yaml.safe_load(path.read_text()) or {}).get("metrics") or {})
+    return metrics
+
+
 def build_spec(args: argparse.Namespace):
     """EvalSpec from the flags: suites expand into their tasks, metrics and average."""
     from slm.eval.run import EvalSpec, spec_from_config
 
     names = [piece for arg in args.tasks for piece in arg.split(",") if piece]
     spec = EvalSpec()
-    for path in sorted(SUITES_DIR.glob("*.yaml")):  # a task's headline metric is the same in every suite
-        spec.metrics.update((yaml.safe_load(path.read_text()) or {}).get("metrics") or {})
+    spec.metrics.update(suite_metrics())
     for name in names:
         node = load_suite(name)
         if node is None:
@@ -144,7 +166,7 @@ def build_spec(args: argparse.Namespace):
             _fail(f"--include_path {path}: no such directory")
     spec.include_path = list(args.include_path)
     spec.gen_kwargs = _key_values(args.gen_kwargs, "--gen_kwargs") or None
-    spec.model_args = _key_values(args.model_args, "--model_args")
+    spec.model_args = _model_args(args.model_args)
     spec.seed, spec.log_samples = args.seed, args.log_samples
     spec.throughput_compile = spec.throughput_compile or args.compile
     return spec
@@ -183,10 +205,13 @@ def _describe(err: BaseException) -> str:
     return " ".join(str(err).split()) or type(err).__name__
 
 
-def _record(run_dir: Path, summary: dict) -> None:
+def _record(run_dir: Path, summary: dict, prog: str = PROG) -> None:
     """Merge the summary into <run>/result.json; a record that cannot be read or written is left as it is
     and named in one line (exit 2), after the scores went to lm-eval's results file."""
     from slm.eval.run import eval_section
+
+    def _fail(message: str) -> None:
+        fail(prog, message)
 
     record_file = run_dir / RESULT_FILE
     saved = summary.get("results_file")
@@ -199,7 +224,7 @@ def _record(run_dir: Path, summary: dict) -> None:
             raise
         reason = str(err).removeprefix(f"{record_file}: ")
         _fail(f"{record_file} is unreadable: {reason}; it was left as it is and {kept}; repair or restore it, "
-              "then run slm-eval again")
+              f"then run {prog} again")
     try:
         update_record(run_dir, eval=eval_section(summary, record.get("eval")))
     except OSError as err:

@@ -5,7 +5,9 @@
 
 `pretrained` is a run directory (its `model/`) or a checkpoint directory (config.json, model.safetensors
 and the tokenizer files `slm-train` saves next to them); `tokenizer=<dir>` takes the tokenizer from
-elsewhere: an slm tokenizer directory or a Hugging Face one (tokenizer.json, ...).
+elsewhere: an slm tokenizer directory or a Hugging Face one (tokenizer.json, ...), or `tokenizer=gpt2`, the
+GPT-2 BPE shipped with slm. In a model_args string a path may hold commas (a run directory named after its
+job key): see slm.eval.lm_args for how it is kept whole.
 
 Requests are scored as lm-eval's `hf` model scores them (same tokenization through `TemplateLM`, same
 left truncation to `max_length`, same rolling windows), so the numbers agree with `hf` on the same
@@ -51,11 +53,17 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 HEAD_ROWS = 1 << 26  # logits computed at once: rows * vocab <= this (256 MiB in float32)
 
 
+SHIPPED_TOKENIZERS = ("gpt2",)
+"""Tokenizers that need no directory: `tokenizer=gpt2` is the GPT-2 BPE shipped with slm (eot 50256)."""
+
+
 def load_eval_tokenizer(directory: str | Path):
     """An slm tokenizer saved in `directory` (slm_tokenizer.json), else a Hugging Face tokenizer directory
-    (its eos_token, if any, is the end-of-text token)."""
-    from slm.data.tokenizers import HF_FILES, META_FILE, HFTokenizer, load_tokenizer
+    (its eos_token, if any, is the end-of-text token); `gpt2` (no such directory): the shipped GPT-2 BPE."""
+    from slm.data.tokenizers import HF_FILES, META_FILE, GPT2Tokenizer, HFTokenizer, load_tokenizer
 
+    if str(directory) in SHIPPED_TOKENIZERS and not Path(directory).is_dir():
+        return GPT2Tokenizer(eot=True)
     directory = Path(directory).expanduser()
     try:
         if (directory / META_FILE).is_file():
@@ -68,7 +76,7 @@ def load_eval_tokenizer(directory: str | Path):
         raise ValueError(f"{directory}: cannot load the tokenizer ({type(err).__name__}: {text}); restore its "
                          "files or pass tokenizer=<dir>") from None
     raise FileNotFoundError(f"{directory}: no tokenizer ({META_FILE} or Hugging Face tokenizer files); "
-                            "pass tokenizer=<dir>")
+                            "pass tokenizer=<dir> (or tokenizer=gpt2 for the GPT-2 BPE)")
 
 
 def resolve_device(device: str | None, dtype: str = "auto") -> tuple[torch.device, torch.dtype]:
@@ -105,6 +113,11 @@ class SLMLM(TemplateLM):
                  max_batch_size: int | None = None, **unused):
         super().__init__()
         diffusion_args = {k: unused.pop(k) for k in lm_diffusion.MODEL_ARGS if k in unused}
+        if unused and not Path(str(pretrained)).expanduser().exists():  # a path cut at a comma by lm-eval's CLI
+            raise FileNotFoundError(
+                f"{pretrained}: no such run or checkpoint directory; model_args {', '.join(sorted(unused))} may be "
+                f"the rest of a path with commas, which lm-eval's parser cuts: quote it (pretrained=\"<path>\") "
+                "or run slm-lm-eval / python -m slm.eval, which keep it whole")
         if unused:
             log.warning("slm model: ignoring unknown model_args %s", sorted(unused))
         self.model_dir = resolve_model_dir(pretrained)
@@ -165,7 +178,24 @@ class SLMLM(TemplateLM):
     def get_model_info(self) -> dict:
         return {"model_dir": str(self.model_dir), "model_family": self.cfg.family,
                 "model_num_parameters": self.model.num_params(), "model_dtype": str(self.dtype),
-                "tokenizer": self.tok.name}
+                "tokenizer": self.tok.name, "estimator": self.estimator}
+
+    @classmethod
+    def create_from_arg_string(cls, arg_string: str, additional_config: dict | None = None) -> SLMLM:
+        """`simple_evaluate(model="slm", model_args="pretrained=<path>,...")`: the path may hold commas
+        (slm.eval.lm_args); other values are converted as lm-eval converts them."""
+        from lm_eval.utils import handle_arg_string
+
+        from slm.eval.lm_args import parse_model_args
+
+        return cls.create_from_arg_obj(parse_model_args(arg_string, handle_arg_string), additional_config)
+
+    @classmethod
+    def create_from_arg_obj(cls, arg_dict: dict, additional_config: dict | None = None) -> SLMLM:
+        """As lm-eval's, except that a model_args value wins over the same key of `additional_config` (lm-eval's
+        --batch_size, --device, which its CLI always passes: batch size 1 by default) instead of a TypeError."""
+        extra = {k: v for k, v in (additional_config or {}).items() if v is not None and k not in arg_dict}
+        return cls(**arg_dict, **extra)
 
     def _choose_prefix_token(self) -> int:
         if self.tok.eot_id is not None:
