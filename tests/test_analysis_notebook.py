@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -19,16 +20,37 @@ def test_notebook_is_stored_with_outputs_cleared():
     assert code and all(not c.outputs and c.execution_count is None for c in code)
 
 
+def _train_logs(runs: Path) -> int:
+    """A train_log.jsonl (step, loss, lr per line, a line being written at the end) in the study's gpt2 runs."""
+    n = 0
+    for record in sorted((runs / "gpt2").glob("L*/result.json")):
+        lines = [json.dumps({"step": s, "loss": 4.0 / s ** 0.3, "lr": 1e-3}) for s in range(1, 61)]
+        (record.parent / "train_log.jsonl").write_text("\n".join(lines) + '\n{"step": 61, "lo')
+        n += 1
+    return n
+
+
 def test_notebook_executes(tmp_path, monkeypatch):
+    """Run as `make sweep` leaves things: the table at $SLM_RUNS/cpu_default/results.parquet (the notebook's
+    default), train_log.jsonl in the run directories."""
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     pytest.importorskip("ipykernel")
-    results = save_results(collect(study_runs(tmp_path / "runs")), tmp_path / "results.parquet")
-    monkeypatch.setenv("SLM_RESULTS", str(results))
+    runs = study_runs(tmp_path / "runs" / "cpu_default")
+    logged = _train_logs(runs)
+    save_results(collect(runs), runs / "results.parquet")
+    monkeypatch.delenv("SLM_RESULTS", raising=False)
+    monkeypatch.setenv("SLM_RUNS", str(tmp_path / "runs"))
     nb = nbformat.read(NOTEBOOK, as_version=4)
     nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
                             resources={"metadata": {"path": str(tmp_path)}}).execute()
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
-    assert sum("image/png" in o.get("data", {}) for o in outputs) >= 6
+    assert sum("image/png" in o.get("data", {}) for o in outputs) >= 7
     assert any("tiers" in "".join(o.get("text", "")) for o in outputs)
+    assert any(f"from {runs / 'results.parquet'}" in "".join(o.get("text", "")) for o in outputs)
+    # the loss curves: one figure, from the runs that have a log (not the failed or running ones' missing files)
+    (loss_cell,) = [c for c in nb.cells if c.get("id") == "loss_curves"]
+    texts = "".join(o.get("text", "") for o in loss_cell.outputs)
+    assert f"{logged} of " in texts and logged > 0
+    assert sum("image/png" in o.get("data", {}) for o in loss_cell.outputs) == 1

@@ -6,7 +6,8 @@
     slm-params model=moe                                    # 327,371,136 in total, 67,258,752 active per token
     slm-params model=titans_mac                             # 67,757,964; params_breakdown shows the memory's parts
 
-Counts come from the config alone (no model is allocated); see slm.model.counting.
+Without a model= override it counts slm-train's default model (debug). Counts come from the config alone (no
+model is allocated); see slm.model.counting.
 """
 
 from __future__ import annotations

@@ -1,13 +1,14 @@
-"""`slm-status <sweep dir>...`: the jobs of a sweep by status, with error lines and progress.
+"""`slm-status [run group or directory]...`: the jobs of a sweep by status, with error lines and progress.
 
-    slm-status runs/smoke
+    slm-status                      # every run group under $SLM_RUNS (default runs/), with its counts
+    slm-status smoke                # the run group runs/smoke (a name under $SLM_RUNS, or any path)
     slm-status runs/depth_width_gpt2_70m --json       # one JSON object per job, one per line
 
-Statuses (slm.runs.status): completed, failed and diverged as recorded in each result.json; running
-(a process holds the run's lock); stopped (started, nothing runs it now: killed, interrupted, or
-preempted and waiting for its requeue; the next attempt resumes it); pending (listed by the sweep, not
-started); unreadable (its result.json cannot be read or is not a record: the line says why). Progress
-is the last logged optimizer step over the run's max_steps.
+Statuses (slm.runs.status.STATES, the words slm-collect and the sweepers use too): completed, failed and
+diverged as recorded in each result.json; running (a process holds the run's lock); stopped (started,
+nothing runs it now: killed, interrupted, or preempted and waiting for its requeue; the next attempt
+resumes it); pending (a job of the sweep not started yet); unreadable (its result.json cannot be read or
+is not a record: the line says why). Progress is the last logged optimizer step over the run's max_steps.
 """
 
 from __future__ import annotations
@@ -19,9 +20,14 @@ import sys
 from pathlib import Path
 
 from slm.cli.config import fail
-from slm.runs.status import counts, sweep_states
+from slm.runs.status import STATES, counts, sweep_states
 
 PROG = "slm-status"
+
+
+def runs_root() -> Path:
+    """Where run groups live: $SLM_RUNS, default `runs` (as conf/config.yaml's hydra.run.dir)."""
+    return Path(os.environ.get("SLM_RUNS") or "runs")
 
 
 def _progress(state) -> str:
@@ -39,10 +45,15 @@ def _warn(message: str) -> None:
     print(f"{PROG}: warning: {message}", file=sys.stderr)
 
 
+def _tally(states) -> str:
+    tally = counts(states)
+    return f"{len(states)} jobs" + (": " + ", ".join(f"{n} {s}" for s, n in tally.items()) if states else "")
+
+
 def report(sweep_dir: Path) -> list[str]:
     states = sweep_states(sweep_dir, warn=_warn)
     tally = counts(states)
-    lines = [f"{sweep_dir}: {len(states)} jobs" + (": " + ", ".join(f"{n} {s}" for s, n in tally.items()) if states else "")]
+    lines = [f"{sweep_dir}: {_tally(states)}"]
     width = max([len(s.key) for s in states] + [3])
     current = None
     for state in states:
@@ -56,15 +67,61 @@ def report(sweep_dir: Path) -> list[str]:
     return lines
 
 
+def run_groups(root: Path) -> list[Path]:
+    """The run groups under root: its directories (not hidden), by name."""
+    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def overview(root: Path) -> list[str]:
+    """One line per run group under root with its job counts."""
+    groups = run_groups(root)
+    if not groups:
+        return [f"{root}: no run groups yet (slm-train writes {root}/<run_group>/<job key>/)"]
+    width = max(len(g.name) for g in groups)
+    lines = [f"{root}: {len(groups)} run group{'s' if len(groups) != 1 else ''}"]
+    for group in groups:
+        lines.append(f"  {group.name:{width}s}  {_tally(sweep_states(group, warn=_warn))}")
+    lines.append(f"details: {PROG} <run group>, e.g. {PROG} {groups[0].name}")
+    return lines
+
+
+def resolve(arg: str, root: Path) -> Path:
+    """A directory given as a path, else as the name of a run group under root; one line and exit 2 if neither."""
+    path = Path(arg).expanduser()
+    if path.is_dir():
+        return path
+    group = root / arg
+    if group.is_dir() and not Path(arg).is_absolute():
+        return group
+    known = [g.name for g in run_groups(root)] if root.is_dir() else []
+    where = f"; run groups under {root}: {', '.join(known)}" if known else \
+        f" ({root} has no run groups)" if root.is_dir() else f" ({root} does not exist; set SLM_RUNS)"
+    fail(PROG, f"{arg} is not a directory, nor a run group under {root}{where}")
+    raise AssertionError  # fail exits
+
+
 def run(argv: list[str]) -> None:
-    parser = _Parser(prog=PROG, description=__doc__.split("\n\n")[0])
-    parser.add_argument("dirs", nargs="+", type=Path, help="sweep directories (runs/<run_group>) or run directories")
-    parser.add_argument("--json", action="store_true", help="one JSON object per job instead of the table")
+    parser = _Parser(prog=PROG, description=__doc__.split("\n\n")[0],
+                     epilog="statuses: " + "; ".join(f"{s}: {d}" for s, d in STATES.items()))
+    parser.add_argument("dirs", nargs="*", help="run groups (a name under $SLM_RUNS, default runs/, or a path "
+                        "runs/<run_group>) or run directories; none: every run group with its counts")
+    parser.add_argument("--json", action="store_true", help="one JSON object per job (per run group without "
+                        "arguments) instead of the table")
     args = parser.parse_args(argv)
-    for d in args.dirs:
-        if not d.is_dir():
-            fail(PROG, f"{d} is not a directory (a sweep is runs/<run_group>, e.g. runs/smoke)")
-    for d in args.dirs:
+    root = runs_root()
+    if not args.dirs:
+        if not root.is_dir():
+            fail(PROG, f"{root}: no such directory: no runs yet, or set SLM_RUNS to where slm-train writes them")
+        if args.json:
+            for group in run_groups(root):
+                states = sweep_states(group, warn=_warn)
+                print(json.dumps({"group": group.name, "dir": str(group), "jobs": len(states),
+                                  "counts": counts(states)}))
+        else:
+            print("\n".join(overview(root)))
+        return
+    dirs = [resolve(d, root) for d in args.dirs]
+    for d in dirs:
         if args.json:
             for state in sweep_states(d, warn=_warn):
                 print(json.dumps({"sweep": str(d), **state.to_dict()}))
