@@ -38,7 +38,7 @@ def mix(tmp_path_factory):
 def _dm(prepared, seed=0, step=None, batch_size=16, context_length=64, val_batches=4, **kw):
     dm = SLMDataModule(prepared, batch_size=batch_size, context_length=context_length, seed=seed, val_batches=val_batches, **kw)
     if step is not None:
-        dm.trainer = SimpleNamespace(global_step=step, accumulate_grad_batches=1)
+        dm.trainer = SimpleNamespace(global_step=step, accumulate_grad_batches=1, global_rank=0, world_size=1)
     return dm
 
 
@@ -135,7 +135,7 @@ def test_mix_shares_match_weights(mix):
     total = steps * 16
     for name, weight in WEIGHTS.items():
         assert abs(counts[name] / total - weight) < 0.03, counts
-    dm.trainer = SimpleNamespace(global_step=steps, accumulate_grad_batches=1)
+    dm.trainer = SimpleNamespace(global_step=steps, accumulate_grad_batches=1, global_rank=0, world_size=1)
     assert dm.tokens_per_source() == {name: c * 64 for name, c in counts.items()}
     assert sum(dm.tokens_per_source().values()) == total * 64
 
@@ -143,13 +143,14 @@ def test_mix_shares_match_weights(mix):
 def test_tokens_per_source_follows_the_trainer_and_survives_resume(mix):
     dm = _dm(mix)
     assert dm.tokens_per_source() == dict.fromkeys(WEIGHTS, 0)
-    dm.trainer = SimpleNamespace(global_step=10, accumulate_grad_batches=2)
+    # batch_size is the global batch: accumulation splits it into micro-batches, it does not add batches
+    dm.trainer = SimpleNamespace(global_step=10, accumulate_grad_batches=2, global_rank=0, world_size=1)
     state = dm.state_dict()
-    assert state["batches"] == 20 and sum(state["tokens_per_source"].values()) == 20 * 16 * 64
+    assert state["batches"] == 10 and sum(state["tokens_per_source"].values()) == 10 * 16 * 64
     fresh = _dm(mix)
     fresh.load_state_dict(state)
     assert fresh.tokens_per_source() == state["tokens_per_source"]
-    assert torch.equal(next(iter(fresh.train_dataloader())), torch.from_numpy(dm.sampler.batch(20)))
+    assert torch.equal(next(iter(fresh.train_dataloader())), torch.from_numpy(dm.sampler.batch(10)))
 
 
 def test_validation_batches_are_fixed(mix):

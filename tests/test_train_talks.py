@@ -242,7 +242,8 @@ def test_a_stop_signal_checkpoints_at_the_step_boundary_and_a_second_stops_at_on
     from slm.training.callbacks import SignalCheckpoint
 
     saved = []
-    trainer = SimpleNamespace(global_step=7, save_checkpoint=lambda path, weights_only: saved.append(path))
+    trainer = SimpleNamespace(global_step=7, save_checkpoint=lambda path, weights_only: saved.append(path), world_size=1,
+                              accumulate_grad_batches=1)
     before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2)}
     cb = SignalCheckpoint(tmp_path / "last.ckpt")
     try:

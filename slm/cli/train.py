@@ -40,6 +40,7 @@ def hydra_main(cfg: DictConfig) -> dict:
 @reports_user_errors("slm-train")
 def single_run(cfg: DictConfig, run_dir: str) -> dict:
     from slm.runs.job import RunInUseError, discard_unstarted, train_run
+    from slm.training.distributed import is_rank_zero
 
     try:
         record = train_run(OmegaConf.to_container(cfg, resolve=True), run_dir)
@@ -48,7 +49,8 @@ def single_run(cfg: DictConfig, run_dir: str) -> dict:
     except Exception:
         discard_unstarted(run_dir)  # refused before training: leave no run directory behind
         raise
-    print(f"slm-train: {record['status']}: {run_dir}")
+    if is_rank_zero():  # the other processes of a data-parallel job say nothing
+        print(f"slm-train: {record['status']}: {run_dir}")
     return outcome(record, run_dir)
 
 
@@ -58,18 +60,37 @@ main = one_line_errors("slm-train", hydra_main)  # the console entry point
 def sweep_job(cfg: DictConfig, run_dir: str) -> dict:
     """One job of a sweep: never raises for a failure of its own, so the other jobs go on."""
     from slm.runs.job import record_failure, train_run
+    from slm.training.distributed import is_rank_zero
 
     try:
         resolved = OmegaConf.to_container(cfg, resolve=True)
     except Exception as err:  # an interpolation that does not resolve: an invalid config
         record = record_failure(run_dir, OmegaConf.to_container(cfg, resolve=False), err)
     else:
-        record = train_run(resolved, run_dir, sweep=True, rerun_failed=bool(resolved.get("rerun_failed", False)))
+        problem = _local_parallel_sweep(resolved)
+        record = (record_failure(run_dir, resolved, problem) if problem else
+                  train_run(resolved, run_dir, sweep=True, rerun_failed=bool(resolved.get("rerun_failed", False))))
+    if not is_rank_zero():
+        return outcome(record, run_dir)
     line = f"slm-train: {record['status']}: {run_dir}"
     if record.get("error"):
         line += f": {record['error']}"
     print(line, file=sys.stderr if record["status"] == "failed" else sys.stdout)
     return outcome(record, run_dir)
+
+
+def _local_parallel_sweep(cfg: dict) -> str | None:
+    """Why a sweep job of several processes cannot run here (None if it can): in a local sweep no launcher starts
+    them, and Lightning would start each by running the whole sweep command again."""
+    from slm.training.distributed import started_by_launcher
+
+    train = cfg.get("train") or {}
+    world = int(train.get("devices") or 1) * int(train.get("num_nodes") or 1)
+    if world == 1 or started_by_launcher():
+        return None
+    return (f"train.devices x train.num_nodes = {world} processes per job: a local sweep cannot start them; run "
+            "the sweep on Slurm with hydra/launcher=slurm_multigpu (a task per device), or train one run at a "
+            "time without -m (Lightning starts the processes)")
 
 
 def outcome(record: dict, run_dir: str) -> dict:

@@ -1,9 +1,14 @@
 """`SLMDataModule`: Lightning data for a `PreparedData`.
 
 Training batches are a pure function of (seed, batch index) (see `slm.data.mix`), so the loader needs no
-state: it starts at the batch the trainer is at (global_step x accumulate_grad_batches, restored by
-Lightning before it asks for the loader) and a resumed run continues exactly. Tokens consumed per source
-are a function of the same index. Batches are (batch_size, context_length + 1) int64; the objective shifts.
+state: it starts at the batch the trainer is at (global_step, restored by Lightning before it asks for the
+loader) and a resumed run continues exactly. Tokens consumed per source are a function of the same index.
+Batches are (batch_size, context_length + 1) int64; the objective shifts.
+
+Data parallel and accumulation: the batch of step s is the same whatever the device count. Rank r of a job of
+W processes trains on rows [r * batch_size / W, (r + 1) * batch_size / W) of it, in micro-batches of
+micro_batch_size consecutive rows (`TrainBatches`), so the global batch, the data order and a resume do not
+depend on W or on the micro-batch size.
 """
 
 from __future__ import annotations
@@ -21,17 +26,23 @@ from slm.data.prepare import PreparedData
 
 
 class TrainBatches(IterableDataset):
-    """Batches start, start + 1, ... forever; with several workers, worker w yields every w-th of them
-    (the DataLoader reads workers round-robin, so the order is kept)."""
+    """Micro-batches of steps start, start + 1, ... forever: for each step, this rank's rows of the step's batch
+    (`rank` of `world` equal shares) in slices of `micro` rows. With several workers, worker w yields every
+    w-th micro-batch (the DataLoader reads workers round-robin, so the order is kept)."""
 
-    def __init__(self, sampler: TrainSampler, start: int):
+    def __init__(self, sampler: TrainSampler, start: int, rank: int = 0, world: int = 1, micro: int | None = None):
+        share = sampler.B // world
         self.sampler, self.start = sampler, start
+        self.first, self.micro = rank * share, micro or share
+        self.per_step = share // self.micro
 
     def __iter__(self) -> Iterator[torch.Tensor]:
         info = get_worker_info()
-        step, stride = (self.start, 1) if info is None else (self.start + info.id, info.num_workers)
-        for index in itertools.count(step, stride):
-            yield torch.from_numpy(self.sampler.batch(index))
+        item, stride = (0, 1) if info is None else (info.id, info.num_workers)
+        for i in itertools.count(item, stride):
+            step, j = divmod(i, self.per_step)
+            lo = self.first + j * self.micro
+            yield torch.from_numpy(self.sampler.rows(self.start + step, lo, lo + self.micro))
 
 
 class FixedBatches(Dataset):
@@ -61,7 +72,8 @@ class SLMDataModule(pl.LightningDataModule):
     """
 
     def __init__(self, prepared: PreparedData, batch_size: int, context_length: int, seed: int, val_batches: int,
-                 num_workers: int = 0, sampling: str = "tiled", eval_windows: int | None = None):
+                 num_workers: int = 0, sampling: str = "tiled", eval_windows: int | None = None,
+                 micro_batch_size: int | None = None):
         super().__init__()
         for name, value, low in (("batch_size", batch_size, 1), ("context_length", context_length, 1),
                                  ("val_batches", val_batches, 0), ("num_workers", num_workers, 0)):
@@ -70,6 +82,7 @@ class SLMDataModule(pl.LightningDataModule):
         self.prepared = prepared
         self.batch_size, self.context_length, self.seed = batch_size, context_length, seed
         self.val_batches, self.num_workers, self.eval_windows = val_batches, num_workers, eval_windows
+        self.micro_batch_size = micro_batch_size  # rows per forward/backward on one device (None: its whole share)
         if eval_windows is not None:  # every source's validation and test splits hold their first windows
             prepared.check_first_windows(eval_windows, context_length)
         need = context_length + 1
@@ -87,10 +100,11 @@ class SLMDataModule(pl.LightningDataModule):
 
     # ---------------------------------------------------------------- position in the stream
     def batches_done(self) -> int:
-        """Training batches consumed by completed optimizer steps (trainer attached), else the restored count."""
+        """Training batches (whole, all devices) consumed by completed optimizer steps (trainer attached), else the
+        restored count."""
         trainer = getattr(self, "trainer", None)
         if trainer is not None:
-            return trainer.global_step * max(1, int(getattr(trainer, "accumulate_grad_batches", 1) or 1))
+            return trainer.global_step
         return int((self._restored or {}).get("batches", 0))
 
     def tokens_per_source(self, batches: int | None = None) -> dict[str, int]:
@@ -108,8 +122,11 @@ class SLMDataModule(pl.LightningDataModule):
 
     # ---------------------------------------------------------------- loaders
     def train_dataloader(self) -> DataLoader:
-        """Endless batches from `batches_done()` on; Lightning's max_steps ends training."""
-        return DataLoader(TrainBatches(self.sampler, self.batches_done()), batch_size=None,
+        """Endless micro-batches of this rank from `batches_done()` on; Lightning's max_steps ends training."""
+        trainer = getattr(self, "trainer", None)
+        rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+        batches = TrainBatches(self.sampler, self.batches_done(), rank, world, self.micro_batch_size)
+        return DataLoader(batches, batch_size=None,
                           num_workers=self.num_workers, pin_memory=torch.cuda.is_available(),
                           generator=_own_generator(), persistent_workers=self.num_workers > 0)
 

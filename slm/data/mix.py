@@ -146,17 +146,25 @@ class TrainSampler:
 
     def batch(self, index: int) -> np.ndarray:
         """Batch number `index`. Shape (batch_size, context_length + 1), int64."""
+        return self.rows(index, 0, self.B)
+
+    def rows(self, index: int, lo: int, hi: int) -> np.ndarray:
+        """Rows lo..hi-1 of batch number `index` (a device's share, or a micro-batch), equal to
+        `batch(index)[lo:hi]` but reading only those windows. Shape (hi - lo, context_length + 1), int64."""
         before = self.samples_before(index)
         if len(self.tokens) == 1:
-            out = gather(self.tokens[0], self.windows[0].starts(before[0] + np.arange(self.B)), self.L + 1)
+            out = gather(self.tokens[0], self.windows[0].starts(before[0] + np.arange(lo, hi)), self.L + 1)
             self._next = (index + 1, before + self.B)
             return out
         src = self.mixer.sources(index * self.B, self.B)
         counts = np.bincount(src, minlength=len(self.tokens))
-        out = np.empty((self.B, self.L + 1), dtype=np.int64)
+        out = np.empty((hi - lo, self.L + 1), dtype=np.int64)
         for s in np.flatnonzero(counts):
-            rows = np.flatnonzero(src == s)
-            out[rows] = gather(self.tokens[s], self.windows[s].starts(before[s] + np.arange(len(rows))), self.L + 1)
+            rows = np.flatnonzero(src == s)  # the batch's rows from source s; its k-th is sample before[s] + k
+            wanted = (rows >= lo) & (rows < hi)
+            if wanted.any():
+                k = before[s] + np.flatnonzero(wanted)
+                out[rows[wanted] - lo] = gather(self.tokens[s], self.windows[s].starts(k), self.L + 1)
         self._next = (index + 1, before + counts)
         return out
 

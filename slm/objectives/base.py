@@ -24,6 +24,10 @@ class Objective:
 
     needs_mask: ClassVar[bool] = False
     """The tokenizer must reserve a mask token (model.mask_token_id is set from it)."""
+    row_noise: ClassVar[bool] = False
+    """terms() draws random noise per row and takes `rows=(first, total)`: the batch it is given is rows first..
+    of a batch of `total` rows, whose noise it draws whole and slices, so a micro-batch or a device's share gets
+    the noise it would get in the whole batch (data parallel and accumulation train exactly like one batch)."""
     nll_kind: ClassVar[str] = "nll"
     """What `nll` measures (a key of NLL_KINDS): recorded with val_nll so a bound is never read as an NLL."""
 

@@ -53,6 +53,7 @@ def masked_log_probs(logits: torch.Tensor, mask_id: int) -> torch.Tensor:
 class MDLM(Objective):
     needs_mask = True
     nll_kind = "nelbo"
+    row_noise = True
 
     def check(self, model_cfg) -> None:
         if model_cfg.causal:
@@ -63,12 +64,22 @@ class MDLM(Objective):
                                  "tokenizer's mask token)")
 
     def _weighted_nll(self, model: nn.Module, tokens: torch.Tensor, generator=None, aux: bool = False,
-                      attention_block: int | None = None):
-        """(per-token weighted NLL (B, T), the model's aux terms)."""
+                      attention_block: int | None = None, rows: tuple[int, int] | None = None):
+        """(per-token weighted NLL (B, T), the model's aux terms). rows=(first, total): `tokens` are rows
+        first.. of a batch of `total`, whose times and masks are drawn whole and sliced (Objective.row_noise)."""
         mask_id = model.cfg.mask_token_id  # a torch.compile'd model forwards attribute access
         x0 = tokens[:, :-1]  # (B, T): the model's context, as the causal objective uses
-        t = sample_times(x0.shape[0], x0.device, generator)
-        xt, masked = corrupt(x0, t, mask_id, generator)
+        if rows is None:
+            t = sample_times(x0.shape[0], x0.device, generator)
+            xt, masked = corrupt(x0, t, mask_id, generator)
+        else:
+            first, total = rows
+            part = slice(first, first + x0.shape[0])
+            t = sample_times(total, x0.device, generator)
+            whole = x0.new_zeros((total, x0.shape[1]))  # only its shape is used: the masks of every row
+            _, masked = corrupt(whole, t, mask_id, generator)
+            t, masked = t[part], masked[part]
+            xt = torch.where(masked, torch.full_like(x0, mask_id), x0)
         block = {} if attention_block is None else {"attention_block": attention_block}
         out = model(xt, return_aux=True, **block) if aux else (model(xt, **block), {})
         logits, extra = out
@@ -76,9 +87,9 @@ class MDLM(Objective):
         return torch.where(masked, -logp, torch.zeros_like(logp)) / t[:, None], extra
 
     def terms(self, model: nn.Module, tokens: torch.Tensor, seed: int | None = None,
-              attention_block: int | None = None) -> dict[str, torch.Tensor]:
+              attention_block: int | None = None, rows: tuple[int, int] | None = None) -> dict[str, torch.Tensor]:
         weighted, aux = self._weighted_nll(model, tokens, _generator(seed, tokens.device), aux=True,
-                                           attention_block=attention_block)
+                                           attention_block=attention_block, rows=rows)
         return with_aux(weighted.mean(), aux)
 
     def nll(self, model: nn.Module, tokens: torch.Tensor, seed: int | None = None,

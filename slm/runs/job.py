@@ -44,6 +44,7 @@ from slm.runs.record import load_record, now, settled, update_record
 from slm.runs.status import run_lock
 from slm.training.checkpoints import PREVIOUS, ResumeError, resume_checkpoint
 from slm.training.config import TrainConfig
+from slm.training.distributed import is_rank_zero
 
 CHECKPOINT = Path("checkpoints") / "last.ckpt"
 
@@ -104,6 +105,8 @@ def train_run(cfg: dict, run_dir: str | os.PathLike, *, sweep: bool = False, rer
     a Slurm preemption) leaves the record `running` and propagates.
     """
     run_dir = Path(run_dir)
+    if not is_rank_zero():  # a data-parallel job's other processes: train beside rank 0, write nothing
+        return _follow(cfg, run_dir, sweep=sweep, rerun_failed=rerun_failed)
     with run_lock(run_dir) as held:
         if not held:
             if not sweep:
@@ -146,6 +149,22 @@ def train_run(cfg: dict, run_dir: str | os.PathLike, *, sweep: bool = False, rer
             if not sweep:
                 raise
             return load_record(run_dir)  # recorded failed by _train
+
+
+def _follow(cfg: dict, run_dir: Path, *, sweep: bool, rerun_failed: bool) -> dict:
+    """train_run on a rank other than 0: the same decisions from the same files (skip a settled run, resume from
+    the checkpoint rank 0 resumes from), no lock, no record, no output of its own."""
+    existing = load_record(run_dir)
+    status = existing.get("status") if existing else None
+    if _model_clash(existing, cfg) or settled(status, rerun_failed=rerun_failed or not sweep):
+        return existing
+    try:
+        resume = resume_checkpoint(run_dir / CHECKPOINT.parent, cfg.get("bad_checkpoint", "fail"), apply=False)
+        return _train(cfg, run_dir, *_setup(cfg, run_dir), resume=resume)
+    except Exception as err:  # rank 0 records it; a sweep goes on
+        if not sweep:
+            raise
+        return {"status": "failed", "error": _one_line(err)}
 
 
 HYDRA_LEFTOVERS = {".hydra", ".lock"}  # what Hydra (and the lock) leave in a run directory before training
@@ -298,9 +317,11 @@ def _train(cfg: dict, run_dir: Path, train_cfg, prepared, model_cfg, counts, max
     if train_cfg.block_curriculum is not None:
         training["attention_blocks"] = train_cfg.block_curriculum.schedule(max_steps, model_cfg.context_length)
     started = time.time()
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-    update_record(run_dir, status="running", error=None, config=cfg, model=model_section,
-                  training=training, environment=environment())
+    rank_zero = is_rank_zero()
+    if rank_zero:
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+        update_record(run_dir, status="running", error=None, config=cfg, model=model_section,
+                      training=training, environment=environment())
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     try:
@@ -309,7 +330,8 @@ def _train(cfg: dict, run_dir: Path, train_cfg, prepared, model_cfg, counts, max
     except SIGTERMException:  # Lightning's own SIGTERM stop (outside the training steps) has no exit code: 0
         raise SystemExit(128 + signal.SIGTERM) from None
     except Exception as err:  # an interruption (BaseException) leaves the run `running`, to be resumed
-        update_record(run_dir, status="failed", error=_one_line(err))
+        if rank_zero:
+            update_record(run_dir, status="failed", error=_one_line(err))
         raise
     return record
 
@@ -337,6 +359,13 @@ def _banner(run_dir: Path, train_cfg, model_cfg, counts, max_steps: int, tokens_
     return lines
 
 
+def _strategy(train_cfg) -> str:
+    """Lightning's strategy: ddp for a job of several processes (gloo on a CPU, NCCL on GPUs), else auto."""
+    if train_cfg.strategy == "auto" and train_cfg.world_size > 1:
+        return "ddp"
+    return train_cfg.strategy
+
+
 def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens_per_step, started, init,
          resume) -> dict:
     import lightning as L
@@ -354,7 +383,8 @@ def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens
     from slm.training.progress import ProgressLog, StartLine, StepsBar, duration, interactive
 
     tidy_lightning_logging()
-    for line in _banner(run_dir, train_cfg, model_cfg, counts, max_steps, tokens_per_step, init):
+    rank_zero = is_rank_zero()
+    for line in _banner(run_dir, train_cfg, model_cfg, counts, max_steps, tokens_per_step, init) if rank_zero else []:
         print(line, flush=True)
     L.seed_everything(train_cfg.seed, workers=True, verbose=False)
     module = LanguageModelModule(model_cfg, train_cfg, max_steps, tokens_per_step,
@@ -365,9 +395,9 @@ def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens
         load_weights(module.model, init, model_cfg.mask_token_id)
     datamodule = SLMDataModule(prepared, train_cfg.batch_size, model_cfg.context_length, train_cfg.seed,
                                train_cfg.val_batches, sampling=train_cfg.window_sampling,
-                               eval_windows=train_cfg.eval_windows)
+                               eval_windows=train_cfg.eval_windows, micro_batch_size=train_cfg.micro_batch())
     throughput = ThroughputMonitor(tokens_per_step, counts.flops_per_token, train_cfg.precision,
-                                   train_cfg.log_interval, train_cfg.peak_flops)
+                                   train_cfg.log_interval, train_cfg.peak_flops, devices=train_cfg.world_size)
     checkpoint = ModelCheckpoint(dirpath=run_dir / CHECKPOINT.parent, save_top_k=0, save_last=True,
                                  every_n_train_steps=train_cfg.ckpt_interval)
     preemption = SignalCheckpoint(run_dir / CHECKPOINT)
@@ -375,21 +405,26 @@ def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens
     bar = train_cfg.progress_bar and interactive()  # a bar only on a terminal: in a file it is a stream of \r
     resumed_from = str(Path(resume).relative_to(run_dir)) if resume is not None else None
     talk = [StartLine(resumed_from), StepsBar(throughput) if bar else
-            ProgressLog(throughput, max_steps, train_cfg.print_every(max_steps))]
+            ProgressLog(throughput, max_steps, train_cfg.print_every(max_steps))] if rank_zero else []
     # Requeueing is submitit's (conf/hydra/launcher/slurm.yaml): where Lightning would pick SLURMEnvironment,
     # it gets one with its own auto-requeue off.
     plugins = [AtomicCheckpointIO(), *([SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else [])]
-    remove_stale(run_dir / CHECKPOINT.parent)  # temporary files of saves a kill interrupted
+    if rank_zero:
+        remove_stale(run_dir / CHECKPOINT.parent)  # temporary files of saves a kill interrupted
     val_every = train_cfg.validation_interval(max_steps)
     loggers = _loggers(train_cfg.loggers, run_dir)
-    history = [CSVHistory(logger) for logger in loggers if isinstance(logger, CSVLogger)]  # read before the Trainer opens it
+    # read before the Trainer opens it; the loggers write on rank 0 only (Lightning), and so do these
+    history = [CSVHistory(logger) for logger in loggers if isinstance(logger, CSVLogger)] if rank_zero else []
+    step_log = [StepLog(run_dir / "train_log.jsonl")] if rank_zero else []
     trainer = L.Trainer(
-        default_root_dir=run_dir, accelerator=train_cfg.accelerator, devices=1, precision=train_cfg.precision,
+        default_root_dir=run_dir, accelerator=train_cfg.accelerator, devices=train_cfg.devices,
+        num_nodes=train_cfg.num_nodes, strategy=_strategy(train_cfg), precision=train_cfg.precision,
+        accumulate_grad_batches=train_cfg.accumulation(),
         max_steps=max_steps, max_epochs=-1, val_check_interval=min(val_every, max_steps), check_val_every_n_epoch=None,
         limit_val_batches=train_cfg.val_batches if train_cfg.eval_windows is None else None, num_sanity_val_steps=0, log_every_n_steps=train_cfg.log_interval,
         logger=loggers, plugins=plugins,
         # keep before preemption: a kept step that is also interrupted is saved before the run stops
-        callbacks=[*talk, checkpoint, throughput, StepLog(run_dir / "train_log.jsonl"), *history, keep, preemption],
+        callbacks=[*talk, checkpoint, throughput, *step_log, *history, keep, preemption],
         enable_progress_bar=bar, enable_model_summary=False, detect_anomaly=train_cfg.detect_anomaly,
         use_distributed_sampler=False,
     )
@@ -397,7 +432,7 @@ def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens
         trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume) if resume is not None else None,
                     weights_only=True)
     except BaseException:
-        if preemption.step is not None:  # checkpointed on a signal: a requeue (submitit) or the same command resumes
+        if preemption.step is not None and rank_zero:  # checkpointed on a signal: a requeue (submitit) or the same command resumes
             before = (load_record(run_dir) or {}).get("training", {}).get("interruptions", 0)
             update_record(run_dir, training={"interruptions": before + 1, "interrupted": {
                 "step": preemption.step, "signal": preemption.signal_name, "at": now()}})
@@ -415,8 +450,14 @@ def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens
     load = module.routing_load()
     if load is not None:
         training["moe_load"] = load
+    if train_cfg.world_size > 1:
+        training.update(devices=train_cfg.devices, num_nodes=train_cfg.num_nodes, world_size=train_cfg.world_size)
+    if train_cfg.accumulation() > 1:
+        training.update(micro_batch_size=train_cfg.micro_batch(), accumulation=train_cfg.accumulation())
     artifacts = {"checkpoint": str(CHECKPOINT), "train_log": "train_log.jsonl", "logs": "logs"}
     if module.diverged is not None:
+        if not rank_zero:
+            return {"status": "diverged", "error": None}
         d = module.diverged
         return update_record(run_dir, status="diverged", error=f"non-finite training loss {d['loss']} at step {d['step']}",
                              training=training, data=_data_section(prepared, datamodule), artifacts=artifacts)
@@ -427,6 +468,8 @@ def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens
         module.scoring_test = True
         trainer.validate(module, dataloaders=datamodule.test_dataloader(), verbose=False)
         module.scoring_test = False
+    if not rank_zero:  # the validations above ran on every rank (collectively); saving and scoring are rank 0's
+        return {"status": "completed", "error": None}
     save_model(module.model, run_dir / "model")
     prepared.tokenizer.save(run_dir / "model")
     val = module.val_metrics

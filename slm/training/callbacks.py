@@ -19,6 +19,13 @@ import torch
 from slm.training.hardware import peak_flops
 
 
+def step_ended(trainer, batch_idx: int) -> bool:
+    """Whether the batch that just ended was an optimizer step's last micro-batch (always, without accumulation):
+    the step boundary, where a callback counts, logs or checkpoints. A resumed loader starts at a step boundary,
+    so batch_idx % accumulation is the micro-batch's place in its step whether Lightning restored the count or not."""
+    return (batch_idx + 1) % max(1, int(getattr(trainer, "accumulate_grad_batches", 1) or 1)) == 0
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -27,13 +34,15 @@ def _sync(device: torch.device) -> None:
 class ThroughputMonitor(L.Callback):
     """Logs tokens/s, FLOPs per token and MFU over windows of `interval` steps, and keeps totals.
 
-    MFU = flops_per_token * tokens/s / peak FLOP/s of the device (None where the peak is unknown).
+    MFU = flops_per_token * tokens/s / (peak FLOP/s of one device x `devices`) (None where the peak is unknown):
+    tokens_per_step is the whole job's (all ranks), so tokens/s and MFU are the job's.
     Windows are contiguous (each starts where the last ended), so loop overhead, data loading and
     checkpointing between steps count as training time; only validation is excluded.
     """
 
     def __init__(self, tokens_per_step: int, flops_per_token: int, precision: str, interval: int,
-                 peak: float | None = None):
+                 peak: float | None = None, devices: int = 1):
+        self.devices = devices
         self.tokens_per_step, self.flops_per_token = tokens_per_step, flops_per_token
         self.precision, self.interval, self.peak = precision, interval, peak
         self.train_seconds = 0.0
@@ -43,7 +52,8 @@ class ThroughputMonitor(L.Callback):
 
     def on_train_start(self, trainer, pl_module) -> None:
         if self.peak is None:
-            self.peak = peak_flops(pl_module.device, self.precision)
+            one = peak_flops(pl_module.device, self.precision)
+            self.peak = one * self.devices if one else one
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if self._window_start is None:
@@ -51,6 +61,8 @@ class ThroughputMonitor(L.Callback):
             self._window_start = time.perf_counter()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if not step_ended(trainer, batch_idx):
+            return
         self._window_steps += 1
         if self._window_steps >= self.interval or trainer.global_step >= trainer.max_steps:
             self._close_window(pl_module)
@@ -113,7 +125,7 @@ class StepLog(L.Callback):
         self._file = self.path.open("a")
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if pl_module.diverged is not None or pl_module.last_train_loss is None:
+        if pl_module.diverged is not None or pl_module.last_train_loss is None or not step_ended(trainer, batch_idx):
             return
         row = {"step": trainer.global_step, "loss": pl_module.last_train_loss, "lr": pl_module.last_lr}
         if getattr(pl_module, "last_attention_block", None) is not None:
@@ -176,6 +188,16 @@ def _say(text: str) -> None:
         pass
 
 
+def _gather_pending(trainer, pending: list[int]) -> list[int]:
+    """The signals noted on any rank (a max-reduce of one flag per signal number): one small collective per step,
+    beside the gradients' (Lightning's own SIGTERM notice costs one too)."""
+    flags = torch.zeros(65, device=trainer.strategy.root_device)
+    for signum in pending:
+        flags[signum] = 1
+    flags = trainer.strategy.reduce(flags, reduce_op="max")
+    return [int(i) for i in torch.nonzero(flags).flatten().tolist()]
+
+
 class SignalCheckpoint(L.Callback):
     """On a preemption or stop signal, saves `path` after the current optimizer step, then stops or passes it on.
 
@@ -230,6 +252,10 @@ class SignalCheckpoint(L.Callback):
             self._pending.append(signum)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if not step_ended(trainer, batch_idx):
+            return
+        if trainer.world_size > 1:  # every rank stops at the same step: a signal any rank got counts for all
+            self._pending = _gather_pending(trainer, self._pending)
         if not self._pending:
             return
         pending, self._pending = self._pending, []
@@ -282,5 +308,5 @@ class KeepCheckpoints(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
-        if getattr(pl_module, "diverged", None) is None and self.keeps(step):
+        if getattr(pl_module, "diverged", None) is None and self.keeps(step) and step_ended(trainer, batch_idx):
             trainer.save_checkpoint(self.directory / self.name(step), weights_only=False)

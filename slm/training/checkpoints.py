@@ -66,18 +66,23 @@ def inspect_checkpoint(path: str | os.PathLike) -> tuple[int | None, str | None]
     return ckpt["global_step"], None
 
 
-def resume_checkpoint(directory: str | os.PathLike, policy: str = "fail") -> Path | None:
+def resume_checkpoint(directory: str | os.PathLike, policy: str = "fail", apply: bool = True) -> Path | None:
     """The checkpoint a run resumes from (None: a fresh start), after checking it.
 
     A damaged last.ckpt raises ResumeError under policy `fail`; under `previous` the run resumes from
     previous.ckpt (if that one is good), under `restart` from step 0; both keep the damaged file as
     last.ckpt.bad, and say what they did on stdout.
+    apply=False (the other ranks of a data-parallel job): the same answer, with no file moved and nothing said;
+    a last.ckpt.bad without a last.ckpt is taken as rank 0's doing under `previous`.
     """
     if policy not in BAD_CHECKPOINT:
         raise ResumeError(f"bad_checkpoint={policy!r} is invalid: choose one of: {', '.join(BAD_CHECKPOINT)}")
     directory = Path(directory)
     last, previous = directory / LAST, directory / PREVIOUS
     if not last.exists():
+        moved = last.with_name(LAST + ".bad")
+        if not apply and policy == "previous" and moved.exists() and previous.exists():
+            return previous
         return None
     _, problem = inspect_checkpoint(last)
     if problem is None:
@@ -91,6 +96,8 @@ def resume_checkpoint(directory: str | os.PathLike, policy: str = "fail") -> Pat
     if policy == "previous" and prev_problem is not None:
         raise ResumeError(f"{last} cannot be resumed from: {problem}; bad_checkpoint=previous: {PREVIOUS} cannot "
                               f"be used either ({prev_problem}); bad_checkpoint=restart trains from step 0")
+    if not apply:
+        return previous if policy == "previous" else None
     os.replace(last, last.with_name(LAST + ".bad"))
     if policy == "previous":
         print(f"slm-train: {last} cannot be resumed from ({problem}); resuming from {PREVIOUS} (step {prev_step}), "

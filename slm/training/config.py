@@ -8,6 +8,7 @@ from slm.training.curriculum import BlockCurriculum, CurriculumError
 from slm.typecheck import check_types, did_you_mean
 
 PRECISIONS = ("32", "bf16-mixed")
+STRATEGIES = ("auto", "ddp")
 LOGGERS = ("csv", "tensorboard", "wandb")
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
 
@@ -96,6 +97,17 @@ class TrainConfig:
     accelerator: str = "auto"
     """Lightning accelerator: auto (a GPU if one is visible, else the CPU), cpu, gpu / cuda, mps; one that is not
     available here is refused before the run starts."""
+    devices: int = 1
+    """Devices (GPUs, or CPU processes with gloo) per node. With more than one, each trains on its own rows of every
+    batch (data parallel); the batch, the data order and the result do not depend on the device count."""
+    num_nodes: int = 1
+    """Nodes of the job (devices x num_nodes processes in all: Slurm tasks, or torchrun's)."""
+    strategy: str = "auto"
+    """Lightning strategy: auto (DDP when devices x num_nodes > 1) or ddp."""
+    micro_batch_size: int | None = None
+    """Sequences per forward/backward on one device; batch_size / (devices x num_nodes) must be a multiple of it,
+    and the gradients of that many micro-batches are accumulated into each optimizer step (the loss averaged, so
+    1 device x k micro-batches trains like k devices x 1). None: the whole per-device share at once."""
     peak_flops: float | None = None
     """Peak FLOP/s of one device for MFU; None looks the device up in slm.training.hardware."""
     progress_bar: bool = True
@@ -186,6 +198,7 @@ class TrainConfig:
         if self.window_sampling not in WINDOW_SAMPLINGS:
             raise TrainConfigError(f"train.window_sampling={self.window_sampling!r} is invalid: choose one of: "
                                    f"{', '.join(WINDOW_SAMPLINGS)}")
+        self._check_parallel()
         if self.val_interval < 0:
             raise TrainConfigError(f"train.val_interval={self.val_interval!r} is invalid: must be >= 0")
         if self.init_from is not None and (not isinstance(self.init_from, str) or not self.init_from.strip()):
@@ -198,6 +211,36 @@ class TrainConfig:
         if self.block_curriculum is not None and self.objective != "mdlm":
             raise TrainConfigError(f"train.block_curriculum is set with train.objective={self.objective}: the "
                                    "attention-block curriculum is for masked diffusion (train.objective=mdlm)")
+
+    def _check_parallel(self) -> None:
+        for name in ("devices", "num_nodes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise TrainConfigError(f"train.{name}={value!r} is invalid: must be a positive integer")
+        if self.strategy not in STRATEGIES:
+            raise TrainConfigError(f"train.strategy={self.strategy!r} is invalid: choose one of: {', '.join(STRATEGIES)}")
+        world = self.world_size
+        if self.batch_size % world:
+            raise TrainConfigError(f"train.batch_size={self.batch_size} is invalid with {world} devices in all "
+                                   f"(devices x num_nodes): it must be a multiple of {world}")
+        share = self.batch_size // world
+        micro = self.micro_batch_size
+        if micro is not None and (isinstance(micro, bool) or not isinstance(micro, int) or micro < 1 or share % micro):
+            raise TrainConfigError(f"train.micro_batch_size={micro!r} is invalid: a positive divisor of each device's "
+                                   f"{share} rows (batch_size {self.batch_size} / {world} devices), or null")
+
+    @property
+    def world_size(self) -> int:
+        """Processes that train the run together (devices x num_nodes)."""
+        return self.devices * self.num_nodes
+
+    def micro_batch(self) -> int:
+        """Rows per forward/backward on one device."""
+        return self.micro_batch_size or self.batch_size // self.world_size
+
+    def accumulation(self) -> int:
+        """Micro-batches accumulated into each optimizer step on each device."""
+        return self.batch_size // self.world_size // self.micro_batch()
 
     @classmethod
     def from_node(cls, node: dict) -> "TrainConfig":

@@ -49,6 +49,7 @@ class LanguageModelModule(L.LightningModule):
         self.tokens_per_step = tokens_per_step
         self.diverged: dict | None = None
         self.last_train_loss: float | None = None
+        self._loss_sum = 0.0  # the losses of the current step's micro-batches so far
         self.last_lr: float | None = None
         self.val_metrics: dict[str, float] = {}
         self.best: dict | None = None  # train.restore_best: the best validation so far, and its weights
@@ -72,6 +73,17 @@ class LanguageModelModule(L.LightningModule):
     def _objective_kwargs(self, block: int | None) -> dict:
         return {} if block is None else {"attention_block": block}
 
+    def _rows(self, batch: torch.Tensor, batch_idx: int) -> dict:
+        """rows=(first, total) for an objective with per-row noise when this batch is a part of the step's batch
+        (a device's share, a micro-batch): which rows of it (slm.data.datamodule's layout). {} otherwise."""
+        trainer = self._trainer
+        world = trainer.world_size if trainer is not None else 1
+        micro = trainer.accumulate_grad_batches if trainer is not None else 1
+        if not self.objective.row_noise or (world == 1 and micro == 1):
+            return {}
+        share = self.train_cfg.batch_size // world
+        return {"rows": (self.global_rank * share + (batch_idx % micro) * batch.shape[0], self.train_cfg.batch_size)}
+
     def configure_model(self) -> None:
         if self.train_cfg.compile and self._forward is self.model:
             self._forward = torch.compile(self.model)
@@ -80,33 +92,58 @@ class LanguageModelModule(L.LightningModule):
     def training_step(self, batch: torch.Tensor, batch_idx: int):
         block = self.attention_block(self.global_step)
         terms = self.objective.terms(self._forward, batch, seed=step_seed(self.train_cfg.seed, self.global_step),
-                                     **self._objective_kwargs(block))
+                                     **self._objective_kwargs(block), **self._rows(batch, batch_idx))
         loss = terms.pop("loss")
         value = loss.detach().item()
         if not math.isfinite(value):
             self.diverged = {"step": self.global_step, "loss": value}
             self.trainer.should_stop = True
-            return None  # no backward, no update
-        self.last_train_loss = value
+            if self._trainer.world_size == 1 and self._trainer.accumulate_grad_batches == 1:
+                return None  # no backward, no update
+            # data parallel or accumulating: every rank must run the same backward (the gradients are reduced
+            # together); the non-finite gradients it gives reach every rank, and the update is skipped on all
+            # of them (configure_gradient_clipping)
+        self._track_loss(value, batch_idx)
         self.last_lr = self.trainer.optimizers[0].param_groups[0]["lr"]
-        self.log("train/loss", loss.detach())  # not prog_bar: Lightning would read it back every step
-        self.log("train/lr", self.last_lr)
-        self.log("train/tokens", float((self.global_step + 1) * self.tokens_per_step))
         if block is not None:
             self.last_attention_block = block
-            self.log("train/attention_block", float(block))
         load = terms.pop("moe_load", None)
-        if len(terms) > 1:  # more than the LM loss alone
-            self.log_dict({f"train/{name}": value for name, value in terms.items()})
+        if self.logging_step():
+            self.log("train/loss", loss.detach())  # not prog_bar: Lightning would read it back every step
+            self.log("train/lr", self.last_lr)
+            self.log("train/tokens", float((self.global_step + 1) * self.tokens_per_step))
+            if block is not None:
+                self.log("train/attention_block", float(block))
+            if len(terms) > 1:  # more than the LM loss alone
+                self.log_dict({f"train/{name}": value for name, value in terms.items()})
         if load is not None:
             self._track_load(load)
         return loss
 
+    def logging_step(self) -> bool:
+        """Whether this step's metrics reach the loggers: Lightning writes on-step metrics every log_interval
+        steps (and when training stops) and drops the others, and each self.log call costs ~1 ms of bookkeeping
+        (a tenth of a small model's step on a CPU), so they are logged on those steps only."""
+        return (self.global_step + 1) % self.train_cfg.log_interval == 0 or self.trainer.should_stop
+
+    def _track_loss(self, value: float, batch_idx: int) -> None:
+        """last_train_loss: the step's loss, the mean over its micro-batches and (reduced) over the ranks, known
+        after the step's last micro-batch; one device and one batch: the batch's loss as it is."""
+        micro = self.trainer.accumulate_grad_batches
+        self._loss_sum = value if batch_idx % micro == 0 else self._loss_sum + value
+        if (batch_idx + 1) % micro:
+            return
+        loss = self._loss_sum / micro if micro > 1 else value
+        if self.trainer.world_size > 1:
+            loss = float(self.trainer.strategy.reduce(torch.tensor(loss, device=self.device), reduce_op="mean"))
+        self.last_train_loss = loss
+
     def _track_load(self, load: torch.Tensor) -> None:
         """Log a mixture of experts' routing load (layers, E) and add it to the logging window's mean."""
         n_experts = load.shape[-1]
-        self.log_dict({f"moe/load_e{i}": share for i, share in enumerate(load.mean(dim=0))})
-        self.log("train/moe_max_load", load.max() * n_experts)
+        if self.logging_step():
+            self.log_dict({f"moe/load_e{i}": share for i, share in enumerate(load.mean(dim=0))})
+            self.log("train/moe_max_load", load.max() * n_experts)
         if self.global_step % self.train_cfg.log_interval == 0 or self._load_sum is None:
             self._load_sum, self._load_steps = torch.zeros_like(load), 0
         self._load_sum += load
@@ -127,7 +164,16 @@ class LanguageModelModule(L.LightningModule):
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
         max_norm = self.train_cfg.grad_clip if self.train_cfg.grad_clip is not None else float("inf")
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
-        self.log("train/grad_norm", norm)
+        if self.logging_step():
+            self.log("train/grad_norm", norm)
+        if self._trainer.world_size > 1 or self._trainer.accumulate_grad_batches > 1:
+            # the norm of the reduced gradients: the same on every rank, so every rank skips the same update
+            if not math.isfinite(float(norm)):
+                if self.diverged is None:
+                    self.diverged = {"step": self.global_step, "loss": float("nan"), "grad_norm": float(norm)}
+                self.trainer.should_stop = True
+                for p in self.model.parameters():
+                    p.grad = None  # the optimizer skips a parameter without a gradient: no update
 
     def configure_optimizers(self):
         optimizer = build_optimizer(self.model, self.train_cfg)
@@ -157,12 +203,13 @@ class LanguageModelModule(L.LightningModule):
         if self.train_cfg.restore_best and (self.best is None or nll < self.best["val_nll"]):
             self.best = dict(self.val_metrics)
             self.best_state = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
-        self.log("val/nll", nll)
-        self.log("val/ppl", self.val_metrics["val_ppl"])
+        # every rank validates every batch (the same numbers): sync_dist only tells Lightning the value is global
+        self.log("val/nll", nll, sync_dist=True)
+        self.log("val/ppl", self.val_metrics["val_ppl"], sync_dist=True)
         block = self.attention_block(self.global_step - 1)
         if block is not None:
             self.val_metrics["val_attention_block"] = block
-            self.log("val/attention_block", float(block))
+            self.log("val/attention_block", float(block), sync_dist=True)
 
     def restore_best(self) -> dict | None:
         """Load the best validation's weights (train.restore_best) and make its metrics the current ones;

@@ -19,6 +19,8 @@ import torch
 from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
 
+from slm.training.callbacks import step_ended
+
 
 def interactive(stream: TextIO | None = None) -> bool:
     """Whether `stream` (default sys.stdout, where the bar is drawn) is a terminal; a bar anywhere else writes
@@ -146,7 +148,7 @@ class ProgressLog(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
-        if self._mark is None or pl_module.diverged is not None:
+        if self._mark is None or pl_module.diverged is not None or not step_ended(trainer, batch_idx):
             return
         due = self._due(step)
         self.clock.step_done(step)
@@ -219,7 +221,7 @@ class StepsBar(TQDMProgressBar):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
         bar = self._train_progress_bar
-        if bar is not None and self._should_update(step, bar.total):
+        if bar is not None and step_ended(trainer, batch_idx) and self._should_update(step, bar.total):
             bar.n = step
             bar.set_postfix(self.get_metrics(trainer, pl_module), refresh=False)
             bar.refresh()

@@ -164,3 +164,29 @@ def test_optuna_trials_run_as_slurm_jobs(tmp_path):
     assert len(runs) == 4 and all(r["status"] == "completed" for r in runs.values())
     assert sorted(t.value for t in trials) == sorted(r["eval"]["val_nll"] for r in runs.values())
     assert (sweep_dir / ".submitit").is_dir()  # the trials went through Slurm
+
+
+def test_a_two_task_job_trains_data_parallel_like_one_process(tmp_path):
+    """hydra/launcher=slurm_multigpu with train.devices=2 on the CPU: one Slurm job of 2 tasks (gloo); rank 0
+    alone writes the record and the per-step log, whose losses follow a single-process run of the same batch."""
+    tiny = ["model=debug", "model.n_layers=1", "model.context_length=32", "eval=none", "train.steps=8",
+            "train.batch_size=4", "train.val_batches=1", "train.progress_bar=false", "train.accelerator=cpu"]
+    launcher = [a.replace("hydra/launcher=slurm", "hydra/launcher=slurm_multigpu") for a in LAUNCHER]
+    out = subprocess.run([sys.executable, "-m", "slm.cli.train", "-m", "run_group=dp", *tiny, "train.devices=2",
+                          *launcher], env=env(tmp_path), capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    assert "1 completed" in out.stdout
+    sweep_dir = tmp_path / "runs" / "dp"
+    (run_dir,) = [p for p in sweep_dir.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    rec = record(run_dir)
+    assert rec["status"] == "completed" and rec["training"]["world_size"] == 2
+    (task,) = tasks(sweep_dir)
+    assert sacct(task) == ["COMPLETED"]
+    two = [json.loads(line)["loss"] for line in (run_dir / "train_log.jsonl").read_text().splitlines()]
+    single = subprocess.run([sys.executable, "-m", "slm.cli.train", "run_group=one", *tiny],
+                            env={**env(tmp_path), "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600)
+    assert single.returncode == 0, single.stderr[-3000:]
+    (one_dir,) = [p for p in (tmp_path / "runs" / "one").iterdir() if p.is_dir() and not p.name.startswith(".")]
+    one = [json.loads(line)["loss"] for line in (one_dir / "train_log.jsonl").read_text().splitlines()]
+    assert len(two) == len(one) == 8
+    assert all(abs(a - b) <= 2e-5 * abs(b) for a, b in zip(two, one)), (two, one)
