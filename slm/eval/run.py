@@ -27,6 +27,7 @@ slm.eval.hub_tasks: decided before lm-eval's index is built or `datasets` retrie
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import math
@@ -359,12 +360,37 @@ def eval_section(summary: dict, previous: dict | None) -> dict:
 
 def preflight(eval_cfg: dict | None) -> None:
     """Check an `eval` config node before training: its fields, and that every task loads (so hub tasks
-    while offline fail now, not after training). Raises EvalError; no model is needed."""
+    while offline fail now, not after training). Raises EvalError; no model is needed.
+
+    Tasks shipped in slm/eval/tasks alone (eval=offline, the default) need no network and their data is in
+    the package: they are only named here, and lm-eval (1.5-2 s to import, plus pandas and datasets) loads
+    when the evaluation runs, after training, instead of before the first step."""
     if not eval_cfg or eval_cfg.get("enabled", True) is False:
         return
     spec = spec_from_config(eval_cfg)
-    if spec.tasks:
-        load_tasks(task_manager(spec.tasks, spec.include_path), spec.tasks)
+    if not spec.tasks or (not spec.include_path and set(spec.tasks) <= shipped_tasks() and _lm_eval_installed()):
+        return
+    load_tasks(task_manager(spec.tasks, spec.include_path), spec.tasks)
+
+
+@functools.lru_cache(maxsize=1)
+def shipped_tasks() -> frozenset[str]:
+    """The task and group names of the task YAMLs in slm/eval/tasks (their top-level `task:` / `group:`
+    lines; a raw read: lm-eval's YAML loader is what the `!function` tags need)."""
+    names = set()
+    for path in TASKS_DIR.glob("*.yaml"):
+        for line in path.read_text().splitlines():
+            key, sep, value = line.partition(":")
+            if sep and key in ("task", "group") and value.strip():
+                names.add(value.split("#")[0].strip().strip("'\""))
+    return frozenset(names)
+
+
+def _lm_eval_installed() -> bool:
+    """Whether lm-eval can be imported (found, not imported: that is the evaluation's cost)."""
+    import importlib.util
+
+    return importlib.util.find_spec("lm_eval") is not None
 
 
 def evaluate_config(path: str | os.PathLike, eval_cfg: dict | None,
