@@ -7,12 +7,25 @@ model.budget_tolerance (default 0.25; the solver refuses such a config, so `!` a
 tolerance let it through).
 
 GPU-hours = tokens x flops_per_token / (mfu x peak_flops) / 3600, with flops_per_token the training
-FLOPs per token of slm.model.count (PaLM's convention, 6N + attention) and mfu and peak_flops from
-`hydra.sweeper.estimate` (default: 40% of an H100 SXM's 989.4 TFLOP/s dense bf16).
+FLOPs per token of slm.model.count (PaLM's convention, 6N + attention) and peak_flops from
+`hydra.sweeper.estimate` (default: an H100 SXM's 989.4 TFLOP/s dense bf16). The MFU, per model family:
+
+  1. `estimate.mfu` when it is set (a number): used as given, nothing is measured;
+  2. else measured: the median `training.mfu` of the completed runs of the family under $SLM_RUNS (default
+     runs/; any run group) that ran on a GPU whose recorded peak (`training.peak_flops`: device and
+     precision) is the estimate's peak_flops; MFU is FLOPs-normalised, so it carries across model sizes;
+  3. else the median of such runs of every family;
+  4. else `estimate.assumed_mfu` (default 0.4).
+
+Runs on a CPU, or on another device or precision, are never used; a result.json that cannot be read is
+skipped. Below the table one line per family says which MFU it used and from which runs.
 """
 
 from __future__ import annotations
 
+import math
+import os
+import statistics
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -37,6 +50,82 @@ def _vocab(tokenizer_node: dict, data_node: dict) -> int | None:
     if any(source.get("kind") == "hub" for source in data_node.get("sources") or []):
         return None
     return prepare(data_node, tokenizer_node).vocab_size
+
+
+def _number(value) -> float | None:
+    """A finite positive number, else None (JSON writes non-finite floats as strings)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    return float(value) if ok else None
+
+
+def _measured(record: dict, name: str) -> dict | None:
+    """A completed run's measured MFU, family, peak and device, or None if it is not one measured on a GPU."""
+    training, model, env = (record.get(k) or {} for k in ("training", "model", "environment"))
+    mfu, peak, device = _number(training.get("mfu")), _number(training.get("peak_flops")), env.get("device")
+    if record.get("status") != COMPLETED or mfu is None or peak is None or not isinstance(device, str) \
+            or device.startswith("cpu"):
+        return None
+    return {"name": name, "family": model.get("family"), "mfu": mfu, "peak_flops": peak, "device": device}
+
+
+def measured_runs(root: Path) -> list[dict]:
+    """Every completed run under `root` (<group>/<key>/result.json) with an MFU measured on a GPU; a record
+    that cannot be read is skipped."""
+    from slm.runs.record import RESULT_FILE, RecordError, load_record
+
+    runs = []
+    try:
+        paths = sorted(root.glob(f"*/*/{RESULT_FILE}"))
+    except OSError:
+        return []
+    for path in paths:
+        group, key = path.parent.parent.name, path.parent.name
+        if group.startswith(".") or key.startswith("."):
+            continue
+        try:
+            run = _measured(load_record(path.parent) or {}, f"{group}/{key}")
+        except RecordError:
+            continue
+        if run is not None:
+            runs.append(run)
+    return runs
+
+
+def _names(runs: list[dict], most: int = 3) -> str:
+    names = ", ".join(r["name"] for r in runs[:most])
+    return names + (f" (+{len(runs) - most} more)" if len(runs) > most else "")
+
+
+def _family_mfu(family: str, runs: list[dict], estimate: dict, root: Path, others: int) -> tuple[float, str]:
+    """The MFU for `family` from `runs` (measured at the estimate's peak), and where it comes from."""
+    same = [r for r in runs if r["family"] == family]
+    used = same or runs
+    plural = "s" if len(used) != 1 else ""
+    which = f"{family} run{plural}" if same else f"run{plural} of any family"
+    if not used:
+        elsewhere = f" ({others} at other peaks: set hydra.sweeper.estimate.peak_flops to theirs)" if others else ""
+        return float(estimate.get("assumed_mfu", 0.4)), (
+            f"assumed (hydra.sweeper.estimate.assumed_mfu): no completed run under {root}/ measured at "
+            f"{float(estimate['peak_flops']) / 1e12:.1f} TFLOP/s{elsewhere}")
+    devices = ", ".join(sorted({r["device"] for r in used}))
+    return statistics.median(r["mfu"] for r in used), (
+        f"measured: median of {len(used)} completed {which} on {devices}: {_names(used)}")
+
+
+def mfu_by_family(estimate: dict, families: set, root: Path) -> dict[str, tuple[float, str]]:
+    """family -> (MFU, where it comes from) for the GPU-hours: the rule in this module's docstring."""
+    if estimate.get("mfu") is not None:
+        return {f: (float(estimate["mfu"]), "as given (hydra.sweeper.estimate.mfu)") for f in families}
+    measured = measured_runs(root)
+    here = [r for r in measured if math.isclose(r["peak_flops"], float(estimate["peak_flops"]), rel_tol=1e-3)]
+    return {f: _family_mfu(f, here, estimate, root, len(measured) - len(here)) for f in families}
+
+
+def _family(job: Job) -> str:
+    try:
+        return str(OmegaConf.select(job.cfg, "model.family", default=None) or "custom")
+    except Exception:
+        return "custom"
 
 
 def plan_row(job: Job, estimate: dict) -> dict:
@@ -77,7 +166,9 @@ def plan_row(job: Job, estimate: dict) -> dict:
 
 
 def print_plan(name: str, sweep_dir: Path, jobs: list[Job], estimate: dict) -> list[dict]:
-    rows = [plan_row(job, estimate) for job in jobs]
+    families = [_family(job) for job in jobs]
+    mfus = mfu_by_family(estimate, set(families), Path(os.environ.get("SLM_RUNS") or "runs"))
+    rows = [{**plan_row(job, {**estimate, "mfu": mfus[f][0]}), "family": f} for job, f in zip(jobs, families)]
     width = max([len(r["key"]) for r in rows] + [7])
     print(f"dry run of sweep {name}: {len(rows)} jobs into {sweep_dir}/ (nothing is trained)")
     print(f"{'job key':{width}s} {'layers':>6s} {'d_model':>7s} {'params':>13s} {'non-embed':>13s} {'active':>13s} "
@@ -100,8 +191,7 @@ def print_plan(name: str, sweep_dir: Path, jobs: list[Job], estimate: dict) -> l
     print(f"{'total':{width}s} {'':6s} {'':7s} {'':13s} {'':13s} {'':13s} {'':8s} {sum(r['tokens'] for r in ok):9.3g} "
           f"{sum(r['flops'] for r in ok):9.3g} {sum(r['gpu_hours'] for r in ok):8.2f} {'':8s}  "
           f"({sum(r['gpu_hours'] for r in todo):.2f} GPU-h not completed yet)")
-    print(f"GPU-hours = tokens x FLOPs/token / ({float(estimate['mfu']):.0%} MFU x {float(estimate['peak_flops']) / 1e12:.1f} "
-          f"TFLOP/s, {estimate.get('device', 'assumed device')}) / 3600; FLOPs/token: training, PaLM convention")
+    _print_estimate(estimate, {r["family"]: mfus[r["family"]] for r in ok})
     print("active: parameters one token uses (less the experts a mixture of experts skips); FLOPs follow them")
     if any(r.get("budget_error") is not None for r in ok):
         print("budget: params (the count model.budget_count names) / model.param_budget - 1"
@@ -112,3 +202,16 @@ def print_plan(name: str, sweep_dir: Path, jobs: list[Job], estimate: dict) -> l
     if any(r.get("vocab_fitted") for r in ok):
         print("* vocabulary fitted on hub data (char/word tokenizer), not read by a dry run: counted with model.vocab_size")
     return rows
+
+
+def _print_estimate(estimate: dict, mfus: dict[str, tuple[float, str]]) -> None:
+    """How the GPU-hours were estimated: the formula, then the MFU of each family and where it comes from."""
+    values = {mfu for mfu, _ in mfus.values()}
+    mfu = f"{values.pop():.0%} MFU" if len(values) == 1 else "MFU below" if values else "MFU"
+    print(f"GPU-hours = tokens x FLOPs/token / ({mfu} x {float(estimate['peak_flops']) / 1e12:.1f} "
+          f"TFLOP/s, {estimate.get('device', 'assumed device')}) / 3600; FLOPs/token: training, PaLM convention")
+    by_source: dict[tuple[float, str], list[str]] = {}
+    for family, source in sorted(mfus.items()):
+        by_source.setdefault(source, []).append(family)
+    for (value, how), families in by_source.items():
+        print(f"MFU of {', '.join(families)}: {value:.1%}, {how}")
