@@ -42,6 +42,7 @@ def _trials(storage: str, name: str):
         return []
 
 
+@pytest.mark.slow  # ~30 s; make test-slow runs it (make test: under ~10 min on 2 cores)
 def test_interrupted_study_resumes_to_exactly_n_trials(tmp_path):
     args = ["-m", "hydra/sweeper=optuna", "run_group=study", *TINY, "train.steps=4", "hydra.sweeper.n_trials=6"]
     sweep = tmp_path / "runs" / "study"

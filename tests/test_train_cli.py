@@ -259,8 +259,8 @@ NEW_FAMILIES = {
 }
 
 
-@pytest.mark.parametrize("family", [pytest.param(f, marks=pytest.mark.slow) if f == "titans_mac" else f
-                                    for f in NEW_FAMILIES])  # titans_mac: ~90 s; make test-slow runs it
+@pytest.mark.parametrize("family", [pytest.param(f, marks=pytest.mark.slow) if f != "moe" else f
+                                    for f in NEW_FAMILIES])  # lfm2 ~60 s, titans_mac ~90 s: make test-slow runs them
 def test_new_families_train_resume_exactly_and_are_scored(tmp_path, family):
     """LFM2 (conv state), MoE (routing, auxiliary losses, per-expert load) and Titans-MAC (a memory learned in the
     forward pass) through slm-train: a run killed mid-way resumes to the weights, loss curve and record of an
@@ -294,6 +294,7 @@ DLLM = ["model=dllm", "model.n_layers=2", "model.d_model=64", "model.head_dim=16
         "model.context_length=64", "train.objective=mdlm"]
 
 
+@pytest.mark.slow  # ~30 s; make test-slow runs it (make test: under ~10 min on 2 cores)
 def test_a_diffusion_model_trains_its_bound_falls_and_resume_is_exact(tmp_path):
     """A tiny dLLM (MDLM) on the embedded corpus: the validation NELBO falls, the record says it is a bound,
     and a run killed mid-way resumes to the same weights, loss curve and bound."""
@@ -388,6 +389,7 @@ def test_the_word_level_ladder_runs_from_a_local_directory(tmp_path):
         "and set data.sources.0.dir=/path/to/it")
 
 
+@pytest.mark.slow  # ~30 s; make test-slow runs it (make test: under ~10 min on 2 cores)
 def test_resume_with_the_ladder_protocol_is_exact(tmp_path):
     """Random windows, epochs, first-window validation and best-epoch restore across a SIGKILL: the resumed
     run restores the same best epoch and scores the same test NLL as one that ran straight through.
