@@ -141,9 +141,10 @@ def test_failing_jobs_are_reported_failed_and_the_others_complete(tmp_path):
     out = log.read_text()
     assert proc.returncode == 1, out[-3000:]
     status = {re.search(r"train.lr=([^,]+)", p.name).group(1): record(p) for p in sweep_dir.glob("*train.lr=*")}
-    assert {k: r["status"] for k, r in status.items()} == {"0.001": "completed", "0.002": "failed", "-1": "failed"}
+    assert {k: r["status"] for k, r in status.items()} == {"0.001": "completed", "0.002": "failed",
+                                                           "-1.0": "failed"}  # keys spell a float field's value as a float
     assert "CANCELLED" in status["0.002"]["error"] and "UncompletedJobError" in status["0.002"]["error"]
-    assert status["-1"]["error"].startswith("TrainConfigError: train.lr=-1 is invalid")
+    assert status["-1.0"]["error"].startswith("TrainConfigError: train.lr=-1 is invalid")
     assert "sweep die: 3 jobs: 1 completed, 2 failed" in out
     assert sacct(job)[-1].startswith("CANCELLED")
     report = subprocess.run([sys.executable, "-m", "slm.cli.status", str(sweep_dir)], capture_output=True, text=True)
@@ -177,7 +178,7 @@ def test_a_two_task_job_trains_data_parallel_like_one_process(tmp_path):
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
     assert "1 completed" in out.stdout
     sweep_dir = tmp_path / "runs" / "dp"
-    (run_dir,) = [p for p in sweep_dir.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    (run_dir,) = [p for p in sweep_dir.iterdir() if (p / "result.json").exists()]
     rec = record(run_dir)
     assert rec["status"] == "completed" and rec["training"]["world_size"] == 2
     (task,) = tasks(sweep_dir)
@@ -186,7 +187,7 @@ def test_a_two_task_job_trains_data_parallel_like_one_process(tmp_path):
     single = subprocess.run([sys.executable, "-m", "slm.cli.train", "run_group=one", *tiny],
                             env={**env(tmp_path), "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600)
     assert single.returncode == 0, single.stderr[-3000:]
-    (one_dir,) = [p for p in (tmp_path / "runs" / "one").iterdir() if p.is_dir() and not p.name.startswith(".")]
+    (one_dir,) = [p for p in (tmp_path / "runs" / "one").iterdir() if (p / "result.json").exists()]
     one = [json.loads(line)["loss"] for line in (one_dir / "train_log.jsonl").read_text().splitlines()]
     assert len(two) == len(one) == 8
     assert all(abs(a - b) <= 2e-5 * abs(b) for a, b in zip(two, one)), (two, one)
