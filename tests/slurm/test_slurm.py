@@ -184,7 +184,6 @@ def test_a_two_task_job_trains_data_parallel_like_one_process(tmp_path):
     # one job is submitted as a plain job (no array): .submitit/<id>/ holds a log per task
     (job,) = [p for p in (sweep_dir / ".submitit").iterdir() if re.fullmatch(r"\d+", p.name)]
     assert {p.name for p in job.glob("*_log.out")} == {f"{job.name}_0_log.out", f"{job.name}_1_log.out"}
-    assert sacct(job.name)[-1] == "COMPLETED"
     two = [json.loads(line)["loss"] for line in (run_dir / "train_log.jsonl").read_text().splitlines()]
     single = subprocess.run([sys.executable, "-m", "slm.cli.train", "run_group=one", *tiny],
                             env={**env(tmp_path), "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600)
