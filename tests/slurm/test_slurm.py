@@ -88,11 +88,17 @@ def wait_for_step(sweep_dir: Path, marker: str, step: int, proc: subprocess.Pope
     raise AssertionError(f"{marker} never reached step {step}")
 
 
+STARTED = time.strftime("%Y-%m-%dT%H:%M:%S")
+"""When this module was imported: job ids start again when the test cluster is started again over an existing
+accounting database, so sacct also lists older jobs of the same id; those submitted before now are ignored."""
+
+
 def sacct(job: str) -> list[str]:
-    out = subprocess.run(["sacct", "-j", job, "-D", "-X", "-n", "-P", "-o", "JobID,State"],
+    out = subprocess.run(["sacct", "-j", job, "-D", "-X", "-n", "-P", "-o", "JobID,State,Submit"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    return [line.split("|")[1].split()[0] for line in out.stdout.splitlines() if line.strip()]
+    rows = [line.split("|") for line in out.stdout.splitlines() if line.strip()]
+    return [row[1].split()[0] for row in rows if row[2] >= STARTED]
 
 
 def record(run_dir: Path) -> dict:
