@@ -93,12 +93,22 @@ STARTED = time.strftime("%Y-%m-%dT%H:%M:%S")
 accounting database, so sacct also lists older jobs of the same id; those submitted before now are ignored."""
 
 
-def sacct(job: str) -> list[str]:
-    out = subprocess.run(["sacct", "-j", job, "-D", "-X", "-n", "-P", "-o", "JobID,State,Submit"],
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    rows = [line.split("|") for line in out.stdout.splitlines() if line.strip()]
-    return [row[1].split()[0] for row in rows if row[2] >= STARTED]
+LIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED"}
+
+
+def sacct(job: str, timeout: float = 120) -> list[str]:
+    """The states of a job that has ended (each attempt's, -D), read from Slurm's accounting once it has caught
+    up: slurmdbd records the end a few seconds after the job ends, later on a loaded machine."""
+    deadline = time.time() + timeout
+    while True:
+        out = subprocess.run(["sacct", "-j", job, "-D", "-X", "-n", "-P", "-o", "JobID,State,Submit"],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        rows = [line.split("|") for line in out.stdout.splitlines() if line.strip()]
+        states = [row[1].split()[0] for row in rows if row[2] >= STARTED]
+        if (states and states[-1] not in LIVE) or time.time() > deadline:
+            return states
+        time.sleep(1)
 
 
 def record(run_dir: Path) -> dict:
