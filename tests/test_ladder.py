@@ -161,3 +161,60 @@ def test_causal_lm_refuses_a_window_model():
 def test_bad_kind_settings_name_the_field(kw, match):
     with pytest.raises(ConfigError, match=match):
         ModelConfig(**kw)
+
+
+def dropout_calls(model: nn.Module, idx: torch.Tensor, monkeypatch) -> list[tuple[int, ...]]:
+    """Shapes of the tensors F.dropout drops out in one training-mode forward (nn.Dropout calls it)."""
+    calls, real = [], F.dropout
+
+    def recording(x, p=0.5, training=True, inplace=False):
+        if training and p > 0:
+            calls.append(tuple(x.shape))
+        return real(x, p, training, inplace)
+
+    monkeypatch.setattr(F, "dropout", recording)
+    model.train()(idx)
+    return calls
+
+
+@pytest.mark.parametrize("name, sublayer_drops, attention_p", [
+    ("ladder_attention", 1, 0.1),   # nn.MultiheadAttention(dropout=0.1) and the FFN's trailing nn.Dropout
+    ("ladder_transformer", 1, 0.1),
+    ("ladder_rope", 3, 0.0),        # x + drop(out_proj(...)); x + drop(ff(...)) where ff ends in nn.Dropout
+])
+def test_dropout_sits_where_the_reference_puts_it(name, sublayer_drops, attention_p, monkeypatch):
+    """The paper's post-LN models drop out the attention probabilities and the FFN output only (no embedding
+    dropout); its RoPE-ablation blocks the attention output once and the FFN output twice."""
+    cfg = preset(name, "model.context_length=16")
+    model = build_model(cfg)
+    assert [block.attn.dropout for block in model.blocks] == [attention_p] * cfg.n_layers
+    calls = dropout_calls(model, torch.randint(0, cfg.vocab_size, (2, 16)), monkeypatch)
+    assert calls == [(2, 16, cfg.d_model)] * (sublayer_drops * cfg.n_layers)
+
+
+def test_default_dropout_sites_are_every_site(monkeypatch):
+    """Every other preset keeps dropout on the embeddings, attention probabilities and both sublayer outputs."""
+    cfg = ModelConfig(vocab_size=32, d_model=16, n_layers=2, n_heads=2, context_length=8, dropout=0.1)
+    model = build_model(cfg)
+    assert [block.attn.dropout for block in model.blocks] == [0.1, 0.1]
+    assert dropout_calls(model, torch.randint(0, 32, (1, 8)), monkeypatch) == [(1, 8, 16)] * 5
+    off = build_model(ModelConfig(vocab_size=32, d_model=16, n_layers=2, n_heads=2, context_length=8,
+                                  dropout=0.1, dropout_at=[]))
+    assert dropout_calls(off, torch.randint(0, 32, (1, 8)), monkeypatch) == []
+    assert [block.attn.dropout for block in off.blocks] == [0.0, 0.0]
+
+
+def test_torch_mha_init_is_multihead_attentions():
+    """q/k/v and the output projection as torch.nn.MultiheadAttention initialises them (its in_proj is our
+    fused qkv: Xavier-uniform over the (3d, d) matrix, zero biases), the rest PyTorch's Linear defaults."""
+    cfg = preset("ladder_attention")
+    attn = build_model(cfg).blocks[0].attn
+    peer = nn.MultiheadAttention(cfg.d_model, cfg.n_heads, bias=True, batch_first=True)
+    bound = (6 / sum(peer.in_proj_weight.shape)) ** 0.5  # Xavier-uniform's bound
+    for w in (attn.qkv.weight, peer.in_proj_weight):
+        assert w.shape == (3 * cfg.d_model, cfg.d_model) and 0.97 * bound < w.abs().max() <= bound
+    assert attn.qkv.bias.abs().max() == 0 == peer.in_proj_bias.abs().max()
+    assert attn.proj.bias.abs().max() == 0 == peer.out_proj.bias.abs().max()
+    linear_bound = cfg.d_model ** -0.5  # Kaiming-uniform(a=sqrt 5), as peer.out_proj
+    for w in (attn.proj.weight, peer.out_proj.weight):
+        assert 0.97 * linear_bound < w.abs().max() <= linear_bound

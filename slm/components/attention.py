@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from slm.components.canon import canon_params, make_canon
-from slm.components.init import residual_out
+from slm.components.init import attention_projection, residual_out
 from slm.components.mixer import MIXERS, Mixer
 from slm.components.norm import NORMS
 from slm.components.position import apply_rotary
@@ -93,9 +93,9 @@ class MultiHeadAttention(Mixer):
         self.window = cfg.sliding_window if self.local else None
         self.softcap = cfg.attn_logit_softcap
         self.scale = cfg.attn_scale if cfg.attn_scale is not None else self.head_dim**-0.5
-        self.dropout = cfg.dropout
+        self.dropout = cfg.dropout if "attention" in cfg.dropout_at else 0.0  # on the probabilities
         q_dim, kv_dim = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
-        self.qkv = nn.Linear(cfg.d_model, q_dim + 2 * kv_dim, bias=cfg.bias)
+        self.qkv = attention_projection(nn.Linear(cfg.d_model, q_dim + 2 * kv_dim, bias=cfg.bias), "in")
         self.canon_b = make_canon(cfg, "B", q_dim + 2 * kv_dim)
         self.canon_b_after_norm = cfg.canon_b_after_qk_norm
         self.norm_heads = cfg.qk_norm_scope == "head"  # else one norm over all heads (H hd, resp. KV hd)
@@ -105,7 +105,7 @@ class MultiHeadAttention(Mixer):
             self.k_norm = norm(self.head_dim if self.norm_heads else kv_dim, eps=cfg.norm_eps, bias=cfg.bias)
         else:
             self.q_norm = self.k_norm = None
-        self.proj = residual_out(nn.Linear(q_dim, cfg.d_model, bias=cfg.bias))
+        self.proj = attention_projection(residual_out(nn.Linear(q_dim, cfg.d_model, bias=cfg.bias)), "out")
 
     @staticmethod
     def num_params(cfg) -> int:

@@ -7,7 +7,9 @@
              transformers' _init_weights for LLaMA, Qwen3, Gemma3, LFM2, Mixtral and Qwen3-MoE, and the Canon
              reference (PhysicsLM4)
     torch    PyTorch's module defaults (Kaiming-uniform Linear, N(0, 1) embeddings and positions): arXiv
-             2512.20877's reference code, which sets no init of its own
+             2512.20877's reference code, which sets no init of its own (its RoPE-ablation blocks)
+    torch_mha  torch, with attention as nn.MultiheadAttention initialises it (Xavier-uniform q/k/v as one
+             matrix, zero q/k/v and output biases): arXiv 2512.20877's post-LN models, built on that module
 
 gpt2 and normal zero the biases; all keep what a component initialises itself: norms (ones, Gemma's zeros), Canon
 layers (PyTorch's Kaiming-uniform conv init, as the Canon reference does), learned positions (normal).
@@ -28,11 +30,19 @@ from slm.components.registry import Registry
 INITS: Registry[type["Init"]] = Registry("init scheme")
 
 _RESIDUAL_OUT = "_slm_residual_out"
+_ATTENTION = "_slm_attention_projection"
 
 
 def residual_out(linear: nn.Linear) -> nn.Linear:
     """Mark `linear` as a projection back into the residual stream (GPT-2's scheme scales its init)."""
     setattr(linear, _RESIDUAL_OUT, True)
+    return linear
+
+
+def attention_projection(linear: nn.Linear, side: str) -> nn.Linear:
+    """Mark `linear` as attention's fused q/k/v projection (side "in") or its output projection ("out"):
+    torch_mha initialises them as nn.MultiheadAttention does."""
+    setattr(linear, _ATTENTION, side)
     return linear
 
 
@@ -93,3 +103,21 @@ class TorchInit(Init):
             module.reset_parameters()
         else:
             super().module(module)
+
+
+@INITS.register("torch_mha")
+class TorchMHAInit(TorchInit):
+    """`torch`, with attention initialised as torch.nn.MultiheadAttention._reset_parameters does: the fused
+    q/k/v weight Xavier-uniform as one (q + 2 kv, d) matrix and its bias zero; the output projection's weight
+    Kaiming-uniform (PyTorch's Linear default) and its bias zero (arXiv 2512.20877's post-LN models)."""
+
+    def module(self, module: nn.Module) -> None:
+        side = getattr(module, _ATTENTION, None)
+        if side is None:
+            return super().module(module)
+        if side == "in":
+            nn.init.xavier_uniform_(module.weight)
+        else:
+            module.reset_parameters()
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)

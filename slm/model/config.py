@@ -18,6 +18,7 @@ from slm.typecheck import check_types
 
 NORM_PLACEMENTS = ("pre", "post", "sandwich")
 QK_NORM_SCOPES = ("head", "all_heads")
+DROPOUT_SITES = ("embedding", "attention", "mixer", "mlp")
 GELU_APPROXIMATIONS = ("none", "tanh")
 
 
@@ -179,7 +180,11 @@ class ModelConfig:
     scale_embeddings: bool = False
     """Multiply token embeddings by sqrt(d_model) (Gemma)."""
     dropout: float = 0.0
-    """Dropout on embeddings, attention probabilities and sublayer outputs."""
+    """Dropout probability at each site in `dropout_at` (a window model: after each hidden layer)."""
+    dropout_at: list[str] = field(default_factory=lambda: list(DROPOUT_SITES))
+    """Where `dropout` applies: embedding (after the position embedding), attention (the probabilities),
+    mixer (the mixer's output, before the residual add), mlp (the MLP's output, likewise); mixer or mlp listed
+    twice drops out twice (arXiv 2512.20877's RoPE-ablation blocks do this to the FFN output)."""
     init: str = "gpt2"
     """Init scheme (slm.components.init): gpt2 (residual output projections scaled by 1 / sqrt(2 * depth)) or
     normal (transformers' LLaMA family: nothing scaled); presets use their reference implementation's."""
@@ -445,6 +450,15 @@ class ModelConfig:
                 raise _bad(name, value, "must be > 0 (or null where optional)")
         if not 0 <= self.dropout < 1:
             raise _bad("dropout", self.dropout, "must be in [0, 1)")
+        sites = self.dropout_at
+        if isinstance(sites, str):  # "mixer,mlp" from the command line
+            sites = [part.strip() for part in sites.split(",") if part.strip()]
+        if not isinstance(sites, (list, tuple)) or any(site not in DROPOUT_SITES for site in sites):
+            raise _bad("dropout_at", self.dropout_at, f"a list of sites from: {', '.join(DROPOUT_SITES)} (may be empty)")
+        for site in ("embedding", "attention"):
+            if sites.count(site) > 1:
+                raise _bad("dropout_at", self.dropout_at, f"'{site}' may appear once (only mixer and mlp may repeat)")
+        self.dropout_at = list(sites)
 
 
 _LEGACY_LETTERS = {"L": "local_attn", "G": "attn"}

@@ -85,6 +85,8 @@ class Block(nn.Module):
         self.canon_c = make_canon(cfg, "C", cfg.d_model)
         self.mlp = FFNS.get(cfg.mlp_type(layer)).build(cfg)
         self.drop = nn.Dropout(cfg.dropout)
+        # times each sublayer's output is dropped out (cfg.dropout_at: usually 1 each, or 0)
+        self.drops = {"A": cfg.dropout_at.count("mixer"), "C": cfg.dropout_at.count("mlp")}
 
     @property
     def mixer(self) -> nn.Module:
@@ -94,7 +96,9 @@ class Block(nn.Module):
         x = h if norm_in is None else norm_in(h)
         if canon is not None:
             x = canon(x) if kv is None else kv.canon(where, canon, x)
-        y = self.drop(fn(x, seq, kv))
+        y = fn(x, seq, kv)
+        for _ in range(self.drops[where]):
+            y = self.drop(y)
         if self.placement == "post":
             return norm_out(h + y)
         return h + (y if norm_out is None else norm_out(y))
@@ -118,7 +122,7 @@ class Transformer(nn.Module):
         self.cfg = cfg
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.embedding_padding_idx)
         self.position = POSITIONS.get(cfg.position).from_config(cfg)
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = nn.Dropout(cfg.dropout if "embedding" in cfg.dropout_at else 0.0)
         self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
         # post-norm blocks end normalised; pre and sandwich need a final norm before the head (cfg.has_final_norm)
         self.norm = NORMS.get(cfg.norm)(cfg.d_model, eps=cfg.norm_eps, bias=cfg.bias) if cfg.has_final_norm else None
