@@ -186,8 +186,9 @@ class ModelConfig:
     mixer (the mixer's output, before the residual add), mlp (the MLP's output, likewise); mixer or mlp listed
     twice drops out twice (arXiv 2512.20877's RoPE-ablation blocks do this to the FFN output)."""
     init: str = "gpt2"
-    """Init scheme (slm.components.init): gpt2 (residual output projections scaled by 1 / sqrt(2 * depth)) or
-    normal (transformers' LLaMA family: nothing scaled); presets use their reference implementation's."""
+    """Init scheme (slm.components.init): gpt2 (residual output projections scaled by 1 / sqrt(2 * depth)),
+    normal (transformers' LLaMA family: nothing scaled), torch (PyTorch's module defaults) or torch_mha (torch,
+    attention as nn.MultiheadAttention's); presets use their reference implementation's."""
     init_std: float = 0.02
     """Std of the normal init of linear, embedding (and, under `normal`, conv-mixer) weights."""
     head_bias: bool = False
