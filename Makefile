@@ -91,11 +91,21 @@ smoke: install
 	OMP_NUM_THREADS=1 $(BIN)/slm-train -m sweep=smoke
 
 # arXiv 2512.20877 reproduced: Table 1, the position ablation and the four sweeps under the paper's protocol (sweeps/ladder_*.yaml),
-# SEEDS seeds each (train.seed 0..SEEDS-1), then report/2512.20877/ladder.md with the paper's numbers beside
+# SEEDS seeds each (train.seed 0..SEEDS-1), then $(RUNS)/report-2512.20877/ladder.md with the paper's numbers beside
 # ours and the NLL-per-FLOP figure. Started again, it trains only what is missing.
+# LADDER_JOBS copies of the three sweeps run at once, LADDER_THREADS threads each (slm-workers: output prefixed
+# [1], [2]; Ctrl-C checkpoints every copy): a copy trains the next job no other copy holds, so two 1-thread
+# copies keep both cores of a laptop busy with models too small to use a second thread well.
 SEEDS ?= 3
+LADDER_JOBS ?= 2
+LADDER_THREADS ?= 1
 reproduce-2512: install
-	@seeds=$$(seq -s, 0 $$(($(SEEDS) - 1))); 	OMP_NUM_THREADS=$(SWEEP_THREADS) $(BIN)/slm-train -m sweep=ladder_table1 train.seed=$$seeds; rc=$$?; 	OMP_NUM_THREADS=$(SWEEP_THREADS) $(BIN)/slm-train -m sweep=ladder_rope train.seed=$$seeds || rc=$$?; 	OMP_NUM_THREADS=$(SWEEP_THREADS) $(BIN)/slm-train -m sweep=ladder_sweeps train.seed=$$seeds || rc=$$?; 	$(BIN)/slm-ladder $(RUNS) -o $(RUNS)/report-2512.20877 && exit $$rc
+	@seeds=$$(seq -s, 0 $$(($(SEEDS) - 1))); \
+	OMP_NUM_THREADS=$(LADDER_THREADS) $(BIN)/slm-workers $(LADDER_JOBS) -- sh -c "rc=0; \
+		for sweep in ladder_table1 ladder_rope ladder_sweeps; do \
+			$(BIN)/slm-train -m sweep=\$$sweep train.seed=$$seeds || rc=\$$?; \
+		done; exit \$$rc"; rc=$$?; \
+	$(BIN)/slm-ladder $(RUNS) -o $(RUNS)/report-2512.20877 && exit $$rc
 
 # A sweep's jobs with parameter counts, tokens and GPU-hours, training nothing: make sweep-dry SWEEP=families_70m
 sweep-dry: install

@@ -1,0 +1,118 @@
+"""`slm-workers N [--stagger S] -- COMMAND...`: run one command in N copies at once, for a local sweep.
+
+A local `slm-train -m` trains its jobs one after another. N copies of the same sweep share its jobs: each
+copy trains the next job that no other copy holds (the run's .lock, slm.runs.job) and skips the rest, so N
+1-thread copies keep N cores busy with models too small to use more threads well (`make reproduce-2512`).
+
+    OMP_NUM_THREADS=1 slm-workers 2 -- slm-train -m sweep=ladder_table1
+    slm-workers 2 -- sh -c 'slm-train -m sweep=ladder_table1; slm-train -m sweep=ladder_rope'
+
+Each line a copy prints is prefixed `[i] ` (copies 1..N). The copies start `--stagger` seconds apart (default
+2), so that they take different jobs and their sweeps' timestamped files differ. Ctrl-C or SIGTERM is passed
+on to each copy's whole process group as SIGTERM (slm-train checkpoints at the next step and exits 143; a
+second signal stops it at once); the command waits until every process of every copy has closed its output,
+then exits with the worst exit status among the copies (a copy stopped by a signal counts 128 + its number),
+or with 128 + the number of the signal that stopped it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from slm.cli.config import fail
+
+PROG = "slm-workers"
+
+
+def _exit_status(returncode: int) -> int:
+    """A Popen return code as a shell reports it: killed by signal s -> 128 + s."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _pump(stream, prefix: bytes, lock: threading.Lock) -> None:
+    """Copy a copy's output to stdout line by line, each line prefixed, until every writer has closed it."""
+    out = sys.stdout.buffer
+    for line in iter(stream.readline, b""):
+        with lock:
+            out.write(prefix + line)
+            out.flush()
+    stream.close()
+
+
+def run(copies: int, command: list[str], stagger: float = 2.0) -> int:
+    """Run `command` in `copies` copies at once; the worst exit status (see the module docstring)."""
+    lock = threading.Lock()
+    procs: list[subprocess.Popen] = []
+    pumps: list[threading.Thread] = []
+    stopped: list[int] = []
+
+    def stop(signum, frame) -> None:
+        stopped.append(signum)
+        for proc in procs:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:  # that copy has already ended
+                pass
+
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for i in range(copies):
+            if stopped:
+                break
+            if i:
+                time.sleep(stagger)
+            # its own session: a terminal's Ctrl-C reaches this process only, which passes it on as SIGTERM
+            proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            procs.append(proc)
+            prefix = f"[{i + 1}] ".encode() if copies > 1 else b""
+            pump = threading.Thread(target=_pump, args=(proc.stdout, prefix, lock), daemon=True)
+            pump.start()
+            pumps.append(pump)
+        for pump in pumps:
+            while pump.is_alive():  # a timed join, so that a signal is handled at once
+                pump.join(0.2)
+        codes = [_exit_status(proc.wait()) for proc in procs]
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return 128 + stopped[0] if stopped else max(codes, default=0)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:
+        fail(PROG, message)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = _Parser(prog=PROG, description=__doc__.split("\n\n")[0],
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("copies", help="how many copies of the command run at once (a positive integer)")
+    parser.add_argument("--stagger", type=float, default=2.0, help="seconds between the copies' starts (default 2)")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    split = argv.index("--") if "--" in argv else len(argv)
+    args, command = parser.parse_args(argv[:split]), argv[split + 1:]
+    try:
+        copies = int(args.copies)
+    except ValueError:
+        copies = 0
+    if copies < 1:
+        fail(PROG, f"copies={args.copies!r}: give a positive integer (how many copies run at once)")
+    if args.stagger < 0:
+        fail(PROG, f"--stagger={args.stagger}: give seconds >= 0")
+    if not command:
+        fail(PROG, "no command: give it after --, e.g. slm-workers 2 -- slm-train -m sweep=ladder_table1")
+    try:
+        sys.exit(run(copies, command, args.stagger))
+    except FileNotFoundError as err:
+        fail(PROG, f"{command[0]!r} cannot be run: {err.strerror}", code=127)
+
+
+if __name__ == "__main__":
+    main()
