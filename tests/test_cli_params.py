@@ -67,11 +67,19 @@ def test_budget_shows_width(capsys):
          "slm-params: error: model.budget_count='experts' is invalid: choose one of: total, active"),
     ],
 )
-def test_bad_input_is_one_line(args, line):
-    out = slm_params(*args)
+def test_bad_input_is_one_line(capsys, args, line):
+    with pytest.raises(SystemExit) as exit_:
+        run(args)
+    out = capsys.readouterr()
+    assert exit_.value.code == 2 and out.out == ""
+    assert out.err.count("\n") == 1 and out.err.startswith(line), out.err
+    assert "base" not in out.err.split("choose one of:")[-1].replace(",", " ").split()  # base is not a preset
+
+
+def test_bad_input_from_the_command_line_exits_2_with_one_line():
+    out = slm_params("model=llama3", "model.n_kv_heads=3")
     assert out.returncode == 2 and out.stdout == ""
-    assert out.stderr.count("\n") == 1 and out.stderr.startswith(line), out.stderr
-    assert "base" not in out.stderr.split("choose one of:")[-1].replace(",", " ").split()  # base is not a preset
+    assert out.stderr == "slm-params: error: model.n_kv_heads=3 is invalid: must divide n_heads=8\n"
 
 
 def test_full_error_shows_traceback():

@@ -114,7 +114,8 @@ def test_gradcheck_of_the_whole_memory_layer():
     def run(x, *params):
         return torch.func.functional_call(layer, dict(zip(names, params)), (x, seq))
 
-    assert torch.autograd.gradcheck(run, (x, *params), eps=1e-6, atol=1e-5, rtol=1e-4)
+    # fast_mode: v^T J u for random u, v against the same product by finite differences (PyTorch's cheaper check)
+    assert torch.autograd.gradcheck(run, (x, *params), eps=1e-6, atol=1e-5, rtol=1e-4, fast_mode=True)
 
 
 def test_memory_carries_information_across_segments_and_nothing_leaks_backward():

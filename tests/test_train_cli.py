@@ -92,13 +92,13 @@ def assert_same_run(ref: Path, cut: Path) -> None:
 
 
 def test_resume_after_sigkill_is_exact(tmp_path):
-    args = [*FAST, "model.d_model=128", "model.head_dim=32", "train.steps=60", "train.ckpt_interval=20",
-            "train.val_interval=30", "train.seed=3"]
+    args = [*FAST, "model.d_model=128", "model.head_dim=32", "train.steps=30", "train.ckpt_interval=10",
+            "train.val_interval=15", "train.seed=3"]
     ref_dir, cut_dir = tmp_path / "ref", tmp_path / "cut"
     assert slm_train(ref_dir, *args).returncode == 0
-    kill_at_step(cut_dir, args, 25)
+    kill_at_step(cut_dir, args, 13)
     cut = run_dir(cut_dir)
-    assert record(cut)["status"] == "running" and 25 <= _steps(cut) < 60
+    assert record(cut)["status"] == "running" and 13 <= _steps(cut) < 30
     stale = cut / "checkpoints" / ".last.ckpt.tmp-99999"  # what a kill during a checkpoint save leaves
     stale.write_bytes(b"partial")
     out = slm_train(cut_dir, *args)
@@ -265,13 +265,13 @@ def test_new_families_train_resume_exactly_and_are_scored(tmp_path, family):
     """LFM2 (conv state), MoE (routing, auxiliary losses, per-expert load) and Titans-MAC (a memory learned in the
     forward pass) through slm-train: a run killed mid-way resumes to the weights, loss curve and record of an
     uninterrupted one, and is scored by lm-eval."""
-    args = [*[o for o in FAST if o not in ("model=debug", "eval=none")], *NEW_FAMILIES[family], "train.steps=40",
-            "train.ckpt_interval=10", "train.val_interval=20", "eval.limit=4", "eval.throughput.prompt_tokens=8",
+    args = [*[o for o in FAST if o not in ("model=debug", "eval=none")], *NEW_FAMILIES[family], "train.steps=24",
+            "train.ckpt_interval=8", "train.val_interval=12", "eval.limit=4", "eval.throughput.prompt_tokens=8",
             "eval.throughput.new_tokens=8"]
     ref_dir, cut_dir = tmp_path / "ref", tmp_path / "cut"
     out = slm_train(ref_dir, *args)
     assert out.returncode == 0, out.stderr[-2000:]
-    kill_at_step(cut_dir, args, 15)
+    kill_at_step(cut_dir, args, 10)
     assert slm_train(cut_dir, *args).returncode == 0
     ref, cut = run_dir(ref_dir), run_dir(cut_dir)
     assert_same_run(ref, cut)
