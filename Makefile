@@ -6,7 +6,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN        := $(VENV)/bin
 STAMP      := $(VENV)/.slm-installed
 
-.PHONY: help install test test-slow sweep bench clean reproduce-2512
+.PHONY: help install test test-slow sweep bench clean reproduce-2512 lr-transfer coordcheck
 
 help:
 	@echo "make install    create $(VENV): torch ($(TORCH_SPEC)) first, then slm with its dev extras"
@@ -17,6 +17,9 @@ help:
 	@echo "make sweep-dry SWEEP=name   a sweep's jobs, parameter counts, tokens and GPU-hours; trains nothing"
 	@echo "make reproduce-2512          arXiv 2512.20877's character-level ladder (Table 1, the RoPE ablation,"
 	@echo "                             the four sweeps; SEEDS seeds each), then its side-by-side tables and plot"
+	@echo "make lr-transfer             learning-rate transfer: an lr grid x widths (sp, mup) and x depths (sp,"
+	@echo "                             completep) on CPU, then the loss-vs-lr figures and optimal-lr table"
+	@echo "make coordcheck              the muP coordinate check: activation size against width, sp and mup"
 	@echo "make plots RESULTS=file     redraw the six plots from a results table"
 	@echo "make test-slurm the Slurm tests on a local single-node cluster (root; installs Slurm from apt)"
 	@echo "make bench      benchmarks: slm-train vs a bare PyTorch loop, data loader share, tokenizers, decode and"
@@ -106,6 +109,22 @@ reproduce-2512: install
 			$(BIN)/slm-train -m sweep=\$$sweep train.seed=$$seeds || rc=\$$?; \
 		done; exit \$$rc"; rc=$$?; \
 	$(BIN)/slm-ladder $(RUNS) -o $(RUNS)/report-2512.20877 && exit $$rc
+
+# Learning-rate transfer (README "Learning rates that transfer"): sweeps/lr_transfer_width.yaml (sp, mup) and
+# sweeps/lr_transfer_depth.yaml (sp, completep), 128 short CPU jobs in LR_JOBS one-thread copies, then
+# $(RUNS)/lr_transfer/ (lr_transfer.md: the optimal lr per width and depth and how far it moves; loss-vs-lr figures).
+# Started again, it trains only what is missing.
+LR_JOBS ?= 2
+lr-transfer: install
+	@OMP_NUM_THREADS=1 $(BIN)/slm-workers $(LR_JOBS) -- sh -c "rc=0; \
+		for sweep in lr_transfer_width lr_transfer_depth; do $(BIN)/slm-train -m sweep=\$$sweep || rc=\$$?; done; \
+		exit \$$rc"; rc=$$?; \
+	$(BIN)/slm-lr-transfer $(RUNS)/lr_transfer_width $(RUNS)/lr_transfer_depth -o $(RUNS)/lr_transfer && exit $$rc
+
+# The muP coordinate check (slm-coordcheck): a few steps at 5 widths under sp and mup, activation RMS per layer
+# against width in $(RUNS)/coordcheck/ (flat under a correct muP, growing under sp).
+coordcheck: install
+	OMP_NUM_THREADS=2 $(BIN)/slm-coordcheck model=llama3 -o $(RUNS)/coordcheck
 
 # A sweep's jobs with parameter counts, tokens and GPU-hours, training nothing: make sweep-dry SWEEP=families_70m
 sweep-dry: install

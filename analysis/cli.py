@@ -5,6 +5,7 @@
     slm-plot --kind all results.parquet -o plots/                    # all six
     slm-report results.parquet -o report/                            # report.md + report.html + figures/
     slm-ladder runs/ladder_table1 -o report/2512.20877              # arXiv 2512.20877 side by side
+    slm-lr-transfer runs/lr_transfer_width runs/lr_transfer_depth -o out   # best lr per shape, loss-vs-lr
 
 RESULTS may also be a runs directory (collected on the fly). Bad input (no such path, no runs found, an
 unknown column or plot kind) is one line on stderr, `<prog>: error: ...`, and exit code 2; warnings
@@ -156,8 +157,31 @@ def ladder_main(argv: list[str] | None = None) -> None:
     print(f"{prog}: wrote {path} and {Path(args.out_dir) / 'figures' / 'ladder_nll_flops.png'}")
 
 
-if __name__ == "__main__":  # python -m analysis.cli collect|plot|report|ladder ...
-    commands = {"collect": collect_main, "plot": plot_main, "report": report_main, "ladder": ladder_main}
+def lr_transfer_main(argv: list[str] | None = None) -> None:
+    prog = "slm-lr-transfer"
+    p = _Parser(prog=prog, description="Learning-rate transfer: for each run group that sweeps train.lr against "
+                "d_model or n_layers, the best learning rate per shape and parametrization, how far it moves, and "
+                "loss-against-lr figures (lr_transfer.md + figures/).")
+    p.add_argument("results", nargs="+", help="results tables (.parquet/.csv from slm-collect) or runs directories")
+    p.add_argument("-o", "--out-dir", default="lr_transfer", help="output directory (default: lr_transfer)")
+    args = p.parse_args(argv)
+    _logging(prog)
+    import pandas as pd
+
+    from analysis.lr_transfer import write
+
+    table = pd.concat([_load(prog, path) for path in args.results], ignore_index=True)
+    try:
+        path = write(table, args.out_dir)
+    except ValueError as err:
+        _fail(prog, f"{', '.join(args.results)}: {err}")
+    print(path.read_text())
+    print(f"{prog}: wrote {path} and its figures in {Path(args.out_dir) / 'figures'}")
+
+
+if __name__ == "__main__":  # python -m analysis.cli collect|plot|report|ladder|lr_transfer ...
+    commands = {"collect": collect_main, "plot": plot_main, "report": report_main, "ladder": ladder_main,
+                "lr_transfer": lr_transfer_main}
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
         _fail("analysis.cli", f"usage: python -m analysis.cli {{{'|'.join(commands)}}} ...")
     commands[sys.argv[1]](sys.argv[2:])

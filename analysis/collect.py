@@ -67,7 +67,7 @@ recorded running that no process trains is `stopped`; a job folder without a rec
 SWEEP_AXES = ["family", "n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "position", "norm",
               "norm_placement", "mlp", "layer_types", "mlp_types", "n_experts", "top_k", "qk_norm", "canon_set",
               "layer_repeat", "init", "sliding_window", "tie_embeddings", "context_length", "vocab_size", "objective",
-              "data", "tokenizer", "lr", "batch_size", "schedule", "precision", "seed"]
+              "parametrization", "data", "tokenizer", "optimizer", "lr", "batch_size", "schedule", "precision", "seed"]
 """Columns that describe what was trained (a configuration = these minus `seed`)."""
 
 COUNT_COLUMNS = ["params_total", "params_active", "params_embedding", "params_non_embedding", "flops_per_token",
@@ -90,7 +90,12 @@ COLUMN_DOCS = {
     "status": f"one of {', '.join(ALL_STATUSES)}", "error": "the record's error line",
     "eval_error": "why the lm-eval suite failed after training (the run itself completed)",
     "data": "data mix name (data.name)", "tokenizer": "tokenizer name", "objective": "training objective",
-    "seed": "train.seed", "lr": "peak learning rate", "tokens": "training tokens seen",
+    "seed": "train.seed", "lr": "peak learning rate (train.lr: AdamW's, and the base of a parametrization's "
+                                "per-group multipliers)",
+    "parametrization": "model.parametrization: sp | mup | completep (how init and lrs scale with shape)",
+    "optimizer": "train.optimizer: adamw | muon | lion",
+    "mup_<field>": "model.mup.<field>: the base shape mup / completep scale from (base_width, base_depth, ...)",
+    "scaling": "the parametrization's multipliers at this shape (JSON; empty for sp)", "tokens": "training tokens seen",
     "train_flops": "training FLOPs = flops_per_token x tokens (PaLM convention, see model.flops_convention)",
     "train_tokens_per_s": "training throughput (tokens/s)", "diverged_step": "step of the non-finite loss",
     "params_active": "parameters one token uses (= params_total except for a mixture of experts)",
@@ -237,11 +242,15 @@ def row_from_record(record: dict, run_dir: str | os.PathLike, root: str | os.Pat
     for key, value in model.items():
         if key in ("flops_convention",):
             continue
+        if key == "mup" and isinstance(value, dict):  # the base shape of mup / completep: mup_base_width, ...
+            row.update({f"mup_{name}": v for name, v in value.items()})
+            continue
         row[key] = "; ".join(value) if key == "notes" else _scalar(value)
     tokenizer = data.get("tokenizer") if isinstance(data.get("tokenizer"), dict) else {}
     row["data"] = data.get("name") or (config.get("data") or {}).get("name")
     row["tokenizer"] = tokenizer.get("name") or (config.get("tokenizer") or {}).get("name")
     row["objective"] = train_cfg.get("objective")
+    row["optimizer"] = train_cfg.get("optimizer") or "adamw"  # the only optimizer before train.optimizer
     row["seed"] = train_cfg.get("seed")
     row["lr"] = _number(train_cfg.get("lr"))
     row["batch_size"] = train_cfg.get("batch_size")
@@ -339,6 +348,8 @@ def _current_model_fields(model: dict) -> dict:
         model.setdefault("init", "gpt2")  # the one scheme before init schemes were a choice
     if "params_active" not in model and "params_total" in model:
         model["params_active"] = model["params_total"]
+    if "params_total" in model:
+        model.setdefault("parametrization", "sp")  # the only one before model.parametrization
     return model
 
 

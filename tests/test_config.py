@@ -84,6 +84,7 @@ def test_base_yaml_mirrors_dataclass_defaults():
     from slm.model.budget import SOLVER_KEYS as solver_keys
     defaults = {f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
                 for f in dataclasses.fields(ModelConfig)}
+    defaults = {k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for k, v in defaults.items()}
     assert base == {**defaults, **solver_keys}
 
 

@@ -63,6 +63,17 @@ def test_two_processes_and_two_micro_batches_follow_one_batch(runs):
     assert load_record(runs["micro"])["training"]["accumulation"] == 2
 
 
+@pytest.mark.slow  # three more runs, two of them 2-process (~40 s); make test-slow runs it
+def test_muon_and_mup_under_data_parallel_and_accumulation_follow_one_batch(tmp_path):
+    """train.optimizer=muon (torch's Muon + AdamW, stepping as one) with mup's per-group learning rates: the
+    reduced gradients are the same sums, so 2 processes and 2 micro-batches follow the 1-batch run."""
+    root = tmp_path / "runs"
+    extra = ["train.optimizer=muon", "model.parametrization=mup", "model.mup.base_width=32"]
+    one = losses(train(root, "one", *extra))
+    for group, more in (("micro", ["train.micro_batch_size=2"]), ("two", ["train.devices=2"])):
+        np.testing.assert_allclose(losses(train(root, group, *extra, *more)), one, rtol=2e-5, err_msg=group)
+
+
 def test_only_rank_zero_writes(runs):
     two = runs["two"]
     assert len(losses(two)) == 6  # one line per step, not one per rank

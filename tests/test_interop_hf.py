@@ -147,6 +147,7 @@ def test_to_hf_round_trip(case):
     (dict(norm="rmsnorm_gemma", norm_placement="sandwich"), "norm_placement='sandwich'.*norm='rmsnorm_gemma'"),
     (dict(position="none"), "position='none'"),
     (dict(rotary_fraction=0.5), "partial rotary"),
+    (dict(parametrization="mup", mup={"base_width": D}), "parametrization=mup multiplies the logits"),
 ])
 def test_to_hf_refuses_what_it_cannot_represent(change, match):
     model = Transformer(ModelConfig(n_layers=1, d_model=D, n_heads=4, vocab_size=V, context_length=CTX, **change))

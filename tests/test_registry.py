@@ -45,7 +45,7 @@ def test_registries_are_complete():
     assert set(MLPS.keys()) == {"gelu", "relu", "swiglu", "geglu"}
     assert set(MIXERS.keys()) == {"attn", "local_attn", "conv", "mac"}
     assert set(FFNS.keys()) == {"dense", "moe"}
-    assert set(REGISTRIES) == {"norm", "position", "mlp", "mlp type", "mixer", "canon", "init scheme"}
+    assert set(REGISTRIES) == {"norm", "position", "mlp", "mlp type", "mixer", "canon", "init scheme", "parametrization"}
 
 
 @pytest.mark.parametrize("norm", NORMS.keys())

@@ -7,15 +7,16 @@ from slm.components.mixer import MIXERS
 from slm.components.mlp import FFNS, MLPS
 from slm.components.moe import MoE
 from slm.components.norm import NORMS
+from slm.components.parametrization import PARAMETRIZATIONS
 from slm.components.position import POSITIONS
 from slm.components.registry import Registry, UnknownKeyError
 from slm.components.shortconv import ShortConv
 from slm.components.titans import MemoryAsContext
 
-REGISTRIES = {r.kind: r for r in (NORMS, POSITIONS, MLPS, FFNS, MIXERS, CANONS, INITS)}
+REGISTRIES = {r.kind: r for r in (NORMS, POSITIONS, MLPS, FFNS, MIXERS, CANONS, INITS, PARAMETRIZATIONS)}
 
 __all__ = [
     "CANONS", "CANON_POSITIONS", "FFNS", "INITS", "MIXERS", "MLPS", "MemoryAsContext", "MoE", "MultiHeadAttention",
-    "NORMS", "POSITIONS",
+    "NORMS", "PARAMETRIZATIONS", "POSITIONS",
     "REGISTRIES", "Registry", "ShortConv", "SlidingWindowAttention", "UnknownKeyError",
 ]

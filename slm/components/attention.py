@@ -22,6 +22,7 @@ from slm.components.canon import canon_params, make_canon
 from slm.components.init import attention_projection, residual_out
 from slm.components.mixer import MIXERS, Mixer
 from slm.components.norm import NORMS
+from slm.components.parametrization import scheme_of
 from slm.components.position import apply_rotary
 
 
@@ -92,7 +93,8 @@ class MultiHeadAttention(Mixer):
         self.causal = cfg.causal
         self.window = cfg.sliding_window if self.local else None
         self.softcap = cfg.attn_logit_softcap
-        self.scale = cfg.attn_scale if cfg.attn_scale is not None else self.head_dim**-0.5
+        scale = cfg.attn_scale if cfg.attn_scale is not None else self.head_dim**-0.5
+        self.scale = scheme_of(cfg).attention_scale(scale, self.head_dim)  # μP: 1 / head_dim
         self.dropout = cfg.dropout if "attention" in cfg.dropout_at else 0.0  # on the probabilities
         q_dim, kv_dim = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
         self.qkv = attention_projection(nn.Linear(cfg.d_model, q_dim + 2 * kv_dim, bias=cfg.bias), "in")

@@ -25,6 +25,7 @@ import math
 import torch
 from torch import nn
 
+from slm.components.parametrization import scheme_of
 from slm.components.registry import Registry
 
 INITS: Registry[type["Init"]] = Registry("init scheme")
@@ -56,7 +57,7 @@ class Init:
 
     def __init__(self, cfg):
         self.std = cfg.init_std
-        depth = cfg.depth  # block applications
+        depth = scheme_of(cfg).init_depth()  # block applications (completep: its base depth)
         self.out_std = self.std / math.sqrt(2 * depth) if self.scale_residual else self.std
 
     def normal(self, weight: torch.Tensor, residual: bool = False) -> None:

@@ -89,6 +89,9 @@ def to_hf(model: Transformer):
     target cannot represent (Canon layers, layer_repeat > 1, qk_norm, sliding windows, soft-capping, ...).
     """
     cfg = model.cfg
+    if cfg.parametrization != "sp":
+        raise ValueError(f"cannot convert to transformers: model.parametrization={cfg.parametrization} multiplies the "
+                         "logits (and, completep, the residual branches) by factors transformers' models do not have")
     if "conv" in cfg.layer_types:
         hf_model, table = lfm2_to_hf(cfg), lfm2_table(cfg)
     elif "moe" in cfg.mlp_types:

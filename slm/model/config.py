@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 from slm.components import CANON_POSITIONS, CANONS, FFNS, INITS, MIXERS, MLPS, NORMS, POSITIONS
 from slm.components.moe import MOE_AUX_SCOPES
+from slm.components.parametrization import PARAMETRIZATIONS, MupSettings, ParametrizationError
 from slm.components.registry import UnknownKeyError
 from slm.model.networks import NETWORKS
 from slm.typecheck import check_types
@@ -197,6 +198,13 @@ class ModelConfig:
     """A norm before the head; None: with pre and sandwich placement, not with post (a post-norm block ends
     normalised). arXiv 2512.20877's post-norm models add one."""
 
+    # --- parametrization (slm.components.parametrization)
+    parametrization: str = "sp"
+    """How init, learning rates and forward multipliers scale with shape: sp (standard: none), mup (μP over
+    width, from mup.base_width) or completep (μP and CompleteP's depth rule, from mup.base_depth)."""
+    mup: MupSettings = field(default_factory=MupSettings)
+    """The base shape mup and completep scale from: base_width, base_depth, depth_alpha, base_head_dim."""
+
     def __post_init__(self) -> None:
         check_types(self, "model", ConfigError)  # a string in a numeric field, an infinite theta, ...
         self._check_keys()
@@ -259,7 +267,7 @@ class ModelConfig:
     # ------------------------------------------------------------------ checks
     def _check_keys(self) -> None:
         for registry, key in ((NORMS, self.norm), (POSITIONS, self.position), (MLPS, self.mlp), (CANONS, self.canon),
-                              (INITS, self.init)):
+                              (INITS, self.init), (PARAMETRIZATIONS, self.parametrization)):
             registry.get(key)  # raises "unknown norm 'x'; choose one of: ..."
         self.layer_types = self._pattern("layer_types", MIXERS)
         self.mlp_types = self._pattern("mlp_types", FFNS)
@@ -460,6 +468,11 @@ class ModelConfig:
             if sites.count(site) > 1:
                 raise _bad("dropout_at", self.dropout_at, f"'{site}' may appear once (only mixer and mlp may repeat)")
         self.dropout_at = list(sites)
+        try:
+            self.mup = MupSettings.from_node(self.mup)
+            PARAMETRIZATIONS.get(self.parametrization).check(self)
+        except ParametrizationError as err:
+            raise ConfigError(str(err)) from None
 
 
 _LEGACY_LETTERS = {"L": "local_attn", "G": "attn"}

@@ -14,6 +14,7 @@ from torch import nn
 from slm.components import FFNS, INITS, MIXERS, NORMS, POSITIONS
 from slm.components.attention import attention_mask
 from slm.components.canon import make_canon
+from slm.components.parametrization import rescale_init, scheme_of
 from slm.model.config import ModelConfig
 from slm.model.counting import stack_breakdown, stack_counts
 from slm.model.networks import NETWORKS
@@ -60,6 +61,7 @@ class Block(nn.Module):
     pre:      h = h + f(norm(h))
     post:     h = norm(h + f(h))
     sandwich: h = h + norm_out(f(norm_in(h)))          (Gemma3)
+    A parametrization may multiply each branch before the add (completep: f(...) x (base_depth / depth)^alpha).
     Canon A / C mix the sublayer input right before the mixer / the MLP (B and D sit inside them).
     The mixer sits at `self.<slot>` (attn, conv) with its norms at `<slot>_norm` and `<slot>_out_norm`.
     `kv` is this application's slot of a KV cache, or None (whole-sequence forward).
@@ -87,6 +89,7 @@ class Block(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
         # times each sublayer's output is dropped out (cfg.dropout_at: usually 1 each, or 0)
         self.drops = {"A": cfg.dropout_at.count("mixer"), "C": cfg.dropout_at.count("mlp")}
+        self.branch_scale = scheme_of(cfg).residual_multiplier()  # completep: (base_depth / depth)^alpha; else None
 
     @property
     def mixer(self) -> nn.Module:
@@ -101,7 +104,9 @@ class Block(nn.Module):
             y = self.drop(y)
         if self.placement == "post":
             return norm_out(h + y)
-        return h + (y if norm_out is None else norm_out(y))
+        if norm_out is not None:
+            y = norm_out(y)
+        return h + (y if self.branch_scale is None else y * self.branch_scale)
 
     def forward(self, h: torch.Tensor, seq: SequenceContext, kv=None) -> torch.Tensor:
         mixer_norm, mixer_out_norm = getattr(self, f"{self.slot}_norm"), getattr(self, f"{self.slot}_out_norm")
@@ -129,11 +134,14 @@ class Transformer(nn.Module):
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=cfg.head_bias)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.tok_emb.weight
+        self.scheme = scheme_of(cfg)
+        self.readout_scale = self.scheme.readout_multiplier()  # μP: base_width / d_model; else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         """Initialise the weights by the config's scheme (`init`: gpt2 or normal, slm.components.init); norms
-        and Canon convolutions keep their own init, learned positions are normal(0, init_std)."""
+        and Canon convolutions keep their own init, learned positions are normal(0, init_std); then the
+        parametrization rescales what it scales (μP: hidden matrices by sqrt(base_width / d_model))."""
         init = INITS.get(self.cfg.init)(self.cfg)
         for module in self.modules():
             init.module(module)
@@ -142,6 +150,7 @@ class Transformer(nn.Module):
         if self.cfg.embedding_padding_idx is not None:
             with torch.no_grad():
                 self.tok_emb.weight[self.cfg.embedding_padding_idx].zero_()
+        rescale_init(self, self.scheme)
 
     def forward(self, idx: torch.Tensor, cache=None, lengths: torch.Tensor | None = None, return_aux: bool = False,
                 attention_block: int | None = None):
@@ -188,7 +197,10 @@ class Transformer(nn.Module):
         return h, seq
 
     def head(self, h: torch.Tensor) -> torch.Tensor:
-        """Final hidden states (..., d) -> logits (..., V), soft-capped if the config says so."""
+        """Final hidden states (..., d) -> logits (..., V), soft-capped if the config says so (μP's readout
+        multiplier scales h, so the logits, before the head)."""
+        if self.readout_scale is not None:
+            h = h * self.readout_scale
         logits = self.lm_head(h)  # (..., V)
         if self.cfg.final_logit_softcap is not None:
             cap = self.cfg.final_logit_softcap

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import yaml
 
+from slm.components.parametrization import scheme_of
 from slm.model import FLOPS_CONVENTION, config_from_spec, count
 from slm.model.weights import save_model
 from slm.runs.environment import environment
@@ -310,7 +311,8 @@ def _train(cfg: dict, run_dir: Path, train_cfg, prepared, model_cfg, counts, max
            resume: Path | None = None) -> dict:
     tokens_per_step = train_cfg.batch_size * model_cfg.context_length
     model_section = {**model_cfg.to_dict(), **vars(counts), "flops_convention": FLOPS_CONVENTION,
-                     "param_budget": cfg["model"].get("param_budget"), "notes": model_cfg.notes()}
+                     "param_budget": cfg["model"].get("param_budget"), "notes": model_cfg.notes(),
+                     "scaling": scheme_of(model_cfg).describe()}
     training = {"max_steps": max_steps, "tokens_per_step": tokens_per_step}
     if init is not None:  # a resumed run keeps the section written when it started
         training["init_from"] = init_from_section(init)

@@ -17,6 +17,12 @@ class TrainConfigError(ValueError):
     """An invalid training config; the message names the field, the value and what is allowed."""
 
 
+def _optim_defaults() -> dict:
+    from slm.training.optim import optim_defaults
+
+    return optim_defaults()
+
+
 WINDOW_SAMPLINGS = ("tiled", "random")
 """Keys of slm.data.mix.SAMPLINGS (named here so that the config does not import the data layer)."""
 
@@ -68,6 +74,12 @@ class TrainConfig:
     """AdamW betas."""
     eps: float = 1.0e-8
     """AdamW epsilon."""
+    optimizer: str = "adamw"
+    """Optimizer (slm.training.optim): adamw, muon (torch's Muon for the hidden 2-D matrices, AdamW for the rest)
+    or lion. lr, betas, eps and weight_decay above are AdamW's (and Lion's lr and decay)."""
+    optim: dict = field(default_factory=lambda: _optim_defaults())
+    """Each optimizer's own settings, train.optim.<optimizer>.<field>: muon (lr, momentum, nesterov, ns_steps,
+    weight_decay, adjust_lr), lion (betas); see conf/train/default.yaml."""
     grad_clip: float | None = 1.0
     """Clip the global gradient norm to this value; None disables clipping (the norm is still logged)."""
     precision: str = "32"
@@ -136,6 +148,13 @@ class TrainConfig:
             self.loggers = [name.strip() for name in self.loggers.split(",") if name.strip()]
         OBJECTIVES.get(self.objective)
         SCHEDULES.get(self.schedule)
+        from slm.training.optim import OPTIMIZERS, OptimSettingsError, optim_settings
+
+        OPTIMIZERS.get(self.optimizer)
+        try:
+            self.optim = optim_settings(self.optim)
+        except OptimSettingsError as err:
+            raise TrainConfigError(str(err)) from None
         for name in ("batch_size", "val_batches", "log_interval", "ckpt_interval"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:

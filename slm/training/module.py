@@ -104,7 +104,8 @@ class LanguageModelModule(L.LightningModule):
             # together); the non-finite gradients it gives reach every rank, and the update is skipped on all
             # of them (configure_gradient_clipping)
         self._track_loss(value, batch_idx)
-        self.last_lr = self.trainer.optimizers[0].param_groups[0]["lr"]
+        # the schedule's lr (what LambdaLR gives a group at multiplier 1; a parametrization or Muon may scale groups)
+        self.last_lr = self.train_cfg.lr * self.schedule(self.global_step)
         if block is not None:
             self.last_attention_block = block
         load = terms.pop("moe_load", None)
@@ -178,8 +179,9 @@ class LanguageModelModule(L.LightningModule):
     def configure_optimizers(self):
         optimizer = build_optimizer(self.model, self.train_cfg)
         cfg = self.train_cfg
-        schedule = SCHEDULES.get(cfg.schedule)(self.max_steps, cfg.warmup(self.max_steps), cfg.min_lr_ratio, cfg.decay_fraction)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+        self.schedule = SCHEDULES.get(cfg.schedule)(self.max_steps, cfg.warmup(self.max_steps), cfg.min_lr_ratio,
+                                                    cfg.decay_fraction)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, self.schedule)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     # ------------------------------------------------------------------ validation

@@ -1,0 +1,277 @@
+"""Parametrizations, chosen by `ModelConfig.parametrization`: how init, learning rates and forward multipliers
+change with width and depth, so that one learning rate can serve models of different shapes.
+
+    sp         the standard parametrization: nothing changes with shape (every preset's own behaviour)
+    mup        μP (Yang et al. 2022, Tensor Programs V, arXiv 2203.03466) in the form microsoft/mup's MuReadout
+               and MuAdam and the EleutherAI/Cerebras nanoGPT-mup guide use; m = d_model / mup.base_width:
+                 hidden matrices    init std x m^-1/2, Adam learning rate x 1/m
+                 readout            logits x 1/m (tied or not; the head's own init and lr unscaled)
+                 attention          q.k scale x (base_head_dim / head_dim)^1/2: 1/head_dim instead of
+                                    1/sqrt(head_dim), equal to SP's at base_head_dim
+                 embeddings, learned positions, norms, biases, depthwise (Canon, short) convolutions: unscaled
+    completep  CompleteP (Dey et al. 2025, arXiv 2505.01618): mup, plus depth; r = depth / mup.base_depth
+               (block applications), α = mup.depth_alpha (1: CompleteP, 0.5: the earlier depth-μP):
+                 residual branches  x r^-α (every mixer and feed-forward output before its residual add)
+                 hidden matrices    learning rate x 1/m x r^(α-1), AdamW weight decay x m (lr x decay, the
+                                    step's shrinkage, stays width-independent)
+                 norms, biases inside blocks   learning rate x r^(α-1)
+                 AdamW ε            x 1/m x r^-α
+                 GPT-2's residual init   std / sqrt(2 base_depth) at every depth (SP's shrinks with depth)
+               following the paper's reference implementation (EleutherAI/nanoGPT-mup, branch completep).
+
+A parameter's role (`roles`) is read from where it sits, not from per-family rules: embeddings and learned
+positions are inputs; the untied head is the readout; a matrix (2-D or more: linear weights, stacked experts)
+inside the network is hidden unless it is a depthwise convolution; everything else (norms, biases) is a vector.
+`in_block` marks the parameters inside a residual branch. The same roles give the optimizer its parameter groups
+(slm.training.optim), so the scheme's init and learning-rate rules always agree on which tensor is which.
+
+Width is d_model: every hidden matrix is scaled by the same m, as nanoGPT-mup does, which is exact when the
+sizes that follow d_model (heads via head_dim, a derived d_ff) do. A size held fixed while d_model moves (an
+explicit d_ff, n_kv_heads) is scaled as if it followed. Models these rules do not cover are refused by `check`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+
+import torch
+from torch import nn
+
+from slm.components.registry import Registry
+from slm.typecheck import check_types
+
+PARAMETRIZATIONS: Registry[type["Parametrization"]] = Registry("parametrization")
+
+ROLES = ("embedding", "readout", "hidden", "vector")
+
+
+class ParametrizationError(ValueError):
+    """A parametrization that cannot apply to this model, or bad `model.mup` settings."""
+
+
+@dataclass
+class MupSettings:
+    """`model.mup`: the base shape that the μP family (mup, completep) scales from; `sp` ignores it."""
+
+    base_width: int = 256
+    """d_model of the base model: the width at which the learning rate was tuned (m = d_model / base_width)."""
+    base_depth: int = 2
+    """completep: block applications of the base model (r = depth / base_depth)."""
+    depth_alpha: float = 1.0
+    """completep: residual branches x r^-alpha; 1 is CompleteP, 0.5 the earlier depth-μP (Yang et al. 2023)."""
+    base_head_dim: int | None = None
+    """head_dim of the base model, anchoring the 1/head_dim attention scale; None: the model's own head_dim
+    (slm's presets and the budget solver widen by adding heads at a fixed head_dim)."""
+
+    def __post_init__(self) -> None:
+        check_types(self, "model.mup", ParametrizationError)
+        for name in ("base_width", "base_depth", "base_head_dim"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ParametrizationError(f"model.mup.{name}={value!r} is invalid: must be a positive integer")
+        if not 0 < self.depth_alpha <= 1:
+            raise ParametrizationError(f"model.mup.depth_alpha={self.depth_alpha!r} is invalid: must be in (0, 1] "
+                                       "(1: CompleteP, 0.5: depth-μP)")
+
+    @classmethod
+    def from_node(cls, node) -> "MupSettings":
+        """From a config mapping (None: the defaults); an unknown key is one line naming the known ones."""
+        if node is None or isinstance(node, cls):
+            return node or cls()
+        if not isinstance(node, Mapping):
+            raise ParametrizationError(f"model.mup={node!r} is invalid: a mapping of "
+                                       f"{', '.join(f.name for f in fields(cls))}")
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(set(node) - set(known))
+        if unknown:
+            raise ParametrizationError(f"model.mup has unknown key {unknown[0]!r}: choose from {', '.join(known)}")
+        return cls(**dict(node))
+
+
+@dataclass(frozen=True)
+class Role:
+    """What a parameter is to a parametrization: its kind (ROLES) and whether it sits in a residual branch."""
+
+    kind: str
+    in_block: bool = False
+
+
+@dataclass(frozen=True)
+class GroupScale:
+    """Multipliers of one parameter's optimizer settings: lr (the width factor `lr_width` apart, which optimizers
+    that set their own per-shape step, such as Muon, leave out), weight decay and AdamW ε."""
+
+    lr: float = 1.0
+    lr_width: float = 1.0
+    weight_decay: float = 1.0
+    eps: float = 1.0
+
+
+def roles(model: nn.Module) -> list[tuple[str, nn.Parameter, Role]]:
+    """(name, parameter, role) of each distinct trainable parameter, in `model.named_parameters()` order (a tied
+    weight once, under its first name)."""
+    inputs = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    position = getattr(model, "position", None)
+    if isinstance(position, nn.Module):
+        inputs |= {id(p) for p in position.parameters()}
+    head = getattr(model, "lm_head", None)
+    readout = {id(head.weight)} if isinstance(head, nn.Linear) and id(head.weight) not in inputs else set()
+    depthwise = {id(m.weight) for m in model.modules()
+                 if isinstance(m, nn.Conv1d) and m.groups == m.in_channels and m.groups > 1}
+    blocks = getattr(model, "blocks", None)
+    in_blocks = {id(p) for p in blocks.parameters()} if isinstance(blocks, nn.Module) else set()
+    out = []
+    for name, p in model.named_parameters():  # tied weights are yielded once
+        if not p.requires_grad:
+            continue
+        if id(p) in inputs:
+            kind = "embedding"
+        elif id(p) in readout:
+            kind = "readout"
+        elif p.ndim >= 2 and id(p) not in depthwise:
+            kind = "hidden"
+        else:
+            kind = "vector"
+        out.append((name, p, Role(kind, id(p) in in_blocks)))
+    return out
+
+
+class Parametrization:
+    """A scheme: its forward multipliers, init rule and per-role optimizer multipliers. The base class is `sp`
+    (nothing scaled); each method returns the neutral value there, so the model skips the extra work."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    @classmethod
+    def check(cls, cfg) -> None:
+        """Raise ParametrizationError naming why this scheme does not apply to `cfg` (nothing for sp)."""
+
+    # ------------------------------------------------------------------ forward
+    def residual_multiplier(self) -> float | None:
+        """Multiplier of every residual branch's output; None: none (1)."""
+        return None
+
+    def readout_multiplier(self) -> float | None:
+        """Multiplier of the final hidden state before the head (so of the logits); None: none (1)."""
+        return None
+
+    def attention_scale(self, scale: float, head_dim: int) -> float:
+        """The q.k scale given the standard one (`attn_scale`, or 1/sqrt(head_dim))."""
+        return scale
+
+    # ------------------------------------------------------------------ init
+    def init_depth(self) -> int:
+        """The depth that GPT-2's residual init (std / sqrt(2 depth)) uses."""
+        return self.cfg.depth
+
+    def init_multiplier(self, role: Role) -> float:
+        """Multiplier of a parameter's initial values (its init std) after the init scheme drew them."""
+        return 1.0
+
+    # ------------------------------------------------------------------ optimizer
+    def group_scale(self, role: Role) -> GroupScale:
+        return GroupScale()
+
+    def describe(self) -> dict:
+        """The scheme's multipliers at this shape, for the run record."""
+        return {}
+
+
+PARAMETRIZATIONS.register("sp")(Parametrization)
+
+
+@PARAMETRIZATIONS.register("mup")
+class MuP(Parametrization):
+    """μP over width (see the module docstring)."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.settings = cfg.mup
+        self.width = cfg.d_model / self.settings.base_width  # m
+
+    @classmethod
+    def check(cls, cfg) -> None:
+        name = cfg.parametrization
+        if cfg.kind != "transformer":
+            raise ParametrizationError(f"model.parametrization={name} is not defined for model.kind={cfg.kind}: a "
+                                       "window model has no residual stream whose width μP scales; use sp")
+        if cfg.init in ("torch", "torch_mha"):
+            raise ParametrizationError(
+                f"model.parametrization={name} with model.init={cfg.init}: PyTorch's fan-in init already scales with "
+                "width, and μP here rescales the init_std schemes (gpt2, normal); use one of those or sp")
+        if "mac" in cfg.layer_types:
+            raise ParametrizationError(
+                f"model.parametrization={name} is not defined for mac layers (Titans): no μP rule is published for "
+                "the memory's inner learning rate and weights; use sp")
+
+    def readout_multiplier(self) -> float | None:
+        return 1.0 / self.width
+
+    def attention_scale(self, scale: float, head_dim: int) -> float:
+        base = self.settings.base_head_dim or head_dim
+        return scale if base == head_dim else scale * math.sqrt(base / head_dim)
+
+    def init_multiplier(self, role: Role) -> float:
+        return self.width**-0.5 if role.kind == "hidden" else 1.0
+
+    def group_scale(self, role: Role) -> GroupScale:
+        return GroupScale(lr_width=1.0 / self.width) if role.kind == "hidden" else GroupScale()
+
+    def describe(self) -> dict:
+        return {"width_multiplier": self.width, "readout_multiplier": self.readout_multiplier(),
+                "hidden_init_multiplier": self.width**-0.5, "hidden_lr_multiplier": 1.0 / self.width}
+
+
+@PARAMETRIZATIONS.register("completep")
+class CompleteP(MuP):
+    """μP over width and CompleteP's depth rule (see the module docstring)."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.depth = cfg.depth / self.settings.base_depth  # r
+        self.alpha = self.settings.depth_alpha
+
+    @classmethod
+    def check(cls, cfg) -> None:
+        super().check(cfg)
+        if cfg.norm_placement == "post":
+            raise ParametrizationError(
+                "model.parametrization=completep with model.norm_placement=post: CompleteP scales residual branches "
+                "of pre-norm blocks (a post-norm block normalises the sum); use pre or sandwich, or mup")
+
+    def residual_multiplier(self) -> float | None:
+        return self.depth**-self.alpha
+
+    def init_depth(self) -> int:
+        return self.settings.base_depth
+
+    def group_scale(self, role: Role) -> GroupScale:
+        depth_lr = self.depth ** (self.alpha - 1)
+        eps = 1.0 / self.width * self.depth**-self.alpha
+        if role.kind == "hidden":
+            return GroupScale(lr=depth_lr, lr_width=1.0 / self.width, weight_decay=self.width, eps=eps)
+        if role.in_block:
+            return GroupScale(lr=depth_lr, eps=eps)
+        return GroupScale(eps=eps)
+
+    def describe(self) -> dict:
+        return {**super().describe(), "depth_multiplier": self.depth, "residual_multiplier": self.residual_multiplier(),
+                "hidden_lr_multiplier": 1.0 / self.width * self.depth ** (self.alpha - 1),
+                "hidden_weight_decay_multiplier": self.width, "eps_multiplier": 1.0 / self.width * self.depth**-self.alpha}
+
+
+def scheme_of(cfg) -> Parametrization:
+    """The parametrization instance for a model config."""
+    return PARAMETRIZATIONS.get(cfg.parametrization)(cfg)
+
+
+@torch.no_grad()
+def rescale_init(model: nn.Module, scheme: Parametrization) -> None:
+    """Multiply each parameter's freshly drawn values by the scheme's init multiplier for its role."""
+    for _, p, role in roles(model):
+        factor = scheme.init_multiplier(role)
+        if factor != 1.0:
+            p.mul_(factor)
