@@ -196,3 +196,33 @@ def test_settings_round_trip_through_a_stored_config():
     assert again == cfg and again.mup == MupSettings(32, 4, 0.5, None)
     assert ModelConfig.from_dict({k: v for k, v in cfg.to_dict().items() if k not in ("parametrization", "mup")}) \
         .parametrization == "sp"  # a config.json from before parametrizations
+
+
+FAMILIES_70M = ["gpt2", "llama3", "qwen3", "gemma3", "llama3_canon", "mobilellm", "lfm2", "moe", "dllm", "dllm_canon",
+                "dllm_recursive", "titans_mac"]  # every family sweeps/families_70m.yaml builds
+
+
+@pytest.mark.parametrize("name", FAMILIES_70M)
+@pytest.mark.parametrize("scheme", ["mup", "completep"])
+def test_every_family_of_the_study_trains_or_is_refused_in_one_line(name, scheme):
+    """At twice the base width and three times the base depth: one training step gives a finite loss and
+    gradients, or the config is refused with one line saying why (Titans' memory has no μP rule)."""
+    fields = dict(parametrization=scheme, mup={"base_width": 32, "base_depth": 2}, n_layers=6)
+    if name == "gemma3":
+        fields.update(sliding_window=8)
+    if name == "titans_mac":
+        fields.update(n_layers=22, memory_segment=16)
+        with pytest.raises(ValueError, match="not defined for mac layers") as err:
+            preset(name, **fields)
+        assert "\n" not in str(err.value)
+        return
+    cfg = preset(name, **fields)
+    torch.manual_seed(0)
+    model = build_model(cfg)
+    idx = torch.randint(0, cfg.vocab_size - 1, (2, 17))
+    logits = model(idx[:, :-1])
+    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), idx[:, 1:].flatten())
+    loss.backward()
+    assert torch.isfinite(loss) and all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    if scheme == "completep":
+        assert model.blocks[0].branch_scale == pytest.approx(2 / cfg.depth)
