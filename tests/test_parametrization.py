@@ -226,3 +226,11 @@ def test_every_family_of_the_study_trains_or_is_refused_in_one_line(name, scheme
     assert torch.isfinite(loss) and all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
     if scheme == "completep":
         assert model.blocks[0].branch_scale == pytest.approx(2 / cfg.depth)
+
+
+def test_gemmas_embedding_multiplier_is_anchored_at_the_base_width():
+    """scale_embeddings multiplies by sqrt(d_model) under sp; under mup by sqrt(base_width), so the first block's
+    input does not grow with width (the coordinate check found it growing as width^0.5 before)."""
+    shape = dict(sliding_window=8, n_layers=6)
+    sp, mup = preset("gemma3", **shape), preset("gemma3", **shape, parametrization="mup", mup={"base_width": 16})
+    assert scheme_of(sp).embedding_scale(8.0) == 8.0 and scheme_of(mup).embedding_scale(8.0) == pytest.approx(4.0)

@@ -9,6 +9,9 @@ change with width and depth, so that one learning rate can serve models of diffe
                  attention          q.k scale x (base_head_dim / head_dim)^1/2: 1/head_dim instead of
                                     1/sqrt(head_dim), equal to SP's at base_head_dim
                  embeddings, learned positions, norms, biases, depthwise (Canon, short) convolutions: unscaled
+                 (Gemma's sqrt(d_model) embedding multiplier becomes sqrt(base_width))
+                 AdamW's decoupled decay, lr x weight_decay, falls with the hidden lr as 1/m (as microsoft/mup's
+                 MuAdamW; completep keeps it width-independent)
     completep  CompleteP (Dey et al. 2025, arXiv 2505.01618): mup, plus depth; r = depth / mup.base_depth
                (block applications), α = mup.depth_alpha (1: CompleteP, 0.5: the earlier depth-μP):
                  residual branches  x r^-α (every mixer and feed-forward output before its residual add)
@@ -27,7 +30,11 @@ inside the network is hidden unless it is a depthwise convolution; everything el
 
 Width is d_model: every hidden matrix is scaled by the same m, as nanoGPT-mup does, which is exact when the
 sizes that follow d_model (heads via head_dim, a derived d_ff) do. A size held fixed while d_model moves (an
-explicit d_ff, n_kv_heads) is scaled as if it followed. Models these rules do not cover are refused by `check`.
+explicit d_ff, n_kv_heads) is scaled as if it followed, which is not μP for that matrix: an MLP whose d_ff stays
+fixed while d_model grows sees its down-projection's init and lr shrink with a fan-in that does not grow (leave d_ff
+null, or set mlp_ratio, for a width sweep). The MoE router (d_model -> n_experts) takes the hidden rule (its logits
+stay O(1) at init; strict μP would start them at 0 like the readout's). Models these rules do not cover are refused
+by `check`.
 """
 
 from __future__ import annotations
@@ -162,6 +169,10 @@ class Parametrization:
         """The q.k scale given the standard one (`attn_scale`, or 1/sqrt(head_dim))."""
         return scale
 
+    def embedding_scale(self, scale: float) -> float:
+        """The token embeddings' multiplier given the model's (`scale_embeddings`: sqrt(d_model), Gemma)."""
+        return scale
+
     # ------------------------------------------------------------------ init
     def init_depth(self) -> int:
         """The depth that GPT-2's residual init (std / sqrt(2 depth)) uses."""
@@ -213,6 +224,9 @@ class MuP(Parametrization):
     def attention_scale(self, scale: float, head_dim: int) -> float:
         base = self.settings.base_head_dim or head_dim
         return scale if base == head_dim else scale * math.sqrt(base / head_dim)
+
+    def embedding_scale(self, scale: float) -> float:
+        return scale / math.sqrt(self.width)  # sqrt(d_model) -> sqrt(base_width): the input layer's output stays O(1)
 
     def init_multiplier(self, role: Role) -> float:
         return self.width**-0.5 if role.kind == "hidden" else 1.0

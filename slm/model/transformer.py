@@ -183,8 +183,8 @@ class Transformer(nn.Module):
         else:
             pos = cache.begin(T, lengths)  # (B, T); the cache builds the masks of this chunk
         h = self.tok_emb(idx)  # (B, T, d)
-        if self.cfg.scale_embeddings:
-            h = h * torch.tensor(self.cfg.d_model**0.5, dtype=h.dtype)
+        if self.cfg.scale_embeddings:  # Gemma: x sqrt(d_model) (μP: sqrt(base_width), a width-free input)
+            h = h * torch.tensor(self.scheme.embedding_scale(self.cfg.d_model**0.5), dtype=h.dtype)
         h = self.drop(self.position.embed(h, pos))
         if attention_block is not None and (cache is not None or self.cfg.causal):
             raise ValueError("attention_block applies to a bidirectional model's whole-sequence forward only")

@@ -7,8 +7,8 @@ the roles the model's parametrization assigns (slm.components.parametrization).
            weight_decay) for embeddings, the head, norms, biases and matrices that are not 2-D (stacked experts,
            depthwise convolutions), as modded-nanogpt splits them. Under mup / completep the Muon matrices keep
            the depth factor of their learning rate but not μP's Adam width factor 1/m: an orthogonalised update
-           already has a width-independent size per coordinate (torch's adjust_lr_fn="original" adds its
-           sqrt(max(1, rows / cols)) for non-square matrices)
+           has a width-independent spectral norm, so its effect on the activations does not grow with width
+           (torch's adjust_lr_fn="original" adds sqrt(max(1, rows / cols)) for non-square matrices)
     lion   Lion (Chen et al. 2023, arXiv 2302.06675): p <- p (1 - lr wd) - lr sign(b1 m + (1 - b1) g), then
            m <- b2 m + (1 - b2) g; train.lr, train.weight_decay, train.optim.lion.betas. Its update is a sign
            per coordinate, so μP's Adam rules apply to it unchanged
