@@ -111,13 +111,16 @@ reproduce-2512: install
 	$(BIN)/slm-ladder $(RUNS) -o $(RUNS)/report-2512.20877 && exit $$rc
 
 # Learning-rate transfer (README "Learning rates that transfer"): sweeps/lr_transfer_width.yaml (sp, mup) and
-# sweeps/lr_transfer_depth.yaml (sp, completep), 128 short CPU jobs in LR_JOBS one-thread copies, then
+# sweeps/lr_transfer_depth.yaml (sp, completep), 128 short CPU jobs, and a second seed at the 4 lrs around the
+# optima (the *_seed1 files, 64 more), in LR_JOBS one-thread copies, then
 # $(RUNS)/lr_transfer/ (lr_transfer.md: the optimal lr per width and depth and how far it moves; loss-vs-lr figures).
 # Started again, it trains only what is missing.
 LR_JOBS ?= 2
 lr-transfer: install
 	@OMP_NUM_THREADS=1 $(BIN)/slm-workers $(LR_JOBS) -- sh -c "rc=0; \
-		for sweep in lr_transfer_width lr_transfer_depth; do $(BIN)/slm-train -m sweep=\$$sweep || rc=\$$?; done; \
+		for sweep in lr_transfer_width lr_transfer_depth lr_transfer_width_seed1 lr_transfer_depth_seed1; do \
+			$(BIN)/slm-train -m sweep=\$$sweep || rc=\$$?; \
+		done; \
 		exit \$$rc"; rc=$$?; \
 	$(BIN)/slm-lr-transfer $(RUNS)/lr_transfer_width $(RUNS)/lr_transfer_depth -o $(RUNS)/lr_transfer && exit $$rc
 
