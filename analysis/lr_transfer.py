@@ -167,15 +167,20 @@ def write(table: pd.DataFrame, out_dir: str | os.PathLike) -> Path:
             "Validation NLL after training at each learning rate of the grid; seeds pooled (mean). best lr: the grid's "
             "argmin; estimate: the vertex of a parabola through it and its neighbours in log2(lr); edge: the best lr is "
             "the grid's smallest or largest (the optimum may lie beyond: widen the grid); gap: the second-best lr's loss "
-            "minus the best's (how flat the minimum is).", ""]
+            "minus the best's (how flat the minimum is); seeds, seed sd: the seeds at the best lr and their standard deviation.",
+            ""]
     for study in sorted(curves["study"].unique()):
         fig = plot_study(curves, best, study)
         for ext in ("png", "svg"):
             fig.savefig(out / "figures" / f"lr_transfer_{study}.{ext}", dpi=150)
         axis = curves[curves["study"] == study]["axis"].iloc[0]
         shown = best[best["study"] == study].copy()
-        seeds = curves[curves["study"] == study].groupby(["parametrization", "shape"])["seeds"].min()
-        shown["seeds"] = [seeds.get((r.parametrization, r.shape), 0) for r in shown.itertuples()]
+        points = curves[curves["study"] == study].set_index(["parametrization", "shape", "lr"])
+        at_best = [points.loc[(r.parametrization, r.shape, r.best_lr)] if (r.parametrization, r.shape, r.best_lr)
+                   in points.index else None for r in shown.itertuples()]
+        shown["seeds"] = [0 if p is None else int(p["seeds"]) for p in at_best]
+        shown["seed sd"] = ["" if p is None or not np.isfinite(p["loss_std"]) else f"{p['loss_std']:.4f}"
+                            for p in at_best]
         shown = shown.rename(columns={"shape": axis, "best_lr": "best lr", "best_loss": "loss at best",
                                       "lr_estimate": "estimate", "runner_up_gap": "gap"})
         shown["best lr"] = shown["best lr"].map(lambda v: f"{v:.3g}")
@@ -185,7 +190,7 @@ def write(table: pd.DataFrame, out_dir: str | os.PathLike) -> Path:
         shown["edge"] = shown["edge"].map(lambda v: "edge" if v else "")
         text += [f"## {study}: {SHAPE_AXES.get(axis, axis)}", "",
                  markdown_table(shown[["parametrization", axis, "best lr", "estimate", "loss at best", "gap", "edge",
-                                       "seeds"]]), ""]
+                                       "seeds", "seed sd"]]), ""]
         moved = moves[moves["study"] == study].copy()
         for col in ("grid_factor", "estimate_factor"):
             moved[col] = moved[col].map(lambda v: f"{v:.2f}x")
