@@ -131,3 +131,27 @@ def test_resume_after_sigkill_is_exact_for_each_optimizer(tmp_path, setup):
     r = record(run_dir(ref_dir))
     assert r["config"]["train"]["optimizer"] == setup[0].split("=")[1]
     assert r["model"]["parametrization"] == setup[-2].split("=")[1] and r["model"]["scaling"]["width_multiplier"] > 0
+
+
+@pytest.mark.parametrize("name", ["llama3", "gpt2", "llama3_canon", "lfm2", "moe"])
+@pytest.mark.parametrize("optimizer", ["muon", "lion"])
+def test_each_optimizer_steps_every_preset_under_each_parametrization(name, optimizer):
+    """Two steps lower nothing to NaN and move every parameter that got a gradient, under sp, mup and completep
+    (Muon: stacked experts and depthwise convolutions go to AdamW, since torch's Muon takes 2-D matrices only)."""
+    from tests.test_parametrization import preset
+
+    for scheme in ("sp", "mup", "completep"):
+        cfg = preset(name, parametrization=scheme, mup={"base_width": 32, "base_depth": 1})
+        torch.manual_seed(0)
+        model = build_model(cfg)
+        before = {n: p.detach().clone() for n, p in model.named_parameters()}
+        optimizer_ = build_optimizer(model, TrainConfig(optimizer=optimizer, lr=1e-3))
+        for step in range(2):
+            idx = torch.randint(0, cfg.vocab_size, (2, 17), generator=torch.Generator().manual_seed(step))
+            optimizer_.zero_grad()
+            logits = model(idx[:, :-1])
+            torch.nn.functional.cross_entropy(logits.flatten(0, 1), idx[:, 1:].flatten()).backward()
+            optimizer_.step()
+        for n, p in model.named_parameters():
+            assert torch.isfinite(p).all(), (scheme, n)
+            assert not torch.equal(p, before[n]), (scheme, n)
