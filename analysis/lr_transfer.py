@@ -162,7 +162,8 @@ def write(table: pd.DataFrame, out_dir: str | os.PathLike) -> Path:
     if curves.empty:
         raise ValueError("no learning-rate study in the table: run groups whose runs vary lr and one of "
                          f"{', '.join(SHAPE_AXES)} (make lr-transfer)")
-    best, moves = optima(curves), shifts(optima(curves))
+    best = optima(curves)
+    moves = shifts(best)
     text = ["# Learning-rate transfer", "",
             "Validation NLL after training at each learning rate of the grid; seeds pooled (mean). best lr: the grid's "
             "argmin; estimate: the vertex of a parabola through it and its neighbours in log2(lr); edge: the best lr is "

@@ -149,8 +149,7 @@ def training_batches(prepared, batch_size: int, context: int, seed: int, samplin
 
     from slm.data.mix import TrainSampler
 
-    sampler = TrainSampler([s.train.tokens() for s in prepared.sources], [s.name for s in prepared.sources],
-                           [s.weight for s in prepared.sources], batch_size, context, seed, sampling)
+    sampler = TrainSampler.of(prepared.sources, batch_size, context, seed, sampling)
     return [torch.from_numpy(sampler.batch(i)) for i in range(n)]
 
 

@@ -93,8 +93,7 @@ class SLMDataModule(pl.LightningDataModule):
                                     f"context_length + 1 = {need} (use a shorter context or more data)")
         self.names = [s.name for s in prepared.sources]
         self.weights = [s.weight for s in prepared.sources]
-        self.sampler = TrainSampler([s.train.tokens() for s in prepared.sources], self.names, self.weights,
-                                    batch_size, context_length, seed, sampling)
+        self.sampler = TrainSampler.of(prepared.sources, batch_size, context_length, seed, sampling)
         self._val: list[torch.Tensor] | None = None
         self._restored: dict | None = None
 

@@ -138,6 +138,12 @@ class TrainSampler:
         self.windows = [SAMPLINGS[sampling](len(t), context_length, seed, n) for t, n in zip(tokens, names)]
         self._next: tuple[int, np.ndarray] = (0, self.mixer.counts_before(0))  # memo for sequential access
 
+    @classmethod
+    def of(cls, sources, batch_size: int, context_length: int, seed: int, sampling: str = "tiled") -> "TrainSampler":
+        """The sampler of prepared sources (slm.data.prepare's PreparedSource: train shard, name, weight)."""
+        return cls([s.train.tokens() for s in sources], [s.name for s in sources], [s.weight for s in sources],
+                   batch_size, context_length, seed, sampling)
+
     def samples_before(self, batch: int) -> np.ndarray:
         """Samples of each source in batches [0, batch). Shape (S,)."""
         if self._next[0] == batch:

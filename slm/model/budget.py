@@ -21,6 +21,15 @@ SOLVER_KEYS = {"param_budget": None, "width_step": 64, "budget_count": "total", 
 """The `model` node's keys that are not ModelConfig fields, with their defaults (conf/model_base/base.yaml)."""
 
 
+def heads_follow_width(spec: dict) -> dict:
+    """`spec` (ModelConfig fields, None for derived sizes) with head_dim fixed at the preset's and n_heads derived,
+    so that any d_model keeps the family's head size (n_heads = d_model / head_dim)."""
+    spec = dict(spec)
+    head_dim = spec.get("head_dim") or ModelConfig(**spec).head_dim  # keep the preset's head size
+    spec.update(head_dim=head_dim, n_heads=None)
+    return spec
+
+
 def solve_width(spec: dict, budget: float, step: int = 64, counted: str = "total",
                 tolerance: float | None = None) -> ModelConfig:
     """Return the config from `spec` with d_model chosen so that params_<counted> (total, or active per token
@@ -39,12 +48,8 @@ def solve_width(spec: dict, budget: float, step: int = 64, counted: str = "total
         raise ConfigError(f"model.width_step={step!r} is invalid: must be a positive integer")
     if counted not in BUDGET_COUNTS:
         raise ConfigError(f"model.budget_count={counted!r} is invalid: choose one of: {', '.join(BUDGET_COUNTS)}")
-    spec = dict(spec)
-    head_dim = spec.get("head_dim")
-    if head_dim is None:
-        # keep the preset's head size while the width moves
-        head_dim = ModelConfig(**spec).head_dim
-    spec.update(head_dim=head_dim, n_heads=None)
+    spec = heads_follow_width(spec)
+    head_dim = spec["head_dim"]
     best: tuple[float, ModelConfig] | None = None
     for width in range(step, MAX_WIDTH + 1, step):
         try:

@@ -77,7 +77,7 @@ class TrainConfig:
     optimizer: str = "adamw"
     """Optimizer (slm.training.optim): adamw, muon (torch's Muon for the hidden 2-D matrices, AdamW for the rest)
     or lion. lr, betas, eps and weight_decay above are AdamW's (and Lion's lr and decay)."""
-    optim: dict = field(default_factory=lambda: _optim_defaults())
+    optim: dict = field(default_factory=_optim_defaults)
     """Each optimizer's own settings, train.optim.<optimizer>.<field>: muon (lr, momentum, nesterov, ns_steps,
     weight_decay, adjust_lr), lion (betas); see conf/train/default.yaml."""
     grad_clip: float | None = 1.0

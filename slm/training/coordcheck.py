@@ -15,6 +15,8 @@ from collections import defaultdict
 import torch
 
 from slm.model import ModelConfig, build_model, config_from_spec
+from slm.model.budget import SOLVER_KEYS, heads_follow_width
+from slm.model.config import upgrade_fields
 from slm.objectives import OBJECTIVES
 from slm.training.config import TrainConfig
 from slm.training.optim import build_optimizer
@@ -23,8 +25,8 @@ from slm.training.optim import build_optimizer
 def width_config(spec: dict, width: int) -> ModelConfig:
     """The model of `spec` at d_model = width, heads following the width through head_dim (as slm.model.budget's
     solver moves a width); sizes left None in the spec (d_ff, n_kv_heads) are derived at that width."""
-    head_dim = spec.get("head_dim") or config_from_spec(spec).head_dim
-    return config_from_spec({**spec, "d_model": width, "head_dim": head_dim, "n_heads": None, "param_budget": None})
+    fields = {k: v for k, v in upgrade_fields(spec).items() if k not in SOLVER_KEYS}  # d_model is given, not solved
+    return config_from_spec({**heads_follow_width(fields), "d_model": width})
 
 
 def layer_names(n_layers: int) -> list[str]:

@@ -84,8 +84,10 @@ def _groups(entries: list[ParamEntry], lr: float, weight_decay: float, eps: floa
         keyed.setdefault((e.decay, e.scale), []).append(e.param)
     groups = []
     for (decay, s), params in keyed.items():
-        group = {"params": params, "lr": lr * s.lr * (s.lr_width if width else 1.0),
-                 "weight_decay": weight_decay * s.weight_decay * (1.0 if width else s.lr_width) if decay else 0.0}
+        # without the lr's width factor (Muon), the decay takes it instead, so lr x decay stays the scheme's
+        lr_factor, decay_factor = (s.lr_width, s.weight_decay) if width else (1.0, s.weight_decay * s.lr_width)
+        group = {"params": params, "lr": lr * s.lr * lr_factor,
+                 "weight_decay": weight_decay * decay_factor if decay else 0.0}
         if eps is not None:
             group["eps"] = eps * s.eps
         groups.append(group)
