@@ -6,13 +6,14 @@ TORCH_SPEC ?= torch==2.13.0
 BIN        := $(VENV)/bin
 STAMP      := $(VENV)/.slm-installed
 
-.PHONY: help install test test-slow sweep bench clean reproduce-2512 lr-transfer coordcheck
+.PHONY: help install test test-slow sweep bench clean reproduce-2512 lr-transfer coordcheck claims
 
 help:
 	@echo "make install    create $(VENV): torch ($(TORCH_SPEC)) first, then slm with its dev extras"
 	@echo "make test       the fast test suite (installs first if needed)"
 	@echo "make test-slow  the tests marked slow"
 	@echo "make sweep      the default study: cpu_default sweep, offline eval, results table, plots, report"
+	@echo "make claims     the study's claims judged at CPU scale (81 jobs, lr searched, 3 seeds): claims.md, report"
 	@echo "make smoke      the CI smoke sweep (4 tiny runs); again, it trains nothing"
 	@echo "make sweep-dry SWEEP=name   a sweep's jobs, parameter counts, tokens and GPU-hours; trains nothing"
 	@echo "make reproduce-2512          arXiv 2512.20877's character-level ladder (Table 1, the RoPE ablation,"
@@ -20,6 +21,8 @@ help:
 	@echo "make lr-transfer             learning-rate transfer: an lr grid x widths (sp, mup) and x depths (sp,"
 	@echo "                             completep) on CPU, then the loss-vs-lr figures and optimal-lr table"
 	@echo "make coordcheck              the muP coordinate check: activation size against width, sp and mup"
+	@echo "make scaling                 a CPU scaling-law sweep (5 sizes x 4 token counts), then slm-fit: L(N, D),"
+	@echo "                             bootstrap intervals, compute-optimal N and D (fit.json, fit.png)"
 	@echo "make plots RESULTS=file     redraw the six plots from a results table"
 	@echo "make test-slurm the Slurm tests on a local single-node cluster (root; installs Slurm from apt)"
 	@echo "make bench      benchmarks: slm-train vs a bare PyTorch loop, data loader share, tokenizers, decode and"
@@ -123,6 +126,25 @@ lr-transfer: install
 		done; \
 		exit \$$rc"; rc=$$?; \
 	$(BIN)/slm-lr-transfer $(RUNS)/lr_transfer_width $(RUNS)/lr_transfer_depth -o $(RUNS)/lr_transfer && exit $$rc
+
+# Scaling law on CPU (analysis/fit.py): sweeps/cpu_scaling.yaml (5 widths x 4 token budgets of the llama3 block, 20
+# short jobs, no lm-eval), then slm-fit: L(N, D) = E + A/N^alpha + B/D^beta with bootstrap intervals, approach 2's
+# IsoFLOP exponents and the compute-optimal N, D, into $(RUNS)/cpu_scaling/fit/ (fit.json, fit.png; slm-plan
+# fit=$(RUNS)/cpu_scaling/fit plans a budget with it). Started again, it trains only what is missing.
+# slm's verdict on the study's claims at a CPU-sized budget (sweeps/claims_cpu.yaml: 81 jobs, 2 one-thread
+# workers), then the claims table (slm-claims) and the report (its Claims and Learning rate sections).
+CLAIMS_JOBS ?= 2
+claims: install
+	@OMP_NUM_THREADS=1 $(BIN)/slm-workers $(CLAIMS_JOBS) -- $(BIN)/slm-train -m sweep=claims_cpu; rc=$$?; \
+	$(BIN)/slm-collect $(RUNS)/claims_cpu -o $(RUNS)/claims_cpu/results.parquet && \
+	$(BIN)/slm-claims $(RUNS)/claims_cpu/results.parquet -o $(RUNS)/claims_cpu/claims.md && \
+	$(BIN)/slm-report $(RUNS)/claims_cpu/results.parquet -o $(RUNS)/claims_cpu/report --score val_nll \
+		--title "slm claims_cpu: the study's claims at 0.2M parameters" && exit $$rc
+
+.PHONY: scaling
+scaling: install
+	@OMP_NUM_THREADS=$(SWEEP_THREADS) $(BIN)/slm-train -m sweep=cpu_scaling; rc=$$?; \
+	$(BIN)/slm-fit $(RUNS)/cpu_scaling -o $(RUNS)/cpu_scaling/fit && exit $$rc
 
 # The muP coordinate check (slm-coordcheck): a few steps at 5 widths under sp and mup, activation RMS per layer
 # against width in $(RUNS)/coordcheck/ (flat under a correct muP, growing under sp).

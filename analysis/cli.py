@@ -2,10 +2,13 @@
 
     slm-collect runs/cpu_default [more dirs] -o results.parquet     # result.json files -> one table
     slm-plot --kind pareto results.parquet -o plots/                 # one plot (PNG + SVG)
-    slm-plot --kind all results.parquet -o plots/                    # all six
+    slm-plot --kind all results.parquet -o plots/                    # all seven
     slm-report results.parquet -o report/                            # report.md + report.html + figures/
     slm-ladder runs/ladder_table1 -o report/2512.20877              # arXiv 2512.20877 side by side
     slm-lr-transfer runs/lr_transfer_width runs/lr_transfer_depth -o out   # best lr per shape, loss-vs-lr
+    slm-compare runs/a runs/b --task slm_shakespeare_mc                # paired: B - A per task, McNemar
+    slm-fit runs/cpu_scaling -o fit                                   # L(N, D) fit, compute-optimal N, D
+    slm-plan gpu_hours=184 gpu=v100 n_gpus=8 params=40e6              # tokens, loss, N*, D* for a budget
 
 RESULTS may also be a runs directory (collected on the fly). Bad input (no such path, no runs found, an
 unknown column or plot kind) is one line on stderr, `<prog>: error: ...`, and exit code 2; warnings
@@ -122,7 +125,7 @@ def plot_main(argv: list[str] | None = None) -> None:
 def report_main(argv: list[str] | None = None) -> None:
     prog = "slm-report"
     p = _Parser(prog=prog, description="Write the Markdown and HTML report (tables, tiers, threshold, best "
-                "per family, Pareto frontier, the six plots) from a results table.")
+                "per family, Pareto frontier, the seven plots) from a results table.")
     p.add_argument("results", help="results table (.parquet/.csv from slm-collect) or a runs directory")
     p.add_argument("-o", "--out-dir", default="report", help="output directory (default: report)")
     p.add_argument("--score", default=None, help="score column (default: as slm-plot)")
@@ -179,9 +182,127 @@ def lr_transfer_main(argv: list[str] | None = None) -> None:
     print(f"{prog}: wrote {path} and its figures in {Path(args.out_dir) / 'figures'}")
 
 
+def compare_main(argv: list[str] | None = None) -> None:
+    prog = "slm-compare"
+    p = _Parser(prog=prog, description="Paired comparison of two runs on the same lm-eval documents, per task: "
+                "each run's score, B - A with a paired bootstrap 95% interval, McNemar's exact test (0/1 metrics) "
+                "or a paired t-test, and a verdict at 5% (analysis/paired.py).")
+    p.add_argument("run_a", help="run directory A (its result.json names its per-document results)")
+    p.add_argument("run_b", help="run directory B")
+    p.add_argument("--task", action="append", default=None,
+                   help="task to compare (repeat or comma-separate; default: the tasks the evaluations asked for)")
+    p.add_argument("--metric", default=None,
+                   help="metric, e.g. acc or acc_norm,none (default: each task's headline metric)")
+    p.add_argument("--draws", type=int, default=2000, help="bootstrap draws (default: 2000, at least 100)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: 0)")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = p.parse_args(argv)
+    import json
+
+    from analysis.paired import PairedError, compare_runs, format_table
+
+    if args.draws < 100:
+        _fail(prog, f"--draws {args.draws}: must be >= 100")
+    tasks = [t for arg in args.task or [] for t in arg.split(",") if t]
+    try:
+        results, refused = compare_runs(args.run_a, args.run_b, tasks or None, args.metric, args.draws, args.seed)
+    except PairedError as err:
+        _fail(prog, str(err))
+    if not results:
+        reasons = list(refused.values())
+        _fail(prog, reasons[0] if len(reasons) == 1 else f"no task could be compared: {'; '.join(reasons)}")
+    if args.json:
+        print(json.dumps({"a": args.run_a, "b": args.run_b, "results": [r.as_dict() for r in results],
+                          "refused": refused}, indent=2))
+    else:
+        print(f"A: {args.run_a}\nB: {args.run_b}")
+        print(format_table(results))
+    for reason in refused.values():
+        print(f"{prog}: warning: {reason}", file=sys.stderr)
+
+
+def fit_main(argv: list[str] | None = None) -> None:
+    prog = "slm-fit"
+    p = _Parser(prog=prog, description="Scaling-law fit of the completed runs' validation NLL, L(N, D) = E + A/N^alpha "
+                "+ B/D^beta (Hoffmann et al. 2022's approach 3, as replicated by Besiroglu et al. 2024, and approach 2's "
+                "IsoFLOP parabolas), bootstrap intervals over runs, the compute-optimal N and D; writes fit.json "
+                "(slm-plan fit=...) and fit.png (analysis/fit.py).")
+    p.add_argument("results", nargs="+", help="results tables (.parquet/.csv from slm-collect) or runs directories")
+    p.add_argument("-o", "--out-dir", default="fit", help="output directory for fit.json and fit.png (default: fit)")
+    p.add_argument("--params", default="non_embedding", choices=["non_embedding", "total", "active"],
+                   help="N: params_non_embedding (default), params_total (Hoffmann et al.'s count) or params_active")
+    p.add_argument("--bootstrap", type=int, default=200, help="bootstrap draws (default: 200; 0: no intervals)")
+    p.add_argument("--keep", type=int, default=200, help="bootstrap draws kept in fit.json (default: 200)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: 0)")
+    p.add_argument("--compute-tol", type=float, default=1.5,
+                   help="approach 2: a compute group holds runs within this factor of its smallest (default: 1.5)")
+    args = p.parse_args(argv)
+    _logging(prog)
+    import pandas as pd
+
+    from analysis.fit import FitError, fit, fit_data, summary, write
+
+    if args.bootstrap < 0 or args.keep < 0:
+        _fail(prog, f"--bootstrap {args.bootstrap} --keep {args.keep}: must be >= 0")
+    if not args.compute_tol > 1:
+        _fail(prog, f"--compute-tol {args.compute_tol}: must be > 1")
+    table = pd.concat([_load(prog, path) for path in args.results], ignore_index=True)
+    try:
+        data = fit_data(table, args.params)
+        result = fit(data, draws=args.bootstrap, seed=args.seed, tol=args.compute_tol, source=", ".join(args.results))
+    except FitError as err:
+        _fail(prog, f"{', '.join(args.results)}: {err}")
+    path, png, content = write(result, args.out_dir, keep=args.keep)
+    print(summary(result, content))
+    print(f"{prog}: wrote {path} and {png}")
+
+
+def plan_main(argv: list[str] | None = None) -> None:
+    prog = "slm-plan"
+    from analysis.planning import USAGE, PlanError, format_plan, parse, plan
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if any(arg in ("-h", "--help") for arg in argv):
+        print(USAGE)
+        return
+    try:
+        result = plan(parse(argv))
+    except PlanError as err:
+        _fail(prog, str(err))
+    print(format_plan(result))
+
+
 if __name__ == "__main__":  # python -m analysis.cli collect|plot|report|ladder|lr_transfer ...
     commands = {"collect": collect_main, "plot": plot_main, "report": report_main, "ladder": ladder_main,
-                "lr_transfer": lr_transfer_main}
+                "lr_transfer": lr_transfer_main, "compare": compare_main,
+                "fit": fit_main, "plan": plan_main}
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
         _fail("analysis.cli", f"usage: python -m analysis.cli {{{'|'.join(commands)}}} ...")
     commands[sys.argv[1]](sys.argv[2:])
+
+
+def claims_main(argv: list[str] | None = None) -> None:
+    prog = "slm-claims"
+    p = _Parser(prog=prog, description="slm's verdict on a depth x width study's claims (two tiers, a width "
+                "threshold, an optimal depth, families within noise): each supported, not supported or not "
+                "testable, with its statistic, at the shared lr and at each configuration's best lr "
+                "(analysis/claims.py).")
+    p.add_argument("results", nargs="+", help="results tables (.parquet/.csv from slm-collect) or runs directories")
+    p.add_argument("--score", default="val_nll", help="score column (default: val_nll)")
+    p.add_argument("-o", "--out", default=None, help="also write the table to this Markdown file")
+    args = p.parse_args(argv)
+    _logging(prog)
+    import pandas as pd
+
+    from analysis.claims import judge, markdown, seeds_summary
+
+    table = pd.concat([_load(prog, path) for path in args.results], ignore_index=True)
+    if args.score not in table or pd.to_numeric(table[args.score], errors="coerce").notna().sum() == 0:
+        _fail(prog, f"--score {args.score}: no run in {', '.join(args.results)} has a value of it")
+    text = f"{seeds_summary(table, args.score)}\n\n{markdown(judge(table, args.score))}\n"
+    print(text, end="")
+    if args.out:
+        from slm.runs.record import write_text_atomic
+
+        write_text_atomic(Path(args.out), text)
+        print(f"{prog}: wrote {args.out}")

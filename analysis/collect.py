@@ -25,8 +25,9 @@ Columns (missing values are NaN/None; every column is documented in COLUMN_DOCS)
              params_embedding, params_non_embedding, flops_per_token, tokens, steps, max_steps,
              train_flops = flops_per_token x tokens; for a run whose width was solved for a parameter
              budget (model.param_budget): budget_count (total | active), budget_tolerance (the run's
-             model.budget_tolerance, 0.25 when the record predates it; None: any distance) and
-             budget_error = params_<budget_count> / param_budget - 1
+             model.budget_tolerance, 0.25 when the record predates it; None: any distance),
+             budget_error = params_<budget_count> / param_budget - 1 and budget_knob (which sizes the
+             solver moved: "d_model", or e.g. "d_model, d_ff 256→336" when it tuned the MLP too)
   training   wall_seconds, train_seconds, train_tokens_per_s, mfu, final_train_loss, diverged_step,
              moe_max_load (a mixture of experts' routing balance: 1 = even)
   metrics    val_nll, val_nll_kind (nll exact | nelbo a diffusion bound), val_ppl, val_step; per lm-eval task: score_<task> (headline value), stderr_<task>,
@@ -55,7 +56,7 @@ from pathlib import Path
 import pandas as pd
 
 from slm.runs.record import RESULT_FILE, RecordError, load_record
-from slm.runs.status import ORDER, PENDING, listed_jobs, live_status
+from slm.runs.status import ORDER, PENDING, listed_jobs, live_status, sweep_lr_multipliers
 
 log = logging.getLogger(__name__)
 
@@ -67,21 +68,23 @@ recorded running that no process trains is `stopped`; a job folder without a rec
 SWEEP_AXES = ["family", "n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "position", "norm",
               "norm_placement", "mlp", "layer_types", "mlp_types", "n_experts", "top_k", "qk_norm", "canon_set",
               "layer_repeat", "init", "sliding_window", "tie_embeddings", "context_length", "vocab_size", "objective",
-              "parametrization", "data", "tokenizer", "optimizer", "lr", "batch_size", "schedule", "precision", "seed"]
-"""Columns that describe what was trained (a configuration = these minus `seed`)."""
+              "parametrization", "data", "tokenizer", "optimizer", "lr", "lr_multiplier", "batch_size", "schedule",
+              "precision", "seed"]
+"""Columns that describe what was trained, shown first (a configuration = these minus the nuisance axes seed, lr
+and lr_multiplier: analysis.schema)."""
 
 COUNT_COLUMNS = ["params_total", "params_active", "params_embedding", "params_non_embedding", "flops_per_token",
                  "tokens", "steps", "max_steps", "train_flops", "param_budget", "budget_count", "budget_tolerance",
-                 "budget_error"]
+                 "budget_error", "budget_knob"]
 DEFAULT_BUDGET_TOLERANCE = 0.25
-"""model.budget_tolerance when a record predates it (slm.model.budget.SOLVER_KEYS; not imported: analysis
-reads result files only)."""
+"""model.budget_tolerance of a record that predates it: such runs were solved with 0.25 (the default since is
+slm.model.budget.SOLVER_KEYS'; not imported: analysis reads result files only)."""
 TRAINING_COLUMNS = ["wall_seconds", "train_seconds", "train_tokens_per_s", "mfu", "final_train_loss", "diverged_step",
                     "moe_max_load"]
 THROUGHPUT_COLUMNS = ["decode_tokens_per_s", "generate_tokens_per_s", "time_to_first_token_s", "peak_memory_bytes",
                       "peak_memory_measure", "kv_cache_bytes", "decode_device", "decode_dtype", "decoder",
                       "decode_sampler"]
-METRIC_COLUMNS = ["val_nll", "val_nll_kind", "val_ppl", "val_step"]
+METRIC_COLUMNS = ["val_nll", "val_nll_kind", "val_ppl", "val_bpb", "val_step"]
 ID_COLUMNS = ["run", "sweep", "status", "error", "eval_error"]
 TAIL_COLUMNS = ["device", "git_revision", "updated_at", "run_dir"]
 
@@ -92,9 +95,12 @@ COLUMN_DOCS = {
     "data": "data mix name (data.name)", "tokenizer": "tokenizer name", "objective": "training objective",
     "seed": "train.seed", "lr": "peak learning rate (train.lr: AdamW's, and the base of a parametrization's "
                                 "per-group multipliers)",
+    "lr_multiplier": "the multiplier of the point's lr this run was trained at (hydra.sweeper.lr_search; 1: the "
+                     "shared lr; empty: no lr search)",
     "parametrization": "model.parametrization: sp | mup | completep (how init and lrs scale with shape)",
     "optimizer": "train.optimizer: adamw | muon | lion",
-    "mup_<field>": "model.mup.<field>: the base shape mup / completep scale from (base_width, base_depth, ...)",
+    "mup_<field>": "model.mup.<field>: the base shape mup / completep scale from (base_width, base_depth, ...); "
+                   "empty under sp, which ignores it",
     "scaling": "the parametrization's multipliers at this shape (JSON; empty for sp)", "tokens": "training tokens seen",
     "train_flops": "training FLOPs = flops_per_token x tokens (PaLM convention, see model.flops_convention)",
     "train_tokens_per_s": "training throughput (tokens/s)", "diverged_step": "step of the non-finite loss",
@@ -104,6 +110,10 @@ COLUMN_DOCS = {
     "notes": "settings that do not do what their name suggests at this shape (model.notes)",
     "val_nll": "validation NLL (nats/token), or for a masked-diffusion run its NELBO: see val_nll_kind",
     "val_nll_kind": "nll: an exact NLL; nelbo: a masked-diffusion upper bound on the NLL (not comparable with nll)",
+    "val_bpb": "validation NLL in bits per UTF-8 byte of text (val_nll / ln 2 / val_bytes_per_token): comparable "
+               "across tokenizers; a bound when val_nll is one (val_nll_kind nelbo)",
+    "test_bpb": "test NLL in bits per UTF-8 byte (train.eval_windows runs)",
+    "val_bytes_per_token": "UTF-8 bytes of text per token of the validation split (the mix's sources weighted)",
     "val_ppl": "validation perplexity (exp of val_nll; a bound too when val_nll is)",
     "decode_tokens_per_s": "batch-1 decode speed (tokens/s)",
     "generate_tokens_per_s": "batch-1 generation speed, prefill included (tokens/s)",
@@ -123,6 +133,9 @@ COLUMN_DOCS = {
     "budget_count": "which count the budget is for: total or active parameters (model.budget_count)",
     "budget_tolerance": "how far from the budget the solver may land, as a fraction (model.budget_tolerance)",
     "budget_error": "params_<budget_count> / param_budget - 1: how far the solved width landed from the budget",
+    "budget_knob": "which sizes the budget solver moved (model.budget_knob): d_model (the width, the family's MLP "
+                   "kept) or e.g. 'd_model, d_ff 256→336' (the MLP hidden size tuned after it; records from before "
+                   "the second knob: d_model)",
 }
 
 KNOWN_CHANCE = {
@@ -243,7 +256,8 @@ def row_from_record(record: dict, run_dir: str | os.PathLike, root: str | os.Pat
         if key in ("flops_convention",):
             continue
         if key == "mup" and isinstance(value, dict):  # the base shape of mup / completep: mup_base_width, ...
-            row.update({f"mup_{name}": v for name, v in value.items()})
+            if model.get("parametrization", "sp") != "sp":  # sp ignores it: empty, as in records before it
+                row.update({f"mup_{name}": v for name, v in value.items()})
             continue
         row[key] = "; ".join(value) if key == "notes" else _scalar(value)
     tokenizer = data.get("tokenizer") if isinstance(data.get("tokenizer"), dict) else {}
@@ -274,6 +288,7 @@ def row_from_record(record: dict, run_dir: str | os.PathLike, root: str | os.Pat
                                    else DEFAULT_BUDGET_TOLERANCE)
         params = _number(model.get(f"params_{counted}"))
         row["budget_error"] = params / budget - 1 if params is not None else None
+        row["budget_knob"] = model.get("budget_knob") or "d_model"  # before the second knob: the width only
     row["wall_seconds"] = _number(training.get("wall_seconds"))
     row["train_seconds"] = _number(training.get("train_seconds"))
     row["train_tokens_per_s"] = _number(training.get("tokens_per_s"))
@@ -290,6 +305,8 @@ def row_from_record(record: dict, run_dir: str | os.PathLike, root: str | os.Pat
     row["val_step"] = _number(ev.get("val_step"))
     row["test_nll"] = _number(ev.get("test_nll"))
     row["test_targets"] = _number(ev.get("test_targets"))
+    for name in ("val_bpb", "test_bpb", "val_bytes_per_token", "test_bytes_per_token"):
+        row[name] = _number(ev.get(name))
     row["epochs"] = train_cfg.get("epochs")
     row["windows_per_epoch"] = train_cfg.get("windows_per_epoch")
     lm = ev.get("lm_eval") or {}
@@ -490,12 +507,23 @@ def _row(record: dict, run_dir: Path, root) -> dict | None:
         return None
 
 
+def _lr_multipliers(sweep_dir: Path) -> dict[str, float]:
+    """{run folder: multiplier of its point's lr} of the sweep's lr searches ({} without; a warning line when
+    sweep.json cannot be read)."""
+    try:
+        return sweep_lr_multipliers(sweep_dir)
+    except RecordError as err:
+        log.warning("cannot read %s; the lr search's shared lr is inferred", err)
+        return {}
+
+
 def collect(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> pd.DataFrame:
     """One row per run found under `paths` (directories walked, or result.json files). Raises
     FileNotFoundError for a path that does not exist."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     rows, seen = [], set()
+    multipliers: dict[Path, dict[str, float]] = {}
     for path in map(Path, paths):
         if not path.exists():
             raise FileNotFoundError(f"no such file or directory: {path}")
@@ -512,6 +540,9 @@ def collect(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> pd.DataFr
             record = read_record(run_dir / RESULT_FILE)
             row = _row(record, run_dir, root) if record is not None else None
             if row is not None:
+                if run_dir.parent not in multipliers:
+                    multipliers[run_dir.parent] = _lr_multipliers(run_dir.parent)
+                row["lr_multiplier"] = multipliers[run_dir.parent].get(run_dir.name)
                 rows.append(row)
         for job_dir in bare:
             if job_dir.resolve() not in seen:

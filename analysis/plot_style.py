@@ -1,4 +1,4 @@
-"""What the six plots share: colours and markers, axis labels with units, the score column to plot,
+"""What the seven plots share: colours and markers, axis labels with units, the score column to plot,
 number formats, figure and title helpers, label placement and legends (analysis.plots draws the plots).
 
 Figures are matplotlib.figure.Figure objects with their own Agg canvas (no pyplot state), so everything
@@ -53,6 +53,7 @@ FRACTION_METRICS = ("acc", "acc_norm", "exact_match", "mc1", "mc2", "f1", "em")
 AXIS_LABELS = {
     "val_nll": "validation NLL (nats/token)",
     "val_ppl": "validation perplexity",
+    "val_bpb": "validation bits per byte",
     "d_model": "hidden size d_model (channels)",
     "n_layers": "depth (layers)",
     "train_flops": "training compute (FLOPs)",
@@ -123,6 +124,9 @@ def choose_score(table: pd.DataFrame, score: str | None = None) -> tuple[str | N
     accuracy = [c for c in tasks if higher_is_better(table, c)]
     if accuracy or tasks:
         return (accuracy or tasks)[0], ""
+    if nll_column(table) == "val_bpb":
+        return "val_bpb", ("no lm-eval scores, and the runs' tokenizers differ: validation bits per byte used (an NLL "
+                           "per token is not comparable across tokenizers)")
     if "val_nll" in table and table["val_nll"].notna().any():
         if nll_kinds(table) == {"nll", "nelbo"}:
             return "val_nll", ("no lm-eval scores: val_nll used as the score, but it holds exact NLLs and diffusion "
@@ -131,8 +135,18 @@ def choose_score(table: pd.DataFrame, score: str | None = None) -> tuple[str | N
     return None, "no score: no lm-eval scores and no validation NLL"
 
 
+def nll_column(table: pd.DataFrame) -> str:
+    """The validation loss to compare runs on: val_bpb (bits per byte) when the completed runs' tokenizers differ
+    and every one of them has it, else val_nll (nats per token)."""
+    rows = completed_runs(table)
+    tokenizers = rows["tokenizer"].dropna().unique() if "tokenizer" in rows else []
+    if len(tokenizers) > 1 and "val_bpb" in rows and rows["val_bpb"].notna().all() and len(rows):
+        return "val_bpb"
+    return "val_nll"
+
+
 def score_columns(table: pd.DataFrame) -> list[str]:
-    return [c for c in table.columns if c.startswith(("score_", "avg_")) or c in ("val_nll", "val_ppl")]
+    return [c for c in table.columns if c.startswith(("score_", "avg_")) or c in ("val_nll", "val_ppl", "val_bpb")]
 
 
 def completed_runs(table: pd.DataFrame) -> pd.DataFrame:
@@ -189,7 +203,7 @@ def set_title(fig: Figure, title: str, subtitle: str = "") -> None:
 
 
 def placeholder(title: str, reason: str, size=(7.5, 3.0)) -> Figure:
-    """A figure that says which plot is missing and why (so reports keep their six slots)."""
+    """A figure that says which plot is missing and why (so reports keep their seven slots)."""
     fig = new_figure(figsize=size, layout="constrained")
     ax = fig.add_subplot()
     ax.set_axis_off()

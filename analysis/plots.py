@@ -1,8 +1,8 @@
-"""The study's six plots, from a results table (analysis.collect). Matplotlib, no display needed.
+"""The study's seven plots, from a results table (analysis.collect). Matplotlib, no display needed.
 
     fig = plot_tiers(table)                                  # a matplotlib Figure
     paths = save(fig, "out/plots", "tiers")                  # out/plots/tiers.png and .svg
-    draw_all(table, "out/plots")                             # all six, PNG and SVG
+    draw_all(table, "out/plots")                             # all seven, PNG and SVG
 
 KINDS:
   tiers       runs sorted by score, tiers shaded, the gap annotated (analysis.tiers; refusals say so)
@@ -12,6 +12,8 @@ KINDS:
               its process's cumulative RSS, so it is left out and the subtitle says so)
   pareto      validation NLL against training FLOPs with the Pareto frontier
   heatmap     runs x tasks, coloured by rank within each task, values (± 95% interval) written in the cells
+  lr          score against learning rate, one curve per configuration, best lr starred, edges ringed
+              (analysis.tuning; a placeholder when every configuration ran at one lr)
 
 Uncertainty and chance, in every score plot: error bars (or ± in the heatmap's cells) are 95% intervals,
 1.96 x the score's standard error (lm-eval's for a task; for a suite average the propagated
@@ -43,10 +45,11 @@ from analysis.collect import higher_is_better
 from analysis.plot_style import choose_score, score_label  # noqa: F401  (re-exported: report, notebook)
 from analysis.thresholds import find_threshold, pareto_mask
 from analysis.tiers import find_tiers, run_labels, units_of
+from analysis.tuning import plot_lr
 
 log = logging.getLogger(__name__)
 
-KINDS = ("tiers", "threshold", "depth", "throughput", "pareto", "heatmap")
+KINDS = ("tiers", "threshold", "lr", "depth", "throughput", "pareto", "heatmap")
 FORMATS = ("png", "svg")
 
 
@@ -381,9 +384,11 @@ def plot_throughput(table: pd.DataFrame, score: str | None = None) -> Figure:
     return fig
 
 
-def plot_pareto(table: pd.DataFrame, x: str = "train_flops", y: str = "val_nll") -> Figure:
+def plot_pareto(table: pd.DataFrame, x: str = "train_flops", y: str | None = None) -> Figure:
     """Validation NLL against training FLOPs (log axis); the Pareto frontier (no run has both less compute
-    and lower NLL) as a step line, its runs labelled."""
+    and lower NLL) as a step line, its runs labelled. y None: style.nll_column (bits per byte when the
+    tokenizers differ)."""
+    y = y or style.nll_column(table)
     rows = style.completed_runs(table)
     for column in (x, y):
         if column not in rows or pd.to_numeric(rows[column], errors="coerce").notna().sum() == 0:
@@ -508,12 +513,13 @@ def plot_heatmap(table: pd.DataFrame, tasks: list[str] | None = None, score: str
 
 
 PLOTTERS = {"tiers": plot_tiers, "threshold": plot_threshold, "depth": plot_depth, "throughput": plot_throughput,
-            "pareto": plot_pareto, "heatmap": plot_heatmap}
+            "pareto": plot_pareto, "heatmap": plot_heatmap, "lr": plot_lr}
 FILE_NAMES = {"tiers": "tiers", "threshold": "threshold_d_model", "depth": "depth_vs_score",
-              "throughput": "throughput_vs_accuracy", "pareto": "pareto_nll_flops", "heatmap": "heatmap_tasks"}
+              "throughput": "throughput_vs_accuracy", "pareto": "pareto_nll_flops", "heatmap": "heatmap_tasks",
+              "lr": "score_vs_lr"}
 TITLES = {"tiers": "Tiers", "threshold": "Hidden-size threshold", "depth": "Depth against score",
           "throughput": "Throughput against accuracy", "pareto": "NLL against training FLOPs",
-          "heatmap": "Per-task heatmap"}
+          "heatmap": "Per-task heatmap", "lr": "Score against learning rate"}
 
 
 def save(fig: Figure, out_dir: str | os.PathLike, name: str, formats=FORMATS) -> list[Path]:
@@ -552,9 +558,9 @@ def draw(kind: str, table: pd.DataFrame, out_dir: str | os.PathLike | None = Non
 
 
 def draw_all(table: pd.DataFrame, out_dir: str | os.PathLike, formats=FORMATS, score: str | None = None) -> dict:
-    """All six plots into out_dir: {kind: (figure, paths)}."""
+    """All the plots (KINDS) into out_dir: {kind: (figure, paths)}."""
     out = {}
     for kind in KINDS:
-        kwargs = {"score": score} if score and kind in ("tiers", "threshold", "throughput", "heatmap") else {}
+        kwargs = {"score": score} if score and kind in ("tiers", "threshold", "throughput", "heatmap", "lr") else {}
         out[kind] = draw(kind, table, out_dir, formats, **kwargs)
     return out

@@ -1,5 +1,5 @@
 """The study report: Markdown and HTML with the run table, tiers, threshold, best per family, Pareto frontier
-and the six plots, and what the noise allows: every score's uncertainty (95% intervals; a suite average's
+and the seven plots, and what the noise allows: every score's uncertainty (95% intervals; a suite average's
 standard error propagated from its tasks', assuming independent tasks), multiple-choice scores against their
 chance level, no "best configuration" where the differences are within noise, and how far runs solved for a
 parameter budget landed from it.
@@ -9,7 +9,7 @@ parameter budget landed from it.
 Layout of out_dir:
   report.md, report.html     the same content; report.md links the figures, report.html embeds them (PNG
                              as data URIs, so the file is whole on its own; each links its SVG)
-  figures/<plot>.png, .svg   the six plots (analysis.plots.draw_all)
+  figures/<plot>.png, .svg   the seven plots (analysis.plots.draw_all)
 
 Every number in the report comes from the results table; statistics are computed by analysis.tiers and
 analysis.thresholds and the method line of each says how it was decided.
@@ -31,6 +31,7 @@ from analysis.collect import ALL_STATUSES, average_members, load_results, single
 from analysis.plots import FILE_NAMES, TITLES, choose_score, draw_all, score_label
 from analysis.thresholds import BEST_Z, best_per_family, find_threshold, pareto_frontier
 from analysis.tiers import describe_gap, find_tiers, run_labels
+from analysis.tuning import at_best_lr, lr_labels, lr_varies, rows_at
 
 FIGURES = "figures"
 TIER_METHOD = ("Tiers: configurations (seeds pooled) sorted by score and cut at the largest gaps; a split is kept only "
@@ -100,6 +101,7 @@ def run_table(table: pd.DataFrame, score: str | None) -> pd.DataFrame:
                          ("params_active" if sparse else "params_total", "active params" if sparse else "params"),
                          ("params_total" if sparse else None, "total params"),
                          ("train_flops", "train FLOPs"), ("val_nll", "val NLL"),
+                         ("val_bpb" if "val_bpb" in table and table["val_bpb"].notna().any() else None, "val bits/byte"),
                          ("val_nll_kind" if {"nelbo"} <= set(table.get("val_nll_kind", pd.Series(dtype=str)).dropna())
                           else None, "val NLL kind"),
                          (score, score), ("decode_tokens_per_s", "decode tok/s")):
@@ -219,6 +221,65 @@ def best_blocks(table: pd.DataFrame, score: str) -> list:
     return [*lines, shown]
 
 
+LR_METHOD = ("Learning rate is a nuisance axis: runs that differ only in seed and lr are one configuration. Each "
+             "configuration is scored at its best lr (the mean over seeds at each lr, the best of those) and at the "
+             "shared lr (the point's own lr, lr_multiplier 1 of hydra.sweeper.lr_search). A best lr at the lowest or "
+             "highest lr tried is flagged: the optimum may lie outside the grid, so that score is a bound, not the "
+             "configuration's best. Tiers, thresholds and best-per-family above use the best lr.")
+
+
+def _tier_line(result) -> str:
+    if not result.split:
+        return f"no split — {result.reason}"
+    return "; ".join(f"tier {t.rank}: {', '.join(t.members)}" for t in result.tiers)
+
+
+def lr_blocks(table: pd.DataFrame, score: str) -> list:
+    """The learning-rate section: each configuration at the shared lr and at its best lr, both rankings, the
+    edge flags, tiers under both, and the score-against-lr figure."""
+    if not lr_varies(table, score):
+        return ["Every configuration ran at one learning rate, so every comparison here is at that lr, and a shape "
+                "far from its own best lr looks worse than it is. `hydra.sweeper.lr_search=[0.25,0.5,1,2,4]` runs "
+                "each point at those multiples of its lr; the report then compares configurations at their best lr.",
+                ("figure", "lr")]
+    best = at_best_lr(table, score)
+    labels = lr_labels(table, best)
+    edge = best["edge"].notna()
+    frame = pd.DataFrame({
+        "configuration": labels.to_numpy(), "lrs tried": best["n_lrs"].to_numpy(),
+        "shared lr": best["shared_lr"].to_numpy(), f"{score} at shared lr": best["shared"].to_numpy(),
+        "rank (shared)": best["rank_shared"].to_numpy(), "best lr": best["best_lr"].to_numpy(),
+        f"{score} at best lr": best["tuned"].to_numpy(), "seeds": best["tuned_seeds"].to_numpy(),
+        "rank (best lr)": best["rank_tuned"].to_numpy(),
+        "flag": [f"widen the grid ({e})" if isinstance(e, str) else "" for e in best["edge"]]})
+    ranked = best.dropna(subset=["shared"])
+    moved = int((ranked["rank_shared"].astype(int) != ranked["rank_tuned"]).sum())
+    lines = [LR_METHOD]
+    if len(ranked) >= 3:
+        rho = float(ranked["rank_shared"].astype(float).corr(ranked["rank_tuned"].astype(float), method="spearman"))
+        lines.append(f"Rankings: {moved} of {len(ranked)} configurations change rank between the shared lr and their "
+                     f"best lr (Spearman correlation of the two rankings {rho:.2f}).")
+    if edge.any():
+        lines.append(f"**{int(edge.sum())} of {len(best)} configurations are best at the edge of their lr grid**: "
+                     f"{', '.join(labels[edge])}. Their optimum is not known; widen hydra.sweeper.lr_search.")
+    else:
+        lines.append(f"Every configuration's best lr is inside its grid ({len(best)} configurations).")
+    shared_rows = rows_at(table, score, "shared")
+    if len(shared_rows):
+        lines.append(f"Tiers of {score} at the shared lr: {_tier_line(find_tiers(shared_rows, score))}. "
+                     f"At each configuration's best lr: {_tier_line(find_tiers(table, score))}.")
+    return [*lines, frame, ("figure", "lr")]
+
+
+def claims_blocks(table: pd.DataFrame, score: str) -> list:
+    """The study's claims judged on these runs (analysis.claims): supported, not supported or not testable."""
+    from analysis.claims import judge, seeds_summary
+
+    verdicts = judge(table, score)
+    return ["Each claim of a depth x width study, tested on these runs (analysis/claims.py says how): "
+            + seeds_summary(table, score) + ".", verdicts]
+
+
 def sections(table: pd.DataFrame, results_path: str, score: str | None = None) -> list[tuple[str, list]]:
     """[(heading, [blocks])], a block being a str (paragraph), a DataFrame (table) or ("figure", kind)."""
     score, note = choose_score(table, score)
@@ -244,7 +305,7 @@ def sections(table: pd.DataFrame, results_path: str, score: str | None = None) -
 
     if score:
         blocks: list = [TIER_METHOD]
-        for column in dict.fromkeys([score, "val_nll"]):
+        for column in dict.fromkeys([score, style.nll_column(table)]):
             if column not in table or table[column].notna().sum() == 0:
                 continue
             result = find_tiers(table, column)
@@ -265,6 +326,8 @@ def sections(table: pd.DataFrame, results_path: str, score: str | None = None) -
         out.append(("Hidden-size threshold", blocks))
 
         out.append(("Best configuration per family", best_blocks(table, score)))
+        out.append(("Learning rate", lr_blocks(table, score)))
+        out.append(("Claims", claims_blocks(table, score)))
 
     out.append(("Depth against score", [("figure", "depth")]))
     blocks = [("figure", "throughput")]
@@ -275,11 +338,13 @@ def sections(table: pd.DataFrame, results_path: str, score: str | None = None) -
                          "peak resident set size (ru_maxrss), which only grows over every job the process ran (a "
                          "local sweep runs many), so it would show job order, not the model: it is left out.")
     out.append(("Throughput against accuracy", blocks))
-    front = pareto_frontier(table)
+    loss = style.nll_column(table)
+    front = pareto_frontier(table, y=loss)
     blocks = []
     if len(front):
         frame = pd.DataFrame({"run": run_labels(table).loc[front.index].to_numpy(),
-                              "train FLOPs": front["train_flops"].to_numpy(), "val NLL": front["val_nll"].to_numpy()})
+                              "train FLOPs": front["train_flops"].to_numpy(),
+                              "val NLL" if loss == "val_nll" else "val bits/byte": front[loss].to_numpy()})
         blocks.append("Runs that no other run beats on both training compute and validation NLL:")
         blocks.append(frame)
     blocks.append(("figure", "pareto"))
@@ -368,7 +433,7 @@ def _html(title: str, parts: list, notes: dict, generated: str, figures: Path | 
 
 def build_report(results_path: str | os.PathLike, out_dir: str | os.PathLike, score: str | None = None,
                  title: str = "slm results", table: pd.DataFrame | None = None) -> Path:
-    """Draw the six plots into out_dir/figures and write out_dir/report.md and report.html; returns the
+    """Draw the seven plots into out_dir/figures and write out_dir/report.md and report.html; returns the
     HTML report's path. results_path: a results table (.parquet/.csv) or a runs directory; `table`: the
     results already loaded from it (else they are loaded here)."""
     table = load_results(results_path) if table is None else table

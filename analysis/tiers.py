@@ -4,8 +4,9 @@
     result = find_tiers(table, "val_nll", k=2)               # exactly two tiers, or a refusal
     result.split, result.reason, result.tiers, result.gaps, result.labels
 
-Units. Runs that differ only in `seed` are one configuration: its value is the mean over seeds. Only
-completed runs with a value take part.
+Units. Runs that differ only in nuisance axes (analysis.schema: seed, lr) are one configuration: its value is
+the mean over seeds at its best lr (analysis.tuning, when lrs were searched). Only completed runs with a value
+take part.
 
 Where the cuts go. Units sorted by score; a k-tier partition cuts at the k-1 largest gaps between
 neighbours (greedily from the largest down, skipping a gap that would leave a tier with fewer than
@@ -52,14 +53,9 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from analysis.collect import (COUNT_COLUMNS, ID_COLUMNS, METRIC_COLUMNS, TAIL_COLUMNS, THROUGHPUT_COLUMNS,
-                              TRAINING_COLUMNS, higher_is_better as _higher_is_better, stderr_column)
-
-_OUTPUT_PREFIXES = ("score_", "stderr_", "metric_", "samples_", "avg_", "chance_", "tasks_")
-_NON_CONFIG = set(ID_COLUMNS + COUNT_COLUMNS + METRIC_COLUMNS + TAIL_COLUMNS + THROUGHPUT_COLUMNS + TRAINING_COLUMNS
-                  + ["params_total", "params_active", "params_embedding", "params_non_embedding", "flops_per_token",
-                     "seed",
-                     "label", "tier"]) - {"max_steps"}
+from analysis.collect import higher_is_better as _higher_is_better, stderr_column
+from analysis.schema import config_columns, config_keys
+from analysis.tuning import lr_varies, rows_at
 
 
 @dataclass
@@ -273,14 +269,9 @@ def _draws(units: pd.DataFrame, n_boot: int, rng: np.random.Generator) -> np.nda
 # ---------------------------------------------------------------------------------------------- units
 
 
-def config_columns(table: pd.DataFrame) -> list[str]:
-    """Columns that describe what was trained, except the seed."""
-    return [c for c in table.columns if c not in _NON_CONFIG and not c.startswith(_OUTPUT_PREFIXES)]
-
-
 LABEL_AXES = ["family", "n_layers", "d_model", "n_kv_heads", "position", "norm", "norm_placement", "mlp", "qk_norm",
-              "layer_types", "mlp_types", "canon_set", "layer_repeat", "objective", "data", "tokenizer", "lr", "batch_size",
-              "schedule", "max_steps", "seed"]
+              "layer_types", "mlp_types", "canon_set", "layer_repeat", "context_length", "window_hidden", "objective",
+              "data", "tokenizer", "lr", "batch_size", "schedule", "max_steps", "seed"]
 """Axes that may appear in a run's label (sizes derived from them, like head_dim or d_ff, never do)."""
 _SHORT = {"n_layers": "L", "d_model": "d", "seed": "seed ", "n_kv_heads": "kv", "max_steps": "steps="}
 
@@ -350,9 +341,13 @@ def units_of(table: pd.DataFrame, score: str, stderr: str | None = None, complet
         notes.append(f"{dropped} run(s) without a value of {score} (or not completed) left out")
     if stderr is None:
         stderr = stderr_column(table, score)  # a task's lm-eval stderr, or an average's propagated one
-    cols = config_columns(rows) if by_config else []
-    labels = run_labels(rows, [c for c in LABEL_AXES if c != "seed" or not by_config], dedupe=not by_config)
-    keys = rows[cols].map(str).agg("|".join, axis=1) if cols else pd.Series(rows.index.astype(str), index=rows.index)
+    if by_config and lr_varies(rows, score):  # lr is a nuisance axis: each configuration at its best lr
+        tuned = rows_at(rows, score, "tuned")
+        notes.append(f"learning rate searched: each configuration at its best lr ({len(tuned)} of {len(rows)} runs; "
+                     "analysis.tuning)")
+        rows = tuned
+    labels = run_labels(rows, [c for c in LABEL_AXES if c not in ("seed", "lr") or not by_config], dedupe=not by_config)
+    keys = config_keys(rows) if by_config and config_columns(rows) else pd.Series(rows.index.astype(str), index=rows.index)
     units, membership = [], pd.Series(index=rows.index, dtype=float)
     for j, (_, group) in enumerate(rows.groupby(keys, sort=False)):
         values = pd.to_numeric(group[score]).to_numpy(float)

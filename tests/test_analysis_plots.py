@@ -1,4 +1,4 @@
-"""Each of the six plots renders from a small table (PNG and SVG written, non-empty, the expected axis labels),
+"""Each of the plots renders from a small table (PNG and SVG written, non-empty, the expected axis labels),
 and degrades to a clear fallback when the table lacks what it needs."""
 
 from __future__ import annotations
@@ -55,12 +55,24 @@ EXPECTED = {  # words that must appear in the plot's axis labels
     "throughput": ["decode speed (tokens/s)", "peak memory"],
     "pareto": ["training compute (FLOPs)", "validation NLL (nats/token)"],
     "heatmap": ["configuration", "hellaswag"],
+    "lr": ["peak learning rate (train.lr)", "best lr"],
 }
+
+
+def with_lr_search(table: pd.DataFrame) -> pd.DataFrame:
+    """The table plus each completed run again at twice its lr, a little worse (an lr axis per configuration)."""
+    extra = table[table["status"] == "completed"].copy()
+    extra["lr"] = extra["lr"] * 2
+    for column in [c for c in extra.columns if c.startswith("score_")]:
+        extra[column] = extra[column] - 0.01
+    extra["val_nll"] = extra["val_nll"] + 0.05
+    extra["run"] = extra["run"] + "_lr2"
+    return pd.concat([table, extra], ignore_index=True)
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_each_plot_renders(table, tmp_path, kind):
-    fig, paths = draw(kind, table, tmp_path)
+    fig, paths = draw(kind, with_lr_search(table) if kind == "lr" else table, tmp_path)
     assert [p.name for p in paths] == [f"{FILE_NAMES[kind]}.png", f"{FILE_NAMES[kind]}.svg"]
     assert all(p.stat().st_size > 2000 for p in paths)
     assert paths[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

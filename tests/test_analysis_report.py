@@ -32,7 +32,7 @@ class _Images(HTMLParser):
         self.tables += tag == "table"
 
 
-def test_build_report_writes_markdown_html_and_six_figures(results, tmp_path):
+def test_build_report_writes_markdown_html_and_every_figure(results, tmp_path):
     path = build_report(results, tmp_path / "report")
     assert path == tmp_path / "report" / "report.html"
     md = (tmp_path / "report" / "report.md").read_text()

@@ -109,9 +109,11 @@ def test_budget_solver_picks_closest_width(preset, layers):
 
 def test_budget_solver_keeps_design():
     spec = {k: v for k, v in compose_model_node("model=llama3").items() if k not in SOLVER_KEYS}
-    cfg = solve_width(spec, 30e6, step=48)
+    cfg = solve_width(spec, 30e6, step=48, d_ff_step=None)  # the width alone
     assert cfg.d_model != 384 and cfg.n_kv_heads == 4 and cfg.head_dim == 48
     assert cfg.d_ff == SwiGLU.default_d_ff(cfg.d_model, 64)  # re-derived at the new width
+    tuned = solve_width(spec, 30e6, step=48)  # then the MLP (tests/test_budget.py): same width and heads
+    assert (tuned.d_model, tuned.n_heads, tuned.n_kv_heads) == (cfg.d_model, cfg.n_heads, cfg.n_kv_heads)
 
 
 def test_budget_errors():

@@ -214,7 +214,7 @@ def test_bad_input_is_one_line_and_exit_2(run, capsys, monkeypatch, damage, mess
     assert message.format(run=run, model=run / "model") in lines[0]
     after = _snapshot(run)
     assert {name: after.get(name) for name in before} == before  # nothing lost or overwritten
-    assert set(after) - set(before) <= {"eval/results.json"}  # no temporary file left
+    assert set(after) - set(before) <= {"eval/results.json", "eval/results_documents.jsonl"}  # no temporary file
     if damage.__name__.startswith("record_") or damage is disk_full_record:  # the scores ran and were saved
         assert f"lm-eval's results file {run}/eval/results.json only" in lines[0]
         results = json.loads((run / "eval" / "results.json").read_text())

@@ -4,6 +4,7 @@ re-runs that skip finished jobs, the experiment files of sweeps/ and their dry r
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -119,3 +120,51 @@ def test_sweep_files_compose_as_documented(tmp_path):
     # one LFM2 and one MoE point at depth 4; the MoE sized by its active parameters
     extra = dict(re.findall(r"^\S*model=(lfm2|moe)\s+4\s+\d+\s+[\d,]+\s+[\d,]+\s+([\d,]+) ", cpu.stdout, re.M))
     assert set(extra) == {"lfm2", "moe"} and all(abs(int(v.replace(",", "")) - 5e5) < 0.25 * 5e5 for v in extra.values())
+
+
+def test_lr_search_adds_an_lr_axis_per_point_and_the_report_ranks_at_the_best_lr(tmp_path):
+    """hydra.sweeper.lr_search: each point at its lr x each multiplier (x1 keeps the point's own job key, so a
+    sweep that adds a search reuses what ran), sweep.json says which multiplier each job is, the table and
+    report take each configuration at its best lr and flag a best lr at the edge of the grid."""
+    args = ["-m", "run_group=lrs", *TINY, "train.steps=6", "train.lr=2e-3", "model.n_layers=1,2",
+            "hydra.sweeper.lr_search=[0.5,2]"]
+    out = slm(tmp_path, *args)
+    assert out.returncode == 0, out.stderr[-3000:]
+    sweep = tmp_path / "runs" / "lrs"
+    keys = sorted(records(sweep))
+    assert len(keys) == 6 and sum("train.lr=0.001," in k or k.endswith("train.lr=0.001") for k in keys) == 2
+    listing = json.loads((sweep / "sweep.json").read_text())
+    assert sorted(listing["lr_multipliers"].values()) == [0.5, 0.5, 1.0, 1.0, 2.0, 2.0]
+    ev = next(iter(records(sweep).values()))["eval"]  # every run: its loss in bits per byte (characters: 1 byte)
+    assert ev["val_bytes_per_token"] == pytest.approx(1.0, abs=0.01)
+    assert ev["val_bpb"] == pytest.approx(ev["val_nll"] / math.log(2) / ev["val_bytes_per_token"])
+    from analysis import collect
+    from analysis.report import lr_blocks
+    from analysis.tuning import at_best_lr
+
+    table = collect(sweep)
+    assert sorted(table["lr"].unique()) == [1e-3, 2e-3, 4e-3]
+    best = at_best_lr(table, "val_nll")
+    assert len(best) == 2 and (best["shared_lr"] == 2e-3).all() and (best["n_lrs"] == 3).all()
+    assert all(b == table.loc[table["val_nll"][table["lr"] == b].index, "lr"].iloc[0] for b in best["best_lr"])
+    text = " ".join(b for b in lr_blocks(table, "val_nll") if isinstance(b, str))
+    assert "at the shared lr" in text and ("edge of their lr grid" in text or "inside its grid" in text)
+    # a bad search is one line, before anything runs
+    bad = slm(tmp_path, "-m", "run_group=lrs_bad", *TINY, "hydra.sweeper.lr_search=[0.5,-1]")
+    assert bad.returncode != 0 and "hydra.sweeper.lr_search=[0.5, -1] is invalid" in bad.stderr
+    assert not (tmp_path / "runs" / "lrs_bad").exists()
+
+
+def test_bits_per_byte_of_a_character_model_and_of_gpt2_bpe(tmp_path):
+    """bytes per token of a split, against the shipped raw text of that split: its UTF-8 bytes over the number
+    of tokens (one document; an end-of-text token at most apart)."""
+    from importlib import resources
+
+    from slm.data import prepare
+
+    raw = resources.files("slm.data").joinpath("corpora/tiny_shakespeare/valid.txt").read_bytes()
+    for kind in ("char", "gpt2"):
+        prepared = prepare({"cache_dir": str(tmp_path / "cache")}, {"kind": kind})
+        n = prepared.sources[0].valid.n_tokens
+        assert prepared.bytes_per_token("valid") == pytest.approx(len(raw) / n, rel=2 / n + 1e-6), kind
+    assert prepared.bytes_per_token("valid") > 3.0  # GPT-2 BPE: ~4 bytes per token of English

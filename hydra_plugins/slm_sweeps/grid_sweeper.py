@@ -4,6 +4,10 @@ dry run.
     hydra.sweeper.params   crossed axes, as in Hydra's basic sweeper ("model.n_layers: 4,8,16")
     hydra.sweeper.points   paired axes: a list of override lists, one job per point, crossed with params
                            (e.g. [[model.n_layers=4, model.d_model=768], [model.n_layers=12, model.d_model=512]])
+    hydra.sweeper.lr_search  multipliers of each point's learning rate (e.g. [0.25,0.5,1,2,4]): every job runs
+                           at train.lr x each of them, an lr axis per point (1 is always run: the point's own
+                           lr, the shared lr the analysis compares against; analysis.tuning takes each
+                           configuration at its best lr and flags a best lr at the edge of the grid)
     hydra.sweeper.dry_run  print the job list with parameter counts, tokens and GPU-hours; train nothing
 
 Every job is composed before anything is launched: a job whose overrides do not compose is recorded
@@ -31,9 +35,10 @@ from hydra_plugins.slm_sweeps import jobs as J
 class GridSweeper(BasicSweeper):
     def __init__(self, max_batch_size: Optional[int] = None, params: Optional[Dict[str, str]] = None,
                  points: Optional[List[List[str]]] = None, dry_run: bool = False,
-                 estimate: Optional[Dict[str, Any]] = None) -> None:
+                 estimate: Optional[Dict[str, Any]] = None, lr_search: Optional[List[float]] = None) -> None:
         super().__init__(max_batch_size=max_batch_size, params=dict(params or {}))
         self.points = [[str(o) for o in point] for point in (points or [])]
+        self.lr_search = J.lr_multipliers(lr_search)
         self.dry_run = bool(dry_run)
         self.estimate = dict(estimate or {})
 
@@ -50,6 +55,7 @@ class GridSweeper(BasicSweeper):
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
         loader = self.hydra_context.config_loader
         jobs = J.unique([J.compose_job(loader, self.config, o) for o in self.job_overrides(arguments)])
+        jobs, multipliers = J.search_lr(loader, self.config, jobs, self.lr_search)
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         name = str(self.config.get("run_group", sweep_dir.name))
         if self.dry_run:
@@ -62,7 +68,7 @@ class GridSweeper(BasicSweeper):
 
         sweep_dir.mkdir(parents=True, exist_ok=True)
         J.save_sweep_config(self.config, sweep_dir)
-        list_jobs(sweep_dir, {j.key: j.overrides for j in jobs}, warn=J.say)
+        list_jobs(sweep_dir, {j.key: j.overrides for j in jobs}, warn=J.say, lr_multipliers=multipliers)
         outcomes = {}
         for job in jobs:
             if J.unreadable(job):

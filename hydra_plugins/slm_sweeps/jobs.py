@@ -8,12 +8,14 @@ whose result.json cannot be read is not launched (nothing overwrites the file) a
 from __future__ import annotations
 
 import logging
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 from hydra.core.utils import JobReturn, JobStatus
+from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
 from slm.runs.record import FINAL, RecordError, load_record, settled
@@ -83,6 +85,54 @@ def save_sweep_config(config: DictConfig, sweep_dir: Path) -> Path:
     for path in (kept, sweep_dir / "multirun.yaml"):
         atomic_write(path, lambda f: f.write(text))
     return kept
+
+
+LR_OVERRIDES = ("train.lr=", "+train.lr=", "++train.lr=")
+
+
+def lr_multipliers(values: Any) -> list[float]:
+    """hydra.sweeper.lr_search as a sorted list of distinct multipliers that holds 1 ([] when not set);
+    HydraException (one line) for anything but positive finite numbers."""
+    if values is None:
+        return []
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        values = [values]
+    out = set()
+    for value in values:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+        if not ok:
+            raise HydraException(f"hydra.sweeper.lr_search={list(values)!r} is invalid: a list of positive multipliers "
+                                 "of each point's train.lr, e.g. [0.25,0.5,1,2,4]")
+        out.add(float(value))
+    return sorted(out | {1.0})
+
+
+def lr_text(lr: float) -> str:
+    """An lr as the override writes it: 6 significant digits, so a job key stays short and stable."""
+    return f"{lr:.6g}"
+
+
+def search_lr(config_loader: Any, master: DictConfig, jobs: list[Job], multipliers: list[float]
+              ) -> tuple[list[Job], dict[str, float]]:
+    """Every job at train.lr x each multiplier (the job as given for 1: its key and run stay those of the
+    sweep without a search), and {job key: multiplier}. A job that does not compose is kept once, as given."""
+    if not multipliers:
+        return jobs, {}
+    out, searched = [], {}
+    for job in jobs:
+        if job.cfg is None:
+            out.append(job)
+            continue
+        base = float(job.cfg.train.lr)
+        for m in multipliers:
+            if m == 1.0:
+                variant = job
+            else:
+                overrides = [o for o in job.overrides if not str(o).startswith(LR_OVERRIDES)]
+                variant = compose_job(config_loader, master, overrides + [f"train.lr={lr_text(base * m)}"])
+            out.append(variant)
+            searched[variant.key] = m
+    return unique(out), searched
 
 
 def unique(jobs: list[Job]) -> list[Job]:

@@ -3,8 +3,10 @@ token budgets and a GPU-hours estimate, from the configs: nothing is trained or 
 
 For a job whose width is solved for a parameter budget (model.param_budget), the `budget` column is how
 far it landed: params_<model.budget_count> / param_budget - 1, with `!` beside it when that is outside
-model.budget_tolerance (default 0.25; the solver refuses such a config, so `!` appears only where a
-tolerance let it through).
+model.budget_tolerance (default 0.03; the solver refuses such a config, so `!` appears only where a
+tolerance let it through), and the `budget knob` column, which sizes the solver moved: `d_model` (the width
+alone, the family's MLP kept) or e.g. `d_model, d_ff 256→336` (the MLP hidden size tuned after the width;
+slm.model.budget).
 
 GPU-hours = tokens x flops_per_token / (mfu x peak_flops) / 3600, with flops_per_token the training
 FLOPs per token of slm.model.count (PaLM's convention, 6N + attention) and peak_flops from
@@ -154,11 +156,14 @@ def plan_row(job: Job, estimate: dict) -> dict:
     except Exception as err:
         return {**row, "error": one_line(err)}
     flops = tokens * report["flops_per_token"]
+    from slm.model.budget import SOLVER_KEYS
+
     budget_error = report.get("budget_error")
-    tolerance = cfg["model"].get("budget_tolerance", 0.25)
+    tolerance = cfg["model"].get("budget_tolerance", SOLVER_KEYS["budget_tolerance"])
     outside = budget_error is not None and tolerance is not None and abs(budget_error) > float(tolerance)
     return {**row, "error": None, "n_layers": report["n_layers"], "d_model": report["d_model"],
             "budget_error": budget_error, "budget_outside": outside,
+            "budget_knob": (report.get("budget_fit") or {}).get("moved"),
             "params": report["params_total"], "non_embedding": report["params_non_embedding"],
             "active": report["params_active"], "notes": report["notes"],
             "vocab_fitted": vocab is None, "steps": steps, "tokens": tokens, "flops": flops,
@@ -170,9 +175,10 @@ def print_plan(name: str, sweep_dir: Path, jobs: list[Job], estimate: dict) -> l
     mfus = mfu_by_family(estimate, set(families), Path(os.environ.get("SLM_RUNS") or "runs"))
     rows = [{**plan_row(job, {**estimate, "mfu": mfus[f][0]}), "family": f} for job, f in zip(jobs, families)]
     width = max([len(r["key"]) for r in rows] + [7])
+    knobs = max([len(r.get("budget_knob") or "") for r in rows] + [12])
     print(f"dry run of sweep {name}: {len(rows)} jobs into {sweep_dir}/ (nothing is trained)")
     print(f"{'job key':{width}s} {'layers':>6s} {'d_model':>7s} {'params':>13s} {'non-embed':>13s} {'active':>13s} "
-          f"{'steps':>8s} {'tokens':>9s} {'FLOPs':>9s} {'GPU-h':>8s} {'budget':>8s}  state")
+          f"{'steps':>8s} {'tokens':>9s} {'FLOPs':>9s} {'GPU-h':>8s} {'budget':>8s}  {'budget knob':{knobs}s}  state")
     for r in rows:
         if r["error"]:
             print(f"{r['key']:{width}s} invalid: {r['error']}")
@@ -181,7 +187,7 @@ def print_plan(name: str, sweep_dir: Path, jobs: list[Job], estimate: dict) -> l
         budget = "-" if r.get("budget_error") is None else f"{r['budget_error']:+.1%}" + ("!" if r["budget_outside"] else "")
         print(f"{r['key']:{width}s} {r['n_layers']:6d} {r['d_model']:7d} {r['params']:13,d}{mark}{r['non_embedding']:12,d}"
               f" {r['active']:13,d} {r['steps']:8d} {r['tokens']:9.3g} {r['flops']:9.3g} {r['gpu_hours']:8.2f} {budget:>8s}"
-              f"  {r['state']}")
+              f"  {r.get('budget_knob') or '-':{knobs}s}  {r['state']}")
         for note in r["notes"]:
             print(f"{'':{width}s}   note: {note}")
         if r["unreadable"]:
@@ -189,13 +195,15 @@ def print_plan(name: str, sweep_dir: Path, jobs: list[Job], estimate: dict) -> l
     ok = [r for r in rows if not r["error"]]
     todo = [r for r in ok if r["state"] != COMPLETED]
     print(f"{'total':{width}s} {'':6s} {'':7s} {'':13s} {'':13s} {'':13s} {'':8s} {sum(r['tokens'] for r in ok):9.3g} "
-          f"{sum(r['flops'] for r in ok):9.3g} {sum(r['gpu_hours'] for r in ok):8.2f} {'':8s}  "
+          f"{sum(r['flops'] for r in ok):9.3g} {sum(r['gpu_hours'] for r in ok):8.2f} {'':8s}  {'':{knobs}s}  "
           f"({sum(r['gpu_hours'] for r in todo):.2f} GPU-h not completed yet)")
     _print_estimate(estimate, {r["family"]: mfus[r["family"]] for r in ok})
     print("active: parameters one token uses (less the experts a mixture of experts skips); FLOPs follow them")
     if any(r.get("budget_error") is not None for r in ok):
         print("budget: params (the count model.budget_count names) / model.param_budget - 1"
               + ("; !: outside model.budget_tolerance" if any(r.get("budget_outside") for r in ok) else ""))
+        print("budget knob: d_model solved with the family's MLP, then the MLP hidden size (d_ff, or expert_d_ff when "
+              "set) tuned at that width in steps of model.d_ff_step within 0.5x-2x of the family's: from→to")
         outside = [r["key"] for r in ok if r.get("budget_outside")]
         if outside:
             print(f"outside the budget tolerance: {', '.join(outside)}")

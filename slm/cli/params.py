@@ -2,7 +2,7 @@
 
     slm-params model=gpt2                                   # 124,439,808 parameters
     slm-params model=gpt2 model.n_layers=32 model.d_model=384
-    slm-params model=llama3 model.n_layers=12 model.param_budget=70e6   # solve the width
+    slm-params model=llama3 model.n_layers=12 model.param_budget=70e6   # solve the width, then the MLP size
     slm-params model=moe                                    # 327,371,136 in total, 67,258,752 active per token
     slm-params model=titans_mac                             # 67,757,964; params_breakdown shows the memory's parts
 
@@ -29,6 +29,7 @@ MEMORY_FIELDS = ("memory_layers", "memory_segment", "memory_chunk", "memory_dept
 def params_report(model_node: dict) -> dict:
     """The slm-params JSON for a composed `model` node."""
     from slm.model import FLOPS_CONVENTION, config_from_spec, count
+    from slm.model.budget import budget_fit
     from slm.model.counting import breakdown
 
     cfg = config_from_spec(model_node)
@@ -45,6 +46,7 @@ def params_report(model_node: dict) -> dict:
         report["param_budget"] = float(budget)
         report["budget_count"] = counted
         report["budget_error"] = (report[f"params_{counted}"] - float(budget)) / float(budget)
+        report["budget_fit"] = budget_fit(cfg).to_dict()  # which knobs moved: d_model, and the MLP size if it did
     report["flops_convention"] = FLOPS_CONVENTION
     report["notes"] = cfg.notes()
     return report

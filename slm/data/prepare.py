@@ -82,6 +82,21 @@ class PreparedData:
                     raise DataError(f"train.eval_windows={n_windows}: source {s.name!r} has {shard.n_tokens} {split} "
                                     f"tokens, fewer than its {n} windows of {context_length + 1} need")
 
+    def bytes_per_token(self, split: str, limit: int = 1 << 20) -> float | None:
+        """UTF-8 bytes of text per token of a split ("valid" or "test"), over the mix: the sources' ratios
+        (decoded text of up to `limit` tokens from each split's start) weighted by their share of the scored
+        windows, so that bits per byte = NLL / ln 2 / this. None when a source lacks the split or it is empty.
+        Exact for byte-level BPE and characters; for a word tokenizer the decoded text's whitespace is its own."""
+        ratios, weights = [], []
+        for s in self.sources:
+            shard = s.valid if split == "valid" else s.test
+            if shard is None or shard.n_tokens == 0:
+                return None
+            ids = shard.tokens()[:limit]
+            ratios.append(len(self.tokenizer.decode(ids.tolist()).encode("utf-8")) / len(ids))
+            weights.append(s.weight)
+        return sum(r * w for r, w in zip(ratios, weights)) / sum(weights) if ratios else None
+
     def describe(self) -> dict:
         """JSON-able summary for the run record."""
         t = self.tokenizer

@@ -14,9 +14,26 @@ the record's `eval` fields, merged with what an earlier evaluation left there:
                     those tasks}, version,
                     results_file, estimator (how log-likelihoods were computed: {"kind": "exact"}, or
                     for a diffusion model {"kind": "llada_mc_conditional_elbo", "mc_num", "seed"}; also
-                    in each task's details); merged task by task, so offline and study7 scores coexist
+                    in each task's details), documents_file (the per-document results of this
+                    evaluation; also in each task's details); merged task by task, so offline and
+                    study7 scores coexist
   eval.throughput   batch-1 decode speed (slm.eval.throughput.measure_decode), replaced
-lm-eval's results JSON goes to <path>/eval/results_<time>.json unless output_path says otherwise.
+lm-eval's results JSON goes to <path>/eval/results_<time>.json unless output_path says otherwise; beside it
+<stem>_documents.jsonl (spec.per_document, on by default) keeps every document's scores for paired
+comparisons (analysis/paired.py, slm-compare), and <stem>_samples.jsonl (spec.log_samples) lm-eval's whole
+samples (contexts, responses).
+
+The per-document file (document_lines) is JSON lines of two kinds, in this order per task:
+  {"task", "metrics": {"metric,filter": {"aggregation", "higher_is_better"}}, "documents", "num_fewshot",
+   "version"}                                   one task line (no doc_id)
+  {"task", "doc_id", "doc_hash", "prompt_hash", "metric,filter": value, ...}   one line per document
+and after them {"task": group, "group": [its tasks]} for each lm-eval group. A value is what lm-eval's
+process_results gave the document: a number for an aggregation `mean` (acc, acc_norm, exact_match; 0/1 or a
+fraction such as truthfulqa_mc2's acc) or `perplexity` (a log-likelihood), [log-likelihood, words or bytes]
+for `weighted_perplexity` / `bits_per_byte` (word_perplexity, byte_perplexity, bits_per_byte); null if not
+finite. Metrics of other aggregations (bleu, f1, mcc: corpus-level pairs) are left out. doc_hash and
+prompt_hash are the first 16 hex digits of lm-eval's sha256 of the document and of its (first) prompt: two
+runs with equal hashes scored the same documents with the same prompts (few-shot examples included).
 
 Tasks are resolved before the model is loaded: the offline tasks shipped in slm/eval/tasks need no index
 of lm-eval's own tasks (seconds saved); a task whose data must come from the Hugging Face hub fails
@@ -88,7 +105,11 @@ class EvalSpec:
     threads make noisier, not faster; None: the process's setting."""
     gen_kwargs: dict | None = None
     seed: int = 1234
+    per_document: bool = True
+    """Also write each document's scores to <results stem>_documents.jsonl (compact: scores and document
+    hashes, no texts) for paired comparisons between runs (slm-compare)."""
     log_samples: bool = False
+    """Also write lm-eval's whole samples (contexts, responses) to <results stem>_samples.jsonl (large)."""
     model_args: dict = field(default_factory=dict)
     """Extra arguments of the `slm` lm-eval model (e.g. tokenizer, max_length, prefix_sharing)."""
 
@@ -203,9 +224,9 @@ def _results_path(output_path: str | os.PathLike) -> Path:
 
 def evaluate(path: str | os.PathLike, spec: EvalSpec, output_path: str | os.PathLike | None = None) -> dict:
     """Score the run or checkpoint at `path` on spec.tasks (and its decode speed if spec.throughput) and
-    write lm-eval's results JSON. Returns the summary: scores, metrics, details, averages, version,
-    results_file (relative to `path` when inside it), throughput, and `results` (lm-eval's whole output,
-    not for the record)."""
+    write lm-eval's results JSON (and the per-document file). Returns the summary: scores, metrics, details,
+    averages, version, results_file and documents_file (relative to `path` when inside it), throughput, and
+    `results` (lm-eval's whole output, not for the record)."""
     import lm_eval
     from lm_eval.utils import handle_non_serializable
 
@@ -234,7 +255,7 @@ def evaluate(path: str | os.PathLike, spec: EvalSpec, output_path: str | os.Path
                    **spec.model_args)
         results = lm_eval.simple_evaluate(
             model=lm, tasks=objects, task_manager=manager, num_fewshot=spec.num_fewshot, limit=spec.limit,
-            gen_kwargs=spec.gen_kwargs, log_samples=spec.log_samples, random_seed=spec.seed,
+            gen_kwargs=spec.gen_kwargs, log_samples=spec.log_samples or spec.per_document, random_seed=spec.seed,
             numpy_random_seed=spec.seed, torch_random_seed=spec.seed, fewshot_random_seed=spec.seed)
         results["config"]["model"] = "slm"
         results["config"]["model_args"] = {"pretrained": str(model_dir), **spec.model_args}
@@ -242,10 +263,14 @@ def evaluate(path: str | os.PathLike, spec: EvalSpec, output_path: str | os.Path
         out_file = _results_path(output_path or path / "eval")
         samples = results.pop("samples", None)
         _write_atomic(out_file, [json.dumps(results, indent=2, default=handle_non_serializable, ensure_ascii=False)])
-        if samples is not None:
+        if samples is not None and spec.log_samples:
             _write_atomic(out_file.with_name(out_file.stem + "_samples.jsonl"),
                           (json.dumps({"task": task, **doc}, default=handle_non_serializable, ensure_ascii=False)
                            + "\n" for task, docs in samples.items() for doc in docs))
+        documents_file = None
+        if samples is not None and spec.per_document:
+            documents_file = out_file.with_name(out_file.stem + DOCUMENTS_SUFFIX)
+            _write_atomic(documents_file, document_lines(samples, results))
         n_samples = results.get("n-samples", {})
         chance = {name: level for obj in objects
                   if (name := getattr(getattr(obj, "config", None), "task", None)) in spec.tasks
@@ -253,6 +278,10 @@ def evaluate(path: str | os.PathLike, spec: EvalSpec, output_path: str | os.Path
         summary = summarize(results, spec, chance)
         inside = out_file.resolve().is_relative_to(path.resolve())
         summary["results_file"] = os.path.relpath(out_file, path) if inside else str(out_file)
+        if documents_file is not None:
+            summary["documents_file"] = os.path.relpath(documents_file, path) if inside else str(documents_file)
+            for task in summary["details"]:
+                summary["details"][task]["documents_file"] = summary["documents_file"]
         summary["results"] = results  # everything lm-eval reported (printed by slm-eval, not recorded)
 
     if spec.throughput:
@@ -263,6 +292,94 @@ def evaluate(path: str | os.PathLike, spec: EvalSpec, output_path: str | os.Path
                                                compile=spec.throughput_compile, cpu_threads=spec.throughput_cpu_threads,
                                                diffusion=spec.throughput_diffusion)
     return summary
+
+
+DOCUMENTS_SUFFIX = "_documents.jsonl"
+PER_DOCUMENT_AGGREGATIONS = {"mean": "number", "perplexity": "number", "weighted_perplexity": "pair",
+                             "bits_per_byte": "pair"}
+"""lm-eval aggregations whose per-document values the per-document file keeps, and the form of a value."""
+
+
+def _number(value) -> float | None:
+    """A finite float, None for a non-finite one; TypeError for a non-number."""
+    if isinstance(value, str) or not isinstance(value, (bool, int, float)) and not hasattr(value, "item"):
+        raise TypeError(type(value).__name__)
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def _document_value(value, form: str):
+    """A sample's metric value in the per-document file's form ("number" or "pair"), or TypeError."""
+    if form == "number":
+        return _number(value)
+    if isinstance(value, (list, tuple)) and len(value) == 2:  # (log-likelihood, words or bytes)
+        count = value[1]
+        return [_number(value[0]), count if isinstance(count, int) and not isinstance(count, bool) else _number(count)]
+    raise TypeError(type(value).__name__)
+
+
+def _task_metrics(task: str, results: dict, reported=()) -> dict[str, dict]:
+    """{metric: {"aggregation", "higher_is_better"}} of a task's metrics (and of those its samples `reported`):
+    its config's metric_list, else lm-eval's registry defaults (a loglikelihood_rolling task without one)."""
+    from lm_eval.api import registry
+
+    declared = {m.get("metric"): m for m in (results.get("configs", {}).get(task, {}).get("metric_list") or [])
+                if isinstance(m, dict)}
+    higher = results.get("higher_is_better", {}).get(task, {})
+    out = {}
+    for metric in {**higher, **declared, **dict.fromkeys(reported)}:
+        aggregation = declared.get(metric, {}).get("aggregation")
+        if not isinstance(aggregation, str):
+            try:
+                aggregation = registry.get_metric_aggregation(metric).__name__
+            except Exception:  # noqa: BLE001 - a task-defined metric without a registered aggregation
+                aggregation = None
+        better = higher.get(metric, declared.get(metric, {}).get("higher_is_better"))
+        out[metric] = {"aggregation": aggregation, "higher_is_better": None if better is None else bool(better)}
+    return out
+
+
+def document_lines(samples: dict, results: dict):
+    """The lines of the per-document file (module docstring) from lm-eval's `samples` ({task: [sample]}, one
+    sample per document and filter) and its results (configs, higher_is_better, n-shot, versions,
+    group_subtasks)."""
+    for task, task_samples in samples.items():
+        declared = _task_metrics(task, results, {m for sample in task_samples for m in sample.get("metrics") or []})
+        kept: dict[str, dict] = {}
+        documents: dict[int, dict] = {}
+        for sample in task_samples:
+            doc_id = sample.get("doc_id")
+            line = documents.setdefault(doc_id, {"task": task, "doc_id": doc_id})
+            for name in ("doc_hash", "prompt_hash"):
+                if isinstance(sample.get(name), str):
+                    line.setdefault(name, sample[name][:16])
+            for metric in sample.get("metrics") or []:
+                info = declared.get(metric) or {"aggregation": None, "higher_is_better": None}
+                form = PER_DOCUMENT_AGGREGATIONS.get(info["aggregation"])
+                if form is None or metric not in sample:
+                    continue
+                try:
+                    value = _document_value(sample[metric], form)
+                except TypeError:
+                    continue
+                key = f"{metric},{sample.get('filter', 'none')}"
+                kept[key] = info
+                line[key] = value
+        yield json.dumps({"task": task, "metrics": kept, "documents": len(documents),
+                          "num_fewshot": results.get("n-shot", {}).get(task),
+                          "version": results.get("versions", {}).get(task)}) + "\n"
+        order = sorted(documents) if all(isinstance(d, int) for d in documents) else list(documents)
+        for doc_id in order:
+            yield json.dumps(documents[doc_id]) + "\n"
+    groups = results.get("group_subtasks") or {}
+
+    def leaves(name: str) -> list[str]:
+        return [t for sub in groups.get(name, []) for t in (leaves(sub) if sub in groups else [sub])]
+
+    for group in groups:
+        members = [t for t in leaves(group) if t in samples]
+        if members:
+            yield json.dumps({"task": group, "group": members}) + "\n"
 
 
 def _write_atomic(path: Path, chunks) -> None:
@@ -349,6 +466,8 @@ def eval_section(summary: dict, previous: dict | None) -> dict:
               for key in ("scores", "metrics", "details", "averages", "average_tasks")}
         lm.update(version=summary["version"], results_file=summary["results_file"],
                   evaluated_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        if "documents_file" in summary:
+            lm["documents_file"] = summary["documents_file"]
         if "estimator" in summary:
             lm["estimator"] = summary["estimator"]
         section["lm_eval"] = lm

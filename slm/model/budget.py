@@ -1,24 +1,79 @@
-"""Width solver for a parameter budget: given a family's config, a depth and a target parameter count,
-choose d_model (a multiple of `width_step`) whose exact count is closest to the target.
+"""Budget solver: given a family's config, a depth and a target parameter count, choose d_model (a multiple of
+`width_step`), then the MLP hidden size (a multiple of `d_ff_step`), so that the exact count is closest to the
+target.
 
-Heads follow the width through head_dim (n_heads = d_model / head_dim, n_kv_heads kept), and a derived
-d_ff is re-derived at each candidate width, so a depth/width sweep stays inside one family's design.
+1. The width: d_model whose count with the family's own MLP (the spec's d_ff, or its rule re-derived at that
+   width) is closest to the budget. Heads follow the width through head_dim (n_heads = d_model / head_dim,
+   n_kv_heads kept), so a depth/width sweep stays inside one family's design.
+2. The second knob, the MLP hidden size at that width: `d_ff`, or `expert_d_ff` when the spec sets the experts'
+   size (experts that derive theirs from d_ff move with it). It takes the multiple of d_ff_step (or the
+   family's own value) that lands closest, within KNOB_RANGE (0.5x to 2x) of the family's value at that width,
+   so a LLaMA stays a LLaMA; the family's value wins a tie, so a config already on budget keeps its MLP.
+3. Only if that misses `budget_tolerance`: every width with its best MLP size, taking among those within the
+   tolerance the one whose MLP moved least (the ratio to the family's value nearest 1).
+
+`d_ff_step: null` turns the second knob off (the width alone, as before issue 28). The solved config carries
+a `BudgetFit` (`budget_fit(cfg)`) saying which knob moved, for slm-params, the dry run and the run record.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from slm.model.config import ConfigError, ModelConfig, upgrade_fields
 from slm.model.counting import count
 from slm.typecheck import did_you_mean
 
 MAX_WIDTH = 16384
-
+KNOB_RANGE = (0.5, 2.0)
+"""How far the second knob may move the MLP hidden size: this range times the family's value at the width."""
 
 BUDGET_COUNTS = ("total", "active")
-SOLVER_KEYS = {"param_budget": None, "width_step": 64, "budget_count": "total", "budget_tolerance": 0.25}
+_WIDTH_ERRORS = ("model.d_model=", "model.n_kv_heads=", "model.n_heads=", "model.memory_heads=")
+"""ModelConfig's errors about the width and the heads it sets (the no-width message explains those)."""
+SOLVER_KEYS = {"param_budget": None, "width_step": 64, "d_ff_step": 8, "budget_count": "total",
+               "budget_tolerance": 0.03}
 """The `model` node's keys that are not ModelConfig fields, with their defaults (conf/model_base/base.yaml)."""
+
+
+@dataclass(frozen=True)
+class BudgetFit:
+    """How a config was solved for its parameter budget."""
+
+    d_model: int
+    """The width chosen (step 1)."""
+    knob: str | None
+    """The MLP size tuned after the width: d_ff or expert_d_ff; None when there is none to tune (no MLP in the
+    network kind, or model.d_ff_step=null)."""
+    family_value: int | None
+    """The knob's value the spec gives at d_model (its rule re-derived there, or the value it sets)."""
+    value: int | None
+    """The knob's solved value."""
+
+    @property
+    def moved(self) -> str:
+        """Which knobs moved: 'd_model', or 'd_model, d_ff 256→336'."""
+        if self.knob is None or self.value == self.family_value:
+            return "d_model"
+        return f"d_model, {self.knob} {self.family_value}→{self.value}"
+
+    def to_dict(self) -> dict:
+        """slm-params' budget_fit."""
+        return {"d_model": self.d_model, "knob": self.knob, "family_value": self.family_value, "value": self.value,
+                "moved": self.moved}
+
+
+def budget_fit(cfg: ModelConfig) -> BudgetFit | None:
+    """How `cfg` was solved for a budget (None: d_model as given)."""
+    return cfg.__dict__.get("_budget_fit")
+
+
+def budget_knob(cfg: ModelConfig) -> str | None:
+    """The run record's model.budget_knob: which sizes the solver moved (BudgetFit.moved), None when d_model was
+    given."""
+    fit = budget_fit(cfg)
+    return None if fit is None else fit.moved
 
 
 def heads_follow_width(spec: dict) -> dict:
@@ -30,62 +85,163 @@ def heads_follow_width(spec: dict) -> dict:
     return spec
 
 
-def solve_width(spec: dict, budget: float, step: int = 64, counted: str = "total",
-                tolerance: float | None = None) -> ModelConfig:
-    """Return the config from `spec` with d_model chosen so that params_<counted> (total, or active per token
-    for a mixture of experts) is closest to `budget`.
+def _params(cfg: ModelConfig, counted: str) -> int:
+    return getattr(count(cfg), f"params_{counted}")
 
-    `spec` holds ModelConfig fields as given by the user (None for derived sizes). Ties go to the
-    narrower model. Raises ConfigError if no width fits the constraints, or if the closest one misses the
-    budget by more than `tolerance` (a fraction of it; None: any distance).
-    """
+
+def _knob(spec: dict, cfg: ModelConfig, counted: str) -> str | None:
+    """The MLP size the second knob moves in `cfg` (built from `spec`), or None if the count does not depend on
+    it (a network kind with no such MLP)."""
+    knob = "expert_d_ff" if "moe" in cfg.mlp_types and spec.get("expert_d_ff") is not None else "d_ff"
+    value = getattr(cfg, knob)
+    moved = ModelConfig(**{**spec, "d_model": cfg.d_model, knob: value + 1})
+    return knob if _params(moved, counted) != _params(cfg, counted) else None
+
+
+def _tune(spec: dict, cfg: ModelConfig, knob: str, step: int, budget: float,
+          counted: str) -> tuple[ModelConfig, int]:
+    """`cfg` with `knob` at the multiple of `step` (or the family's value) in KNOB_RANGE of the family's value
+    whose count is closest to `budget`, and that count. Counts are affine in an MLP's hidden size, so the
+    closest multiple is one of the two around the solution of the line; both are counted exactly."""
+    family = getattr(cfg, knob)
+    low = max(step, step * math.ceil(KNOB_RANGE[0] * family / step))
+    high = step * math.floor(KNOB_RANGE[1] * family / step)
+    at = {family: (cfg, _params(cfg, counted))}
+
+    def build(value: int) -> None:
+        if value not in at:
+            other = ModelConfig(**{**spec, "d_model": cfg.d_model, knob: value})
+            at[value] = (other, _params(other, counted))
+
+    if low <= high:
+        build(family + step)
+        slope = (at[family + step][1] - at[family][1]) / step
+        if slope > 0:
+            target = family + (budget - at[family][1]) / slope
+            below = step * math.floor(target / step)
+            for value in (below, below + step):
+                build(min(max(value, low), high))
+    candidates = [v for v in at if v == family or low <= v <= high]
+    best = min(candidates, key=lambda v: (abs(at[v][1] - budget), v != family, abs(v - family)))
+    return at[best]
+
+
+def _check_solver_keys(budget, step, counted, tolerance, d_ff_step) -> None:
     if not (isinstance(budget, (int, float)) and math.isfinite(budget) and budget > 0):
         raise ConfigError(f"model.param_budget={budget!r} is invalid: a finite number of parameters > 0")
     if tolerance is not None and not (isinstance(tolerance, (int, float)) and tolerance >= 0):
-        raise ConfigError(f"model.budget_tolerance={tolerance!r} is invalid: a fraction >= 0 (0.25: within 25%), "
+        raise ConfigError(f"model.budget_tolerance={tolerance!r} is invalid: a fraction >= 0 (0.03: within 3%), "
                           "or null (any distance)")
-    if not isinstance(step, int) or step <= 0:
+    if isinstance(step, bool) or not isinstance(step, int) or step <= 0:
         raise ConfigError(f"model.width_step={step!r} is invalid: must be a positive integer")
+    if d_ff_step is not None and (isinstance(d_ff_step, bool) or not isinstance(d_ff_step, int) or d_ff_step <= 0):
+        raise ConfigError(f"model.d_ff_step={d_ff_step!r} is invalid: a positive integer (the MLP hidden size's "
+                          "step), or null (tune the width only)")
     if counted not in BUDGET_COUNTS:
         raise ConfigError(f"model.budget_count={counted!r} is invalid: choose one of: {', '.join(BUDGET_COUNTS)}")
-    spec = heads_follow_width(spec)
-    head_dim = spec["head_dim"]
-    best: tuple[float, ModelConfig] | None = None
+
+
+def _widths(spec: dict, step: int, errors: list | None = None):
+    """The config with the family's MLP at every admissible width, narrowest first; the errors of the widths
+    skipped go to `errors`."""
     for width in range(step, MAX_WIDTH + 1, step):
         try:
-            cfg = ModelConfig(**{**spec, "d_model": width})
-        except ConfigError:
+            yield ModelConfig(**{**spec, "d_model": width})
+        except ConfigError as err:
+            if errors is not None:
+                errors.append(err)
             continue  # width incompatible with head_dim or kv heads
-        params = getattr(count(cfg), f"params_{counted}")
-        gap = abs(params - budget)
-        if best is None or gap < best[0]:
-            best = (gap, cfg)
+
+
+def solve_budget(spec: dict, budget: float, step: int = 64, counted: str = "total", tolerance: float | None = None,
+                 d_ff_step: int | None = SOLVER_KEYS["d_ff_step"]) -> tuple[ModelConfig, BudgetFit]:
+    """The config from `spec` whose params_<counted> (total, or active per token for a mixture of experts) is
+    closest to `budget` (the steps in this module's docstring), and how it was solved.
+
+    `spec` holds ModelConfig fields as given by the user (None for derived sizes). Ties go to the narrower
+    model. Raises ConfigError if no width fits the constraints, or if the closest config misses the budget by
+    more than `tolerance` (a fraction of it; None: any distance).
+    """
+    _check_solver_keys(budget, step, counted, tolerance, d_ff_step)
+    spec = heads_follow_width(spec)
+    within = (lambda params: True) if tolerance is None else (lambda params: abs(params - budget) <= tolerance * budget)
+    # 1. the width, the family's MLP at each
+    best: tuple[float, ModelConfig] | None = None
+    errors: list[ConfigError] = []
+    narrowest = widest = None
+    for cfg in _widths(spec, step, errors):
+        narrowest = cfg if narrowest is None else narrowest
+        params = _params(cfg, counted)
+        if best is None or abs(params - budget) < best[0]:
+            best = (abs(params - budget), cfg)
         elif params > budget:
             break  # counts grow with width: past the budget and getting worse
+    else:
+        widest = cfg if narrowest is not None else None  # every width counted: the last is the widest
     if best is None:
+        other = next((err for err in errors if not str(err).startswith(_WIDTH_ERRORS)), None)
+        if other is not None:  # invalid at every width for a reason of its own (e.g. layer_types too long)
+            raise other
         raise ConfigError(
             f"model.param_budget={budget:g} is invalid: no width that is a multiple of width_step={step} "
-            f"and of head_dim={head_dim} (with n_kv_heads={spec.get('n_kv_heads')}) up to {MAX_WIDTH}"
-        )
-    cfg = best[1]
-    params = getattr(count(cfg), f"params_{counted}")
-    if tolerance is not None and abs(params - budget) > tolerance * budget:
+            f"and of head_dim={spec['head_dim']} (with n_kv_heads={spec.get('n_kv_heads')}) up to {MAX_WIDTH}")
+    family_cfg = best[1]
+    knob = None if d_ff_step is None else _knob(spec, family_cfg, counted)
+    if knob is None:
+        cfg, params = family_cfg, _params(family_cfg, counted)
+    else:  # 2. the MLP at that width
+        cfg, params = _tune(spec, family_cfg, knob, d_ff_step, budget, counted)
+        edge = (params < budget and family_cfg is widest) or (params > budget and family_cfg is narrowest)
+        if not within(params) and not edge:  # 3. (none beyond an edge it is short of) every width with its best
+            # MLP: among those within tolerance, the one whose MLP moved least
+            tuned = []
+            for family_at in _widths(spec, step):
+                other, got = _tune(spec, family_at, knob, d_ff_step, budget, counted)
+                tuned.append((other, got, getattr(family_at, knob)))
+                if got > budget and not within(got):
+                    break  # even its smallest MLP is past the budget: wider is further
+            fits = [t for t in tuned if within(t[1])]
+            if fits:
+                cfg, params, _ = min(fits, key=lambda t: (abs(math.log(getattr(t[0], knob) / t[2])),
+                                                          abs(t[1] - budget)))
+            else:
+                cfg, params, _ = min(tuned, key=lambda t: abs(t[1] - budget))
+    family_value = None if knob is None else getattr(ModelConfig(**{**spec, "d_model": cfg.d_model}), knob)
+    fit = BudgetFit(cfg.d_model, knob, family_value, None if knob is None else getattr(cfg, knob))
+    if not within(params):
         off = params / budget - 1
         off = f"{off:+.1%}" if abs(off) < 10 else f"{params / budget:.3g}x the budget"
+        if knob is not None:
+            closest = (f"the closest config, d_model={cfg.d_model} with {knob}={fit.value} (the family's "
+                       f"{fit.family_value} at that width, moved within {KNOB_RANGE[0]:g}x-{KNOB_RANGE[1]:g}x of it)")
+        elif d_ff_step is None:
+            closest = (f"the closest width, d_model={cfg.d_model} (the MLP size is not tuned: "
+                       f"model.d_ff_step=null)")
+        else:
+            closest = (f"the closest width, d_model={cfg.d_model} (kind={cfg.kind!r} has no MLP hidden size to "
+                       f"tune as a second knob)")
         raise ConfigError(
-            f"model.param_budget={budget:g} is out of reach: the closest width, d_model={cfg.d_model}, has "
-            f"{params:,} {counted} parameters ({off}; allowed: ±"
-            f"{tolerance:.0%}, model.budget_tolerance); change n_layers or the budget"
-        )
-    return cfg
+            f"model.param_budget={budget:g} is out of reach: {closest}, has {params:,} {counted} parameters ({off}; "
+            f"allowed: ±{tolerance * 100:.3g}%, model.budget_tolerance); change n_layers or the budget, or allow finer "
+            f"widths (model.width_step, model.head_dim)")
+    cfg._budget_fit = fit  # not a field: budget_fit(cfg) reads it
+    return cfg, fit
+
+
+def solve_width(spec: dict, budget: float, step: int = 64, counted: str = "total", tolerance: float | None = None,
+                d_ff_step: int | None = SOLVER_KEYS["d_ff_step"]) -> ModelConfig:
+    """The config of solve_budget (budget_fit(cfg) says how it was solved)."""
+    return solve_budget(spec, budget, step, counted, tolerance, d_ff_step)[0]
 
 
 def config_from_spec(spec: dict) -> ModelConfig:
     """Build a ModelConfig from a Hydra `model` node: the fields plus the solver keys `param_budget`
-    (None: use d_model as given), `width_step` and `budget_count` (total or active parameters)."""
+    (None: use d_model as given), `width_step`, `d_ff_step` (the MLP hidden size's step; None: the width
+    only), `budget_count` (total or active parameters) and `budget_tolerance`."""
     spec = upgrade_fields(spec)
     budget = spec.pop("param_budget", None)
     step = spec.pop("width_step", SOLVER_KEYS["width_step"])
+    d_ff_step = spec.pop("d_ff_step", SOLVER_KEYS["d_ff_step"])
     counted = spec.pop("budget_count", SOLVER_KEYS["budget_count"])
     tolerance = spec.pop("budget_tolerance", SOLVER_KEYS["budget_tolerance"])
     unknown = sorted(set(spec) - set(ModelConfig.field_names()))
@@ -98,7 +254,4 @@ def config_from_spec(spec: dict) -> ModelConfig:
         budget = float(budget)  # a YAML 1.1 file reads 70e6 as a string
     except (TypeError, ValueError):
         raise ConfigError(f"model.param_budget={budget!r} is invalid: a finite number of parameters > 0") from None
-    return solve_width(spec, budget, step, counted, tolerance)
-
-
-
+    return solve_width(spec, budget, step, counted, tolerance, d_ff_step)

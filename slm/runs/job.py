@@ -39,6 +39,7 @@ import yaml
 
 from slm.components.parametrization import scheme_of
 from slm.model import FLOPS_CONVENTION, config_from_spec, count
+from slm.model.budget import budget_knob
 from slm.model.weights import save_model
 from slm.runs.environment import environment
 from slm.runs.record import load_record, now, settled, update_record
@@ -92,6 +93,18 @@ def _data_section(prepared, datamodule) -> dict:
     total = sum(consumed.values())
     return {**prepared.describe(), "tokens_per_source": consumed,
             "token_share": {k: (v / total if total else 0.0) for k, v in consumed.items()}}
+
+
+def _bits_per_byte(prepared, val_nll: float, test_nll: float | None) -> dict:
+    """val_bpb (and test_bpb): the NLL in bits per UTF-8 byte of text, so runs with different tokenizers
+    compare on one axis (a diffusion run's NELBO gives a bound, as its val_nll is), with the bytes per token
+    used (slm.data.prepare.PreparedData.bytes_per_token)."""
+    out = {}
+    for name, nll, split in (("val", val_nll, "valid"), ("test", test_nll, "test")):
+        ratio = prepared.bytes_per_token(split) if nll is not None else None
+        if ratio:
+            out.update({f"{name}_bpb": nll / math.log(2) / ratio, f"{name}_bytes_per_token": ratio})
+    return out
 
 
 def train_run(cfg: dict, run_dir: str | os.PathLike, *, sweep: bool = False, rerun_failed: bool = False) -> dict:
@@ -311,7 +324,8 @@ def _train(cfg: dict, run_dir: Path, train_cfg, prepared, model_cfg, counts, max
            resume: Path | None = None) -> dict:
     tokens_per_step = train_cfg.batch_size * model_cfg.context_length
     model_section = {**model_cfg.to_dict(), **vars(counts), "flops_convention": FLOPS_CONVENTION,
-                     "param_budget": cfg["model"].get("param_budget"), "notes": model_cfg.notes(),
+                     "param_budget": cfg["model"].get("param_budget"), "budget_knob": budget_knob(model_cfg),
+                     "notes": model_cfg.notes(),
                      "scaling": scheme_of(model_cfg).describe()}
     training = {"max_steps": max_steps, "tokens_per_step": tokens_per_step}
     if init is not None:  # a resumed run keeps the section written when it started
@@ -483,10 +497,11 @@ def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens
           f"{module.objective.nll_kind} {val['val_nll']:.4f} (ppl {val['val_ppl']:.4g}) at step {val['val_step']}"
           f"{best}", flush=True)
     artifacts.update(weights="model/model.safetensors", model_dir="model")
+    per_byte = _bits_per_byte(prepared, val["val_nll"], module.test_metrics.get("test_nll"))
     record = update_record(run_dir, status="completed", error=None, training=training,
                            data=_data_section(prepared, datamodule), artifacts=artifacts,
                            eval={"val_nll": val["val_nll"], "val_ppl": val["val_ppl"], "val_step": val["val_step"],
-                                 "val_nll_kind": module.objective.nll_kind, **module.test_metrics,
+                                 "val_nll_kind": module.objective.nll_kind, **module.test_metrics, **per_byte,
                                  **({"restored_best": True, "last_val_nll": last_val["val_nll"],
                                      "last_val_step": last_val["val_step"]} if last_val else {}),
                                  **({"val_attention_block": val["val_attention_block"]}

@@ -14,6 +14,8 @@ Top-level sections (schema_version 1):
                key, status, objective, steps, tokens, val_nll, ...} when the source is a run with a record);
                attention_blocks [[first step, block], ...] under a block curriculum
   eval         val_nll, val_ppl, val_step, val_nll_kind (nll: exact; nelbo: a masked-diffusion upper bound);
+               val_bpb and val_bytes_per_token (bits per UTF-8 byte: val_nll / ln 2 / bytes per token), and with
+               train.eval_windows test_nll, test_ppl, test_targets, test_bpb, test_bytes_per_token;
                val_attention_block (block curriculum: the block the validation ran with, the last step's);
                lm_eval {task: scores} and throughput, filled by later stages
   environment  python, package versions, device, hostname, git revision
@@ -61,6 +63,11 @@ def _finite(value):
 def write_json_atomic(path: str | os.PathLike, data: dict) -> None:
     """Write strict JSON atomically (slm.atomic: a temporary file beside it, fsync, rename; umask respected)."""
     text = json.dumps(_finite(data), indent=2, default=str, allow_nan=False) + "\n"
+    atomic_write(path, lambda f: f.write(text.encode()))
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write text atomically (slm.atomic), for the analysis's outputs that must not be left half-written."""
     atomic_write(path, lambda f: f.write(text.encode()))
 
 

@@ -208,17 +208,35 @@ def sweep_states(sweep_dir: str | os.PathLike, warn: Callable[[str], None] = log
 
 
 def list_jobs(sweep_dir: str | os.PathLike, jobs: dict[str, list[str]],
-              warn: Callable[[str], None] = log.warning) -> None:
+              warn: Callable[[str], None] = log.warning, lr_multipliers: dict[str, float] | None = None) -> None:
     """Add jobs (key -> overrides) to the sweep's sweep.json, so that slm-status shows those not started
-    (an unreadable sweep.json is one `warn` line and replaced)."""
+    (an unreadable sweep.json is one `warn` line and replaced), and with `lr_multipliers` (key -> multiplier
+    of the point's lr, hydra.sweeper.lr_search) which lr each job of an lr search was trained at."""
     from slm.runs.record import write_json_atomic
 
     try:
         known = listed_jobs(sweep_dir)
+        multipliers = sweep_lr_multipliers(sweep_dir)
     except RecordError as err:
         warn(f"{err}; rewritten with this sweep's jobs")
-        known = {}
-    write_json_atomic(Path(sweep_dir) / SWEEP_FILE, {"jobs": {**known, **jobs}})
+        known, multipliers = {}, {}
+    listing: dict = {"jobs": {**known, **jobs}}
+    multipliers.update(lr_multipliers or {})
+    if multipliers:
+        listing["lr_multipliers"] = multipliers
+    write_json_atomic(Path(sweep_dir) / SWEEP_FILE, listing)
+
+
+def sweep_lr_multipliers(sweep_dir: str | os.PathLike) -> dict[str, float]:
+    """{job key: multiplier of its point's lr} of the sweep's lr searches (sweep.json), {} without any;
+    RecordError when sweep.json cannot be read."""
+    path = Path(sweep_dir) / SWEEP_FILE
+    if not path.exists():
+        return {}
+    found = read_object(path).get("lr_multipliers", {})
+    if not isinstance(found, dict):
+        raise RecordError(f"{path}: \"lr_multipliers\" is not an object of job key -> multiplier")
+    return {str(k): float(v) for k, v in found.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
 def counts(states: list[JobState]) -> dict[str, int]:

@@ -1,0 +1,182 @@
+"""slm's verdict on a depth x width study's claims, from a results table: each claim supported, not supported
+or not testable with the runs at hand, with the statistic behind it, at the shared lr and at each
+configuration's best lr (analysis.tuning).
+
+    verdicts = judge(table)                 # a DataFrame: claim, lr, verdict, statistic
+    print(markdown(verdicts))
+
+The claims (those the study reads off its tables and plots):
+  two tiers        the configurations split into two groups separated by a real gap (analysis.tiers with k=2:
+                   the gap against the spread within tiers, and against the runs' noise)
+  width threshold  a hidden size above which scores are better (analysis.thresholds on d_model; at a fixed
+                   budget width falls as depth rises, so a found threshold names that confound)
+  optimal depth    within the design (config apart from the shape) with the most depths, a best depth strictly inside the range that beats
+                   both the shallowest and the deepest beyond noise (z > 1.96 on the seeds' standard errors);
+                   a best depth at an end of the range is "not supported" (the score still moves that way)
+  families within noise
+                   at the depth where most families were trained, no two families differ beyond noise: Welch's
+                   t-test over the seeds of each pair at alpha 0.05 / pairs (Bonferroni);
+                   supported when none does, not supported naming the pair that does
+
+"Not testable" says what is missing (fewer than three depths, one family, no repeated seeds to measure noise).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pandas as pd
+
+from analysis.collect import higher_is_better as _higher_is_better
+from analysis.schema import config_columns, config_keys
+from analysis.thresholds import find_threshold
+from analysis.tiers import find_tiers, format_p, units_of
+from analysis.tuning import lr_varies, rows_at
+
+SUPPORTED, NOT_SUPPORTED, NOT_TESTABLE = "supported", "not supported", "not testable"
+Z = 1.96
+ALPHA = 0.05
+
+
+def _tiers(rows: pd.DataFrame, score: str, seed: int) -> tuple[str, str]:
+    units, _, _ = units_of(rows, score)
+    if len(units) < 4:
+        return NOT_TESTABLE, f"{len(units)} configurations: two tiers of at least 2 need 4"
+    result = find_tiers(rows, score, k=2, seed=seed, n_sim=2000, n_boot=1000)
+    if result.split:
+        gap = result.gaps[0] if result.gaps else None
+        stat = (f"2 tiers ({result.tiers[0].n} + {result.tiers[1].n} of {len(units)}); "
+                + (f"gap p = {format_p(gap.p_value)}" if gap is not None and getattr(gap, "p_value", None) is not None
+                   else ""))
+        return SUPPORTED, stat.rstrip("; ")
+    return NOT_SUPPORTED, f"{len(units)} configurations, no real gap: {result.reason}"
+
+
+def _threshold(rows: pd.DataFrame, score: str) -> tuple[str, str]:
+    if "d_model" not in rows or pd.to_numeric(rows["d_model"], errors="coerce").nunique() < 3:
+        return NOT_TESTABLE, "fewer than 3 hidden sizes"
+    result = find_threshold(rows, "d_model", score)
+    confound = (", confounded with " + ", ".join(f"{k} (rho {v:+.2f})" for k, v in result.confounded_with.items())
+                if result.confounded_with else "")
+    if result.found:
+        side = ">=" if result.better_side == "above" else "<"
+        return SUPPORTED, (f"d_model {side} {result.threshold:g}: D = {result.effect:.2f}, permutation p = "
+                           f"{format_p(result.p_value)}{confound}")
+    return NOT_SUPPORTED, f"none: {result.reason}{confound}"
+
+
+SHAPE_COLUMNS = ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "expert_d_ff", "layer_types",
+                 "mlp_types", "canon_set", "mup_base_depth")
+"""Config columns that change with the shape at a fixed budget (the depth claim compares shapes of one design)."""
+
+
+def _depth_series(rows: pd.DataFrame) -> pd.DataFrame:
+    """The runs of the design (config apart from the shape) with the most depths."""
+    others = [c for c in config_columns(rows) if c not in SHAPE_COLUMNS]
+    keys = config_keys(rows[others]) if others else pd.Series("", index=rows.index)
+    depths = rows.groupby(keys)["n_layers"].nunique()
+    return rows[keys == depths.idxmax()] if len(depths) else rows.iloc[0:0]
+
+
+def _depth(rows: pd.DataFrame, score: str, hib: bool) -> tuple[str, str]:
+    if "n_layers" not in rows or "family" not in rows:
+        return NOT_TESTABLE, "no depth axis"
+    series = _depth_series(rows)
+    if series.empty or series["n_layers"].nunique() < 3:
+        return NOT_TESTABLE, "no design trained at 3 or more depths"
+    family = str(series["family"].iloc[0])
+    units, _, _ = units_of(series, score)
+    first = [r[0] for r in units["runs"]]
+    units = units.assign(n_layers=pd.to_numeric(series.loc[first, "n_layers"]).to_numpy())
+    units = units.sort_values("n_layers")
+    if not units["se"].notna().all() or not (units["se"] > 0).all():
+        return NOT_TESTABLE, f"{family}: no noise estimate (one seed, no stderr)"
+    sign = 1.0 if hib else -1.0
+    best = units.loc[(sign * units["value"]).idxmax()]
+    ends = units.iloc[[0, -1]]
+    z = [sign * (best["value"] - e["value"]) / math.hypot(best["se"], e["se"]) for _, e in ends.iterrows()]
+    where = f"{family}: best at {int(best['n_layers'])} layers of {', '.join(str(int(d)) for d in units['n_layers'])}"
+    if best["n_layers"] in (units["n_layers"].min(), units["n_layers"].max()):
+        return NOT_SUPPORTED, f"{where}: at an end of the range (the score still improves that way)"
+    stat = f"{where}; z vs shallowest {z[0]:.2f}, vs deepest {z[1]:.2f}"
+    return (SUPPORTED if min(z) > Z else NOT_SUPPORTED), stat + ("" if min(z) > Z else f" (<= {Z})")
+
+
+def _families(rows: pd.DataFrame, score: str, seed: int = 0) -> tuple[str, str]:
+    if "family" not in rows or "n_layers" not in rows or rows["family"].nunique() < 2:
+        return NOT_TESTABLE, "fewer than 2 families"
+    per_depth = rows.groupby("n_layers")["family"].nunique()
+    depth = per_depth.idxmax()
+    if per_depth.max() < 2:
+        return NOT_TESTABLE, "no depth with 2 or more families"
+    at = rows[rows["n_layers"] == depth]
+    families = sorted(at["family"].unique())
+    units, _, _ = units_of(at, score)
+    if not (units["n_seeds"] >= 2).any():
+        return NOT_TESTABLE, f"depth {int(depth)}: one seed per family, no noise estimate"
+    from scipy.stats import ttest_ind
+
+    values = {f: pd.to_numeric(at.loc[at["family"] == f, score]).to_numpy(float) for f in families}
+    pairs = [(a, b) for a, b in itertools.combinations(families, 2) if len(values[a]) >= 2 and len(values[b]) >= 2]
+    if not pairs:
+        return NOT_TESTABLE, f"depth {int(depth)}: fewer than 2 seeds per family"
+    level = ALPHA / len(pairs)
+    tests = [(a, b, float(ttest_ind(values[a], values[b], equal_var=False).pvalue)) for a, b in pairs]
+    a, b, p = min(tests, key=lambda t: t[2])
+    diff = values[a].mean() - values[b].mean()
+    hib = _higher_is_better(rows, score)
+    better, worse = (a, b) if (diff > 0) == hib else (b, a)
+    stat = (f"{len(families)} families at {int(depth)} layers; smallest p: {better} vs {worse}, difference "
+            f"{abs(diff):.3g}, Welch t-test over seeds p = {format_p(p)} (Bonferroni level {level:.3g})")
+    return (NOT_SUPPORTED if p < level else SUPPORTED), stat
+
+
+CLAIMS = {"two tiers": _tiers, "a width threshold": _threshold, "an optimal depth": _depth,
+          "families within noise of each other": _families}
+
+
+def judge(table: pd.DataFrame, score: str = "val_nll", seed: int = 0) -> pd.DataFrame:
+    """The claims table: claim, lr (shared | best), verdict (supported | not supported | not testable), statistic.
+    With one lr per configuration the shared and best lr are the same runs: one row per claim, lr "as run"."""
+    if score not in table:
+        raise KeyError(f"no column {score!r} in the results")
+    hib = _higher_is_better(table, score)
+    done = table[(table["status"] == "completed") & pd.to_numeric(table[score], errors="coerce").notna()] \
+        if "status" in table else table
+    views = ([("shared", rows_at(done, score, "shared")), ("best", rows_at(done, score, "tuned"))]
+             if lr_varies(done, score) else [("as run", done)])
+    out = []
+    for claim, test in CLAIMS.items():
+        for lr, rows in views:
+            if rows.empty:
+                verdict, stat = NOT_TESTABLE, "no completed runs"
+            elif test is _depth:
+                verdict, stat = test(rows, score, hib)
+            elif test is _threshold:
+                verdict, stat = test(rows, score)
+            else:
+                verdict, stat = test(rows, score, seed)
+            out.append({"claim": claim, "lr": lr, "verdict": verdict, "statistic": stat})
+    return pd.DataFrame(out)
+
+
+def markdown(verdicts: pd.DataFrame) -> str:
+    """The claims table as Markdown."""
+    lines = ["| claim | lr | verdict | statistic |", "| --- | --- | --- | --- |"]
+    for _, row in verdicts.iterrows():
+        stat = str(row["statistic"]).replace("|", "/")
+        lines.append(f"| {row['claim']} | {row['lr']} | **{row['verdict']}** | {stat} |")
+    return "\n".join(lines)
+
+
+def seeds_summary(table: pd.DataFrame, score: str = "val_nll") -> str:
+    """One line: how many runs, configurations, seeds and lrs the verdicts rest on."""
+    done = table[table["status"] == "completed"] if "status" in table else table
+    units, _, _ = units_of(done, score)
+    lrs = pd.to_numeric(done.get("lr"), errors="coerce").nunique() if "lr" in done else 0
+    seeds = done["seed"].nunique() if "seed" in done else 0
+    return (f"{len(done)} completed runs: {len(units)} configurations, {seeds} seed(s), {lrs} learning rate(s); "
+            f"score {score}")
+
+

@@ -1,0 +1,203 @@
+"""The learning rate as a nuisance axis: each configuration at its best lr, with its lr curve kept.
+
+    curves = lr_curves(table, "val_nll")     # one row per (configuration, lr): mean over seeds, sd, n
+    best = at_best_lr(table, "val_nll")      # one row per configuration: shared and tuned score, both ranks
+    tuned = rows_at(table, "val_nll", "tuned")    # the runs of each configuration at its best lr
+    shared = rows_at(table, "val_nll", "shared")  # ... at the sweep's shared lr
+
+A configuration is the set of runs with equal config columns (analysis.schema); its lrs are those its runs
+were trained at. The best lr is the one whose mean score over seeds is best. It is flagged `edge` when it is
+the lowest or the highest lr tried ("widen the grid": the optimum may lie outside it), and such a score is
+never reported as the configuration's optimum without that flag. A diverged run counts as tried (its lr is
+part of the grid, with the worst possible score), so a best lr just below a diverging one is not an edge.
+
+The shared lr is the lr the configuration was given before any search: its runs with lr_multiplier 1
+(`hydra.sweeper.lr_search`, recorded by the sweeper), else, with one lr, that lr, else the lr most
+configurations were trained at (ties: the median of those).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from analysis.collect import higher_is_better as _higher_is_better
+from analysis.schema import config_keys
+
+EDGE_LOW, EDGE_HIGH = "lowest lr tried", "highest lr tried"
+
+
+def _usable(table: pd.DataFrame, score: str) -> pd.DataFrame:
+    """Runs that count for the lr grid: completed with a value of `score`, or diverged (tried, no value)."""
+    if score not in table or "lr" not in table:
+        return table.iloc[0:0]
+    status = table["status"] if "status" in table else pd.Series("completed", index=table.index)
+    value = pd.to_numeric(table[score], errors="coerce")
+    lr = pd.to_numeric(table["lr"], errors="coerce")
+    ok = ((status == "completed") & value.notna() | (status == "diverged")) & lr.notna()
+    return table[ok]
+
+
+def _shared_lr(group: pd.DataFrame, common: float | None) -> float | None:
+    lrs = pd.to_numeric(group["lr"], errors="coerce")
+    if "lr_multiplier" in group:
+        mult = pd.to_numeric(group["lr_multiplier"], errors="coerce")
+        base = lrs[np.isclose(mult.fillna(np.nan), 1.0)]
+        if len(base):
+            return float(base.iloc[0])
+    distinct = sorted(set(lrs.dropna()))
+    if len(distinct) == 1:
+        return float(distinct[0])
+    if common is not None and any(math.isclose(common, x, rel_tol=1e-9) for x in distinct):
+        return common
+    return None
+
+
+def _common_lr(rows: pd.DataFrame, keys: pd.Series) -> float | None:
+    """The lr most configurations were trained at (ties: the median of the tied lrs)."""
+    pairs = pd.DataFrame({"key": keys, "lr": pd.to_numeric(rows["lr"], errors="coerce")}).dropna().drop_duplicates()
+    if pairs.empty:
+        return None
+    counts = pairs["lr"].value_counts()
+    tied = sorted(counts[counts == counts.max()].index)
+    return float(tied[(len(tied) - 1) // 2])
+
+
+def lr_curves(table: pd.DataFrame, score: str) -> pd.DataFrame:
+    """One row per (configuration, lr): config_key, lr, mean (over completed seeds; NaN when every run at
+    that lr diverged), sd, n_seeds, n_diverged, runs (table index of the runs)."""
+    rows = _usable(table, score)
+    columns = ["config_key", "lr", "mean", "sd", "n_seeds", "n_diverged", "runs"]
+    if rows.empty:
+        return pd.DataFrame(columns=columns)
+    keys = config_keys(rows)
+    out = []
+    for (key, lr), group in rows.groupby([keys, pd.to_numeric(rows["lr"])], sort=True):
+        values = pd.to_numeric(group[score], errors="coerce").dropna().to_numpy(float)
+        diverged = int((group["status"] == "diverged").sum()) if "status" in group else 0
+        out.append({"config_key": key, "lr": float(lr), "mean": float(values.mean()) if len(values) else math.nan,
+                    "sd": float(values.std(ddof=1)) if len(values) >= 2 else math.nan, "n_seeds": len(values),
+                    "n_diverged": diverged, "runs": list(group.index)})
+    return pd.DataFrame(out, columns=columns)
+
+
+def at_best_lr(table: pd.DataFrame, score: str, higher_is_better: bool | None = None) -> pd.DataFrame:
+    """One row per configuration: config_key, n_lrs, best_lr, tuned (mean score at best_lr), tuned_sd,
+    tuned_seeds, edge (None, EDGE_LOW or EDGE_HIGH; always None with one lr), shared_lr, shared (mean score at
+    the shared lr; NaN when unknown), shared_seeds, gain (tuned - shared, oriented: positive = better),
+    rank_shared and rank_tuned (1 = best; configurations without a shared score are not ranked there),
+    first_run (a table index for labels)."""
+    hib = _higher_is_better(table, score) if higher_is_better is None else higher_is_better
+    curves = lr_curves(table, score)
+    columns = ["config_key", "n_lrs", "best_lr", "tuned", "tuned_sd", "tuned_seeds", "edge", "shared_lr", "shared",
+               "shared_seeds", "gain", "rank_shared", "rank_tuned", "first_run"]
+    if curves.empty:
+        return pd.DataFrame(columns=columns)
+    rows = _usable(table, score)
+    keys = config_keys(rows)
+    common = _common_lr(rows, keys)
+    out = []
+    for key, curve in curves.groupby("config_key", sort=False):
+        curve = curve.sort_values("lr")
+        finite = curve[curve["mean"].notna()]
+        if finite.empty:
+            continue  # every lr diverged: nothing to rank
+        best = finite.loc[finite["mean"].idxmax() if hib else finite["mean"].idxmin()]
+        lrs = curve["lr"].to_numpy(float)
+        edge = None
+        if len(lrs) >= 2:
+            edge = EDGE_LOW if best["lr"] == lrs.min() else EDGE_HIGH if best["lr"] == lrs.max() else None
+        shared_lr = _shared_lr(rows[keys == key], common)
+        at_shared = curve[np.isclose(curve["lr"], shared_lr)] if shared_lr is not None else curve.iloc[0:0]
+        shared = float(at_shared["mean"].iloc[0]) if len(at_shared) else math.nan
+        sign = 1.0 if hib else -1.0
+        out.append({"config_key": key, "n_lrs": len(lrs), "best_lr": float(best["lr"]), "tuned": float(best["mean"]),
+                    "tuned_sd": float(best["sd"]), "tuned_seeds": int(best["n_seeds"]), "edge": edge,
+                    "shared_lr": shared_lr, "shared": shared,
+                    "shared_seeds": int(at_shared["n_seeds"].iloc[0]) if len(at_shared) else 0,
+                    "gain": sign * (float(best["mean"]) - shared) if not math.isnan(shared) else math.nan,
+                    "first_run": best["runs"][0]})
+    out = pd.DataFrame(out, columns=[c for c in columns if not c.startswith("rank_")])
+    if out.empty:
+        return pd.DataFrame(columns=columns)
+    out["rank_tuned"] = out["tuned"].rank(ascending=not hib, method="min").astype(int)
+    out["rank_shared"] = out["shared"].rank(ascending=not hib, method="min").astype("Int64")
+    return out[columns].sort_values("rank_tuned", kind="stable").reset_index(drop=True)
+
+
+def lr_varies(table: pd.DataFrame, score: str) -> bool:
+    """Whether some configuration was trained at more than one lr (so its runs are not all seeds of one point)."""
+    curves = lr_curves(table, score)
+    return bool(len(curves)) and bool((curves.groupby("config_key")["lr"].nunique() > 1).any())
+
+
+def rows_at(table: pd.DataFrame, score: str, which: str = "tuned", higher_is_better: bool | None = None
+            ) -> pd.DataFrame:
+    """The runs (rows of `table`) of each configuration at its best lr (`tuned`) or at its shared lr (`shared`;
+    configurations whose shared lr is unknown are left out). Runs without a value of `score` are left out."""
+    if which not in ("tuned", "shared"):
+        raise ValueError(f"which={which!r}: choose tuned or shared")
+    best = at_best_lr(table, score, higher_is_better)
+    if best.empty:
+        return table.iloc[0:0]
+    rows = table[pd.to_numeric(table.get(score), errors="coerce").notna()] if score in table else table.iloc[0:0]
+    keys = config_keys(rows)
+    target = dict(zip(best["config_key"], best["best_lr" if which == "tuned" else "shared_lr"]))
+    lr = pd.to_numeric(rows["lr"], errors="coerce")
+    keep = [i for i in rows.index if target.get(keys[i]) is not None and not pd.isna(target.get(keys[i]))
+            and math.isclose(float(lr[i]), float(target[keys[i]]), rel_tol=1e-9)]
+    return rows.loc[keep]
+
+
+def lr_labels(table: pd.DataFrame, best: pd.DataFrame) -> pd.Series:
+    """A short label per configuration of `best` (analysis.tiers.run_labels of its first run, lr and seed left out)."""
+    from analysis.tiers import LABEL_AXES, run_labels
+
+    if best.empty:
+        return pd.Series([], dtype=object)
+    first = table.loc[list(best["first_run"])]
+    labels = run_labels(first, [c for c in LABEL_AXES if c not in ("lr", "seed")])
+    return pd.Series(labels.to_numpy(), index=best.index)
+
+
+def plot_lr(table: pd.DataFrame, score: str | None = None):
+    """Score against learning rate, one curve per configuration (mean over seeds; x: a diverged lr; *: the best
+    lr; a hollow ring: a best lr at the edge of the grid). A placeholder when no configuration has several lrs."""
+    from analysis import plot_style as style
+
+    score, note = style.choose_score(table, score)
+    if not score or not lr_varies(table, score):
+        return style.placeholder("Score against learning rate",
+                                 "every configuration ran at one lr: hydra.sweeper.lr_search=[0.25,0.5,1,2,4] adds an "
+                                 "lr axis per point")
+    hib = _higher_is_better(table, score)
+    curves, best = lr_curves(table, score), at_best_lr(table, score)
+    labels = lr_labels(table, best)
+    colors, _ = style.group_colors(labels)
+    fig = style.new_figure(figsize=(7.5, 4.6))
+    ax = fig.add_subplot(1, 1, 1)
+    finite = curves["mean"].dropna()
+    for i, row in best.iterrows():
+        curve = curves[curves["config_key"] == row["config_key"]].sort_values("lr")
+        color = colors[labels[i]]
+        ax.plot(curve["lr"], curve["mean"], marker="o", ms=3.5, color=color, label=labels[i], lw=1.2)
+        dead = curve[curve["mean"].isna()]
+        if len(dead) and len(finite):
+            worst = finite.min() if hib else finite.max()
+            ax.plot(dead["lr"], [worst] * len(dead), "x", color=color, ms=7)
+        ax.plot([row["best_lr"]], [row["tuned"]], marker="*", ms=12, color=color, mec="black", mew=0.6)
+        if isinstance(row["edge"], str):
+            ax.plot([row["best_lr"]], [row["tuned"]], marker="o", ms=16, mfc="none", mec="red", mew=1.0)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("peak learning rate (train.lr)")
+    ax.set_ylabel(style.score_label(table, score))
+    ax.grid(alpha=0.3)
+    edges = int(best["edge"].notna().sum())
+    sub = ("mean over seeds at each lr; * best lr; x diverged" + (f"; red ring: best at the edge of the grid "
+                                                                    f"({edges}): widen the grid" if edges else ""))
+    style.legends_outside(ax, None)
+    style.set_title(fig, "Score against learning rate" + (f" ({note})" if note else ""), sub)
+    style.settle_layout(fig)
+    return fig

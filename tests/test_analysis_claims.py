@@ -1,0 +1,97 @@
+"""The claims table (analysis.claims): each claim supported, not supported or not testable on tables built with
+a known answer, at the shared and the best lr; slm-claims prints it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.claims import NOT_SUPPORTED, NOT_TESTABLE, SUPPORTED, judge, markdown
+from analysis.cli import claims_main
+
+DEPTHS = {1: 512, 2: 384, 3: 320, 4: 256, 6: 224, 8: 192}  # width falls as depth rises at one budget
+
+
+def study(depth_curve, family_offsets, seeds=3, noise=0.003, lrs=(1e-3,), lr_penalty=None, seed=0):
+    """Rows like a claims sweep: llama3 at six depths, other families at depth 4, `seeds` seeds at each lr."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    points = [("llama3", d) for d in DEPTHS] + [(f, 4) for f in family_offsets]
+    for family, depth in points:
+        for lr in lrs:
+            for s in range(seeds):
+                value = depth_curve[depth] + family_offsets.get(family, 0.0) + noise * rng.standard_normal()
+                if lr_penalty:
+                    value += lr_penalty(family, depth, lr)
+                rows.append({"run": f"{family}-L{depth}-lr{lr}-s{s}", "family": family, "n_layers": depth,
+                             "d_model": DEPTHS[depth], "lr": lr, "seed": s, "val_nll": value, "status": "completed",
+                             "lr_multiplier": lr / 2e-3 if len(lrs) > 1 else None})
+    return pd.DataFrame(rows)
+
+
+U_SHAPE = {1: 2.30, 2: 2.20, 3: 2.12, 4: 2.10, 6: 2.13, 8: 2.20}
+DEEPER_BETTER = {1: 2.30, 2: 2.25, 3: 2.20, 4: 2.15, 6: 2.10, 8: 2.05}
+
+
+def verdicts(table) -> dict:
+    out = judge(table)
+    return {(r.claim, r.lr): r.verdict for r in out.itertuples()}
+
+
+def test_an_interior_best_depth_is_an_optimal_depth_and_an_end_is_not():
+    got = verdicts(study(U_SHAPE, {"gpt2": 0.0}))
+    assert got[("an optimal depth", "as run")] == SUPPORTED
+    got = verdicts(study(DEEPER_BETTER, {"gpt2": 0.0}))
+    assert got[("an optimal depth", "as run")] == NOT_SUPPORTED
+
+
+def test_families_within_noise_and_a_family_that_is_clearly_worse():
+    same = verdicts(study(U_SHAPE, {"gpt2": 0.0, "lfm2": 0.001}))
+    assert same[("families within noise of each other", "as run")] == SUPPORTED
+    apart = verdicts(study(U_SHAPE, {"gpt2": 0.0, "lfm2": 0.08}))
+    assert apart[("families within noise of each other", "as run")] == NOT_SUPPORTED
+
+
+def test_two_tiers_and_a_width_threshold_when_the_wide_shapes_are_far_better():
+    tiers = {1: 2.00, 2: 2.01, 3: 2.02, 4: 2.40, 6: 2.41, 8: 2.42}
+    few = verdicts(study(tiers, {}, noise=0.002))
+    assert few[("two tiers", "as run")] == SUPPORTED
+    assert few[("a width threshold", "as run")] == NOT_SUPPORTED  # 6 shapes: no permutation p below 0.05 exists
+    assert few[("families within noise of each other", "as run")] == NOT_TESTABLE  # one family
+    table = study(tiers, {"gpt2": 0.0, "lfm2": 0.0, "qwen3": 0.0}, noise=0.002)  # 9 configurations
+    assert verdicts(table)[("a width threshold", "as run")] == SUPPORTED
+    row = judge(table).set_index(["claim", "lr"]).loc[("a width threshold", "as run")]
+    assert "confounded with n_layers" in row["statistic"]  # at a fixed budget width and depth move together
+
+
+def test_one_seed_leaves_noise_claims_not_testable():
+    got = verdicts(study(U_SHAPE, {"gpt2": 0.0}, seeds=1))
+    assert got[("an optimal depth", "as run")] == NOT_TESTABLE
+    assert got[("families within noise of each other", "as run")] == NOT_TESTABLE
+
+
+def test_shared_and_best_lr_can_disagree():
+    """Deep shapes trained at the shared lr 2e-3 are far from their best (1e-3): at the shared lr the depth curve
+    says shallower is better; at each shape's best lr the interior optimum shows."""
+    def penalty(family, depth, lr):
+        best = 1e-3 if depth >= 2 else 2e-3
+        return 0.4 * abs(np.log2(lr / best)) * (depth / 4)
+
+    table = study(U_SHAPE, {"gpt2": 0.0}, lrs=(1e-3, 2e-3, 4e-3), lr_penalty=penalty)
+    got = verdicts(table)
+    assert got[("an optimal depth", "shared")] == NOT_SUPPORTED
+    assert got[("an optimal depth", "best")] == SUPPORTED
+    assert "| an optimal depth | best | **supported** |" in markdown(judge(table))
+
+
+def test_slm_claims_prints_the_table_and_refuses_a_missing_score(tmp_path, capsys):
+    path = tmp_path / "results.csv"
+    study(U_SHAPE, {"gpt2": 0.0}).to_csv(path, index=False)
+    claims_main([str(path), "-o", str(tmp_path / "claims.md")])
+    out = capsys.readouterr().out
+    assert "| two tiers | as run |" in out and (tmp_path / "claims.md").read_text().count("| claim |") == 1
+    with pytest.raises(SystemExit) as exit_info:
+        claims_main([str(path), "--score", "score_nosuch"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.count("\n") == 1
