@@ -193,6 +193,35 @@ def budget_blocks(table: pd.DataFrame) -> list:
     return [legend, text, frame]
 
 
+def _paired_column(table: pd.DataFrame, score: str, best: pd.DataFrame) -> list | None:
+    """Per family, the best configuration against its runner-up on the documents both scored (analysis.paired:
+    seeds averaged per document, paired bootstrap and McNemar / t-test); None when the score is not one lm-eval
+    task's or no run kept per-document results."""
+    from analysis.paired import PairedError, paired_groups
+    from analysis.tiers import units_of
+
+    if not score.startswith("score_") or "run_dir" not in table:
+        return None
+    task = score[len("score_"):]
+    units, _, _ = units_of(table, score)
+    runs = {label: [str(table.at[i, "run_dir"]) for i in r] for label, r in zip(units["label"], units["runs"])}
+    out, any_done = [], False
+    for label, runner in zip(best["label"], best["runner_up"]):
+        if runner is None or pd.isna(runner) or label not in runs or runner not in runs:
+            out.append("")
+            continue
+        try:
+            r = paired_groups(runs[runner], runs[label], task)
+        except (PairedError, OSError, ValueError) as err:
+            out.append(f"not paired: {' '.join(str(err).split())[:80]}")
+            continue
+        any_done = True
+        p = f"McNemar p = {r.p:.3g}" if r.n01 is not None else f"paired p = {r.p:.3g}"
+        out.append(f"{r.diff:+.3g} [{r.low:+.3g}, {r.high:+.3g}] on {r.n} documents, {p}: "
+                   + {"B better": "best ahead", "A better": "runner-up ahead"}.get(r.verdict, r.verdict))
+    return out if any_done else None
+
+
 def best_blocks(table: pd.DataFrame, score: str) -> list:
     """The best-per-family section: a best configuration is named only where the noise allows it."""
     best = best_per_family(table, score)
@@ -207,6 +236,9 @@ def best_blocks(table: pd.DataFrame, score: str) -> list:
     for column in ("n_layers", "d_model", "params_active"):
         if column in best:
             shown[column] = best[column].to_numpy()
+    paired = _paired_column(table, score, best)
+    if paired is not None:
+        shown["paired test vs runner-up"] = paired
     rule = (f"A configuration is named its family's best only when it beats each other configuration of the "
             f"family by more than {BEST_Z:g} standard errors of the difference (z = difference / sqrt(se_a^2 + "
             "se_b^2)); otherwise the family is listed with no clear best.")

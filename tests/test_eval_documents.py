@@ -168,3 +168,19 @@ def test_slm_compare_on_two_evaluated_runs(runs, capsys):
     assert all(r.diff == 0 and r.low == r.high == 0 and r.p == 1 for r in same)
     assert {r.verdict for r in same} == {"no detectable difference at 5%"}
     assert set(load_documents(a).tasks) == set(TASKS)
+
+
+def test_the_report_pairs_each_familys_best_with_its_runner_up(runs, tmp_path):
+    """Where the report names a family's best, it tests it against the runner-up on the documents both scored."""
+    import shutil
+
+    from analysis import collect
+    from analysis.report import best_blocks
+
+    for i, (run, _) in enumerate(runs):  # two configurations of one family (copies: the fixture stays as it is)
+        copy = shutil.copytree(run, tmp_path / f"L{2 + i}")
+        update_record(copy, model={"family": "llama3", "n_layers": 2 + i, "d_model": 48, "params_total": 1000})
+    table = collect(tmp_path)
+    frame = best_blocks(table, "score_slm_shakespeare_mc")[-1]
+    cell = frame["paired test vs runner-up"].iloc[0]
+    assert f"on {LIMIT} documents, McNemar p = " in cell, cell
