@@ -13,7 +13,7 @@ help:
 	@echo "make test       the fast test suite (installs first if needed)"
 	@echo "make test-slow  the tests marked slow"
 	@echo "make sweep      the default study: cpu_default sweep, offline eval, results table, plots, report"
-	@echo "make claims     the study's claims judged at CPU scale (81 jobs, lr searched, 3 seeds): claims.md, report"
+	@echo "make claims     the study's claims judged at CPU scale (135 jobs, 5 lrs, 3 seeds): claims.md, report"
 	@echo "make smoke      the CI smoke sweep (4 tiny runs); again, it trains nothing"
 	@echo "make sweep-dry SWEEP=name   a sweep's jobs, parameter counts, tokens and GPU-hours; trains nothing"
 	@echo "make reproduce-2512          arXiv 2512.20877's character-level ladder (Table 1, the RoPE ablation,"
@@ -21,9 +21,9 @@ help:
 	@echo "make lr-transfer             learning-rate transfer: an lr grid x widths (sp, mup) and x depths (sp,"
 	@echo "                             completep) on CPU, then the loss-vs-lr figures and optimal-lr table"
 	@echo "make coordcheck              the muP coordinate check: activation size against width, sp and mup"
-	@echo "make scaling                 a CPU scaling-law sweep (5 sizes x 4 token counts), then slm-fit: L(N, D),"
+	@echo "make scaling                 a CPU scaling-law sweep (5 sizes x 5 token counts), then slm-fit: L(N, D),"
 	@echo "                             bootstrap intervals, compute-optimal N and D (fit.json, fit.png)"
-	@echo "make plots RESULTS=file     redraw the six plots from a results table"
+	@echo "make plots RESULTS=file     redraw the seven plots from a results table"
 	@echo "make test-slurm the Slurm tests on a local single-node cluster (root; installs Slurm from apt)"
 	@echo "make bench      benchmarks: slm-train vs a bare PyTorch loop, data loader share, tokenizers, decode and"
 	@echo "                scoring speed against transformers / lm-eval, a MoE step against its dense twin, a Titans"
@@ -53,7 +53,7 @@ test-slow: install
 	$(BIN)/python -m pytest -m slow
 
 # The main job: the cpu_default sweep (11 runs, embedded corpus, offline eval after each), then the
-# results table, the six plots and the report. Started again, it trains only what is missing.
+# results table, the seven plots and the report. Started again, it trains only what is missing.
 # A failed run is shown in the report and makes the target exit non-zero after the report is written.
 # The jobs run one after another, each on SWEEP_THREADS threads (2: both cores of the CI-sized machine;
 # measured 0.72x the wall time of one thread per job on these models).
@@ -79,7 +79,7 @@ bench: install
 	$(BIN)/python bench/diffusion_decode.py --threads 1
 	$(BIN)/python bench/startup.py --threads 1
 
-# Redraw the six analysis plots (PNG + SVG) from a results table written by slm-collect:
+# Redraw the seven analysis plots (PNG + SVG) from a results table written by slm-collect:
 #   make plots RESULTS=runs/cpu_default/results.parquet [OUT=dir]   (OUT defaults to plots/ next to RESULTS)
 .PHONY: plots
 plots: install
@@ -127,11 +127,7 @@ lr-transfer: install
 		exit \$$rc"; rc=$$?; \
 	$(BIN)/slm-lr-transfer $(RUNS)/lr_transfer_width $(RUNS)/lr_transfer_depth -o $(RUNS)/lr_transfer && exit $$rc
 
-# Scaling law on CPU (analysis/fit.py): sweeps/cpu_scaling.yaml (5 widths x 4 token budgets of the llama3 block, 20
-# short jobs, no lm-eval), then slm-fit: L(N, D) = E + A/N^alpha + B/D^beta with bootstrap intervals, approach 2's
-# IsoFLOP exponents and the compute-optimal N, D, into $(RUNS)/cpu_scaling/fit/ (fit.json, fit.png; slm-plan
-# fit=$(RUNS)/cpu_scaling/fit plans a budget with it). Started again, it trains only what is missing.
-# slm's verdict on the study's claims at a CPU-sized budget (sweeps/claims_cpu.yaml: 81 jobs, 2 one-thread
+# slm's verdict on the study's claims at a CPU-sized budget (sweeps/claims_cpu.yaml: 135 jobs, 2 one-thread
 # workers), then the claims table (slm-claims) and the report (its Claims and Learning rate sections).
 CLAIMS_JOBS ?= 2
 claims: install
@@ -141,9 +137,13 @@ claims: install
 	$(BIN)/slm-report $(RUNS)/claims_cpu/results.parquet -o $(RUNS)/claims_cpu/report --score val_nll \
 		--title "slm claims_cpu: the study's claims at 0.2M parameters" && exit $$rc
 
+# Scaling law on CPU (analysis/fit.py): sweeps/cpu_scaling.yaml (5 widths x 5 token budgets of the llama3 block, 25
+# short jobs, 2 one-thread workers, no lm-eval), then slm-fit: L(N, D) = E + A/N^alpha + B/D^beta with bootstrap intervals, approach 2's
+# IsoFLOP exponents and the compute-optimal N, D, into $(RUNS)/cpu_scaling/fit/ (fit.json, fit.png; slm-plan
+# fit=$(RUNS)/cpu_scaling/fit plans a budget with it). Started again, it trains only what is missing.
 .PHONY: scaling
 scaling: install
-	@OMP_NUM_THREADS=$(SWEEP_THREADS) $(BIN)/slm-train -m sweep=cpu_scaling; rc=$$?; \
+	@OMP_NUM_THREADS=1 $(BIN)/slm-workers $(CLAIMS_JOBS) -- $(BIN)/slm-train -m sweep=cpu_scaling; rc=$$?; \
 	$(BIN)/slm-fit $(RUNS)/cpu_scaling -o $(RUNS)/cpu_scaling/fit && exit $$rc
 
 # The muP coordinate check (slm-coordcheck): a few steps at 5 widths under sp and mup, activation RMS per layer

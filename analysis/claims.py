@@ -1,6 +1,7 @@
 """slm's verdict on a depth x width study's claims, from a results table: each claim supported, not supported
 or not testable with the runs at hand, with the statistic behind it, at the shared lr and at each
-configuration's best lr (analysis.tuning).
+configuration's best lr (analysis.tuning; a "best" verdict names how many configurations were best at an edge of
+their lr grid, where the best is only a bound).
 
     verdicts = judge(table)                 # a DataFrame: claim, lr, verdict, statistic
     print(markdown(verdicts))
@@ -32,7 +33,7 @@ from analysis.collect import higher_is_better as _higher_is_better
 from analysis.schema import config_columns, config_keys
 from analysis.thresholds import find_threshold
 from analysis.tiers import find_tiers, format_p, units_of
-from analysis.tuning import lr_varies, rows_at
+from analysis.tuning import at_best_lr, lr_varies, rows_at
 
 SUPPORTED, NOT_SUPPORTED, NOT_TESTABLE = "supported", "not supported", "not testable"
 Z = 1.96
@@ -47,10 +48,10 @@ def _tiers(rows: pd.DataFrame, score: str, seed: int) -> tuple[str, str]:
     if result.split:
         gap = result.gaps[0] if result.gaps else None
         stat = (f"2 tiers ({result.tiers[0].n} + {result.tiers[1].n} of {len(units)}); "
-                + (f"gap p = {format_p(gap.p_value)}" if gap is not None and getattr(gap, "p_value", None) is not None
+                + (f"gap {format_p(gap.p_value)}" if gap is not None and getattr(gap, "p_value", None) is not None
                    else ""))
         return SUPPORTED, stat.rstrip("; ")
-    return NOT_SUPPORTED, f"{len(units)} configurations, no real gap: {result.reason}"
+    return NOT_SUPPORTED, f"{len(units)} configurations: {result.reason}"
 
 
 def _threshold(rows: pd.DataFrame, score: str) -> tuple[str, str]:
@@ -61,7 +62,7 @@ def _threshold(rows: pd.DataFrame, score: str) -> tuple[str, str]:
                 if result.confounded_with else "")
     if result.found:
         side = ">=" if result.better_side == "above" else "<"
-        return SUPPORTED, (f"d_model {side} {result.threshold:g}: D = {result.effect:.2f}, permutation p = "
+        return SUPPORTED, (f"d_model {side} {result.threshold:g}: D = {result.effect:.2f}, permutation "
                            f"{format_p(result.p_value)}{confound}")
     return NOT_SUPPORTED, f"none: {result.reason}{confound}"
 
@@ -96,7 +97,7 @@ def _depth(rows: pd.DataFrame, score: str, hib: bool) -> tuple[str, str]:
     best = units.loc[(sign * units["value"]).idxmax()]
     ends = units.iloc[[0, -1]]
     z = [sign * (best["value"] - e["value"]) / math.hypot(best["se"], e["se"]) for _, e in ends.iterrows()]
-    where = f"{family}: best at {int(best['n_layers'])} layers of {', '.join(str(int(d)) for d in units['n_layers'])}"
+    where = f"{family}: best at depth {int(best['n_layers'])} (depths {', '.join(str(int(d)) for d in units['n_layers'])})"
     if best["n_layers"] in (units["n_layers"].min(), units["n_layers"].max()):
         return NOT_SUPPORTED, f"{where}: at an end of the range (the score still improves that way)"
     stat = f"{where}; z vs shallowest {z[0]:.2f}, vs deepest {z[1]:.2f}"
@@ -128,7 +129,7 @@ def _families(rows: pd.DataFrame, score: str, seed: int = 0) -> tuple[str, str]:
     hib = _higher_is_better(rows, score)
     better, worse = (a, b) if (diff > 0) == hib else (b, a)
     stat = (f"{len(families)} families at {int(depth)} layers; smallest p: {better} vs {worse}, difference "
-            f"{abs(diff):.3g}, Welch t-test over seeds p = {format_p(p)} (Bonferroni level {level:.3g})")
+            f"{abs(diff):.3g}, Welch t-test over seeds {format_p(p)} (Bonferroni level {level:.3g})")
     return (NOT_SUPPORTED if p < level else SUPPORTED), stat
 
 
@@ -146,6 +147,7 @@ def judge(table: pd.DataFrame, score: str = "val_nll", seed: int = 0) -> pd.Data
         if "status" in table else table
     views = ([("shared", rows_at(done, score, "shared")), ("best", rows_at(done, score, "tuned"))]
              if lr_varies(done, score) else [("as run", done)])
+    caveat = _edge_caveat(done, score, hib) if len(views) == 2 else ""
     out = []
     for claim, test in CLAIMS.items():
         for lr, rows in views:
@@ -157,8 +159,18 @@ def judge(table: pd.DataFrame, score: str = "val_nll", seed: int = 0) -> pd.Data
                 verdict, stat = test(rows, score)
             else:
                 verdict, stat = test(rows, score, seed)
+            if lr == "best" and caveat and verdict != NOT_TESTABLE:
+                stat = f"{stat}; {caveat}"
             out.append({"claim": claim, "lr": lr, "verdict": verdict, "statistic": stat})
     return pd.DataFrame(out)
+
+
+def _edge_caveat(done: pd.DataFrame, score: str, hib: bool) -> str:
+    """A best lr at an edge of its grid is a bound, not an optimum: say how many configurations have one."""
+    best = at_best_lr(done, score, hib)
+    edge = int(best["edge"].notna().sum()) if len(best) else 0
+    return (f"caveat: {edge} of {len(best)} configurations best at an edge of their lr grid (a bound, not their "
+            "optimum: widen hydra.sweeper.lr_search)") if edge else ""
 
 
 def markdown(verdicts: pd.DataFrame) -> str:

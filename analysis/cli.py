@@ -272,15 +272,6 @@ def plan_main(argv: list[str] | None = None) -> None:
     print(format_plan(result))
 
 
-if __name__ == "__main__":  # python -m analysis.cli collect|plot|report|ladder|lr_transfer ...
-    commands = {"collect": collect_main, "plot": plot_main, "report": report_main, "ladder": ladder_main,
-                "lr_transfer": lr_transfer_main, "compare": compare_main,
-                "fit": fit_main, "plan": plan_main}
-    if len(sys.argv) < 2 or sys.argv[1] not in commands:
-        _fail("analysis.cli", f"usage: python -m analysis.cli {{{'|'.join(commands)}}} ...")
-    commands[sys.argv[1]](sys.argv[2:])
-
-
 def claims_main(argv: list[str] | None = None) -> None:
     prog = "slm-claims"
     p = _Parser(prog=prog, description="slm's verdict on a depth x width study's claims (two tiers, a width "
@@ -306,3 +297,12 @@ def claims_main(argv: list[str] | None = None) -> None:
 
         write_text_atomic(Path(args.out), text)
         print(f"{prog}: wrote {args.out}")
+
+
+if __name__ == "__main__":  # python -m analysis.cli collect|plot|report|ladder|lr_transfer|compare|fit|plan|claims ...
+    commands = {"collect": collect_main, "plot": plot_main, "report": report_main, "ladder": ladder_main,
+                "lr_transfer": lr_transfer_main, "compare": compare_main,
+                "fit": fit_main, "plan": plan_main, "claims": claims_main}
+    if len(sys.argv) < 2 or sys.argv[1] not in commands:
+        _fail("analysis.cli", f"usage: python -m analysis.cli {{{'|'.join(commands)}}} ...")
+    commands[sys.argv[1]](sys.argv[2:])

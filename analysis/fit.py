@@ -385,7 +385,7 @@ def fit(data: FitData, draws: int = 200, seed: int = 0, tol: float = COMPUTE_TOL
         source: str | None = None) -> FitResult:
     """Approach 3 and approach 2 on `data`, with `draws` bootstrap resamples of the runs."""
     theta, value = fit_law(data.N, data.D, data.L, delta=delta)
-    at_bound = [name for name, v, (lo, hi) in zip(("e", "a", "b", "alpha", "beta"), theta, BOUNDS)
+    at_bound = [name for name, v, (lo, hi) in zip(("E", "A", "B", "alpha", "beta"), theta, BOUNDS)
                 if min(abs(v - lo), abs(v - hi)) < 1e-6]
     a2 = approach2(data.N, data.D, data.L, data.C, tol)
     rng = np.random.default_rng(seed)
@@ -524,7 +524,8 @@ def summary(result: FitResult, content: dict | None = None) -> str:
     lines.append(f"  {'a = beta/(alpha+beta)':<24}{_fmt(a3['a']):>12}   {_interval(a3['a_interval'])}   N* ~ C^a")
     lines.append(f"  {'b = alpha/(alpha+beta)':<24}{_fmt(a3['b']):>12}   {_interval(a3['b_interval'])}   D* ~ C^b")
     if a3["at_bound"]:
-        lines.append(f"  warning: {', '.join(a3['at_bound'])} on its fitting bound: the data do not pin it down")
+        lines.append(f"  warning: {', '.join(a3['at_bound'])} at its fitting bound (E >= {math.exp(BOUNDS[0][0]):.3g}, "
+                     f"exponents in [{BOUNDS[3][0]:g}, {BOUNDS[3][1]:g}]): the data do not pin it down")
     if a3["draws_on_bound"] > 0.05 * max(ok, 1):
         lines.append(f"  warning: {a3['draws_on_bound']} of {ok} bootstrap draws ended on a fitting bound (E near 0, or "
                      "an exponent at 0 or 3): the intervals are wide because the data allow degenerate fits")

@@ -292,8 +292,9 @@ def lr_blocks(table: pd.DataFrame, score: str) -> list:
         lines.append(f"Rankings: {moved} of {len(ranked)} configurations change rank between the shared lr and their "
                      f"best lr (Spearman correlation of the two rankings {rho:.2f}).")
     if edge.any():
-        lines.append(f"**{int(edge.sum())} of {len(best)} configurations are best at the edge of their lr grid**: "
-                     f"{', '.join(labels[edge])}. Their optimum is not known; widen hydra.sweeper.lr_search.")
+        verb = "is" if int(edge.sum()) == 1 else "are"
+        lines.append(f"**{int(edge.sum())} of {len(best)} configurations {verb} best at the edge of the lr grid**: "
+                     f"{', '.join(labels[edge])}. The optimum is not known there; widen hydra.sweeper.lr_search.")
     else:
         lines.append(f"Every configuration's best lr is inside its grid ({len(best)} configurations).")
     shared_rows = rows_at(table, score, "shared")

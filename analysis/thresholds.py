@@ -70,7 +70,7 @@ class ThresholdResult:
             side = ">=" if self.better_side == "above" else "<"
             lines = [f"{self.axis} {side} {_fmt(self.threshold)} is better on {self.score}: mean "
                      f"{self.mean_above:.4g} (n={self.n_above}) at/above vs {self.mean_below:.4g} (n={self.n_below}) "
-                     f"below; D = {self.effect:.2f}, permutation p = {format_p(self.p_value)}; "
+                     f"below; D = {self.effect:.2f}, permutation {format_p(self.p_value)}; "
                      + ("clean split" if self.clean else "the sides overlap")]
         if self.confounded_with:
             lines.append("  caution: " + ", ".join(f"{k} moves with {self.axis} (rho = {v:+.2f})"
@@ -153,7 +153,7 @@ def find_threshold(table: pd.DataFrame, axis: str, score: str, higher_is_better:
         candidates=pd.DataFrame({"threshold": [x[i] for i in cuts], "D": d, "n_above": [n - i for i in cuts]}))
     result.reason = ("found" if result.found else
                      f"no cut separates {score} beyond chance: best is {axis} >= {_fmt(x[cut])} with "
-                     f"permutation p = {format_p(p)} >= {alpha}")
+                     f"permutation {format_p(p)} >= {alpha}")
     return result
 
 
@@ -281,7 +281,7 @@ class Comparison:
             f"{self.axis}={self.b} beats {self.axis}={self.a}" if self.ci[1] < 0 else "no clear winner"
         return (f"{self.score}: {self.axis}={self.a} {self.mean_a:.4g} (n={self.n_a}) vs {self.axis}={self.b} "
                 f"{self.mean_b:.4g} (n={self.n_b}); advantage of {self.a} {self.difference:+.3g}, 95% CI "
-                f"[{self.ci[0]:+.3g}, {self.ci[1]:+.3g}], p = {format_p(self.p_value)}: {verdict}")
+                f"[{self.ci[0]:+.3g}, {self.ci[1]:+.3g}], {format_p(self.p_value)}: {verdict}")
 
 
 def compare(table: pd.DataFrame, axis: str, a, b, score: str, higher_is_better: bool | None = None,

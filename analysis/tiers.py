@@ -144,14 +144,15 @@ def describe_gap(gap: Gap) -> str:
     sep = "n/a" if gap.separation is None else f"{gap.separation:.3f}"
     verdict = "real" if gap.significant else "not significant"
     partition = "" if gap.p_partition is None or gap.p_partition == gap.p_value else \
-        f" (partition p = {format_p(gap.p_partition)})"
+        f" (partition {format_p(gap.p_partition)})"
     return (f"gap {gap.low:.4g} -> {gap.high:.4g} (size {gap.size:.3g}): T = {gap.t:.2f}, "
-            f"p = {format_p(gap.p_value)}{partition}, separation = {sep}: {verdict}"
+            f"{format_p(gap.p_value)}{partition}, separation = {sep}: {verdict}"
             + ("" if gap.significant else f" ({gap.why})"))
 
 
 def format_p(p: float) -> str:
-    return f"{p:.2g}" if p >= 0.001 else "< 0.001"
+    """"p = 0.023", or "p < 0.001" below that."""
+    return f"p = {p:.2g}" if p >= 0.001 else "p < 0.001"
 
 
 # ---------------------------------------------------------------------------------------------- statistics
@@ -492,9 +493,9 @@ def _tiers_of_units(units, membership, index, score, hib, k, max_k, alpha, min_s
                 z = float(gaps[0, j] / s) if s > 0 else math.inf
             why = []
             if not p < level:
-                why.append(f"gaps not large against the spread within tiers: p = {format_p(p)} >= {level:.3g}")
+                why.append(f"gaps not large against the spread within tiers: {format_p(p)} >= {level:.3g}")
             elif not local_p < alpha:
-                why.append(f"gap not large against the spread of the two tiers beside it: p = {format_p(local_p)} "
+                why.append(f"gap not large against the spread of the two tiers beside it: {format_p(local_p)} "
                            f">= {alpha}")
             if sep is not None and sep < 1 - alpha:
                 why.append(f"within the runs' noise: separation {sep:.3f} < {1 - alpha:.3f}")

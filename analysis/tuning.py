@@ -191,6 +191,10 @@ def plot_lr(table: pd.DataFrame, score: str | None = None):
         if isinstance(row["edge"], str):
             ax.plot([row["best_lr"]], [row["tuned"]], marker="o", ms=16, mfc="none", mec="red", mew=1.0)
     ax.set_xscale("log", base=2)
+    tried = np.sort(curves["lr"].unique())
+    if len(tried) <= 12:  # the lrs tried as the ticks, in the units they were set in
+        ax.set_xticks(tried, [f"{lr:.3g}" for lr in tried])
+        ax.minorticks_off()
     ax.set_xlabel("peak learning rate (train.lr)")
     ax.set_ylabel(style.score_label(table, score))
     ax.grid(alpha=0.3)

@@ -83,6 +83,13 @@ def test_shared_and_best_lr_can_disagree():
     assert got[("an optimal depth", "shared")] == NOT_SUPPORTED
     assert got[("an optimal depth", "best")] == SUPPORTED
     assert "| an optimal depth | best | **supported** |" in markdown(judge(table))
+    # every shape but depth 1 is best at 1e-3, the lowest lr tried: the best-lr verdicts say they rest on bounds
+    stats = judge(table).set_index(["claim", "lr"])["statistic"]
+    assert all("caveat: 6 of 7 configurations best at an edge of their lr grid" in stats[(c, "best")]
+               for c in ("two tiers", "an optimal depth"))
+    assert not any("caveat" in stats[(c, "shared")] for c in ("two tiers", "an optimal depth"))
+    bracketed = study(U_SHAPE, {"gpt2": 0.0}, lrs=(5e-4, 1e-3, 2e-3, 4e-3), lr_penalty=penalty)
+    assert not judge(bracketed)["statistic"].str.contains("caveat").any()  # every optimum inside the grid
 
 
 def test_slm_claims_prints_the_table_and_refuses_a_missing_score(tmp_path, capsys):
@@ -95,3 +102,18 @@ def test_slm_claims_prints_the_table_and_refuses_a_missing_score(tmp_path, capsy
         claims_main([str(path), "--score", "score_nosuch"])
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_the_shipped_claims_records_give_the_readme_table():
+    """The 135 real runs of `make claims` in docs/claims/ (lr_multiplier from their sweep.json) judged afresh give
+    docs/claims/claims.md, the table in the README."""
+    from pathlib import Path
+
+    from analysis import collect
+    from analysis.claims import seeds_summary
+
+    docs = Path(__file__).resolve().parents[1] / "docs" / "claims"
+    table = collect(docs / "runs" / "claims_cpu")
+    assert len(table) == 135 and set(table["lr_multiplier"]) == {0.25, 0.5, 1.0, 2.0, 4.0}
+    shipped = (docs / "claims.md").read_text()
+    assert seeds_summary(table) in shipped and markdown(judge(table)) in shipped

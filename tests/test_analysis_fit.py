@@ -187,3 +187,18 @@ def test_compute_falls_back_to_6nd_and_params_choice(tmp_path):
     assert fit_data(table, "total").params_column == "params_total"
     with pytest.raises(FitError, match="params=bogus"):
         fit_data(table, "bogus")
+
+
+def test_the_shipped_cpu_scaling_records_give_the_readme_fit():
+    """The 25 real runs of `make scaling` in docs/scaling/ refit to the constants of docs/scaling/fit.json (the
+    README's numbers): the end-to-end path from records to the law, on data no test generated."""
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[1] / "docs" / "scaling"
+    shipped = json.loads((docs / "fit.json").read_text())
+    data = fit_data(collect(docs / "runs" / "cpu_scaling"))
+    assert len(data.L) == 25 and len(set(data.N)) == 5 and len(set(data.D)) == 5
+    result = fit(data, draws=0)
+    for name in ("A", "B", "alpha", "beta"):
+        assert result.law[name] == pytest.approx(shipped["approach3"]["constants"][name], rel=1e-3)
+    assert 0.44 < shipped["approach3"]["a_interval"][0] < shipped["approach3"]["a"] < shipped["approach3"]["a_interval"][1]
