@@ -58,6 +58,8 @@ test-slow: install
 # The jobs run one after another, each on SWEEP_THREADS threads (2: both cores of the CI-sized machine;
 # measured 0.72x the wall time of one thread per job on these models).
 RUNS ?= $(if $(SLM_RUNS),$(SLM_RUNS),runs)
+# The CPU studies (lr-transfer, claims, scaling) run this many one-thread copies of slm-train side by side.
+CPU_JOBS ?= 2
 SWEEP_THREADS ?= 2
 sweep: install
 	@OMP_NUM_THREADS=$(SWEEP_THREADS) $(BIN)/slm-train -m sweep=cpu_default; rc=$$?; \
@@ -118,7 +120,7 @@ reproduce-2512: install
 # optima (the *_seed1 files, 64 more), in LR_JOBS one-thread copies, then
 # $(RUNS)/lr_transfer/ (lr_transfer.md: the optimal lr per width and depth and how far it moves; loss-vs-lr figures).
 # Started again, it trains only what is missing.
-LR_JOBS ?= 2
+LR_JOBS ?= $(CPU_JOBS)
 lr-transfer: install
 	@OMP_NUM_THREADS=1 $(BIN)/slm-workers $(LR_JOBS) -- sh -c "rc=0; \
 		for sweep in lr_transfer_width lr_transfer_depth lr_transfer_width_seed1 lr_transfer_depth_seed1; do \
@@ -129,9 +131,8 @@ lr-transfer: install
 
 # slm's verdict on the study's claims at a CPU-sized budget (sweeps/claims_cpu.yaml: 135 jobs, 2 one-thread
 # workers), then the claims table (slm-claims) and the report (its Claims and Learning rate sections).
-CLAIMS_JOBS ?= 2
 claims: install
-	@OMP_NUM_THREADS=1 $(BIN)/slm-workers $(CLAIMS_JOBS) -- $(BIN)/slm-train -m sweep=claims_cpu; rc=$$?; \
+	@OMP_NUM_THREADS=1 $(BIN)/slm-workers $(CPU_JOBS) -- $(BIN)/slm-train -m sweep=claims_cpu; rc=$$?; \
 	$(BIN)/slm-collect $(RUNS)/claims_cpu -o $(RUNS)/claims_cpu/results.parquet && \
 	$(BIN)/slm-claims $(RUNS)/claims_cpu/results.parquet -o $(RUNS)/claims_cpu/claims.md && \
 	$(BIN)/slm-report $(RUNS)/claims_cpu/results.parquet -o $(RUNS)/claims_cpu/report --score val_nll \
@@ -143,7 +144,7 @@ claims: install
 # fit=$(RUNS)/cpu_scaling/fit plans a budget with it). Started again, it trains only what is missing.
 .PHONY: scaling
 scaling: install
-	@OMP_NUM_THREADS=1 $(BIN)/slm-workers $(CLAIMS_JOBS) -- $(BIN)/slm-train -m sweep=cpu_scaling; rc=$$?; \
+	@OMP_NUM_THREADS=1 $(BIN)/slm-workers $(CPU_JOBS) -- $(BIN)/slm-train -m sweep=cpu_scaling; rc=$$?; \
 	$(BIN)/slm-fit $(RUNS)/cpu_scaling -o $(RUNS)/cpu_scaling/fit && exit $$rc
 
 # The muP coordinate check (slm-coordcheck): a few steps at 5 widths under sp and mup, activation RMS per layer
