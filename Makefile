@@ -12,9 +12,11 @@ help:
 	@echo "make install    create $(VENV): torch ($(TORCH_SPEC)) first, then slm with its dev extras"
 	@echo "make test       the fast test suite (installs first if needed)"
 	@echo "make test-slow  the tests marked slow"
-	@echo "make sweep      the default study: cpu_default sweep, offline eval, results table, plots, report"
+	@echo "make sweep      the default study (12 runs): cpu_default sweep, offline eval, results table, plots, report"
+	@echo "                ARGS=\"...\": Hydra overrides for every job, e.g. a shrunk copy into runs/cpu_quick/:"
+	@echo "                make sweep ARGS=\"train.steps=20 run_group=cpu_quick\""
 	@echo "make claims     the study's claims judged at CPU scale (135 jobs, 5 lrs, 3 seeds): claims.md, report"
-	@echo "make smoke      the CI smoke sweep (4 tiny runs); again, it trains nothing"
+	@echo "make smoke      the CI smoke sweep (4 tiny runs); run again, it skips the runs already done"
 	@echo "make sweep-dry SWEEP=name   a sweep's jobs, parameter counts, tokens and GPU-hours; trains nothing"
 	@echo "make reproduce-2512          arXiv 2512.20877's character-level ladder (Table 1, the RoPE ablation,"
 	@echo "                             the four sweeps; SEEDS seeds each), then its side-by-side tables and plot"
@@ -47,13 +49,18 @@ endif
 endif
 
 test: install
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -q
 
 test-slow: install
-	$(BIN)/python -m pytest -m slow
+	$(BIN)/python -m pytest -q -m slow
 
-# The main job: the cpu_default sweep (11 runs, embedded corpus, offline eval after each), then the
+# The main job: the cpu_default sweep (12 runs, embedded corpus, offline eval after each), then the
 # results table, the seven plots and the report. Started again, it trains only what is missing.
+# ARGS are Hydra overrides for every job of the sweep, e.g. a shrunk or varied copy of the study:
+#   make sweep ARGS="train.steps=20 run_group=cpu_quick"   (20 steps a job, into runs/cpu_quick/: a first look)
+#   make sweep ARGS="train.lr=1e-3"                          (the study at another lr, into runs/cpu_default/)
+# An override is part of every job key, so such a job never resumes or skips one of the full study's; but the table,
+# plots and report cover every run of the run group, so give a variant its own run_group= to report it apart.
 # A failed run is shown in the report and makes the target exit non-zero after the report is written.
 # The jobs run one after another, each on SWEEP_THREADS threads (2: both cores of the CI-sized machine;
 # measured 0.72x the wall time of one thread per job on these models).
@@ -61,12 +68,14 @@ RUNS ?= $(if $(SLM_RUNS),$(SLM_RUNS),runs)
 # The CPU studies (lr-transfer, claims, scaling) run this many one-thread copies of slm-train side by side.
 CPU_JOBS ?= 2
 SWEEP_THREADS ?= 2
+# the run group the sweep writes and the report reads: ARGS' run_group=..., else the sweep's own
+SWEEP_GROUP = $(or $(patsubst run_group=%,%,$(lastword $(filter run_group=%,$(ARGS)))),cpu_default)
 sweep: install
-	@OMP_NUM_THREADS=$(SWEEP_THREADS) $(BIN)/slm-train -m sweep=cpu_default; rc=$$?; \
-	$(BIN)/slm-collect $(RUNS)/cpu_default -o $(RUNS)/cpu_default/results.parquet && \
-	$(BIN)/slm-report $(RUNS)/cpu_default/results.parquet -o $(RUNS)/cpu_default/report \
-		--title "slm cpu_default: depth x width x family at 0.5M parameters" && \
-	echo "make sweep: report: $(RUNS)/cpu_default/report/report.html (figures in $(RUNS)/cpu_default/report/figures/)" && \
+	@OMP_NUM_THREADS=$(SWEEP_THREADS) $(BIN)/slm-train -m sweep=cpu_default $(ARGS); rc=$$?; \
+	$(BIN)/slm-collect $(RUNS)/$(SWEEP_GROUP) -o $(RUNS)/$(SWEEP_GROUP)/results.parquet && \
+	$(BIN)/slm-report $(RUNS)/$(SWEEP_GROUP)/results.parquet -o $(RUNS)/$(SWEEP_GROUP)/report \
+		--title "slm cpu_default$(if $(ARGS), ($(subst ",,$(ARGS)))): depth x width x family at 0.5M parameters" && \
+	echo "make sweep: report: $(RUNS)/$(SWEEP_GROUP)/report/report.html (figures in $(RUNS)/$(SWEEP_GROUP)/report/figures/)" && \
 	exit $$rc
 
 clean:
@@ -115,7 +124,7 @@ reproduce-2512: install
 		done; exit \$$rc"; rc=$$?; \
 	$(BIN)/slm-ladder $(RUNS) -o $(RUNS)/report-2512.20877 && exit $$rc
 
-# Learning-rate transfer (README "Learning rates that transfer"): sweeps/lr_transfer_width.yaml (sp, mup) and
+# Learning-rate transfer (docs/learning_rates.md): sweeps/lr_transfer_width.yaml (sp, mup) and
 # sweeps/lr_transfer_depth.yaml (sp, completep), 128 short CPU jobs, and a second seed at the 4 lrs around the
 # optima (the *_seed1 files, 64 more), in LR_JOBS one-thread copies, then
 # $(RUNS)/lr_transfer/ (lr_transfer.md: the optimal lr per width and depth and how far it moves; loss-vs-lr figures).

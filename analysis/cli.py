@@ -87,7 +87,7 @@ def collect_main(argv: list[str] | None = None) -> None:
     path = save_results(table, args.output)
     counts = table["status"].value_counts()
     summary = ", ".join(f"{n} {s}" for s, n in counts.items())
-    print(f"{prog}: {len(table)} runs ({summary}) -> {path}")
+    print(f"{prog}: {len(table)} run{'' if len(table) == 1 else 's'} ({summary}) -> {path}")
 
 
 def plot_main(argv: list[str] | None = None) -> None:

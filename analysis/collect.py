@@ -30,13 +30,20 @@ Columns (missing values are NaN/None; every column is documented in COLUMN_DOCS)
              solver moved: "d_model", or e.g. "d_model, d_ff 256→336" when it tuned the MLP too)
   training   wall_seconds, train_seconds, train_tokens_per_s, mfu, final_train_loss, diverged_step,
              moe_max_load (a mixture of experts' routing balance: 1 = even)
-  metrics    val_nll, val_nll_kind (nll exact | nelbo a diffusion bound), val_ppl, val_step; per lm-eval task: score_<task> (headline value), stderr_<task>,
+  metrics    val_nll, val_nll_kind (nll exact | nelbo a diffusion bound), val_ppl (exact runs only),
+             val_ppl_bound (diffusion runs: exp of a NELBO, a bound on the perplexity), val_step; per lm-eval
+             task: score_<task> (headline value), stderr_<task>,
              metric_<task> (lm-eval's "metric,filter" key), samples_<task> (documents scored),
              chance_<task> (random-guess accuracy of a multiple-choice task, see chance_of); per suite:
              avg_<suite> (eval.lm_eval.averages), tasks_avg_<suite> (its member tasks, comma-separated),
              stderr_avg_<suite> (propagated: sqrt(sum stderr_i^2) / k over its k tasks, assuming the
              tasks' errors are independent; empty when a member has none), chance_avg_<suite> (the mean
-             of the members' chance levels, when every member has one)
+             of the members' chance levels, when every member has one); evaluations no longer record a
+             one-task "average" (older records' are kept: single_task_average flags them)
+  old names  records from before names said what their numbers are collect into today's columns: a shipped
+             task's former name (RENAMED_TASKS: slm_shakespeare_ppl, whose headline is bits per byte, is
+             score_slm_shakespeare_bpb, its members in tasks_avg_<suite> too) and a diffusion run's val_ppl
+             (val_ppl_bound)
   throughput decode_tokens_per_s, generate_tokens_per_s, time_to_first_token_s, peak_memory_bytes,
              peak_memory_measure, kv_cache_bytes, decode_device, decode_dtype, decoder (autoregressive |
              masked_diffusion), decode_sampler (a diffusion sampler's settings) (eval.throughput, batch 1)
@@ -84,7 +91,7 @@ TRAINING_COLUMNS = ["wall_seconds", "train_seconds", "train_tokens_per_s", "mfu"
 THROUGHPUT_COLUMNS = ["decode_tokens_per_s", "generate_tokens_per_s", "time_to_first_token_s", "peak_memory_bytes",
                       "peak_memory_measure", "kv_cache_bytes", "decode_device", "decode_dtype", "decoder",
                       "decode_sampler"]
-METRIC_COLUMNS = ["val_nll", "val_nll_kind", "val_ppl", "val_bpb", "val_step"]
+METRIC_COLUMNS = ["val_nll", "val_nll_kind", "val_ppl", "val_ppl_bound", "val_bpb", "val_step"]
 ID_COLUMNS = ["run", "sweep", "status", "error", "eval_error"]
 TAIL_COLUMNS = ["device", "git_revision", "updated_at", "run_dir"]
 
@@ -114,7 +121,8 @@ COLUMN_DOCS = {
                "across tokenizers; a bound when val_nll is one (val_nll_kind nelbo)",
     "test_bpb": "test NLL in bits per UTF-8 byte (train.eval_windows runs)",
     "val_bytes_per_token": "UTF-8 bytes of text per token of the validation split (the mix's sources weighted)",
-    "val_ppl": "validation perplexity (exp of val_nll; a bound too when val_nll is)",
+    "val_ppl": "validation perplexity (exp of val_nll) of a run whose val_nll is an exact NLL",
+    "val_ppl_bound": "exp of a masked-diffusion run's val_nll (a NELBO): an upper bound on its perplexity",
     "decode_tokens_per_s": "batch-1 decode speed (tokens/s)",
     "generate_tokens_per_s": "batch-1 generation speed, prefill included (tokens/s)",
     "decoder": "how the model decodes: autoregressive or masked_diffusion (parallel, by its sampler)",
@@ -137,6 +145,10 @@ COLUMN_DOCS = {
                    "kept) or e.g. 'd_model, d_ff 256→336' (the MLP hidden size tuned after it; records from before "
                    "the second knob: d_model)",
 }
+
+RENAMED_TASKS = {"slm_shakespeare_ppl": "slm_shakespeare_bpb"}
+"""Shipped tasks by their former names (as slm.eval.RENAMED_TASKS): a record's scores under an old name are read
+into the new name's columns, unless the record also holds the new name (scored again since: that wins)."""
 
 KNOWN_CHANCE = {
     "slm_shakespeare_mc": 0.25,  # the true line end and 3 distractors (slm/eval/offline_tasks.py)
@@ -215,15 +227,29 @@ def _average_members(lm: dict, config: dict, suite: str) -> list[str] | None:
     """The tasks averaged into a suite: eval.lm_eval.average_tasks (written since the evaluation records it),
     else the run's `eval` config when it names this suite; None when unknown."""
     tasks = (lm.get("average_tasks") or {}).get(suite)
-    if isinstance(tasks, list) and tasks:
-        return [str(t) for t in tasks]
     ev = config.get("eval") if isinstance(config.get("eval"), dict) else {}
     average = ev.get("average")
-    if ev.get("name") == suite and isinstance(average, list) and average:
-        return [str(t) for t in average]
-    if isinstance(average, dict) and isinstance(average.get(suite), list) and average[suite]:
-        return [str(t) for t in average[suite]]
-    return None
+    if not (isinstance(tasks, list) and tasks):
+        if ev.get("name") == suite and isinstance(average, list) and average:
+            tasks = average
+        elif isinstance(average, dict) and isinstance(average.get(suite), list) and average[suite]:
+            tasks = average[suite]
+        else:
+            return None
+    return [RENAMED_TASKS.get(str(t), str(t)) for t in tasks]
+
+
+def _renamed(lm: dict) -> dict:
+    """eval.lm_eval with its tasks under today's names (RENAMED_TASKS); a task recorded under both names keeps
+    the new name's entries."""
+    lm = dict(lm)
+    for key in ("scores", "metrics", "details"):
+        entries = lm.get(key)
+        if isinstance(entries, dict) and any(name in entries for name in RENAMED_TASKS):
+            renamed = {RENAMED_TASKS.get(name, name): value for name, value in entries.items()
+                       if name not in RENAMED_TASKS or RENAMED_TASKS[name] not in entries}
+            lm[key] = renamed
+    return lm
 
 
 def average_stderr(stderrs) -> float | None:
@@ -301,7 +327,10 @@ def row_from_record(record: dict, run_dir: str | os.PathLike, root: str | os.Pat
 
     row["val_nll"] = _number(ev.get("val_nll"))
     row["val_nll_kind"] = ev.get("val_nll_kind") or ("nll" if row["val_nll"] is not None else None)
-    row["val_ppl"] = _number(ev.get("val_ppl"))
+    bound = row["val_nll_kind"] == "nelbo"  # before val_ppl_bound, a diffusion run's bound was recorded as val_ppl
+    row["val_ppl"] = None if bound else _number(ev.get("val_ppl"))
+    if bound:  # a column only where some run has a bound
+        row["val_ppl_bound"] = _number(ev.get("val_ppl_bound", ev.get("val_ppl")))
     row["val_step"] = _number(ev.get("val_step"))
     row["test_nll"] = _number(ev.get("test_nll"))
     row["test_targets"] = _number(ev.get("test_targets"))
@@ -309,7 +338,7 @@ def row_from_record(record: dict, run_dir: str | os.PathLike, root: str | os.Pat
         row[name] = _number(ev.get(name))
     row["epochs"] = train_cfg.get("epochs")
     row["windows_per_epoch"] = train_cfg.get("windows_per_epoch")
-    lm = ev.get("lm_eval") or {}
+    lm = _renamed(ev.get("lm_eval") or {})
     details = lm.get("details") or {}
     metrics = lm.get("metrics") or {}
     for task, score in (lm.get("scores") or {}).items():

@@ -426,7 +426,8 @@ def format_table(results: list[PairedResult], refused: dict[str, str] | None = N
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     if any(r.n01 is not None for r in results):
         lines.append("McNemar n01:n10 = documents only B got right : documents only A got right")
-    notes = [f"{r.task}: {r.only_a} documents only in A, {r.only_b} only in B (not compared)"
+    notes = [f"{r.task}: {r.only_a} document{'' if r.only_a == 1 else 's'} only in A, {r.only_b} only in B "
+             "(not compared)"
              for r in results if r.only_a or r.only_b]
     notes += [f"{r.task}: {r.dropped} common documents without a finite value (not compared)"
               for r in results if r.dropped]

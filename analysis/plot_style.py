@@ -42,9 +42,10 @@ model (and comparable with a BPE one), but it is per word, not per token, hence 
 char model's token perplexity: labelled as such."""
 
 
-TASK_NAMES = {"slm_shakespeare_ppl": "Shakespeare test text", "slm_shakespeare_mc": "Shakespeare line endings"}
-"""Display names of the shipped offline tasks: slm_shakespeare_ppl's headline is bits per byte, not a
-perplexity, so its name is not shown as if it were one (the table keeps the task's own name)."""
+TASK_NAMES = {"slm_shakespeare_bpb": "Shakespeare test text", "slm_shakespeare_ppl": "Shakespeare test text",
+              "slm_shakespeare_mc": "Shakespeare line endings"}
+"""Display names of the shipped offline tasks (slm_shakespeare_bpb, formerly slm_shakespeare_ppl: bits per byte,
+not a perplexity; the table keeps the task's own name)."""
 
 
 FRACTION_METRICS = ("acc", "acc_norm", "exact_match", "mc1", "mc2", "f1", "em")
@@ -109,30 +110,17 @@ def score_label(table: pd.DataFrame, column: str, direction: bool = True) -> str
 
 
 def choose_score(table: pd.DataFrame, score: str | None = None) -> tuple[str | None, str]:
-    """(score column, note): the requested one, else a suite average, else the first lm-eval task score,
-    else the validation NLL; note is "" or says that a fallback was used."""
+    """(score column, note): the requested one, else the study's headline metric (analysis.headline: the first
+    metric, suite average, accuracy, validation loss, other task scores, on which the configurations differ
+    beyond noise and from chance); note is "" or says why the metric was taken."""
+    from analysis.headline import choose_headline
+
+    if score and score not in table:
+        raise KeyError(f"no column {score!r} in the results (columns: {', '.join(score_columns(table))})")
     if score:
-        if score not in table:
-            raise KeyError(f"no column {score!r} in the results (columns: {', '.join(score_columns(table))})")
         return score, ""
-    averages = [c for c in table.columns if c.startswith("avg_") and table[c].notna().any()
-                and not single_task_average(table, c)]  # a one-task average only repeats that task
-    if averages:
-        preferred = [c for c in averages if c == "avg_study7"]
-        return (preferred or averages)[0], ""
-    tasks = [f"score_{t}" for t in task_names(table)]
-    accuracy = [c for c in tasks if higher_is_better(table, c)]
-    if accuracy or tasks:
-        return (accuracy or tasks)[0], ""
-    if nll_column(table) == "val_bpb":
-        return "val_bpb", ("no lm-eval scores, and the runs' tokenizers differ: validation bits per byte used (an NLL "
-                           "per token is not comparable across tokenizers)")
-    if "val_nll" in table and table["val_nll"].notna().any():
-        if nll_kinds(table) == {"nll", "nelbo"}:
-            return "val_nll", ("no lm-eval scores: val_nll used as the score, but it holds exact NLLs and diffusion "
-                               "NELBO bounds, which are not comparable: rank each kind on its own")
-        return "val_nll", "no lm-eval scores: validation NLL used as the score"
-    return None, "no score: no lm-eval scores and no validation NLL"
+    headline = choose_headline(table)
+    return headline.column, headline.note
 
 
 def nll_column(table: pd.DataFrame) -> str:
@@ -160,11 +148,111 @@ def group_colors(values: pd.Series) -> tuple[dict, dict]:
 
 
 def group_column(table: pd.DataFrame) -> str | None:
-    """What colours the points: objective when it varies (causal vs diffusion), else family."""
-    for column in ("objective", "family"):
+    """What colours the points: family when it varies, else objective when it varies (causal vs diffusion),
+    else family. (A diffusion run is marked apart in the plots that need it: hollow, ringed.)"""
+    for column in ("family", "objective"):
         if column in table and table[column].dropna().astype(str).nunique() > 1:
             return column
     return "family" if "family" in table else None
+
+
+SWEEP_AXES = ("n_layers", "d_model", "context_length", "layer_repeat", "window_hidden", "n_heads")
+AXIS_NAMES = {"n_layers": "depth", "d_model": "width", "context_length": "context length",
+              "layer_repeat": "layer repeat", "window_hidden": "window MLP", "n_heads": "heads"}
+
+
+def sweep_axis(rows: pd.DataFrame, exclude: tuple = ()) -> str | None:
+    """The axis the sweep varies besides the colour: depth when it varies, else width, else another
+    architecture axis (SWEEP_AXES) with 2 to 10 values."""
+    for column in SWEEP_AXES:
+        if column in rows and column not in exclude:
+            values = rows[column].dropna().astype(str)
+            if 2 <= values.nunique() <= 10:
+                return column
+    return None
+
+
+def _axis_order(value: str):
+    try:
+        return (0, float(value))
+    except ValueError:
+        return (1, value)
+
+
+class PointKeys:
+    """Colour by family (group_column) and marker by the swept axis (sweep_axis), from the whole table so every
+    plot of a study keys a family and a depth the same way."""
+
+    def __init__(self, table: pd.DataFrame, exclude: tuple = ()):
+        self.colour = group_column(table)
+        self.colours = group_colors(table[self.colour])[0] if self.colour else {}
+        self.marker = sweep_axis(style_rows(table), exclude=(self.colour, *exclude))
+        values = sorted(set(_axis_text(style_rows(table)[self.marker])) - {""}, key=_axis_order) if self.marker else []
+        self.markers = {v: MARKERS[i % len(MARKERS)] for i, v in enumerate(values)}
+
+    def colour_of(self, row) -> str:
+        return self.colours.get(str(row[self.colour]), PALETTE[0]) if self.colour else PALETTE[0]
+
+    def marker_of(self, row) -> str:
+        return self.markers.get(_axis_text(pd.Series([row[self.marker]])).iloc[0], "o") if self.marker else "o"
+
+    def groups(self, rows: pd.DataFrame):
+        """(colour, marker, rows) for each colour x marker group of `rows`."""
+        colour = rows[self.colour].astype(str) if self.colour else pd.Series("", rows.index)
+        marker = _axis_text(rows[self.marker]) if self.marker else pd.Series("", rows.index)
+        for (c, m), part in rows.groupby([colour, marker], sort=True):
+            yield self.colours.get(c, PALETTE[0]), self.markers.get(m, "o"), part
+
+    def legend(self, ax, extra: list | None = None, size_legend=None) -> None:
+        """One legend to the right of the axes: colour (family) and marker (the swept axis) each under a bold
+        heading, then `extra` (handle, label) entries; the marker-size legend, if any, below it."""
+        handles, labels, heads = [], [], []
+
+        def heading(text):
+            heads.append(len(labels))
+            handles.append(Line2D([], [], ls="", marker=""))
+            labels.append(text)
+
+        if self.colour and self.colours:
+            heading(f"{self.colour} (colour)")
+            for key, colour in self.colours.items():
+                handles.append(Line2D([], [], ls="", marker="o", color=colour, markersize=7))
+                labels.append(key)
+        if self.marker and self.markers:
+            heading(f"{AXIS_NAMES.get(self.marker, self.marker)} (marker)")
+            for key, marker in self.markers.items():
+                handles.append(Line2D([], [], ls="", marker=marker, color="#555555", markersize=7))
+                labels.append(key)
+        if extra:
+            heading("also")
+            for handle, label in extra:
+                handles.append(handle)
+                labels.append(label)
+        first = ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8,
+                          framealpha=0.9, borderaxespad=0, handletextpad=0.5)
+        for i, text in enumerate(first.get_texts()):
+            if i in heads:
+                text.set_fontweight("bold")
+        if size_legend is not None:
+            ax.add_artist(first)
+            first.set_clip_on(False)
+            _size_legend(ax, *size_legend)
+
+
+def style_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """The completed runs, or every row when none is completed (for keys that stay the same across plots)."""
+    rows = completed_runs(table)
+    return rows if len(rows) else table
+
+
+def _axis_text(values: pd.Series) -> pd.Series:
+    def one(v):
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return ""
+        if isinstance(v, float) and v.is_integer():
+            return str(int(v))
+        return str(v)
+    return values.map(one)
 
 
 def format_number(value: float) -> str:
@@ -199,7 +287,26 @@ def settle_layout(fig: Figure) -> None:
 
 
 def set_title(fig: Figure, title: str, subtitle: str = "") -> None:
+    """A one-line title and a short subtitle that says how to read the figure (what colour, markers and lines
+    mean); statistics go to the caption (set_caption), not here."""
     fig.suptitle(title + (f"\n{subtitle}" if subtitle else ""), fontsize=11, fontweight="normal")
+
+
+def set_caption(fig: Figure, *parts: str) -> None:
+    """The figure's caption (fig.slm_caption): what the statistics behind it are; the report prints it under
+    the figure. Empty parts are dropped."""
+    fig.slm_caption = " ".join(p.strip()[0].upper() + p.strip()[1:].rstrip(".") + "." for p in parts
+                               if p and p.strip())
+
+
+def caption(fig: Figure) -> str:
+    return getattr(fig, "slm_caption", "")
+
+
+def figure_text(fig: Figure) -> str:
+    """Title, subtitle and caption in one line (what a reader gets from the figure and its caption)."""
+    title = fig._suptitle.get_text() if fig._suptitle is not None else ""
+    return " ".join((title + " " + caption(fig)).split())
 
 
 def placeholder(title: str, reason: str, size=(7.5, 3.0)) -> Figure:
@@ -320,7 +427,11 @@ def legends_outside(ax, group, size_legend=None) -> None:
         return
     ax.add_artist(first)
     first.set_clip_on(False)  # add_artist clips to the axes, which also cut it out of a tight bounding box
-    values, to_size, title, fmt = size_legend
+    _size_legend(ax, *size_legend)
+
+
+def _size_legend(ax, values, to_size, title, fmt) -> None:
+    """The marker-size legend (three sizes: smallest, median, largest), below the legend to the right."""
     values = np.asarray([v for v in values if np.isfinite(v)], float)
     if not len(values):
         return

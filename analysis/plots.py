@@ -6,23 +6,31 @@
 
 KINDS:
   tiers       runs sorted by score, tiers shaded, the gap annotated (analysis.tiers; refusals say so)
-  threshold   score against hidden size d_model, marker size = depth, the threshold line (analysis.thresholds)
+  threshold   score against hidden size d_model, the threshold line (analysis.thresholds)
   depth       score against depth, one panel per lm-eval task (and per suite average of more than one task)
   throughput  score against batch-1 decode speed, marker size = peak GPU memory (a CPU run's peak memory is
-              its process's cumulative RSS, so it is left out and the subtitle says so)
-  pareto      validation NLL against training FLOPs with the Pareto frontier
+              its process's cumulative RSS, so it is left out and the caption says so); the subtitle states
+              the device, that a CPU may have been shared with other jobs, and each decoder's settings
+  pareto      validation NLL against training FLOPs with the Pareto frontier (analysis.thresholds.nll_frontier:
+              a diffusion bound is never on it), every point labelled in a small study
   heatmap     runs x tasks, coloured by rank within each task, values (± 95% interval) written in the cells
   lr          score against learning rate, one curve per configuration, best lr starred, edges ringed
               (analysis.tuning; a placeholder when every configuration ran at one lr)
 
+Keys: colour = family (objective where only that varies), marker = depth (or the axis the sweep varies), one
+legend for both (style.PointKeys), so a family and a depth look the same in every plot. Titles are one line
+and a subtitle that says how to read the figure; statistics (p-values, T, D, counts within noise of chance)
+are the figure's caption (fig.slm_caption, style.set_caption), which the report prints under it. With no
+score given, the score is the study's headline metric (style.choose_score -> analysis.headline).
+
 Uncertainty and chance, in every score plot: error bars (or ± in the heatmap's cells) are 95% intervals,
 1.96 x the score's standard error (lm-eval's for a task; for a suite average the propagated
-sqrt(sum se_i^2) / k, assuming independent tasks); the subtitle says when none is recorded. A multiple-
-choice accuracy gets its chance level as a dotted line (analysis.collect.chance_of) and the subtitle
+sqrt(sum se_i^2) / k, assuming independent tasks); the caption says when none is recorded. A multiple-
+choice accuracy gets its chance level as a dotted line (analysis.collect.chance_of) and the caption
 counts the runs within noise of it (score - chance <= 1.96 stderr).
 
 Each plot degrades instead of failing: with no lm-eval scores the score is the validation NLL (and the
-title says so); without the columns a plot needs (no throughput measured, no d_model, no completed run)
+caption says so); without the columns a plot needs (no throughput measured, no d_model, no completed run)
 it draws a style.placeholder that names what is missing, and logs the reason (logger `analysis.plots`).
 Figures are made with matplotlib.figure.Figure (no pyplot state), so this works headless (Agg) and in
 notebooks alike.
@@ -38,12 +46,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter
 
 from analysis import plot_style as style
 from analysis.collect import higher_is_better
 from analysis.plot_style import choose_score, score_label  # noqa: F401  (re-exported: report, notebook)
-from analysis.thresholds import find_threshold, pareto_mask
+from analysis.thresholds import find_threshold
 from analysis.tiers import find_tiers, run_labels, units_of
 from analysis.tuning import plot_lr
 
@@ -62,9 +71,13 @@ FORMATS = ("png", "svg")
 def plot_tiers(table: pd.DataFrame, score: str | None = None, k: int | None = None, **tier_args) -> Figure:
     """Configurations sorted by score (best at the top), 95% intervals where known, tiers shaded and the gap
     between them annotated with its statistic; a refusal is drawn unshaded and the title gives the reason."""
+    from analysis.headline import bounds_left_out, comparable_rows
+
     score, note = style.choose_score(table, score)
     if score is None:
         return style.placeholder("Tiers", note)
+    left_out = bounds_left_out(table, score)
+    table = comparable_rows(table, score) if len(left_out) else table  # exact NLLs only, as the verdict
     result = find_tiers(table, score, k=k, **tier_args)
     units = result.units
     if units.empty:
@@ -93,16 +106,15 @@ def plot_tiers(table: pd.DataFrame, score: str | None = None, k: int | None = No
     ax.set_xlabel(style.score_label(table, score))
     ax.set_ylabel("configuration (best at the top)")
     ax.grid(axis="x", color="#dddddd", linewidth=0.6)
-    if result.split:
-        title = f"{result.k} tiers in {style.short_name(score)}"
-        sub = "shaded: tiers; arrows: gaps between tiers (T = gap / within-tier sd; p: against one population)"
-    else:
-        title = f"No significant tiers in {style.short_name(score)}"
-        sub = result.reason
+    name = style.short_name(score)
+    title = f"{name}: {result.k} tiers" if result.split else f"{name}: no significant tiers"
+    keys = ["shaded: tiers, arrows: the gaps between them"] if result.split else []
     chance = style.chance_value(table, score)
     if chance is not None:
         style.draw_chance(ax, chance, vertical=True, label=False)
+    captions = [_tier_statistics(result)]
     if err is not None and np.isfinite(err).any():
+        keys.append("bars: 95% intervals")
         sources = []
         if result.units_source.get("stderr"):
             sources.append("stderr propagated from the tasks' (independent tasks assumed)" if score.startswith("avg_")
@@ -110,17 +122,23 @@ def plot_tiers(table: pd.DataFrame, score: str | None = None, k: int | None = No
         if result.units_source.get("seeds"):
             pooled = " (pooled, for single-seed runs)" if result.units_source.get("pooled") else ""
             sources.append("seed-to-seed spread" + pooled)
-        sub += "\nbars: 95% interval from " + (" and ".join(sources) or "the runs' uncertainty")
+        captions.append("Bars: 95% intervals from " + (" and ".join(sources) or "the runs' uncertainty"))
     elif not result.noise_known:
-        sub += "\nno per-run uncertainty known (single seed, no stderr)"
+        keys.append("no bars: no per-run uncertainty known")
+        captions.append("No per-run uncertainty is known (single seed, no stderr)")
     if chance is not None:
+        keys.append(f"dotted: chance {chance:.3g}")
         se = units["se"].to_numpy(float) if "se" in units else np.zeros(n)
         near = int(np.sum(x - chance <= style.Z95 * np.nan_to_num(se)))
-        sub += f"\ndotted: chance {chance:.3g} (random guess among the choices)" + (
-            f"; {near} of {n} configurations within noise of chance" if near else "")
+        captions.append(f"Dotted: chance {chance:.3g} (random guess among the choices)" + (
+            f"; {near} of {n} configurations within noise of chance" if near else ""))
+    if len(left_out):
+        captions.append(f"Left out: {len(left_out)} diffusion run(s) whose val_nll is a NELBO, an upper bound not "
+                        "comparable with an exact NLL")
     if note:
-        title += f" ({note})"
-    style.set_title(fig, title, style.wrap_text(sub, 95))
+        captions.append(f"Score: {note}")
+    style.set_title(fig, title, "; ".join(keys))
+    style.set_caption(fig, *captions)
     if result.split:
         style.settle_layout(fig)
         for gap in result.gaps:
@@ -129,13 +147,24 @@ def plot_tiers(table: pd.DataFrame, score: str | None = None, k: int | None = No
     return fig
 
 
+def _tier_statistics(result) -> str:
+    """The tiers' statistics in words, for the caption."""
+    if not result.split:
+        return f"No split: {result.reason}"
+    parts = []
+    for gap in result.gaps:
+        sep = "" if gap.separation is None else f", separation {gap.separation:.2f}"
+        parts.append(f"gap {gap.size:.3g} between tiers {gap.upper} and {gap.upper + 1}: T = {gap.t:.1f} "
+                     f"(gap / within-tier sd), p {style.p_text(gap.p_value)} against one population{sep}")
+    return "; ".join(parts)
+
+
 def _annotate_gap(ax, gap, yb: float, fontsize: float = 8) -> None:
     """A double arrow across the gap at the boundary between two tiers, and its numbers: centred above the
     arrow when they fit inside it, else beside it on a side with room, else centred in the axes."""
     ax.annotate("", xy=(gap.high, yb), xytext=(gap.low, yb),
                 arrowprops=dict(arrowstyle="<->", color="#b22222", lw=1.4), zorder=4)
-    sep = "" if gap.separation is None else f", separation {gap.separation:.2f}"
-    text = f"gap {gap.size:.3g}  (T = {gap.t:.1f}, p {style.p_text(gap.p_value)}{sep})"
+    text = f"gap {gap.size:.3g}"
     box = ax.get_window_extent()
     xmin, xmax = ax.get_xlim()
     per_pixel = (xmax - xmin) / max(box.width, 1.0)
@@ -154,8 +183,8 @@ def _annotate_gap(ax, gap, yb: float, fontsize: float = 8) -> None:
 
 
 def plot_threshold(table: pd.DataFrame, score: str | None = None, axis: str = "d_model", **threshold_args) -> Figure:
-    """Score against d_model (log2 axis), marker area proportional to depth, colour = family; the threshold
-    line where analysis.thresholds finds one (and its p-value)."""
+    """Score against d_model (log2 axis); colour = family, marker = depth (style.PointKeys); the threshold line
+    where analysis.thresholds finds one. Its statistics (D, permutation p) go to the caption."""
     score, note = style.choose_score(table, score)
     if score is None:
         return style.placeholder("Threshold", note)
@@ -166,53 +195,63 @@ def plot_threshold(table: pd.DataFrame, score: str | None = None, axis: str = "d
                 & pd.to_numeric(rows[axis], errors="coerce").notna()]
     if rows.empty:
         return style.placeholder("Threshold", f"no completed run has both {axis} and {score}")
-    result = find_threshold(table, axis, score, **threshold_args)
+    from analysis.headline import bounds_left_out, comparable_rows
+
+    left_out = bounds_left_out(table, score)
+    result = find_threshold(comparable_rows(table, score) if len(left_out) else table, axis, score, **threshold_args)
     fig = style.new_figure(figsize=(8.5, 5.2), layout="constrained")
     ax = fig.add_subplot()
-    group = style.group_column(rows)
-    colors, markers = style.group_colors(rows[group]) if group else ({}, {})
-    depth = pd.to_numeric(rows["n_layers"], errors="coerce") if "n_layers" in rows else pd.Series(np.nan, rows.index)
-    dmax = max(float(depth.max()), 1.0) if depth.notna().any() else 1.0
-
-    def to_size(v):
-        return 25 + 300 * (v / dmax) if np.isfinite(v) else 60
-
+    keys = style.PointKeys(table, exclude=(axis,))
     errors = style.score_errors(rows, score)
-    for key, part in rows.groupby(rows[group].astype(str) if group else pd.Series("all", rows.index)):
+    for colour, marker, part in keys.groups(rows):
         x = pd.to_numeric(part[axis]).to_numpy(float)
         y = pd.to_numeric(part[score]).to_numpy(float)
         if errors.loc[part.index].notna().any():
             ax.errorbar(x, y, yerr=style.Z95 * errors.loc[part.index].fillna(0).to_numpy(float), fmt="none",
-                        ecolor=colors.get(key, "#555555"), alpha=0.5, elinewidth=1, capsize=2, zorder=2)
-        ax.scatter(x, y, s=[to_size(v) for v in depth.loc[part.index]], color=colors.get(key, "#1f77b4"),
-                   marker=markers.get(key, "o"), alpha=0.75, edgecolors="white", linewidths=0.8, zorder=3,
-                   label=str(key))
+                        ecolor=colour, alpha=0.5, elinewidth=1, capsize=2, zorder=2)
+        hollow = part.index.isin(left_out.index)
+        for flag in (False, True):
+            if (hollow == flag).any():
+                ax.scatter(x[hollow == flag], y[hollow == flag], s=55, marker=marker, alpha=0.85, zorder=3,
+                           **({"facecolors": "none", "edgecolors": colour, "linewidths": 1.4} if flag else
+                              {"color": colour, "edgecolors": "white", "linewidths": 0.8}))
     style.log2_axis(ax, pd.to_numeric(rows[axis]).to_numpy(float))
     ax.set_xlabel(style.AXIS_LABELS.get(axis, axis) + (", log scale" if ax.get_xscale() == "log" else ""))
     ax.set_ylabel(style.wrap_text(style.score_label(table, score), 48))
     ax.grid(color="#e5e5e5", linewidth=0.6)
+    name = style.short_name(score)
+    captions = []
     if result.found:
         xline = math.sqrt(result.below * result.threshold) if ax.get_xscale() == "log" else \
             (result.below + result.threshold) / 2
         ax.axvline(xline, color="#b22222", ls="--", lw=1.5, zorder=1)
         side = "≥" if result.better_side == "above" else "<"
-        ax.text(xline, 1.0, f" {axis} {side} {style.format_number(result.threshold)}", transform=ax.get_xaxis_transform(),
-                ha="left", va="bottom", color="#b22222", fontsize=9, clip_on=False)
-        sub = (f"threshold: {axis} {side} {style.format_number(result.threshold)}, D = {result.effect:.2f}, permutation "
-               f"p {style.p_text(result.p_value)}, " + ("clean split" if result.clean else "sides overlap"))
-        title = f"{style.short_name(score)} against {axis}: threshold at {style.format_number(result.threshold)}"
+        ax.text(xline, 1.0, f" {axis} {side} {style.format_number(result.threshold)}",
+                transform=ax.get_xaxis_transform(), ha="left", va="bottom", color="#b22222", fontsize=9, clip_on=False)
+        captions.append(f"Threshold: {axis} {side} {style.format_number(result.threshold)}, D = {result.effect:.2f} "
+                        f"(standardised mean difference), permutation p {style.p_text(result.p_value)}, "
+                        + ("a clean split" if result.clean else "the sides overlap"))
+        title = (f"{name} against {style.AXIS_NAMES.get(axis, axis)}: threshold at "
+                 f"{style.format_number(result.threshold)}")
     else:
-        title = f"{style.short_name(score)} against {axis}: no threshold"
-        sub = result.reason
+        title = f"{name} against {style.AXIS_NAMES.get(axis, axis)}: no threshold"
+        captions.append(f"No threshold: {result.reason}")
     if result.confounded_with:
-        sub += "; caution: " + ", ".join(f"{k} moves with {axis} (rho {v:+.2f})"
-                                         for k, v in result.confounded_with.items())
-    sub += "\n" + "; ".join(t for t in (style.errorbar_note(rows, score), style.chance_note(rows, score)) if t)
+        captions.append("Caution: " + ", ".join(f"{k} moves with {axis} (rho {v:+.2f})"
+                                                 for k, v in result.confounded_with.items()))
+    captions += [style.errorbar_note(rows, score), style.chance_note(rows, score)]
+    if len(left_out):
+        captions.append(f"Hollow: {len(left_out)} diffusion run(s) whose val_nll is a NELBO (an upper bound), left "
+                        "out of the threshold test of exact NLLs")
     if note:
-        title += f" ({note})"
-    style.set_title(fig, title, style.wrap_text(sub, 95))
-    style.legends_outside(ax, group, (depth.dropna().unique(), to_size, "depth\n(marker size,\nlayers)", style.format_number)
-                     if depth.notna().any() else None)
+        captions.append(f"Score: {note}")
+    sub = "; ".join(t for t in ("dashed: the threshold" if result.found else "",
+                                "hollow: a diffusion NELBO, not in the test" if len(left_out) else "",
+                                "bars: 95% intervals" if errors.notna().any() else "",
+                                "dotted: chance" if style.chance_value(rows, score) is not None else "") if t)
+    style.set_title(fig, title, sub)
+    style.set_caption(fig, *captions)
+    keys.legend(ax)
     style.pad_y(ax)
     style.draw_chance(ax, style.chance_value(rows, score))
     fig.slm_result = result
@@ -286,24 +325,32 @@ def plot_depth(table: pd.DataFrame, tasks: list[str] | None = None, max_panels: 
     if len(labels) > 1:
         fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 6), fontsize=8,
                    frameon=False)
-    title = "Score against depth" + (" per task" if len(columns) > 1 else "")
-    notes = ["points: runs; " + how]
+    title = "Score against depth" + (" per task" if len(columns) > 1 else "") + (f" ({note})" if note else "")
+    keys = ["points: runs; " + how]
+    captions = []
     if any(style.score_errors(rows, c).notna().any() for c in columns):
-        notes.append("bars: 95% intervals (1.96 x stderr; an average's propagated from its tasks', assuming "
-                     "independent tasks)")
+        keys.append("bars: 95% intervals")
+        captions.append("Bars: 95% intervals (1.96 x stderr; an average's propagated from its tasks', assuming "
+                        "independent tasks)")
     elif columns != ["val_nll"]:
-        notes.append("no error bars: no per-run standard error is recorded for these scores")
+        captions.append("No error bars: no per-run standard error is recorded for these scores")
     near = {style.short_name(c): int(style.near_chance(rows, c).sum()) for c in columns}
     if any(style.chance_value(rows, c) is not None for c in columns):
-        notes.append("dotted: chance (random guess among the choices)" + "".join(
+        keys.append("dotted: chance")
+        captions.append("Dotted: chance (random guess among the choices)" + "".join(
             f"; {name}: {k} run(s) within noise of chance" for name, k in near.items() if k))
-    style.set_title(fig, title + (f" ({note})" if note else ""), style.wrap_text("\n".join(notes), 110))
+    style.set_title(fig, title, style.wrap_text("; ".join(keys), 110))
+    style.set_caption(fig, *captions)
     return fig
 
 
 def plot_throughput(table: pd.DataFrame, score: str | None = None) -> Figure:
-    """Score against batch-1 decode speed (log axis); marker area = peak memory during decode. Runs decoded by
-    masked diffusion (parallel, their sampler's settings in the table) are ringed in black."""
+    """Score against batch-1 decode speed (log axis); colour = family, marker = depth; marker area = peak memory
+    where it is a per-run measure (GPU). Runs decoded by masked diffusion are ringed in black. The subtitle
+    states the device, the load (a CPU may have been shared with other jobs) and each decoder's settings
+    (analysis.decode_conditions)."""
+    from analysis.decode_conditions import conditions
+
     score, note = style.choose_score(table, score)
     if score is None:
         return style.placeholder("Throughput vs accuracy", note)
@@ -315,10 +362,9 @@ def plot_throughput(table: pd.DataFrame, score: str | None = None) -> Figure:
                 & pd.to_numeric(rows[score], errors="coerce").notna()]
     if rows.empty:
         return style.placeholder("Throughput vs accuracy", f"no run has both a decode speed and {score}")
-    fig = style.new_figure(figsize=(8.5, 5.2), layout="constrained")
+    fig = style.new_figure(figsize=(8.5, 5.4), layout="constrained")
     ax = fig.add_subplot()
-    group = style.group_column(rows)
-    colors, markers = style.group_colors(rows[group]) if group else ({}, {})
+    keys = style.PointKeys(table)
     mem = pd.to_numeric(rows.get("peak_memory_bytes"), errors="coerce") / 2 ** 20 if "peak_memory_bytes" in rows \
         else pd.Series(np.nan, rows.index)
     # A CPU run's peak memory is the process's peak RSS (ru_maxrss): it only grows over every job one process
@@ -337,14 +383,13 @@ def plot_throughput(table: pd.DataFrame, score: str | None = None) -> Figure:
     diffusion = rows["decoder"].astype(str).eq("masked_diffusion") if "decoder" in rows \
         else pd.Series(False, rows.index)
     errors = style.score_errors(rows, score)
-    for key, part in rows.groupby(rows[group].astype(str) if group else pd.Series("all", rows.index)):
+    for colour, marker, part in keys.groups(rows):
         if errors.loc[part.index].notna().any():
             ax.errorbar(part["decode_tokens_per_s"].astype(float), part[score].astype(float),
                         yerr=style.Z95 * errors.loc[part.index].fillna(0).to_numpy(float), fmt="none",
-                        ecolor=colors.get(key, "#555555"), alpha=0.45, elinewidth=1, capsize=2, zorder=2)
+                        ecolor=colour, alpha=0.45, elinewidth=1, capsize=2, zorder=2)
         ax.scatter(part["decode_tokens_per_s"].astype(float), part[score].astype(float),
-                   s=[to_size(v) for v in mem.loc[part.index]], color=colors.get(key, "#1f77b4"),
-                   marker=markers.get(key, "o"), alpha=0.7, label=key, zorder=3,
+                   s=[to_size(v) for v in mem.loc[part.index]], color=colour, marker=marker, alpha=0.75, zorder=3,
                    edgecolors=["black" if diffusion[i] else "white" for i in part.index],
                    linewidths=[1.8 if diffusion[i] else 0.8 for i in part.index])
     speeds = rows["decode_tokens_per_s"].astype(float)
@@ -352,71 +397,87 @@ def plot_throughput(table: pd.DataFrame, score: str | None = None) -> Figure:
         ax.set_xscale("log")
         style.log_ticks(ax, speeds)
     ax.set_xlabel(style.AXIS_LABELS["decode_tokens_per_s"] + (", log scale" if ax.get_xscale() == "log" else ""))
-    ax.set_ylabel(style.wrap_text(style.score_label(table, score), 48))
+    bounds = style.is_bound(rows) if score == "val_nll" else pd.Series(False, rows.index)
+    label = style.score_label(table, score)
+    if bounds.any() and (~bounds).any():  # ringed, not hollow, here: the ring is the diffusion decoder's
+        label = "validation NLL; a diffusion run's: NELBO (an upper bound), " + label.rsplit(", ", 1)[-1]
+    ax.set_ylabel(style.wrap_text(label, 48))
     ax.grid(color="#e5e5e5", linewidth=0.6)
     sized = measure[mem.notna()].dropna().astype(str).unique()
     what = {"cuda_max_memory_allocated": "GPU allocated"}
     mem_title = "peak memory\n(marker size, MiB" + (",\n" + "/".join(what.get(m, m) for m in sized)
                                                     if len(sized) else "") + ")"
-    style.legends_outside(ax, group, (mem.dropna().to_numpy(), to_size, mem_title, lambda v: f"{v:,.0f}")
-                     if mem.notna().any() else None)
+    extra = []
+    if diffusion.any():
+        extra.append((Line2D([], [], ls="", marker="o", mfc="#cccccc", mec="black", mew=1.8, markersize=7),
+                      "masked diffusion"))
+    keys.legend(ax, extra, (mem.dropna().to_numpy(), to_size, mem_title, lambda v: f"{v:,.0f}")
+                if mem.notna().any() else None)
     style.pad_y(ax)
     style.draw_chance(ax, style.chance_value(rows, score))
     ax.margins(x=0.08)
-    devices = rows["decode_device"].dropna().astype(str).unique() if "decode_device" in rows else []
-    sub = "batch 1, greedy decode" + (f" on {', '.join(devices)}" if len(devices) else "")
+    measured = conditions(rows)
+    sub = measured.lines()
+    marks = [t for t in ("bars: 95% intervals" if errors.notna().any() else "",
+                         "dotted: chance" if style.chance_value(rows, score) is not None else "") if t]
+    if marks:
+        sub[-1] += "; " + "; ".join(marks)
+    captions = []
     if cumulative.any():
-        sub += ("; " + ("marker size: peak GPU memory where measured; " if mem.notna().any() else "")
-                + f"peak memory of {int(cumulative.sum())} CPU run(s) left out (same-size markers): on a CPU it is "
-                "the process's peak RSS, which grows over every job one process ran, so it would show job order, "
-                "not the model")
-    sub += "\n" + "; ".join(t for t in (style.errorbar_note(rows, score), style.chance_note(rows, score)) if t)
-    if diffusion.any():
-        samplers = rows.loc[diffusion, "decode_sampler"].dropna().astype(str).unique() if "decode_sampler" in rows else []
-        sub += ("; ringed: masked diffusion, parallel decoding" + (f" ({'; '.join(samplers)})" if len(samplers) else "")
-                + (", the others autoregressive" if (~diffusion).any() else ""))
-    style.set_title(fig, f"{style.short_name(score)} against decode speed" + (f" ({note})" if note else ""), style.wrap_text(sub, 95))
-    if len(rows) <= 16:
+        captions.append(("Marker size: peak GPU memory where measured; " if mem.notna().any() else "")
+                        + f"peak memory of {int(cumulative.sum())} CPU run(s) left out: on a CPU it is the process's "
+                        "peak RSS, which grows over every job one process ran, so it would show job order, not the "
+                        "model")
+    captions += [style.errorbar_note(rows, score), style.chance_note(rows, score)]
+    if measured.cpu:
+        captions.append("The record does not say what else ran on the machine: a CPU speed measured beside other "
+                        "jobs (a local sweep on shared cores) is lower than on an idle machine")
+    if note:
+        captions.append(f"Score: {note}")
+    style.set_title(fig, f"{style.short_name(score)} against decode speed",
+                    "\n".join(style.wrap_text(line, 110) for line in sub))
+    style.set_caption(fig, *captions)
+    if len(rows) <= 12:  # beyond that the labels crowd out the points (colour and marker still key them)
         style.settle_layout(fig)
         style.label_points(ax, speeds.to_numpy(), rows[score].astype(float).to_numpy(), labels.tolist(),
                       [to_size(v) for v in mem.loc[rows.index]])
     fig.slm_memory_left_out = int(cumulative.sum())
+    fig.slm_conditions = measured
     return fig
 
 
 def plot_pareto(table: pd.DataFrame, x: str = "train_flops", y: str | None = None) -> Figure:
-    """Validation NLL against training FLOPs (log axis); the Pareto frontier (no run has both less compute
-    and lower NLL) as a step line, its runs labelled. y None: style.nll_column (bits per byte when the
-    tokenizers differ)."""
+    """Validation NLL against training FLOPs (log axis); colour = family, marker = depth, each family's points
+    joined in order of depth, every point labelled (the frontier's only, past 14 runs); the Pareto frontier
+    (analysis.thresholds.nll_frontier: no run has both less compute and lower NLL; a diffusion bound, drawn
+    hollow, is never on the frontier of exact NLLs) as a step line. y None: style.nll_column (bits per byte when
+    the tokenizers differ)."""
+    from analysis.headline import BOUND_COLUMNS
+    from analysis.thresholds import nll_frontier
+
     y = y or style.nll_column(table)
     rows = style.completed_runs(table)
     for column in (x, y):
         if column not in rows or pd.to_numeric(rows[column], errors="coerce").notna().sum() == 0:
             return style.placeholder("NLL vs training FLOPs", f"the results have no {column} values (completed runs)")
     rows = rows[pd.to_numeric(rows[x], errors="coerce").notna() & pd.to_numeric(rows[y], errors="coerce").notna()]
-    lower_y = not higher_is_better(table, y)
-    # a diffusion bound (NELBO) is not comparable with an exact NLL: with both, the frontier is the exact runs'
-    bound = style.is_bound(rows) if y == "val_nll" else pd.Series(False, rows.index)
+    bound = style.is_bound(rows) if y in BOUND_COLUMNS else pd.Series(False, rows.index)
     mixed = bool(bound.any() and (~bound).any())
-    mask = pd.Series(False, rows.index)
-    frontier_rows = rows[~bound] if mixed else rows
-    mask[frontier_rows.index] = pareto_mask(frontier_rows[x].astype(float), frontier_rows[y].astype(float), True,
-                                            lower_y)
-    fig = style.new_figure(figsize=(8.5, 5.2), layout="constrained")
+    front = nll_frontier(table, x, y)
+    fig = style.new_figure(figsize=(9.0, 5.6), layout="constrained")
     ax = fig.add_subplot()
-    group = style.group_column(rows)
-    colors, markers = style.group_colors(rows[group]) if group else ({}, {})
-    for key, part in rows.groupby(rows[group].astype(str) if group else pd.Series("all", rows.index)):
+    keys = style.PointKeys(table)
+    paths = _family_paths(table, rows[~(bound & mixed)], keys, x, y)
+    for colour, px, py in paths:  # a family across the swept axis: its best configuration at each value
+        ax.plot(px, py, color=colour, lw=1.0, alpha=0.45, zorder=2)
+    for colour, marker, part in keys.groups(rows):
         for hollow, sub_part in part.groupby(bound[part.index] & mixed):
-            color = colors.get(key, "#1f77b4")
-            ax.scatter(sub_part[x].astype(float), sub_part[y].astype(float), marker=markers.get(key, "o"), s=40,
-                       alpha=0.75, zorder=3, label=key if not hollow or not (~bound[part.index]).any() else None,
-                       **({"facecolors": "none", "edgecolors": color, "linewidths": 1.2} if hollow else
-                          {"color": color, "edgecolors": "white", "linewidths": 0.6}))
-    front = rows[mask].sort_values(x)
+            ax.scatter(sub_part[x].astype(float), sub_part[y].astype(float), marker=marker, s=60, alpha=0.85,
+                       zorder=3, **({"facecolors": "none", "edgecolors": colour, "linewidths": 1.4} if hollow else
+                                   {"color": colour, "edgecolors": "white", "linewidths": 0.6}))
     fx, fy = front[x].astype(float).to_numpy(), front[y].astype(float).to_numpy()
-    ax.step(fx, fy, where="post", color="#222222", lw=1.4, zorder=2, label="Pareto frontier")
-    ax.scatter(fx, fy, facecolors="none", edgecolors="#222222", s=110, linewidths=1.2, zorder=4)
+    ax.step(fx, fy, where="post", color="#222222", lw=1.4, zorder=2)
+    ax.scatter(fx, fy, facecolors="none", edgecolors="#222222", s=150, linewidths=1.2, zorder=4)
     xs = rows[x].astype(float)
     if xs.max() / max(xs.min(), 1e-300) >= 3:
         ax.set_xscale("log")
@@ -425,18 +486,56 @@ def plot_pareto(table: pd.DataFrame, x: str = "train_flops", y: str | None = Non
     ax.set_xlabel(style.AXIS_LABELS.get(x, x) + (", log scale" if ax.get_xscale() == "log" else ""))
     ax.set_ylabel(style.score_label(table, y))
     ax.grid(color="#e5e5e5", linewidth=0.6)
-    style.legends_outside(ax, group)
+    extra = [(Line2D([], [], color="#222222", lw=1.4, marker="o", mfc="none", markersize=9), "Pareto frontier")]
+    if paths:
+        extra.append((Line2D([], [], color="#888888", lw=1.0, alpha=0.6),
+                      f"a {keys.colour}'s best at each {style.AXIS_NAMES.get(keys.marker, keys.marker)}"))
+    if mixed:
+        extra.append((Line2D([], [], ls="", marker="o", mfc="none", mec="#555555", markersize=7),
+                      "NELBO (a bound)"))
+    keys.legend(ax, extra)
     style.pad_y(ax, 0.08)
     ax.margins(x=0.08)
-    note = "training FLOPs = FLOPs per token (PaLM: 6N + 12·L·H·hd·T) × training tokens"
+    sub = []
+    if keys.colour and keys.marker:
+        sub.append(f"colour: {keys.colour}; marker: {style.AXIS_NAMES.get(keys.marker, keys.marker)}; "
+                   "circled and stepped: the Pareto frontier")
     if mixed:
-        note += "; hollow: diffusion NELBO (a bound), left off the frontier of exact NLLs"
-    style.set_title(fig, f"{style.short_name(y)} against training compute: {int(mask.sum())} of {len(rows)} runs on the Pareto frontier",
-           style.wrap_text(note, 95))
-    if len(front) <= 12:
-        style.settle_layout(fig)
-        style.label_points(ax, fx, fy, run_labels(rows).loc[front.index].tolist(), [110] * len(fx))
+        sub.append("hollow: diffusion NELBO (a bound), left off the frontier of exact NLLs")
+    style.set_title(fig, f"{style.short_name(y)} against training compute", "\n".join(sub))
+    style.set_caption(fig, f"{len(front)} of {len(rows)} runs on the Pareto frontier: no other run has both less "
+                      "training compute and a lower loss",
+                      "Training FLOPs = FLOPs per token (PaLM: 6N + 12·L·H·hd·T) × training tokens")
+    labelled = rows if len(rows) <= 14 else front
+    style.settle_layout(fig)
+    style.label_points(ax, labelled[x].astype(float).to_numpy(), labelled[y].astype(float).to_numpy(),
+                       run_labels(rows).loc[labelled.index].tolist(), [60] * len(labelled))
+    fig.slm_frontier = list(front.index)
     return fig
+
+
+def _family_paths(table: pd.DataFrame, rows: pd.DataFrame, keys, x: str, y: str) -> list:
+    """[(colour, xs, ys)]: per family (colour) with two or more values of the swept axis (marker), its best
+    configuration at each value (seeds pooled, at its best lr: analysis.tiers.units_of), at the mean x of that
+    configuration's runs, in the axis' order."""
+    from analysis.tiers import units_of
+
+    if not (keys.colour and keys.marker) or rows.empty:
+        return []
+    units, _, _ = units_of(rows, y)
+    if units.empty:
+        return []
+    first = [r[0] for r in units["runs"]]
+    units = units.assign(_c=rows.loc[first, keys.colour].astype(str).to_numpy(),
+                         _a=pd.to_numeric(rows.loc[first, keys.marker], errors="coerce").to_numpy(),
+                         _x=[float(pd.to_numeric(rows.loc[r, x]).mean()) for r in units["runs"]])
+    units = units.sort_values("value", ascending=higher_is_better(table, y)).drop_duplicates(["_c", "_a"], keep="last")
+    out = []
+    for family, part in units.dropna(subset=["_a"]).groupby("_c"):
+        if len(part) >= 2:
+            part = part.sort_values("_a")
+            out.append((keys.colours.get(family, style.PALETTE[0]), part["_x"].to_numpy(), part["value"].to_numpy()))
+    return out
 
 
 def plot_heatmap(table: pd.DataFrame, tasks: list[str] | None = None, score: str | None = None,
@@ -504,11 +603,14 @@ def plot_heatmap(table: pd.DataFrame, tasks: list[str] | None = None, score: str
     ax.xaxis.set_label_position("top")
     bar = fig.colorbar(image, ax=ax, shrink=0.8, pad=0.02)
     bar.set_label("rank within the task\n(1 = best, 0 = worst)")
-    sub = "cells: the task's headline value" + (" ± 95% interval (1.96 x stderr, where recorded)" if two_lines
-                                                 else "") + "; colour: rank among the configurations on that task"
-    if near_cells:
-        sub += f"\n°: within noise of the task's chance level ({near_cells} cell(s))"
-    style.set_title(fig, "Per-task scores" + (f" ({note})" if note else ""), style.wrap_text(sub, 90))
+    sub = "cells: value" + (" ± 95% interval" if two_lines else "") + "; colour: rank on that task" + (
+        "; °: within noise of chance" if near_cells else "")
+    style.set_title(fig, "Per-task scores" + (f" ({note})" if note else ""), sub)
+    style.set_caption(fig, "Cells: each task's headline value" + (" ± its 95% interval (1.96 x lm-eval stderr, "
+                                                                   "where recorded)" if two_lines else ""),
+                      "Colour: rank among the configurations on that task (1 = best), so tasks on different scales "
+                      "share one colour bar",
+                      f"°: within noise of the task's chance level ({near_cells} cell(s))" if near_cells else "")
     return fig
 
 
@@ -518,7 +620,7 @@ FILE_NAMES = {"tiers": "tiers", "threshold": "threshold_d_model", "depth": "dept
               "throughput": "throughput_vs_accuracy", "pareto": "pareto_nll_flops", "heatmap": "heatmap_tasks",
               "lr": "score_vs_lr"}
 TITLES = {"tiers": "Tiers", "threshold": "Hidden-size threshold", "depth": "Depth against score",
-          "throughput": "Throughput against accuracy", "pareto": "NLL against training FLOPs",
+          "throughput": "Decode speed against score", "pareto": "NLL against training FLOPs",
           "heatmap": "Per-task heatmap", "lr": "Score against learning rate"}
 
 

@@ -1,8 +1,10 @@
-"""The study report: Markdown and HTML with the run table, tiers, threshold, best per family, Pareto frontier
-and the seven plots, and what the noise allows: every score's uncertainty (95% intervals; a suite average's
-standard error propagated from its tasks', assuming independent tasks), multiple-choice scores against their
-chance level, no "best configuration" where the differences are within noise, and how far runs solved for a
-parameter budget landed from it.
+"""The study report: Markdown and HTML that open with a verdict on the study's headline metric (the first metric
+on which the configurations differ beyond noise and from chance: analysis.headline, analysis.verdict), the tasks
+at chance under their own heading, then the run table, tiers, threshold, best per family, Pareto frontier and
+the seven plots (their statistics in captions), and an appendix of methods and tests. What the noise allows:
+every score's uncertainty (95% intervals; a suite average's standard error propagated from its tasks', assuming
+independent tasks), multiple-choice scores against their chance level, no "best configuration" where the
+differences are within noise, and how far runs solved for a parameter budget landed from it.
 
     build_report("runs/cpu_default/results.parquet", "runs/cpu_default/report")   # -> .../report.html
 
@@ -11,8 +13,8 @@ Layout of out_dir:
                              as data URIs, so the file is whole on its own; each links its SVG)
   figures/<plot>.png, .svg   the seven plots (analysis.plots.draw_all)
 
-Every number in the report comes from the results table; statistics are computed by analysis.tiers and
-analysis.thresholds and the method line of each says how it was decided.
+Every number in the report comes from the results table; statistics are computed by analysis.headline,
+analysis.verdict, analysis.tiers and analysis.thresholds, and the appendix says how each was decided.
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ import pandas as pd
 
 from analysis import plot_style as style
 from analysis.collect import ALL_STATUSES, average_members, load_results, single_task_average
-from analysis.plots import FILE_NAMES, TITLES, choose_score, draw_all, score_label
-from analysis.thresholds import BEST_Z, best_per_family, find_threshold, pareto_frontier
+from analysis.plots import FILE_NAMES, TITLES, draw_all, score_label
+from analysis.thresholds import BEST_Z, best_per_family, find_threshold, nll_frontier
 from analysis.tiers import describe_gap, find_tiers, run_labels
 from analysis.tuning import at_best_lr, lr_labels, lr_varies, rows_at
 
@@ -313,22 +315,43 @@ def claims_blocks(table: pd.DataFrame, score: str) -> list:
             + seeds_summary(table, score) + ".", verdicts]
 
 
+def chance_blocks(table: pd.DataFrame, headline) -> list:
+    """The scores read against their chance level; for a metric at chance for the study (analysis.headline),
+    a table of its configurations nearest and farthest from chance."""
+    lines = chance_lines(table)
+    rows = [{"metric": c.column, "name": style.short_name(c.column), "chance": c.chance,
+             "configurations within noise of chance": f"{c.near_chance} of {c.configurations}"}
+            for c in headline.at_chance]
+    if rows:
+        lines.insert(0, "These metrics do not rank the architectures yet: half or more of the configurations "
+                        "score within noise of chance, so the verdict above does not rest on them.")
+    return lines + ([pd.DataFrame(rows)] if rows else [])
+
+
 def sections(table: pd.DataFrame, results_path: str, score: str | None = None) -> list[tuple[str, list]]:
-    """[(heading, [blocks])], a block being a str (paragraph), a DataFrame (table) or ("figure", kind)."""
-    score, note = choose_score(table, score)
-    out = []
+    """[(heading, [blocks])], a block being a str (paragraph), a DataFrame (table) or ("figure", kind). The
+    report opens with the verdict on the headline metric (analysis.headline, analysis.verdict; `score`: the
+    user's choice) and ends with the appendix of methods and tests."""
+    from analysis.headline import choose_headline, comparable_rows
+    from analysis.verdict import build_verdict
+
+    headline = choose_headline(table, score)
+    score, note = headline.column, headline.note
+    verdict = build_verdict(table, headline)
+    out = [("Verdict", verdict.blocks())]
+    chance = chance_blocks(table, headline)
+    if chance:
+        out.append(("Tasks at chance" if headline.at_chance else "Scores against chance", chance))
     counts = table["status"].value_counts() if "status" in table else pd.Series(dtype=int)
     status = ", ".join(f"{int(counts[s])} {s}" for s in ALL_STATUSES if s in counts) or "none"
-    intro = [f"Results: `{results_path}` — {len(table)} runs ({status})."]
+    intro = [f"Results: `{results_path}` — {len(table)} run{'' if len(table) == 1 else 's'} ({status})."]
     if score:
-        intro.append(f"Score used below: **{score}** ({score_label(table, score)})" + (f"; {note}." if note else "."))
+        why = "chosen with --score" if headline.explicit else "the verdict's headline metric"
+        intro.append(f"Score used below: **{score}** ({score_label(table, score)}; {why}).")
         intro += uncertainty_lines(table, score)
     else:
         intro.append(f"No score available: {note}.")
     out.append(("Summary", intro))
-    chance = chance_lines(table)
-    if chance:
-        out.append(("Scores against chance", chance))
 
     problems = table[table["status"] != "completed"] if "status" in table else table.iloc[0:0]
     if len(problems):
@@ -337,11 +360,11 @@ def sections(table: pd.DataFrame, results_path: str, score: str | None = None) -
         out.append(("Runs that did not complete", [frame]))
 
     if score:
-        blocks: list = [TIER_METHOD]
+        blocks: list = ["How tiers are decided: appendix."]
         for column in dict.fromkeys([score, style.nll_column(table)]):
             if column not in table or table[column].notna().sum() == 0:
                 continue
-            result = find_tiers(table, column)
+            result = find_tiers(comparable_rows(table, column), column)  # a diffusion bound apart from exact NLLs
             lines = [f"**{column}**: " + (f"{result.k} tiers." if result.split else f"no split — {result.reason}.")]
             for tier in result.tiers if result.split else []:
                 lines.append(f"- tier {tier.rank} ({tier.n}): {', '.join(tier.members)} — {_fmt(tier.low)} to "
@@ -352,9 +375,9 @@ def sections(table: pd.DataFrame, results_path: str, score: str | None = None) -
         blocks.append(("figure", "tiers"))
         out.append(("Tiers", blocks))
 
-        blocks = [THRESHOLD_METHOD]
+        blocks = ["How the threshold is decided: appendix."]
         if "d_model" in table:
-            blocks.append(find_threshold(table, "d_model", score).summary())
+            blocks.append(find_threshold(comparable_rows(table, score), "d_model", score).summary())
         blocks.append(("figure", "threshold"))
         out.append(("Hidden-size threshold", blocks))
 
@@ -370,15 +393,18 @@ def sections(table: pd.DataFrame, results_path: str, score: str | None = None) -
                          "torch.cuda.max_memory_allocated after a reset. A CPU run's peak memory is its process's "
                          "peak resident set size (ru_maxrss), which only grows over every job the process ran (a "
                          "local sweep runs many), so it would show job order, not the model: it is left out.")
-    out.append(("Throughput against accuracy", blocks))
+    out.append(("Decode speed", blocks))
     loss = style.nll_column(table)
-    front = pareto_frontier(table, y=loss)
+    front = nll_frontier(table, y=loss)
     blocks = []
     if len(front):
         frame = pd.DataFrame({"run": run_labels(table).loc[front.index].to_numpy(),
                               "train FLOPs": front["train_flops"].to_numpy(),
                               "val NLL" if loss == "val_nll" else "val bits/byte": front[loss].to_numpy()})
-        blocks.append("Runs that no other run beats on both training compute and validation NLL:")
+        bounds = style.is_bound(style.completed_runs(table))
+        blocks.append("Runs that no other run beats on both training compute and validation NLL"
+                      + (" (a diffusion NELBO is a bound, never on the frontier of exact NLLs)"
+                         if bounds.any() and (~bounds).any() else "") + ":")
         blocks.append(frame)
     blocks.append(("figure", "pareto"))
     out.append(("NLL against training FLOPs", blocks))
@@ -391,10 +417,12 @@ def sections(table: pd.DataFrame, results_path: str, score: str | None = None) -
         runs.insert(0, "Sizes are active parameters per token (a mixture of experts uses only its routed experts, "
                        "so its total is larger); training FLOPs follow the active parameters.")
     out.append(("All runs", runs))
+    out.append(("Appendix: how the verdict was decided", [*verdict.appendix(), TIER_METHOD, THRESHOLD_METHOD]))
     return out
 
 
-def _markdown(title: str, parts: list, notes: dict, generated: str) -> str:
+def _markdown(title: str, parts: list, notes: dict, generated: str, captions: dict | None = None) -> str:
+    captions = captions or {}
     text = [f"# {title}\n", f"_Generated {generated} by slm-report._\n"]
     for heading, blocks in parts:
         text.append(f"\n## {heading}\n")
@@ -406,6 +434,8 @@ def _markdown(title: str, parts: list, notes: dict, generated: str) -> str:
                 text.append(f"![{TITLES[kind]}]({FIGURES}/{FILE_NAMES[kind]}.png)\n")
                 if notes.get(kind):
                     text.append(f"_{TITLES[kind]} not drawn: {notes[kind]}_\n")
+                elif captions.get(kind):
+                    text.append(f"_{captions[kind]}_\n")
             else:
                 text.append(block + "\n")
     return "\n".join(text)
@@ -418,21 +448,25 @@ img{max-width:100%;border:1px solid #eee;margin:0.5em 0}figure{margin:0.5em 0}co
 .note{color:#666;font-size:0.9em}"""
 
 
-def _embedded(figures: Path, kind: str) -> str:
-    """The figure as an <img> the HTML file carries itself (PNG in a data URI), linking its SVG; a plain link
-    to the PNG when the file is not there."""
+def _embedded(figures: Path, kind: str, caption: str = "") -> str:
+    """The figure as an <img> the HTML file carries itself (PNG in a data URI), linking its SVG, with its caption
+    (the statistics behind it); a plain link to the PNG when the file is not there."""
     png = figures / f"{FILE_NAMES[kind]}.png"
     alt = html.escape(TITLES[kind])
     svg = f"{FIGURES}/{FILE_NAMES[kind]}.svg"
     if not png.is_file():
         return f"<img src='{FIGURES}/{FILE_NAMES[kind]}.png' alt='{alt}'>"
     data = base64.b64encode(png.read_bytes()).decode("ascii")
+    text = f"{alt}" + (f": {html.escape(caption)}" if caption else "")
     return (f"<figure><img src='data:image/png;base64,{data}' alt='{alt}'>"
-            f"<figcaption class='note'>{alt} (<a href='{svg}'>SVG</a>)</figcaption></figure>")
+            f"<figcaption class='note'>{text} (<a href='{svg}'>SVG</a>)</figcaption></figure>")
 
 
-def _html(title: str, parts: list, notes: dict, generated: str, figures: Path | None = None) -> str:
+def _html(title: str, parts: list, notes: dict, generated: str, figures: Path | None = None,
+          captions: dict | None = None) -> str:
     import re
+
+    captions = captions or {}
 
     def inline(text: str) -> str:
         text = html.escape(text)
@@ -448,7 +482,7 @@ def _html(title: str, parts: list, notes: dict, generated: str, figures: Path | 
                 body.append(html_table(block))
             elif isinstance(block, tuple):
                 kind = block[1]
-                body.append(_embedded(figures, kind) if figures is not None else
+                body.append(_embedded(figures, kind, captions.get(kind, "")) if figures is not None else
                             f"<img src='{FIGURES}/{FILE_NAMES[kind]}.png' alt='{html.escape(TITLES[kind])}'>")
                 if notes.get(kind):
                     body.append(f"<p class='note'>{html.escape(TITLES[kind])} not drawn: "
@@ -469,14 +503,18 @@ def build_report(results_path: str | os.PathLike, out_dir: str | os.PathLike, sc
     """Draw the seven plots into out_dir/figures and write out_dir/report.md and report.html; returns the
     HTML report's path. results_path: a results table (.parquet/.csv) or a runs directory; `table`: the
     results already loaded from it (else they are loaded here)."""
+    from analysis.headline import choose_headline
+
     table = load_results(results_path) if table is None else table
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    drawn = draw_all(table, out_dir / FIGURES, score=score)
+    headline = choose_headline(table, score).column  # the figures plot the verdict's metric
+    drawn = draw_all(table, out_dir / FIGURES, score=headline)
     notes = {kind: getattr(fig, "slm_placeholder", None) for kind, (fig, _) in drawn.items()}
+    captions = {kind: style.caption(fig) for kind, (fig, _) in drawn.items()}
     parts = sections(table, str(results_path), score)
     generated = datetime.now(timezone.utc).isoformat(timespec="seconds")  # the same stamp in both files
-    (out_dir / "report.md").write_text(_markdown(title, parts, notes, generated))
+    (out_dir / "report.md").write_text(_markdown(title, parts, notes, generated, captions))
     path = out_dir / "report.html"
-    path.write_text(_html(title, parts, notes, generated, out_dir / FIGURES))
+    path.write_text(_html(title, parts, notes, generated, out_dir / FIGURES, captions))
     return path

@@ -3,6 +3,7 @@
     find_threshold(table, "d_model", "score_hellaswag")      # "hidden size >= 512 is what matters"?
     best_per_family(table, "avg_study7")
     pareto_frontier(table, x="train_flops", y="val_nll")     # lower is better on both
+    nll_frontier(table)                                      # the same, a diffusion bound never on it
     compare(table, "n_layers", 32, 12, "avg_study7")          # "32 layers beats 12"?
 
 Threshold rule. Units are configurations (seeds pooled, see analysis.tiers). For every cut between two
@@ -258,6 +259,20 @@ def pareto_frontier(table: pd.DataFrame, x: str = "train_flops", y: str = "val_n
     mask = pareto_mask(pd.to_numeric(rows[x], errors="coerce"), pd.to_numeric(rows[y], errors="coerce"),
                        lower_x, lower_y)
     return rows[mask].sort_values(x, kind="stable")
+
+
+def nll_frontier(table: pd.DataFrame, x: str = "train_flops", y: str = "val_nll") -> pd.DataFrame:
+    """The Pareto frontier of a validation loss against compute, by the one rule the report, the Pareto plot and
+    the notebook share: completed runs with both values; where val_nll holds exact NLLs and diffusion bounds
+    (val_nll_kind nelbo) the frontier is the exact runs' (a bound is an upper bound on an NLL, not comparable
+    with one: never on their frontier). Sorted by x."""
+    from analysis.headline import comparable_rows
+
+    rows = comparable_rows(table, y)
+    if x not in rows:
+        return rows.iloc[0:0]
+    rows = rows[pd.to_numeric(rows[x], errors="coerce").notna()]
+    return pareto_frontier(rows, x, y, lower_y=not _higher_is_better(table, y), completed_only=False)
 
 
 @dataclass

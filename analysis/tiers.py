@@ -133,7 +133,8 @@ class TierResult:
         lines = [f"{self.score} ({direction}), {len(self.units)} configurations: "
                  + (f"{self.k} tiers" if self.split else f"no split: {self.reason}")]
         for tier in self.tiers if self.split else []:
-            lines.append(f"  tier {tier.rank}: {tier.n} runs, {tier.low:.4g} to {tier.high:.4g}")
+            runs = f"{tier.n} run{'' if tier.n == 1 else 's'}"
+            lines.append(f"  tier {tier.rank}: {runs}, {tier.low:.4g} to {tier.high:.4g}")
         for gap in self.gaps:
             lines.append("  " + describe_gap(gap))
         lines += [f"  note: {note}" for note in self.notes]
@@ -272,7 +273,7 @@ def _draws(units: pd.DataFrame, n_boot: int, rng: np.random.Generator) -> np.nda
 
 LABEL_AXES = ["family", "n_layers", "d_model", "n_kv_heads", "position", "norm", "norm_placement", "mlp", "qk_norm",
               "layer_types", "mlp_types", "canon_set", "layer_repeat", "context_length", "window_hidden", "objective",
-              "data", "tokenizer", "lr", "batch_size", "schedule", "max_steps", "seed"]
+              "parametrization", "optimizer", "data", "tokenizer", "lr", "batch_size", "schedule", "max_steps", "seed"]
 """Axes that may appear in a run's label (sizes derived from them, like head_dim or d_ff, never do)."""
 _SHORT = {"n_layers": "L", "d_model": "d", "seed": "seed ", "n_kv_heads": "kv", "max_steps": "steps="}
 

@@ -15,7 +15,7 @@ import yaml
 
 from analysis import collect, load_results, save_results
 from analysis.cli import collect_main
-from analysis.collect import lower_is_better
+from analysis.collect import COLUMN_DOCS, lower_is_better
 from slm.runs.status import PENDING, STOPPED
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -136,7 +136,7 @@ def test_columns_units_and_values(sweep):
     assert row["train_flops"] == row["flops_per_token"] * row["tokens"] == 6000 * 4 * 128 * 1_000_000
     assert row["score_slm_shakespeare_mc"] == 0.31 and row["stderr_slm_shakespeare_mc"] == 0.02
     assert row["metric_slm_shakespeare_mc"] == "acc_norm,none" and row["samples_slm_shakespeare_mc"] == 447
-    assert pd.isna(row["stderr_slm_shakespeare_ppl"])  # lm-eval's "N/A"
+    assert pd.isna(row["stderr_slm_shakespeare_bpb"])  # lm-eval's "N/A"; recorded as slm_shakespeare_ppl
     assert row["avg_offline"] == 0.31 and row["data"] == "tiny_shakespeare" and row["seed"] == 0
     assert row["sweep"] == "grid" and row["decode_tokens_per_s"] == 900.0
     assert pd.api.types.is_numeric_dtype(table["d_model"]) and pd.api.types.is_numeric_dtype(table["val_nll"])
@@ -144,6 +144,43 @@ def test_columns_units_and_values(sweep):
     # the fixture is a record from before layer_types: upgraded on the way in
     assert (row["layer_types"], row["mlp_types"], row["params_active"]) == ("attn", "dense", row["params_total"])
     assert "attention_pattern" not in table and "attention" not in table
+
+
+def test_old_names_collect_into_todays_columns(tmp_path):
+    """Records written before names said what their numbers are: slm_shakespeare_ppl (whose headline is bits per
+    byte) is read as slm_shakespeare_bpb, members of an average included; a diffusion run's val_ppl (exp of a
+    NELBO) as val_ppl_bound; a record scored again under the new name keeps the new name's numbers."""
+    from analysis.collect import RENAMED_TASKS
+    from slm.eval import RENAMED_TASKS as EVAL_RENAMED
+
+    assert RENAMED_TASKS == EVAL_RENAMED  # analysis may not import slm.eval: the two tables must agree
+    old = make_record(scores={"slm_shakespeare_mc": (0.31, 0.02), "slm_shakespeare_ppl": (4.2, None)})
+    old["eval"]["lm_eval"]["averages"] = {"both": 2.0}
+    old["eval"]["lm_eval"]["average_tasks"] = {"both": ["slm_shakespeare_ppl", "slm_shakespeare_mc"]}
+    write(tmp_path / "old", old)
+    diffusion = make_record(family="dllm", val_nll=3.0)
+    diffusion["eval"]["val_nll_kind"] = "nelbo"  # val_ppl = e^3 as such runs recorded it
+    write(tmp_path / "dllm_old", diffusion)
+    new = make_record(family="dllm", val_nll=3.0)
+    new["eval"].update(val_nll_kind="nelbo", val_ppl_bound=new["eval"].pop("val_ppl"))
+    write(tmp_path / "dllm_new", new)
+    rescored = make_record(family="llama3",
+                           scores={"slm_shakespeare_mc": (0.3, 0.02), "slm_shakespeare_ppl": (4.2, None)})
+    lm = rescored["eval"]["lm_eval"]
+    for key, value in (("scores", 3.9), ("metrics", "bits_per_byte,none"), ("details", {"bits_per_byte,none": 3.9})):
+        lm[key]["slm_shakespeare_bpb"] = value
+    write(tmp_path / "rescored", rescored)
+    table = collect(tmp_path).set_index("run")
+    assert not [c for c in table.columns if "slm_shakespeare_ppl" in c]
+    assert table.at["old", "score_slm_shakespeare_bpb"] == 4.2
+    assert table.at["old", "metric_slm_shakespeare_bpb"] == "bits_per_byte,none"
+    assert table.at["old", "samples_slm_shakespeare_bpb"] == 447
+    assert table.at["old", "tasks_avg_both"] == "slm_shakespeare_bpb,slm_shakespeare_mc"
+    assert table.at["rescored", "score_slm_shakespeare_bpb"] == 3.9  # the new name wins
+    assert table.at["old", "val_ppl"] == pytest.approx(2.718281828 ** 3) and pd.isna(table.at["old", "val_ppl_bound"])
+    for run in ("dllm_old", "dllm_new"):
+        assert pd.isna(table.at[run, "val_ppl"]) and table.at[run, "val_ppl_bound"] == pytest.approx(2.718281828 ** 3)
+    assert "val_ppl_bound" in COLUMN_DOCS and "val_ppl_bound" not in collect(tmp_path / "old")  # bounds only
 
 
 @pytest.mark.parametrize("suffix", [".parquet", ".csv"])

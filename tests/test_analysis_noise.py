@@ -143,7 +143,9 @@ def test_heatmap_cells_carry_the_interval(noisy):
 
 
 def title(fig) -> str:
-    return " ".join(fig._suptitle.get_text().split())  # unwrapped
+    from analysis.plot_style import figure_text
+
+    return figure_text(fig)  # title and caption, unwrapped (statistics are in the caption)
 
 
 def chance_lines(ax):
@@ -169,7 +171,7 @@ def test_multiple_choice_scores_are_drawn_against_chance(noisy):
     assert "mc_a: 3 run(s) within noise of chance" in title(fig)
 
     fig = plot_throughput(noisy, "score_text_ppl")
-    assert chance_lines(fig.axes[0]) == [] and "chance" not in fig._suptitle.get_text()
+    assert chance_lines(fig.axes[0]) == [] and "chance" not in title(fig)
 
 
 def test_within_noise_of_chance_is_score_minus_chance_against_196_stderr():
@@ -280,7 +282,7 @@ def test_cpu_peak_memory_is_left_out_of_the_throughput_plot(noisy):
     assert fig.slm_memory_left_out == 6
     sizes = {float(s) for coll in fig.axes[0].collections for s in getattr(coll, "get_sizes", list)()}
     assert len(sizes) == 1  # every marker the same size: memory not encoded
-    assert "left out" in fig._suptitle.get_text() and "peak RSS" in fig._suptitle.get_text()
+    assert "left out" in title(fig) and "peak RSS" in title(fig)
     assert not any("peak memory" in (lg.get_title().get_text()) for lg in fig.axes[0].findobj(
         lambda a: a.__class__.__name__ == "Legend"))
 
@@ -288,6 +290,6 @@ def test_cpu_peak_memory_is_left_out_of_the_throughput_plot(noisy):
     gpu["peak_memory_measure"] = "cuda_max_memory_allocated"
     gpu["peak_memory_bytes"] = np.linspace(100, 600, len(gpu)) * 2 ** 20
     fig = plot_throughput(gpu, "score_mc_a")
-    assert fig.slm_memory_left_out == 0 and "left out" not in fig._suptitle.get_text()
+    assert fig.slm_memory_left_out == 0 and "left out" not in title(fig)
     sizes = {float(s) for coll in fig.axes[0].collections for s in getattr(coll, "get_sizes", list)()}
     assert len(sizes) > 2

@@ -1,4 +1,5 @@
-"""analysis/notebooks/explore_results.ipynb executes on a small results table, and is stored without outputs."""
+"""analysis/notebooks/explore_results.ipynb executes on a small results table (opening with the report's verdict,
+drawing the report's Pareto frontier), and is stored without outputs."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ from pathlib import Path
 import pytest
 
 from analysis import collect, save_results
+from analysis.thresholds import nll_frontier, pareto_frontier
+from analysis.tiers import run_labels
+from tests.test_analysis_collect import make_record, write
 from tests.test_analysis_plots import study_runs
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "analysis" / "notebooks" / "explore_results.ipynb"
@@ -38,7 +42,13 @@ def test_notebook_executes(tmp_path, monkeypatch):
     pytest.importorskip("ipykernel")
     runs = study_runs(tmp_path / "runs" / "cpu_default")
     logged = _train_logs(runs)
-    save_results(collect(runs), runs / "results.parquet")
+    # a masked diffusion run whose NELBO (a bound) is lowest, at the least compute: an exact NLL there would
+    # dominate every run; the notebook's frontier must leave it off, as the report's does
+    bound = make_record(family="dllm", n_layers=4, d_model=64, tokens=1e5, val_nll=1.0)
+    bound["eval"]["val_nll_kind"] = "nelbo"
+    write(runs / "dllm" / "L4_d64", bound)
+    table = collect(runs)
+    save_results(table, runs / "results.parquet")
     monkeypatch.delenv("SLM_RESULTS", raising=False)
     monkeypatch.setenv("SLM_RUNS", str(tmp_path / "runs"))
     nb = nbformat.read(NOTEBOOK, as_version=4)
@@ -54,3 +64,16 @@ def test_notebook_executes(tmp_path, monkeypatch):
     texts = "".join(o.get("text", "") for o in loss_cell.outputs)
     assert f"{logged} of " in texts and logged > 0
     assert sum("image/png" in o.get("data", {}) for o in loss_cell.outputs) == 1
+    # the verdict opens the notebook as it opens the report
+    (verdict_cell,) = [c for c in nb.cells if c.get("id") == "verdict"]
+    shown = "".join(o.get("data", {}).get("text/markdown", "") for o in verdict_cell.outputs)
+    assert shown.startswith("Headline metric:") and "**Ranking**" in shown
+    # the Pareto frontier by the report's rule, from the same function
+    (pareto_cell,) = [c for c in nb.cells if c.get("id") == "pareto"]
+    line = next(t for o in pareto_cell.outputs for t in o.get("text", "").splitlines()
+                if t.startswith("Pareto frontier:"))
+    frontier = line.split(":", 1)[1].strip().split("; ")
+    labels = run_labels(table)
+    assert frontier == labels.loc[nll_frontier(table).index].tolist()
+    assert "dllm" not in line and len(frontier) >= 2
+    assert labels.loc[pareto_frontier(table).index].tolist() == [labels[table["family"] == "dllm"].iloc[0]]

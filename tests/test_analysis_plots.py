@@ -52,7 +52,7 @@ EXPECTED = {  # words that must appear in the plot's axis labels
     "tiers": ["offline suite: mean score", "configuration"],
     "threshold": ["hidden size d_model (channels)", "higher is better"],
     "depth": ["depth (layers)", "hellaswag", "piqa"],
-    "throughput": ["decode speed (tokens/s)", "peak memory"],
+    "throughput": ["decode speed (tokens/s)", "batch 1 on CPU", "other jobs may have shared the machine"],
     "pareto": ["training compute (FLOPs)", "validation NLL (nats/token)"],
     "heatmap": ["configuration", "hellaswag"],
     "lr": ["peak learning rate (train.lr)", "best lr"],
@@ -91,9 +91,11 @@ def test_tier_plot_shows_the_split(table):
     fig = plot_tiers(table, "score_hellaswag")
     result = fig.slm_result
     assert result.split and result.k >= 2
-    assert "tiers in hellaswag" in fig._suptitle.get_text()
+    assert fig._suptitle.get_text().startswith(f"hellaswag: {result.k} tiers\n")
     annotations = [t.get_text() for t in fig.axes[0].texts]
-    assert any(t.startswith("gap ") and "T =" in t for t in annotations)
+    assert any(t.startswith("gap ") for t in annotations)
+    assert not any(s in t for t in annotations for s in ("T =", "p =", "p <"))  # statistics: the caption
+    assert "T = " in fig.slm_caption and "against one population" in fig.slm_caption
     assert any("tier 1" in t for t in annotations)
 
 
@@ -155,3 +157,78 @@ def test_throughput_plot_rings_diffusion_runs_and_names_their_sampler(tmp_path):
     edges = [tuple(float(v) for v in c[:3]) for coll in fig.axes[0].collections if isinstance(coll, PathCollection)
              for c in coll.get_edgecolors()]  # the markers (error bars are LineCollections)
     assert sorted(edges) == [(0.0, 0.0, 0.0), (1.0, 1.0, 1.0)]  # one ringed, one plain
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_titles_are_short_and_statistics_go_to_the_caption(table, kind):
+    """At most a title and two lines of how to read the figure; no p-values or test statistics in it."""
+    fig, _ = draw(kind, with_lr_search(table) if kind == "lr" else table)
+    title = fig._suptitle.get_text()
+    assert title.count("\n") <= 2, title
+    for statistic in ("p =", "p <", "T =", "D =", "Bonferroni", "separation"):
+        assert statistic not in title, (kind, title)
+    if kind in ("tiers", "threshold"):
+        assert "p " in fig.slm_caption  # the test behind the figure, for the report's caption
+
+
+def legend_entries(fig) -> list[str]:
+    return [t.get_text() for ax in fig.axes for lg in ax.findobj(lambda a: a.__class__.__name__ == "Legend")
+            for t in lg.get_texts()]
+
+
+@pytest.mark.parametrize("kind", ["threshold", "throughput", "pareto"])
+def test_points_are_keyed_colour_by_family_marker_by_depth(table, kind):
+    from matplotlib.collections import PathCollection
+
+    fig, _ = draw(kind, table)
+    entries = legend_entries(fig)
+    assert "family (colour)" in entries and "depth (marker)" in entries
+    assert {"gpt2", "llama3"} <= set(entries) and {"4", "12", "64"} <= set(entries)
+    scatters = [c for c in fig.axes[0].collections if isinstance(c, PathCollection) and len(c.get_offsets())]
+    colours = {tuple(np.round(c.get_facecolors()[0][:3], 3)) for c in scatters if len(c.get_facecolors())}
+    assert len(colours) >= 2  # one per family
+    shapes = {c.get_paths()[0].vertices.round(3).tobytes() for c in scatters}
+    assert len(shapes) >= 7  # one marker per depth (4, 12, 16, 24, 32, 48, 64)
+
+
+def test_the_pareto_plot_labels_every_point_of_a_small_study(tmp_path):
+    from tests.test_analysis_verdict import default_study
+
+    study = collect(default_study(tmp_path))
+    fig, _ = draw("pareto", study)
+    labels = [t.get_text() for t in fig.axes[0].texts]
+    assert sorted(labels) == sorted(run_labels_of(study))  # 12 runs: each named where it is
+    entries = legend_entries(fig)
+    assert "a family's best at each depth" in entries and "NELBO (a bound)" in entries
+    # one line per family through its depths: gpt2's lies above llama3's and llama3_canon's at every depth
+    lines = {tuple(np.round(ln.get_color() if isinstance(ln.get_color(), tuple) else
+                            __import__("matplotlib.colors").colors.to_rgb(ln.get_color()), 3)): ln.get_ydata()
+             for ln in fig.axes[0].get_lines() if len(ln.get_ydata()) == 3}
+    assert len(lines) == 3
+    ys = sorted(lines.values(), key=lambda y: -float(np.mean(y)))  # gpt2 highest
+    assert all(ys[0][i] > ys[1][i] > ys[2][i] for i in range(3))
+    dllm = study.index[study["family"] == "dllm"][0]
+    assert dllm not in fig.slm_frontier
+
+
+def run_labels_of(table) -> list[str]:
+    from analysis.tiers import run_labels
+
+    return run_labels(table[table["status"] == "completed"]).tolist()
+
+
+def test_the_throughput_plot_names_a_gpu_and_leaves_the_cpu_caveat_off(tmp_path):
+    from analysis.plots import plot_throughput
+
+    for family, speed in (("gpt2", 900.0), ("llama3", 700.0)):
+        record = make_record(family=family, scores={"hellaswag": (0.3, 0.004)}, throughput=speed)
+        record["environment"]["device"] = "NVIDIA H100 80GB HBM3"
+        record["eval"]["throughput"].update(device="cuda:0", cuda_graph=True, prompt_tokens=128, new_tokens=128,
+                                            peak_memory_measure="cuda_max_memory_allocated")
+        write(tmp_path / family, record)
+    fig = plot_throughput(collect(tmp_path), "score_hellaswag")
+    title = fig._suptitle.get_text()
+    assert "batch 1 on NVIDIA H100 80GB HBM3; 128-token prompt + 128 new tokens" in title
+    assert "autoregressive: greedy with a KV cache, CUDA graph" in title
+    assert "other jobs" not in title and "other jobs" not in fig.slm_caption
+    assert not fig.slm_conditions.cpu

@@ -83,3 +83,42 @@ def test_cli_bad_input_is_one_line(results, tmp_path, capsys, main, argv, messag
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and ": error: " in err and message in err
+
+
+@pytest.fixture(scope="module")
+def default_results(tmp_path_factory):
+    from tests.test_analysis_verdict import default_study
+
+    root = tmp_path_factory.mktemp("cpu_default")
+    return save_results(collect(default_study(root / "runs")), root / "results.parquet")
+
+
+def test_the_report_opens_with_the_verdict_on_a_metric_that_separates(default_results, tmp_path):
+    """The default study: its multiple-choice task is at chance, so the verdict and the figures use the validation
+    NLL; the task has its own heading; statistics are captions and an appendix."""
+    path = build_report(default_results, tmp_path / "report")
+    md = (tmp_path / "report" / "report.md").read_text()
+    headings = [line[3:] for line in md.splitlines() if line.startswith("## ")]
+    assert headings[:3] == ["Verdict", "Tasks at chance", "Summary"]
+    assert headings[-1] == "Appendix: how the verdict was decided"
+    verdict = md.split("## Verdict", 1)[1].split("\n## ", 1)[0]
+    assert "Headline metric: **validation NLL**" in verdict and "gpt2 is behind" in verdict
+    assert "| rank | configuration | validation NLL | 95% interval |" in verdict
+    assert "How tiers are decided: appendix." in md and "Tiers: configurations (seeds pooled)" in md.split(
+        "## Appendix", 1)[1]
+    # figure captions carry the statistics (Markdown under the image, HTML in the figcaption)
+    assert "_No threshold: no cut separates val_nll beyond chance" in md
+    html_text = path.read_text()
+    assert "<figcaption class='note'>Hidden-size threshold: No threshold:" in html_text
+    assert "The record does not say what else ran on the machine" in html_text
+    # the figures plot the verdict's metric, not the task at chance
+    tiers_svg = (tmp_path / "report" / "figures" / "tiers.svg").read_text()
+    assert "validation NLL" in tiers_svg and "line endings" not in tiers_svg
+
+
+def test_an_explicit_score_is_the_reports_headline(default_results, tmp_path, capsys):
+    report_main([str(default_results), "-o", str(tmp_path / "rep"), "--score", "score_slm_shakespeare_mc"])
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "**Shakespeare line endings** was chosen by the user (--score)" in md
+    assert "| rank | configuration | Shakespeare line endings | 95% interval |" in md
+    assert "chosen with --score" in md

@@ -96,7 +96,7 @@ CASES = [
     ("slm-train", [*RUN, "model.param_budget=1e15"], "model.param_budget=1e+15 is out of reach"),
     ("slm-train", [*RUN, "model.param_budget=abc"], "model.param_budget='abc' is invalid"),
     ("slm-train", [*RUN, "model.d_model=65536", "model.n_layers=64"], "training needs at least"),
-    ("slm-train", [*RUN, "train.loggers=[csv,wandb]"], "the wandb package is not installed: pip install 'slm[wandb]'"),
+    ("slm-train", [*RUN, "train.loggers=[csv,wandb]"], "the wandb package is not installed: pip install -e '.[wandb]'"),
     # data and tokenizer
     ("slm-train", [*RUN, "tokenizer.kind=bpe"], "unknown tokenizer 'bpe'"),
     ("slm-train", [*RUN, "data.sources.0.kind=ftp"], "unknown source kind 'ftp'"),
@@ -108,7 +108,7 @@ CASES = [
     ("slm-params", ["model=gpt22"], "did you mean model=gpt2?"),
     ("slm-params", ["model=llama3", "model.param_budget=10"], "model.param_budget=10 is out of reach"),
     ("slm-params", ["model=llama3", "model.norm_eps=nan"], "model.norm_eps=nan is invalid: expected a finite number"),
-    ("slm-status", ["{tmp}/nowhere"], "is not a directory"),
+    ("slm-status", ["{tmp}/nowhere"], "nowhere: no such run group or directory"),
     ("slm-status", ["--bogus"], "(see slm-status --help)"),
     ("slm-collect", ["{tmp}/nowhere"], "nowhere"),
     ("slm-collect", ["{tmp}", "-o", "{tmp}/table.xlsx"], "expected a .parquet or .csv file name"),

@@ -147,7 +147,7 @@ def test_corrupt_sweep_files_are_one_warning(tmp_path, capsys, caplog, kind):
 
     status_cli([str(sweep)])
     printed = capsys.readouterr()
-    assert f"{sweep}: 1 jobs: 1 completed" in printed.out
+    assert f"{sweep}: 1 job: 1 completed" in printed.out
     if name == "sweep.json":
         assert printed.err.startswith(f"slm-status: warning: {path}: ") and printed.err.count("\n") == 1
         assert reason in printed.err and printed.err.endswith("; the jobs not started yet are unknown\n")

@@ -184,7 +184,8 @@ def test_slm_params_and_the_dry_run_show_the_knob(tmp_path, monkeypatch, capsys)
     from slm.cli.params import run
     from tests.test_plan_calibration import ESTIMATE
 
-    run(["model=llama3", "model.n_layers=4", "model.param_budget=30e6", "model.head_dim=32", "model.n_kv_heads=2"])
+    run(["model=llama3", "model.n_layers=4", "model.param_budget=30e6", "model.head_dim=32", "model.n_kv_heads=2",
+         "--json"])
     report = json.loads(capsys.readouterr().out)
     fit = report["budget_fit"]
     assert fit["knob"] == "d_ff" and fit["moved"] == f"d_model, d_ff {fit['family_value']}→{report['d_ff']}"

@@ -1,7 +1,9 @@
-"""`slm-params` as a user runs it: JSON on stdout; bad input is one line on stderr and exit 2."""
+"""`slm-params` as a user runs it: a short summary on stdout, every field as JSON with --json; bad input is one
+line on stderr and exit 2; it imports no more than counting needs."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -16,7 +18,7 @@ def slm_params(*args: str, env: dict | None = None) -> subprocess.CompletedProce
 
 
 def test_gpt2_count():
-    out = slm_params("model=gpt2")
+    out = slm_params("model=gpt2", "--json")
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     assert report["params_total"] == 124_439_808
@@ -26,7 +28,7 @@ def test_gpt2_count():
 
 @pytest.mark.parametrize("preset, total, active", [("lfm2", 79_235_136, 79_235_136), ("moe", 327_371_136, 67_258_752)])
 def test_new_family_counts(capsys, preset, total, active):
-    run([f"model={preset}"])
+    run([f"model={preset}", "--json"])
     report = json.loads(capsys.readouterr().out)
     assert (report["params_total"], report["params_active"]) == (total, active)
     if preset == "moe":
@@ -36,14 +38,17 @@ def test_new_family_counts(capsys, preset, total, active):
 
 
 def test_notes_say_when_a_window_does_nothing(capsys):
-    run(["model=gemma3"])
+    run(["model=gemma3", "--json"])
     assert any("sliding window has no effect" in note for note in json.loads(capsys.readouterr().out)["notes"])
-    run(["model=gemma3", "model.sliding_window=512"])
+    run(["model=gemma3", "model.sliding_window=512", "--json"])
     assert json.loads(capsys.readouterr().out)["notes"] == []
+    run(["model=gemma3"])
+    assert "  note: sliding_window=1024 >= context_length=1024: the sliding window has no effect" in \
+        capsys.readouterr().out
 
 
 def test_budget_shows_width(capsys):
-    run(["model=gpt2", "model.n_layers=24", "model.param_budget=70e6"])
+    run(["model=gpt2", "model.n_layers=24", "model.param_budget=70e6", "--json"])
     report = json.loads(capsys.readouterr().out)
     assert report["param_budget"] == 70e6 and report["d_model"] == 384 and report["n_heads"] == 6
     assert report["budget_error"] == pytest.approx((report["params_total"] - 70e6) / 70e6)
@@ -85,3 +90,38 @@ def test_bad_input_from_the_command_line_exits_2_with_one_line():
 def test_full_error_shows_traceback():
     out = slm_params("model.norm=rsmnorm", env={"HYDRA_FULL_ERROR": "1"})
     assert out.returncode != 0 and "Traceback" in out.stderr
+
+
+def test_the_default_output_is_a_short_summary(capsys):
+    run(["model=gpt2"])
+    assert capsys.readouterr().out.splitlines() == [
+        "gpt2: 12 layers, d_model 768, 12 heads of 64, d_ff 3072, context 1024, vocabulary 50,257",
+        "  parameters     124,439,808 (124.4M)",
+        "  active         124,439,808 (124.4M) per token",
+        "  non-embedding  85,056,000 (85.06M)",
+        "  FLOPs/token    8.552e+08 (training: forward + backward, PaLM convention)",
+        "  (--json: every field, the parameters by part, the FLOPs convention)"]
+    run(["model=moe"])
+    out = capsys.readouterr().out
+    assert "16 experts of 672, top-2" in out and "parameters     327,371,136 (327.4M)" in out
+    assert "active         67,258,752 (67.26M) per token" in out and "budget" not in out
+    run(["model=llama3", "model.n_layers=4", "model.param_budget=30e6", "model.head_dim=32", "model.n_kv_heads=2"])
+    (budget,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  budget")]
+    assert re.fullmatch(r"  budget         30,000,000 total parameters: [+-]\d\.\d\d% \(solved: d_model, d_ff \d+→\d+\)",
+                        budget), budget
+    run(["model=titans_mac"])
+    assert "mixers 4 mac + 24 attn" in capsys.readouterr().out
+    run(["model=ladder_linear"])
+    assert capsys.readouterr().out.startswith("ladder_linear: a linear window model over 128 tokens")
+
+
+def test_it_imports_no_more_than_counting_needs():
+    """Counting needs the model layer (and torch, which its components are built on), not torch._dynamo (the MoE's
+    eager-only expert loop imports it lazily), Lightning, lm-eval or the analysis code."""
+    probe = ("import sys, runpy\nsys.argv = ['slm-params', 'model=moe']\n"
+             "runpy.run_module('slm.cli.params', run_name='__main__')\n"
+             "print(sorted(m for m in ('torch._dynamo', 'lightning', 'lm_eval', 'pandas', 'analysis', 'transformers') "
+             "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]"

@@ -249,8 +249,9 @@ def test_status_lists_run_groups_and_takes_a_group_name(tmp_path, capsys, monkey
     monkeypatch.chdir(tmp_path)  # `demo` is not a path from here: it is the run group runs/demo
     run(["demo"])
     assert capsys.readouterr().out.startswith(f"{tmp_path / 'runs' / 'demo'}: 6 jobs")
-    _fails(run, ["demi"], capsys, "demi is not a directory, nor a run group", "run groups under", "demo, empty",
-           prog="slm-status")
+    _fails(run, ["demi"], capsys, "demi: no such run group or directory, here or under",
+           f"did you mean {tmp_path / 'runs' / 'demo'}?", prog="slm-status")
+    _fails(run, ["zzz"], capsys, "run groups under", "demo, empty", prog="slm-status")
     monkeypatch.setenv("SLM_RUNS", str(tmp_path / "none"))
     _fails(run, [], capsys, "none: no such directory", prog="slm-status")
 

@@ -23,7 +23,7 @@ from slm.runs.record import load_record, update_record
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
-TASKS = ["slm_shakespeare_ppl", "slm_shakespeare_mc"]
+TASKS = ["slm_shakespeare_bpb", "slm_shakespeare_mc"]
 LIMIT = 8
 CONF = Path(__file__).resolve().parents[1] / "conf" / "eval"
 
@@ -43,7 +43,7 @@ def _tiny_run(path: Path, seed: int) -> Path:
 
 def _evaluate(run: Path, output_path: Path | None = None, **spec) -> dict:
     summary = evaluate(run, EvalSpec(**{"tasks": TASKS, "limit": LIMIT, "throughput": False, "device": "cpu",
-                                        "batch_size": 8, "metrics": {"slm_shakespeare_ppl": "bits_per_byte,none",
+                                        "batch_size": 8, "metrics": {"slm_shakespeare_bpb": "bits_per_byte,none",
                                                                      "slm_shakespeare_mc": "acc_norm,none"},
                                         **spec}), output_path)
     update_record(run, eval=eval_section(summary, (load_record(run) or {}).get("eval")))
@@ -82,7 +82,7 @@ def test_evaluate_keeps_every_documents_scores_beside_the_results(runs):
     assert heads["slm_shakespeare_mc"]["metrics"] == {
         "acc,none": {"aggregation": "mean", "higher_is_better": True},
         "acc_norm,none": {"aggregation": "mean", "higher_is_better": True}}
-    assert heads["slm_shakespeare_ppl"]["metrics"]["bits_per_byte,none"] == {"aggregation": "bits_per_byte",
+    assert heads["slm_shakespeare_bpb"]["metrics"]["bits_per_byte,none"] == {"aggregation": "bits_per_byte",
                                                                             "higher_is_better": False}
     assert all(len(d["doc_hash"]) == 16 and len(d["prompt_hash"]) == 16 for t in TASKS for d in docs[t])
     assert len({d["doc_hash"] for d in docs["slm_shakespeare_mc"]}) == LIMIT
@@ -92,12 +92,12 @@ def test_evaluate_keeps_every_documents_scores_beside_the_results(runs):
         values = [d[metric] for d in docs["slm_shakespeare_mc"]]
         assert set(values) <= {0.0, 1.0}
         assert sum(values) / LIMIT == pytest.approx(scores["slm_shakespeare_mc"][metric])
-    ppl = docs["slm_shakespeare_ppl"]  # [log-likelihood, bytes]: lm-eval's bits_per_byte back from the pairs
+    ppl = docs["slm_shakespeare_bpb"]  # [log-likelihood, bytes]: lm-eval's bits_per_byte back from the pairs
     texts = [d["text"] for d in ppl_documents()[:LIMIT]]
     assert [d["bits_per_byte,none"][1] for d in ppl] == [len(t.encode()) for t in texts]
     assert [d["word_perplexity,none"][1] for d in ppl] == [len(re.split(r"\s+", t)) for t in texts]
     bpb = -sum(d["bits_per_byte,none"][0] for d in ppl) / sum(d["bits_per_byte,none"][1] for d in ppl) / math.log(2)
-    assert bpb == pytest.approx(scores["slm_shakespeare_ppl"]["bits_per_byte,none"])
+    assert bpb == pytest.approx(scores["slm_shakespeare_bpb"]["bits_per_byte,none"])
 
 
 def test_per_document_off_and_log_samples_on(tmp_path):
@@ -108,7 +108,7 @@ def test_per_document_off_and_log_samples_on(tmp_path):
     assert "documents_file" not in off and sorted(p.name for p in out.iterdir()) == ["off.json"]
     lm = load_record(run)["eval"]["lm_eval"]
     assert "documents_file" not in lm and "documents_file" not in lm["details"]["slm_shakespeare_mc"]
-    assert lm["details"]["slm_shakespeare_ppl"]["documents_file"]  # an earlier evaluation's task keeps its file
+    assert lm["details"]["slm_shakespeare_bpb"]["documents_file"]  # an earlier evaluation's task keeps its file
     both = _evaluate(run, tasks=["slm_shakespeare_mc"], limit=2, log_samples=True, output_path=out / "on.json")
     assert both["documents_file"] == str(out / "on_documents.jsonl")  # outside the run: absolute
     full = _lines(out / "on_samples.jsonl")
@@ -155,13 +155,13 @@ def test_slm_compare_on_two_evaluated_runs(runs, capsys):
     rows = {line.split()[0]: line for line in out[3:5]}
     assert set(rows) == set(TASKS)
     assert rows["slm_shakespeare_mc"].split()[1:3] == ["acc_norm,none", str(LIMIT)]
-    assert "McNemar" in rows["slm_shakespeare_mc"] and "paired t" in rows["slm_shakespeare_ppl"]
+    assert "McNemar" in rows["slm_shakespeare_mc"] and "paired t" in rows["slm_shakespeare_bpb"]
     results, refused = compare_runs(a, b, draws=500)
     assert not refused
     for r in results:  # every document aligned: A and B are the runs' own lm-eval scores
         assert r.a == pytest.approx(summary_a["scores"][r.task]) and r.b == pytest.approx(summary_b["scores"][r.task])
         assert r.low <= r.diff <= r.high
-    ppl = next(r for r in results if r.task == "slm_shakespeare_ppl")
+    ppl = next(r for r in results if r.task == "slm_shakespeare_bpb")
     assert ppl.verdict == ("B better" if ppl.diff < 0 else "A better") or ppl.p >= 0.05
 
     same, _ = compare_runs(a, a, draws=500)

@@ -66,10 +66,10 @@ def test_offline_tasks_are_deterministic_and_load_without_network(monkeypatch):
     assert all(len(d["choices"]) == 4 and all(c.startswith(" ") for c in d["choices"]) for d in docs)
     assert min(len(d["text"]) for d in ppl_documents()[:-1]) >= 1000
     started = time.time()
-    tasks = load_tasks(task_manager(["slm_shakespeare_ppl", "slm_shakespeare_mc"], []),
-                       ["slm_shakespeare_ppl", "slm_shakespeare_mc"])
+    tasks = load_tasks(task_manager(["slm_shakespeare_bpb", "slm_shakespeare_mc"], []),
+                       ["slm_shakespeare_bpb", "slm_shakespeare_mc"])
     assert time.time() - started < 30
-    assert {t.task_name: len(t.eval_docs) for t in tasks} == {"slm_shakespeare_ppl": 100, "slm_shakespeare_mc": 445}
+    assert {t.task_name: len(t.eval_docs) for t in tasks} == {"slm_shakespeare_bpb": 100, "slm_shakespeare_mc": 445}
 
 
 def test_hub_task_fails_fast_offline(tmp_path, monkeypatch):
@@ -144,15 +144,19 @@ def test_slm_eval_cli_merges_scores_into_the_run(run_dir, capsys):
     record = load_record(run_dir)["eval"]
     assert record["val_nll"] == 4.0  # training's numbers are kept
     lm_eval = record["lm_eval"]
-    assert set(lm_eval["scores"]) == {"slm_shakespeare_ppl", "slm_shakespeare_mc"}
+    assert set(lm_eval["scores"]) == {"slm_shakespeare_bpb", "slm_shakespeare_mc"}
     assert lm_eval["metrics"]["slm_shakespeare_mc"] == "acc_norm,none"
-    assert lm_eval["averages"]["offline"] == lm_eval["scores"]["slm_shakespeare_mc"]
+    assert lm_eval["averages"] == {} and lm_eval["average_tasks"] == {}  # one task is no average
     assert lm_eval["details"]["slm_shakespeare_mc"]["samples"] == 6
     results = json.loads((run_dir / lm_eval["results_file"]).read_text())
-    assert results["results"]["slm_shakespeare_ppl"]["bits_per_byte,none"] == lm_eval["scores"]["slm_shakespeare_ppl"]
+    assert results["results"]["slm_shakespeare_bpb"]["bits_per_byte,none"] == lm_eval["scores"]["slm_shakespeare_bpb"]
     throughput = record["throughput"]
     assert throughput["decode_tokens_per_s"] > 0 and throughput["batch_size"] == 1
-    assert "offline average" in out and "tokens/s" in out
+    assert "average" not in out and "tokens/s" in out
+    mc = lm_eval["details"]["slm_shakespeare_mc"]
+    assert f"slm_shakespeare_bpb: bits_per_byte {lm_eval['scores']['slm_shakespeare_bpb']:.4f}\n" in out
+    assert (f"slm_shakespeare_mc: acc_norm {lm_eval['scores']['slm_shakespeare_mc']:.4f} ± "
+            f"{mc['acc_norm_stderr,none']:.4f} (stderr); chance 0.2500") in out
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -188,3 +192,26 @@ def test_lm_eval_cli_runs_the_slm_model(run_dir):
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "slm_shakespeare_mc" in out.stdout and "bits_per_byte" in out.stdout
+
+
+def test_a_sweeps_diffusion_args_are_silent_on_an_autoregressive_run(run_dir, caplog, capsys):
+    """The cpu_default sweep gives every job eval.model_args.mc_num for its one diffusion point: an AR job scored
+    after training (evaluate_config) leaves it out without a word; slm-eval --model_args mc_num=... on an AR run
+    (asked for this model) says once that it does not apply."""
+    import logging
+
+    from slm.eval.run import evaluate_config
+
+    node = {"tasks": ["slm_shakespeare_mc"], "limit": 2, "batch_size": 4, "device": "cpu", "throughput": False,
+            "per_document": False, "model_args": {"mc_num": 16}}
+    with caplog.at_level(logging.INFO):
+        summary = evaluate_config(run_dir, node, log_file=run_dir / "eval" / "quiet.log")
+    assert summary["scores"]["slm_shakespeare_mc"] is not None and summary["estimator"] == {"kind": "exact"}
+    assert "mc_num" not in summary["results"]["config"]["model_args"]  # left out, not passed and ignored
+    assert "do not apply" not in caplog.text and "do not apply" not in (run_dir / "eval" / "quiet.log").read_text()
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        slm_eval([str(run_dir), "--tasks", "slm_shakespeare_mc", "--limit", "2", "--no_throughput", "--no_record",
+                  "--model_args", "mc_num=8"])
+    assert caplog.text.count("mc_num ignored: diffusion model_args do not apply to an autoregressive model") == 1
+    capsys.readouterr()

@@ -138,14 +138,14 @@ def test_python_m_slm_eval_run_takes_the_comma_run(run, tmp_path, monkeypatch, c
                                       "cpu", "--output_path", str(tmp_path / "out.json")])
     runpy.run_module("slm.eval", run_name="__main__", alter_sys=True)
     out = capsys.readouterr().out
-    assert "slm_shakespeare_ppl" in out and "bits_per_byte" in out and f"{copy / 'result.json'}: eval updated" in out
+    assert "slm_shakespeare_bpb" in out and "bits_per_byte" in out and f"{copy / 'result.json'}: eval updated" in out
     written = list(tmp_path.glob("out_*.json"))  # lm-eval's layout for an --output_path ending in .json
     assert len(written) == 1
     lm = load_record(copy)["eval"]["lm_eval"]
-    assert set(lm["scores"]) >= {"slm_shakespeare_ppl", "slm_shakespeare_mc"}
-    assert lm["metrics"]["slm_shakespeare_ppl"] == "bits_per_byte,none"  # the suites' headline metrics
-    assert lm["scores"]["slm_shakespeare_ppl"] == json.loads(written[0].read_text())["results"][
-        "slm_shakespeare_ppl"]["bits_per_byte,none"]
+    assert set(lm["scores"]) >= {"slm_shakespeare_bpb", "slm_shakespeare_mc"}
+    assert lm["metrics"]["slm_shakespeare_bpb"] == "bits_per_byte,none"  # the suites' headline metrics
+    assert lm["scores"]["slm_shakespeare_bpb"] == json.loads(written[0].read_text())["results"][
+        "slm_shakespeare_bpb"]["bits_per_byte,none"]
 
 
 @pytest.mark.parametrize("damage", ["missing", "config"])

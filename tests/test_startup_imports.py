@@ -42,11 +42,11 @@ def test_preflight_loads_tasks_through_lm_eval_when_not_only_shipped_ones():
     """A task directory of the user's (include_path) may hold anything: its tasks are loaded before training."""
     code = ("from slm.eval import TASKS_DIR\n"
             "from slm.eval.run import preflight\n"
-            "preflight({'tasks': ['slm_shakespeare_ppl'], 'include_path': [str(TASKS_DIR)], 'throughput': False})")
+            "preflight({'tasks': ['slm_shakespeare_bpb'], 'include_path': [str(TASKS_DIR)], 'throughput': False})")
     assert "lm_eval" in loaded_after(code)
 
 
 def test_shipped_tasks_and_bad_fields():
-    assert shipped_tasks() == {"slm_shakespeare_ppl", "slm_shakespeare_mc", "slm_offline"}
+    assert shipped_tasks() == {"slm_shakespeare_bpb", "slm_shakespeare_mc", "slm_offline"}
     with pytest.raises(EvalError, match="unknown field"):
-        preflight({"tasks": ["slm_shakespeare_ppl"], "no_such_field": 1})
+        preflight({"tasks": ["slm_shakespeare_bpb"], "no_such_field": 1})

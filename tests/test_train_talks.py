@@ -57,7 +57,8 @@ def test_a_missing_wandb_is_named_with_its_fix(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
     TrainConfig(loggers=["csv"]).check_loggers()
     with pytest.raises(TrainConfigError, match=re.escape("train.loggers has wandb, but the wandb package is not "
-                                                         "installed: pip install 'slm[wandb]'")):
+                                                         "installed: pip install -e '.[wandb]' in the slm checkout "
+                                                         "(the package named slm on PyPI is another project)")):
         TrainConfig(loggers=["csv", "wandb"]).check_loggers()
 
 
@@ -80,7 +81,9 @@ def test_slm_train_refuses_a_missing_wandb_before_preparing_data(tmp_path, monke
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and "Traceback" not in err
     assert err.strip().splitlines()[-1] == ("slm-train: error: train.loggers has wandb, but the wandb package is not "
-                                            "installed: pip install 'slm[wandb]' (or leave wandb out of train.loggers)")
+                                            "installed: pip install -e '.[wandb]' in the slm checkout (the package "
+                                            "named slm on PyPI is another project), or leave wandb out of "
+                                            "train.loggers")
     assert not [p for p in (tmp_path / "runs").rglob("*") if p.is_file()] if (tmp_path / "runs").exists() else True
 
 

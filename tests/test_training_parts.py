@@ -21,6 +21,8 @@ def test_train_yaml_mirrors_dataclass_defaults():
     base = yaml.safe_load((CONF_DIR / "train" / "default.yaml").read_text())
     defaults = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())
                 for f in dataclasses.fields(TrainConfig)}
+    # the objective: the model preset's (model.objective, e.g. the dllm presets' mdlm), else the dataclass default
+    assert base.pop("objective") == "${oc.select:model.objective,causal_lm}" and defaults.pop("objective") == "causal_lm"
     assert base == defaults
 
 

@@ -238,7 +238,7 @@ class OptunaSweeper(Sweeper):
             summary.update(best_trial=best.number, best_value=best.value, best_params=best.params,
                            best_run_dir=best.user_attrs.get("run_dir"))
         (sweep_dir / "optuna_best.yaml").write_text(yaml.safe_dump(summary, sort_keys=False))
-        line = f"optuna study {name}: {len(trials)} trials: {len(done)} complete, {len(failed)} failed"
+        line = f"optuna study {name}: {len(trials)} trial{'' if len(trials) == 1 else 's'}: {len(done)} complete, {len(failed)} failed"
         if done:
             line += f"; best #{summary['best_trial']} {self.objective}={summary['best_value']:.5g} {summary['best_params']}"
         print(f"{line} (details: {sweep_dir / 'optuna_best.yaml'}, slm-status {sweep_dir})")

@@ -215,7 +215,7 @@ def summarize(name: str, sweep_dir: Path, outcomes: list[dict]) -> bool:
     for o in outcomes:
         tally[o["status"]] = tally.get(o["status"], 0) + 1
     parts = ", ".join(f"{n} {s}" for s, n in tally.items())
-    print(f"sweep {name}: {len(outcomes)} jobs: {parts} (details: slm-status {sweep_dir})")
+    print(f"sweep {name}: {len(outcomes)} job{'' if len(outcomes) == 1 else 's'}: {parts} (details: slm-status {sweep_dir})")
     for o in outcomes:
         if o["status"] in (FAILED, DIVERGED) or o["status"] not in FINAL:
             print(f"  {o['status']:9s} {o['key']}: {o['error'] or ''}")

@@ -176,7 +176,7 @@ def print_plan(name: str, sweep_dir: Path, jobs: list[Job], estimate: dict) -> l
     rows = [{**plan_row(job, {**estimate, "mfu": mfus[f][0]}), "family": f} for job, f in zip(jobs, families)]
     width = max([len(r["key"]) for r in rows] + [7])
     knobs = max([len(r.get("budget_knob") or "") for r in rows] + [12])
-    print(f"dry run of sweep {name}: {len(rows)} jobs into {sweep_dir}/ (nothing is trained)")
+    print(f"dry run of sweep {name}: {len(rows)} job{'' if len(rows) == 1 else 's'} into {sweep_dir}/ (nothing is trained)")
     print(f"{'job key':{width}s} {'layers':>6s} {'d_model':>7s} {'params':>13s} {'non-embed':>13s} {'active':>13s} "
           f"{'steps':>8s} {'tokens':>9s} {'FLOPs':>9s} {'GPU-h':>8s} {'budget':>8s}  {'budget knob':{knobs}s}  state")
     for r in rows:

@@ -256,7 +256,7 @@ def run(argv: list[str]) -> None:
     device = "cuda" if torch.cuda.is_available() and train_cfg.accelerator in ("auto", "gpu", "cuda") else "cpu"
     setup = (f"n_layers={spec['n_layers']}, context {context}, batch {batch}, {train_cfg.optimizer} lr "
              f"{train_cfg.lr:g}, base width {base}")
-    print(f"{PROG}: {family}, {setup}, {steps} steps x {len(seeds)} seed(s), widths {','.join(map(str, widths))} "
+    print(f"{PROG}: {family}, {setup}, {steps} step{'' if steps == 1 else 's'} x {len(seeds)} seed(s), widths {','.join(map(str, widths))} "
           f"on {device}", file=sys.stderr, flush=True)
     started = time.perf_counter()
     rows = measure_schemes(spec, schemes, widths, train_cfg, batches, steps, seeds, device)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import ast
 import os
+import sys
 from pathlib import Path
 
 import yaml
@@ -80,7 +81,8 @@ def _model_args(items: list[str] | None) -> dict:
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = _Parser(prog=PROG, description="Score an slm run or checkpoint with lm-evaluation-harness and merge "
                 "the scores into the run's result.json.")
-    p.add_argument("path", type=Path, help="run directory (with result.json and model/) or checkpoint directory")
+    p.add_argument("path", type=Path, help="run directory (with result.json and model/) or checkpoint directory: "
+                   "a path, or a run under $SLM_RUNS (default runs/), or a run group of one run")
     p.add_argument("--tasks", "-t", nargs="+", default=["offline"],
                    help="suites (conf/eval/<name>.yaml: offline, study7) and lm-eval tasks (default: offline)")
     p.add_argument("--num_fewshot", "-f", type=int, default=None, help="few-shot examples (default: each task's)")
@@ -123,9 +125,13 @@ def suite_metrics() -> dict[str, str]:
 
 def build_spec(args: argparse.Namespace):
     """EvalSpec from the flags: suites expand into their tasks, metrics and average."""
+    from slm.eval import RENAMED_TASKS
     from slm.eval.run import EvalSpec, spec_from_config
 
     names = [piece for arg in args.tasks for piece in arg.split(",") if piece]
+    for old in [n for n in names if n in RENAMED_TASKS]:
+        print(f"{PROG}: task {old} is now called {RENAMED_TASKS[old]}; scoring that", file=sys.stderr)
+    names = [RENAMED_TASKS.get(n, n) for n in names]
     spec = EvalSpec()
     spec.metrics.update(suite_metrics())
     for name in names:
@@ -179,8 +185,10 @@ def _print(summary: dict) -> None:
         print(make_table(summary["results"]))
         if summary["results"].get("groups"):
             print(make_table(summary["results"], "groups"))
-        for suite, value in summary.get("averages", {}).items():
-            print(f"{suite} average: {value:.4f}")
+        from slm.eval.score_lines import score_lines
+
+        for line in score_lines(summary):  # each headline named by its metric, bounds and chance said
+            print(line)
         print(f"results: {summary['results_file']}")
     if "throughput" in summary:
         t = summary["throughput"]
@@ -237,7 +245,10 @@ def _record(run_dir: Path, summary: dict, prog: str = PROG) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = _parse(argv)
+    from slm.cli.paths import resolve_run
     from slm.eval.run import evaluate
+
+    args.path = resolve_run(args.path, PROG)  # a path, or a run (group) under $SLM_RUNS; else one line, exit 2
 
     run_dir = run_directory(args.path)
     try:

@@ -47,7 +47,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = _Parser(prog=PROG, description=__doc__.split("\n\n")[0].split(": ", 1)[1],
                      epilog="examples:\n" + __doc__.split("\n\n")[1] + "\n\n" + __doc__.split("\n\n")[2],
                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("run", type=Path, help="run directory (runs/<run_group>/<job key>) or checkpoint directory")
+    parser.add_argument("run", type=Path, help="run directory or checkpoint directory: a path, or a run under "
+                        "$SLM_RUNS (default runs/) such as cpu_default/<job key>, or a run group of one run")
     parser.add_argument("out_dir", type=Path, help="transformers model directory to write")
     parser.add_argument("--dtype", choices=DTYPES, default="float32",
                         help="dtype of the saved weights (default float32)")
@@ -148,6 +149,9 @@ def check_logits(model, out_dir: Path, dtype) -> float:
 @reports_user_errors(PROG)
 def run(argv: list[str] | None = None) -> Path:
     args = parse_args(argv)
+    from slm.cli.paths import resolve_run
+
+    args.run = resolve_run(args.run, PROG)  # a path, or a run (group) under $SLM_RUNS
     _check_paths(args.run, args.out_dir, args.force)
 
     os.environ["HF_HUB_OFFLINE"] = "1"  # before transformers is imported: never touch the network

@@ -5,6 +5,7 @@
     slm-generate runs/cpu_default/<job key> "First Citizen:" --top-p 0.9 --seed 1 --num-samples 3
     slm-generate runs/cpu_default/<dllm job> "KING:" --steps 64 --block-length 32       # masked diffusion
     echo "a prompt from stdin" | slm-generate <run dir> -
+    slm-generate train "ROMEO:"              # a run group of one run under $SLM_RUNS (runs/train/<its job key>)
 
 The run directory's model/ (or a checkpoint directory: config.json + model.safetensors, safetensors only) is
 checked before it is loaded; the tokenizer is the one saved beside the weights (slm_tokenizer.json, or Hugging
@@ -59,7 +60,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = _Parser(prog=PROG, description=__doc__.split("\n\n")[0].split(": ", 1)[1],
                      epilog="examples:\n" + __doc__.split("\n\n")[1],
                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("run", help="run directory (runs/<run_group>/<job key>) or checkpoint directory")
+    parser.add_argument("run", help="run directory or checkpoint directory: a path, or a run under $SLM_RUNS "
+                        "(default runs/) such as cpu_default/<job key>, or a run group of one run")
     parser.add_argument("prompt", help="the text to continue ('-': read it from stdin; '': start from nothing)")
     parser.add_argument("--max-new-tokens", "-n", type=_number(int, 1, what="must be >= 1"), default=200,
                         help="tokens to generate per sample (fewer at an end-of-text token or the model's context; "
@@ -204,7 +206,10 @@ def run(argv: list[str] | None = None) -> list[str]:
     from slm.model.generate import generate
     from slm.model.weights import load_model, resolve_model_dir
 
-    model_dir = resolve_model_dir(args.run)  # one line for a missing run, a pickle, an empty model/ ...
+    from slm.cli.paths import resolve_run
+
+    # a path, or a run (group) under $SLM_RUNS; one line for a missing run, a pickle, an empty model/ ...
+    model_dir = resolve_model_dir(resolve_run(args.run, PROG))
     tok = load_tokenizer_dir(args.tokenizer or model_dir)
     device, dtype = resolve_device(args.device, args.dtype)
     model = load_model(model_dir, device, dtype).eval()  # config and header checked before allocating
@@ -244,7 +249,7 @@ def run(argv: list[str] | None = None) -> list[str]:
     rows = args.num_samples
     if args.verbose:
         _note(f"{model_dir}: {cfg.family}, {model.num_params():,} parameters, {decoder.split(' ', 1)[1]}, on "
-              f"{device} in {str(dtype).removeprefix('torch.')}; tokenizer {tok.name}; prompt {len(ids)} tokens; "
+              f"{device} in {str(dtype).removeprefix('torch.')}; tokenizer {tok.name}; prompt {len(ids)} token{'' if len(ids) == 1 else 's'}; "
               f"seed {seed}")
     started = time.perf_counter()
     if diffusion:
@@ -260,7 +265,7 @@ def run(argv: list[str] | None = None) -> list[str]:
     seconds = time.perf_counter() - started
     if args.verbose:
         made = sum(map(len, outs))
-        _note(f"{made} new tokens in {seconds:.2f} s ({made / max(seconds, 1e-9):.1f} tokens/s)")
+        _note(f"{made} new token{'' if made == 1 else 's'} in {seconds:.2f} s ({made / max(seconds, 1e-9):.1f} tokens/s)")
 
     head = "" if args.new_only or synthetic else prompt
     texts = [head + tok.decode(out) for out in outs]

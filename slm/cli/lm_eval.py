@@ -10,7 +10,7 @@ Every flag of `lm-eval run` (and the `ls` and `validate` subcommands) works as t
 
   * `--model` defaults to `slm` (lm-eval 0.4 has no entry point for models: `lm-eval --model slm` alone
     cannot find it);
-  * slm/eval/tasks (slm_offline, slm_shakespeare_ppl, slm_shakespeare_mc) is searched, before any
+  * slm/eval/tasks (slm_offline, slm_shakespeare_bpb, slm_shakespeare_mc) is searched, before any
     --include_path; when every task asked for is there, lm-eval's own ~15k task files are not indexed;
   * a path in --model_args may hold commas, as run directories named after their job key do:
     `pretrained=<path>` takes the longest run of comma-separated pieces that exists on disk (quote it to
@@ -21,7 +21,9 @@ Every flag of `lm-eval run` (and the `ls` and `validate` subcommands) works as t
   * lm-eval's results go where lm-eval puts them (`--output_path out/` -> out/<model name sanitized>/
     results_<time>.json; none without --output_path) and, when `pretrained` is a run directory, its scores
     are merged into the run's result.json as slm-eval merges them (eval.lm_eval: scores, metrics,
-    details, results_file), unless SLM_LM_EVAL_NO_RECORD=1.
+    details, results_file), unless SLM_LM_EVAL_NO_RECORD=1;
+  * quiet logs: lm-eval's lookup of a git commit for its results file no longer prints "fatal: not a git
+    repository", and when stderr is not a terminal each progress bar is one plain line (slm.plain_progress).
 """
 
 from __future__ import annotations
@@ -198,10 +200,11 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> None:
     from lm_eval.utils import setup_logging
 
     import slm.eval.lm  # registers the `slm` model with lm-eval
-    import slm.eval.run  # noqa: F401 - quiets lm-eval's notice on every load of a custom_dataset task
     from slm.data.errors import DataError
     from slm.eval import TASKS_DIR, hub_tasks
+    from slm.eval.run import quiet_git_lookup  # importing slm.eval.run also quiets lm-eval's custom_dataset notice
     from slm.model.weights import CheckpointError
+    from slm.plain_progress import plain_stderr
 
     def error(err: BaseException) -> None:
         if full_errors():
@@ -250,6 +253,8 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> None:
     import lm_eval.tasks
 
     with contextlib.ExitStack() as stack:
+        stack.enter_context(quiet_git_lookup())
+        stack.enter_context(plain_stderr())
         stack.enter_context(_swapped(lm_eval.loggers, "EvaluationTracker", _capturing_tracker(captured)))
         if only_offline:
             stack.enter_context(_swapped(lm_eval.tasks, "TaskManager", _offline_index()))

@@ -1,25 +1,25 @@
-"""`slm-params <hydra overrides>`: exact parameter and FLOP counts of a model config, as one JSON object.
+"""`slm-params <hydra overrides> [--json]`: exact parameter and FLOP counts of a model config.
 
     slm-params model=gpt2                                   # 124,439,808 parameters
     slm-params model=gpt2 model.n_layers=32 model.d_model=384
     slm-params model=llama3 model.n_layers=12 model.param_budget=70e6   # solve the width, then the MLP size
     slm-params model=moe                                    # 327,371,136 in total, 67,258,752 active per token
-    slm-params model=titans_mac                             # 67,757,964; params_breakdown shows the memory's parts
+    slm-params model=titans_mac --json                      # every field; params_breakdown: the memory's parts
 
+Prints a short summary: the shape, total, active and non-embedding parameters, training FLOPs per token and, with
+model.param_budget, how the solved model fits its budget. --json prints every field as one JSON object instead
+(the shape, the counts, params_breakdown by part, budget_fit, the FLOPs convention, notes): the form to parse.
 Without a model= override it counts slm-train's default model (debug). Counts come from the config alone (no
 model is allocated); see slm.model.counting.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 
-from omegaconf import OmegaConf
+from slm.cli.config import reports_user_errors
 
-from slm.cli.config import compose_config, reports_user_errors
-
-SHAPE_FIELDS = ("family", "n_layers", "layer_repeat", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff",
+SHAPE_FIELDS = ("family", "kind", "n_layers", "layer_repeat", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff",
                 "vocab_size", "context_length", "tie_embeddings", "layer_types", "mlp_types", "init")
 MOE_FIELDS = ("n_experts", "top_k", "expert_d_ff", "shared_expert_d_ff")
 MEMORY_FIELDS = ("memory_layers", "memory_segment", "memory_chunk", "memory_depth", "memory_hidden", "memory_heads",
@@ -52,13 +52,70 @@ def params_report(model_node: dict) -> dict:
     return report
 
 
+def _count(n: float) -> str:
+    """124,439,808 (124.4M)."""
+    for size, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if n >= size:
+            return f"{n:,.0f} ({n / size:.4g}{unit})"
+    return f"{n:,.0f}"
+
+
+def shape_line(r: dict) -> str:
+    """The model in one line: family, network, width, heads, MLP, context, vocabulary."""
+    if r["kind"] != "transformer":
+        return (f"{r['family']}: a {r['kind']} window model over {r['context_length']} tokens, embeddings "
+                f"{r['d_model']} wide, vocabulary {r['vocab_size']:,}")
+    layers = f"{r['n_layers']} layers" + (f", each applied {r['layer_repeat']} times" if r["layer_repeat"] > 1 else "")
+    heads = f"{r['n_heads']} heads" + (f" ({r['n_kv_heads']} KV)" if r["n_kv_heads"] != r["n_heads"] else "")
+    types = r["layer_types"]
+    if types == ["attn"]:
+        mixers = ""
+    elif len(types) <= 6:  # a repeating unit, e.g. LFM2's conv/conv/attn
+        mixers = f", mixers {'/'.join(types)}"
+    else:
+        mixers = ", mixers " + " + ".join(f"{types.count(t)} {t}" for t in dict.fromkeys(types))
+    if "moe" in r["mlp_types"]:
+        mlp = f"{r['n_experts']} experts of {r['expert_d_ff']}, top-{r['top_k']}"
+    else:
+        mlp = f"d_ff {r['d_ff']}"
+    return (f"{r['family']}: {layers}, d_model {r['d_model']}, {heads} of {r['head_dim']}, {mlp}{mixers}, context "
+            f"{r['context_length']}, vocabulary {r['vocab_size']:,}")
+
+
+def summary(r: dict) -> list[str]:
+    """The default output: the shape, the counts slm-train and the dry run report, the budget fit, the notes."""
+    lines = [shape_line(r),
+             f"  parameters     {_count(r['params_total'])}",
+             f"  active         {_count(r['params_active'])} per token",
+             f"  non-embedding  {_count(r['params_non_embedding'])}",
+             f"  FLOPs/token    {r['flops_per_token']:.3e} (training: forward + backward, PaLM convention)"]
+    if "param_budget" in r:
+        moved = (r.get("budget_fit") or {}).get("moved") or "d_model"
+        lines.append(f"  budget         {r['param_budget']:,.0f} {r['budget_count']} parameters: "
+                     f"{100 * r['budget_error']:+.2f}% (solved: {moved})")
+    lines += [f"  note: {note}" for note in r["notes"]]
+    lines.append("  (--json: every field, the parameters by part, the FLOPs convention)")
+    return lines
+
+
 @reports_user_errors("slm-params")
 def run(argv: list[str]) -> None:
     if any(arg in ("-h", "--help") for arg in argv):
         print(__doc__.strip())
         return
-    cfg = compose_config(argv)
-    print(json.dumps(params_report(OmegaConf.to_container(cfg.model, resolve=True)), indent=2))
+    as_json = "--json" in argv
+    overrides = [arg for arg in argv if arg != "--json"]
+    from omegaconf import OmegaConf
+
+    from slm.cli.config import compose_config
+
+    report = params_report(OmegaConf.to_container(compose_config(overrides).model, resolve=True))
+    if as_json:
+        import json
+
+        print(json.dumps(report, indent=2))
+    else:
+        print("\n".join(summary(report)))
 
 
 def main() -> None:

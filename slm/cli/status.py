@@ -20,14 +20,10 @@ import sys
 from pathlib import Path
 
 from slm.cli.config import fail
+from slm.cli.paths import resolve_group, runs_root
 from slm.runs.status import STATES, counts, sweep_states
 
 PROG = "slm-status"
-
-
-def runs_root() -> Path:
-    """Where run groups live: $SLM_RUNS, default `runs` (as conf/config.yaml's hydra.run.dir)."""
-    return Path(os.environ.get("SLM_RUNS") or "runs")
 
 
 def _progress(state) -> str:
@@ -47,7 +43,7 @@ def _warn(message: str) -> None:
 
 def _tally(states) -> str:
     tally = counts(states)
-    return f"{len(states)} jobs" + (": " + ", ".join(f"{n} {s}" for s, n in tally.items()) if states else "")
+    return f"{len(states)} job{'' if len(states) == 1 else 's'}" + (": " + ", ".join(f"{n} {s}" for s, n in tally.items()) if states else "")
 
 
 def report(sweep_dir: Path) -> list[str]:
@@ -85,21 +81,6 @@ def overview(root: Path) -> list[str]:
     return lines
 
 
-def resolve(arg: str, root: Path) -> Path:
-    """A directory given as a path, else as the name of a run group under root; one line and exit 2 if neither."""
-    path = Path(arg).expanduser()
-    if path.is_dir():
-        return path
-    group = root / arg
-    if group.is_dir() and not Path(arg).is_absolute():
-        return group
-    known = [g.name for g in run_groups(root)] if root.is_dir() else []
-    where = f"; run groups under {root}: {', '.join(known)}" if known else \
-        f" ({root} has no run groups)" if root.is_dir() else f" ({root} does not exist; set SLM_RUNS)"
-    fail(PROG, f"{arg} is not a directory, nor a run group under {root}{where}")
-    raise AssertionError  # fail exits
-
-
 def run(argv: list[str]) -> None:
     parser = _Parser(prog=PROG, description=__doc__.split("\n\n")[0],
                      epilog="statuses: " + "; ".join(f"{s}: {d}" for s, d in STATES.items()))
@@ -120,7 +101,7 @@ def run(argv: list[str]) -> None:
         else:
             print("\n".join(overview(root)))
         return
-    dirs = [resolve(d, root) for d in args.dirs]
+    dirs = [resolve_group(d, PROG) for d in args.dirs]  # a path, or a run group or run under $SLM_RUNS
     for d in dirs:
         if args.json:
             for state in sweep_states(d, warn=_warn):

@@ -39,11 +39,16 @@ def hydra_main(cfg: DictConfig) -> dict:
 
 @reports_user_errors("slm-train")
 def single_run(cfg: DictConfig, run_dir: str) -> dict:
+    from slm.objectives import check_preset
     from slm.runs.job import RunInUseError, discard_unstarted, train_run
     from slm.training.distributed import is_rank_zero
+    from slm.training.stop_guard import StopGuard
 
     try:
-        record = train_run(OmegaConf.to_container(cfg, resolve=True), run_dir)
+        resolved = OmegaConf.to_container(cfg, resolve=True)
+        check_preset(resolved["model"], resolved["train"]["objective"])  # train.objective=causal_lm with model=dllm
+        with StopGuard():  # a second Ctrl-C or SIGTERM stops the process, even in the middle of a slow step
+            record = train_run(resolved, run_dir)
     except RunInUseError:
         raise
     except Exception:
@@ -61,15 +66,20 @@ def sweep_job(cfg: DictConfig, run_dir: str) -> dict:
     """One job of a sweep: never raises for a failure of its own, so the other jobs go on."""
     from slm.runs.job import record_failure, train_run
     from slm.training.distributed import is_rank_zero
+    from slm.training.stop_guard import StopGuard
 
     try:
         resolved = OmegaConf.to_container(cfg, resolve=True)
     except Exception as err:  # an interpolation that does not resolve: an invalid config
         record = record_failure(run_dir, OmegaConf.to_container(cfg, resolve=False), err)
     else:
-        problem = _local_parallel_sweep(resolved)
-        record = (record_failure(run_dir, resolved, problem) if problem else
-                  train_run(resolved, run_dir, sweep=True, rerun_failed=bool(resolved.get("rerun_failed", False))))
+        problem = _preset_clash(resolved) or _local_parallel_sweep(resolved)
+        if problem:
+            record = record_failure(run_dir, resolved, problem)
+        else:
+            with StopGuard():  # a second Ctrl-C or SIGTERM stops the process, even in the middle of a slow step
+                record = train_run(resolved, run_dir, sweep=True,
+                                   rerun_failed=bool(resolved.get("rerun_failed", False)))
     if not is_rank_zero():
         return outcome(record, run_dir)
     line = f"slm-train: {record['status']}: {run_dir}"
@@ -77,6 +87,17 @@ def sweep_job(cfg: DictConfig, run_dir: str) -> dict:
         line += f": {record['error']}"
     print(line, file=sys.stderr if record["status"] == "failed" else sys.stdout)
     return outcome(record, run_dir)
+
+
+def _preset_clash(cfg: dict) -> str | None:
+    """Why the job's train.objective cannot train its model preset (None if it can): slm.objectives.check_preset."""
+    from slm.objectives import check_preset
+
+    try:
+        check_preset(cfg["model"], cfg["train"]["objective"])
+    except ValueError as err:  # ObjectiveError, or an unknown model.objective
+        return str(err)
+    return None
 
 
 def _local_parallel_sweep(cfg: dict) -> str | None:

@@ -96,7 +96,9 @@ class MoE(FeedForward, nn.Module):
             seq.record(MoE, (counts, probs.sum(dim=0), flat.shape[0], z))
         return out.view(shape)
 
-    @torch.compiler.disable  # per-expert sizes are data: compiled, every step would recompile
+    # per-expert sizes are data: compiled, every step would recompile. torch.compiler.disable in its lazy form: it
+    # imports torch._dynamo at the first call, not when this module loads (1-2 s that slm-params never needs)
+    @torch._disable_dynamo
     def _experts(self, flat: torch.Tensor, chosen: torch.Tensor, weights: torch.Tensor):
         """Sum over each token's experts of weight * expert(token): flat (N, d), chosen/weights (N, k).
         -> ((N, d), tokens per expert (E,) as float)."""

@@ -110,7 +110,15 @@ class PreparedData:
 
 
 def prepare(data_node: dict, tokenizer_node: dict) -> PreparedData:
-    """Parse the `data` and `tokenizer` nodes, build the tokenizer, tokenize (or reuse) every shard."""
+    """Parse the `data` and `tokenizer` nodes, build the tokenizer, tokenize (or reuse) every shard. Progress
+    bars (ours, and those of a hub download) are plain lines when stderr is not a terminal."""
+    from slm.plain_progress import plain_stderr
+
+    with plain_stderr():
+        return _prepare(data_node, tokenizer_node)
+
+
+def _prepare(data_node: dict, tokenizer_node: dict) -> PreparedData:
     cfg = DataConfig.from_node(_plain(data_node))
     tok_cfg = TokenizerConfig.from_node(_plain(tokenizer_node))
     root = cache.cache_root(cfg.cache_dir)

@@ -3,7 +3,8 @@
 `build_shard` reuses a complete shard from the cache; otherwise, holding the shard's lock, it tokenizes
 the stream's pieces in chunks of ~256K characters on every core (threads for tokenizers that release the
 GIL, forked worker processes for the others), appends the eot id after each document, shows a progress
-bar on stderr, and writes `<key>.bin` then `<key>.json` atomically. The bin file is read back as a memmap.
+bar on stderr (on a terminal; elsewhere its last state as one plain line, slm.plain_progress), and writes
+`<key>.bin` then `<key>.json` atomically. The bin file is read back as a memmap.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from slm.data.errors import DataError
 from slm.data.readers import Piece
 from slm.data.sources import Stream
 from slm.data.tokenizers import Tokenizer
+from slm.plain_progress import plain_lines
 
 CHUNK_CHARS = 1 << 18
 FORMAT_VERSION = 1
@@ -122,7 +124,7 @@ def _write(tmp: Path, stream: Stream, tokenizer: Tokenizer, dtype: np.dtype, wor
     digest = hashlib.sha256()
     limit, n = stream.max_tokens, 0
     encoded = _encode_all(_chunks(stream.pieces(), digest), tokenizer, workers, label)
-    bar = tqdm(total=limit, desc=f"tokenize {label}", unit="tok", unit_scale=True, file=sys.stderr,
+    bar = tqdm(total=limit, desc=f"tokenize {label}", unit="tok", unit_scale=True, file=plain_lines(sys.stderr),
                mininterval=1.0, dynamic_ncols=True)
     try:
         with open(tmp, "wb") as f:

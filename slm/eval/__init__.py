@@ -12,6 +12,10 @@ Nothing heavy is imported here: lm-eval loads only with `slm.eval.lm`.
 from pathlib import Path
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
-"""The shipped lm-eval task YAMLs (slm_shakespeare_ppl, slm_shakespeare_mc, group slm_offline)."""
+"""The shipped lm-eval task YAMLs (slm_shakespeare_bpb, slm_shakespeare_mc, group slm_offline)."""
 
-__all__ = ["TASKS_DIR"]
+RENAMED_TASKS = {"slm_shakespeare_ppl": "slm_shakespeare_bpb"}
+"""Shipped tasks by their former names: records that use an old name are read under the new one
+(analysis.collect), and asking for an old name is answered with the new one."""
+
+__all__ = ["RENAMED_TASKS", "TASKS_DIR"]

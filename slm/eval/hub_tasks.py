@@ -124,6 +124,15 @@ def _leaves(name: str, index: dict, tags: dict, seen: set) -> list[tuple[str, st
     return out
 
 
+def unknown_tasks(names: list[str]) -> str:
+    """The line for task names nobody knows; a shipped task's former name (slm.eval.RENAMED_TASKS) says its new one."""
+    from slm.eval import RENAMED_TASKS
+
+    named = [f"{t} (now {RENAMED_TASKS[t]})" if t in RENAMED_TASKS else t for t in names]
+    return (f"unknown task(s) {', '.join(named)} (lm-eval's tasks, slm/eval/tasks and --include_path; "
+            "`lm-eval ls tasks` lists lm-eval's)")
+
+
 def check(tasks: list[str], local) -> None:
     """Raise ValueError (one line) when a task in `tasks` needs the hub and the hub cannot be reached.
     `local`: lm-eval's TaskManager over slm/eval/tasks and the --include_path directories only (no defaults).
@@ -157,8 +166,7 @@ def check(tasks: list[str], local) -> None:
     if outside and not (offline and cached()):
         unknown = [name for name in outside if name not in _mentioned_by_lm_eval(outside)]
         if unknown:
-            raise ValueError(f"unknown task(s) {', '.join(unknown)} (lm-eval's tasks, slm/eval/tasks and "
-                             f"--include_path; `lm-eval ls tasks` lists lm-eval's)")
+            raise ValueError(unknown_tasks(unknown))
         what = f"task {outside[0]} is not one of" if len(outside) == 1 else f"tasks {', '.join(outside)} are not among"
         raise ValueError(f"{what} the offline tasks (slm/eval/tasks, --include_path): lm-eval's tasks need their "
                          f"data from the Hugging Face hub, which cannot be reached: {problem}{_cache_hint(offline)}; "

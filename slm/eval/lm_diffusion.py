@@ -18,7 +18,9 @@ position's SUBS argmax is its target (not LLaDA's one-token-at-a-time check, whi
 Rolling log-likelihoods (perplexity tasks) sum this bound over lm-eval's rolling windows: a NELBO, not an
 exact NLL. generate_until (SLMLM's, through `generate` here) samples with `slm.model.diffusion.diffusion_generate`.
 
-model_args (ignored for autoregressive models): mc_num (128, LLaDA's default), mc_batch
+model_args (for masked diffusion models; an autoregressive model given any of them on the command line warns
+once that they do not apply, and one scored by a sweep's shared `eval` config leaves them out silently,
+slm.eval.run.evaluate): mc_num (128, LLaDA's default), mc_batch
 (rows per forward; None: batch_size * max_length tokens' worth), seed (1234), diffusion_block_length (32),
 diffusion_steps (None: one per generated token), diffusion_threshold (None: a fixed number of tokens per
 step).
@@ -107,11 +109,12 @@ class DiffusionSettings:
 
 def diffusion_settings(cfg, args: dict) -> DiffusionSettings | None:
     """Settings for a masked diffusion model, None for an autoregressive one (whose diffusion args, checked
-    all the same, are ignored with a warning). A bidirectional model without a mask token cannot be scored."""
+    all the same, are ignored with one warning). A bidirectional model without a mask token cannot be scored."""
     settings = DiffusionSettings.from_model_args(args)
     if cfg.causal:
         if args:
-            log.info("slm model: the diffusion model_args %s do not apply to an autoregressive model", sorted(args))
+            log.warning("slm model: %s ignored: diffusion model_args do not apply to an autoregressive model",
+                        ", ".join(sorted(args)))
         return None
     if cfg.mask_token_id is None:
         raise ValueError("slm model: a bidirectional model (causal=false) without mask_token_id can be scored "

@@ -1,6 +1,6 @@
 """Evaluate a run (or a bare checkpoint) with lm-eval: scores, lm-eval's results JSON, decode speed.
 
-    summary = evaluate("runs/train/default", EvalSpec(tasks=["slm_shakespeare_ppl", "slm_shakespeare_mc"]))
+    summary = evaluate("runs/train/default", EvalSpec(tasks=["slm_shakespeare_bpb", "slm_shakespeare_mc"]))
     preflight(cfg["eval"])                            # before training: bad fields, hub tasks offline
     summary = evaluate_config(run_dir, cfg["eval"])   # the `eval` config node (conf/eval/*.yaml); None if off
     update_record(run_dir, eval=eval_section(summary, record["eval"]))   # the caller owns result.json
@@ -10,8 +10,9 @@ the record's `eval` fields, merged with what an earlier evaluation left there:
   eval.lm_eval      scores {task: headline score}, metrics {task: "metric,filter"},
                     details {task: every metric lm-eval reported, num_fewshot, samples, limit, and for a
                     multiple-choice task scored by argmax accuracy its `chance` level (chance_level)},
-                    averages {suite: mean headline score of its `average` tasks}, average_tasks {suite:
-                    those tasks}, version,
+                    averages {suite: mean headline score of its `average` tasks, when there are two or
+                    more: one task's "average" would only repeat its score}, average_tasks {suite: those
+                    tasks}, version,
                     results_file, estimator (how log-likelihoods were computed: {"kind": "exact"}, or
                     for a diffusion model {"kind": "llada_mc_conditional_elbo", "mc_num", "seed"}; also
                     in each task's details), documents_file (the per-document results of this
@@ -162,8 +163,7 @@ def task_manager(tasks: list[str], include_path: list[str]):
     manager = TaskManager(include_path=paths)
     missing = [t for t in tasks if t not in manager.all_tasks]
     if missing:
-        raise EvalError(f"unknown task(s) {', '.join(missing)} (lm-eval's tasks, slm/eval/tasks and "
-                        f"--include_path; `lm-eval ls tasks` lists lm-eval's)")
+        raise EvalError(hub_tasks.unknown_tasks(missing))
     return manager
 
 
@@ -222,15 +222,23 @@ def _results_path(output_path: str | os.PathLike) -> Path:
     return out / f"results_{time.strftime('%Y-%m-%dT%H-%M-%S')}.json"
 
 
-def evaluate(path: str | os.PathLike, spec: EvalSpec, output_path: str | os.PathLike | None = None) -> dict:
+def evaluate(path: str | os.PathLike, spec: EvalSpec, output_path: str | os.PathLike | None = None, *,
+             suite_model_args: bool = False) -> dict:
     """Score the run or checkpoint at `path` on spec.tasks (and its decode speed if spec.throughput) and
     write lm-eval's results JSON (and the per-document file). Returns the summary: scores, metrics, details,
     averages, version, results_file and documents_file (relative to `path` when inside it), throughput, and
-    `results` (lm-eval's whole output, not for the record)."""
+    `results` (lm-eval's whole output, not for the record).
+
+    suite_model_args: spec.model_args come from an `eval` config node that a whole sweep shares, so its
+    diffusion settings (slm.eval.lm_diffusion.MODEL_ARGS, e.g. the cpu_default sweep's mc_num) are meant for
+    the diffusion runs among its jobs: an autoregressive model leaves them out without a word. Otherwise (the
+    command line) they were asked for this model, and an autoregressive one says once that they do not apply."""
     import lm_eval
     from lm_eval.utils import handle_non_serializable
 
+    from slm.eval.env_info import reused_env_info
     from slm.eval.lm import SLMLM, resolve_device, resolve_model_dir
+    from slm.plain_progress import plain_stderr
 
     try:
         model_dir = resolve_model_dir(path)
@@ -240,7 +248,13 @@ def evaluate(path: str | os.PathLike, spec: EvalSpec, output_path: str | os.Path
     from slm.model.weights import check_checkpoint
 
     # config, weights header and memory checked before tasks load or anything is allocated (CheckpointError)
-    kind = check_checkpoint(model_dir, *resolve_device(spec.device, spec.dtype)).kind
+    model_cfg = check_checkpoint(model_dir, *resolve_device(spec.device, spec.dtype))
+    kind = model_cfg.kind
+    model_args = dict(spec.model_args)
+    if suite_model_args and model_cfg.causal:
+        from slm.eval.lm_diffusion import MODEL_ARGS
+
+        model_args = {k: v for k, v in model_args.items() if k not in MODEL_ARGS}
     if not NETWORKS.get(kind).every_position:
         raise EvalError(f"model.kind={kind!r} predicts only the token after one whole window: lm-eval and decoding "
                         "need a model that scores every position (its validation NLL is in the record; eval=none "
@@ -252,13 +266,17 @@ def evaluate(path: str | os.PathLike, spec: EvalSpec, output_path: str | os.Path
         manager = task_manager(spec.tasks, spec.include_path)
         objects = load_tasks(manager, spec.tasks)
         lm = SLMLM(pretrained=str(model_dir), batch_size=spec.batch_size, device=spec.device, dtype=spec.dtype,
-                   **spec.model_args)
-        results = lm_eval.simple_evaluate(
-            model=lm, tasks=objects, task_manager=manager, num_fewshot=spec.num_fewshot, limit=spec.limit,
-            gen_kwargs=spec.gen_kwargs, log_samples=spec.log_samples or spec.per_document, random_seed=spec.seed,
-            numpy_random_seed=spec.seed, torch_random_seed=spec.seed, fewshot_random_seed=spec.seed)
+                   **model_args)
+        # stderr not a terminal: each progress bar as one plain line; lm-eval's environment report made once
+        # per process (a sweep's later jobs reuse it)
+        with quiet_git_lookup(), reused_env_info(), plain_stderr():
+            results = lm_eval.simple_evaluate(
+                model=lm, tasks=objects, task_manager=manager, num_fewshot=spec.num_fewshot, limit=spec.limit,
+                gen_kwargs=spec.gen_kwargs, log_samples=spec.log_samples or spec.per_document,
+                random_seed=spec.seed, numpy_random_seed=spec.seed, torch_random_seed=spec.seed,
+                fewshot_random_seed=spec.seed)
         results["config"]["model"] = "slm"
-        results["config"]["model_args"] = {"pretrained": str(model_dir), **spec.model_args}
+        results["config"]["model_args"] = {"pretrained": str(model_dir), **model_args}
         results["config"]["estimator"] = lm.estimator
         out_file = _results_path(output_path or path / "eval")
         samples = results.pop("samples", None)
@@ -292,6 +310,33 @@ def evaluate(path: str | os.PathLike, spec: EvalSpec, output_path: str | os.Path
                                                compile=spec.throughput_compile, cpu_threads=spec.throughput_cpu_threads,
                                                diffusion=spec.throughput_diffusion)
     return summary
+
+
+def git_commit_hash() -> str | None:
+    """What lm-eval records as `git_hash` (`git describe --always` in the working directory), asked without
+    letting git print "fatal: not a git repository" to stderr when there is none: then None."""
+    import subprocess
+
+    try:
+        done = subprocess.run(["git", "describe", "--always"], stdin=subprocess.DEVNULL, capture_output=True,
+                              text=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):  # no git, or it hangs
+        return None
+    return (done.stdout.strip() or None) if done.returncode == 0 else None
+
+
+@contextlib.contextmanager
+def quiet_git_lookup():
+    """lm-eval's own git lookup (lm_eval.evaluator.get_git_commit_hash, which lets git write to stderr)
+    replaced by git_commit_hash while the block runs."""
+    import lm_eval.evaluator
+
+    saved = lm_eval.evaluator.get_git_commit_hash
+    lm_eval.evaluator.get_git_commit_hash = git_commit_hash
+    try:
+        yield
+    finally:
+        lm_eval.evaluator.get_git_commit_hash = saved
 
 
 DOCUMENTS_SUFFIX = "_documents.jsonl"
@@ -426,7 +471,8 @@ def chance_level(task, n_docs: int | None = None) -> float | None:
 
 def summarize(results: dict, spec: EvalSpec, chance: dict[str, float] | None = None) -> dict:
     """eval.lm_eval fields from lm-eval's results: headline scores, details and suite averages for the
-    requested tasks and groups (not every subtask of a group: those stay in the results JSON). `chance`:
+    requested tasks and groups (not every subtask of a group: those stay in the results JSON). A suite
+    averages two tasks or more; one task is no average (its score is already there). `chance`:
     {task: chance_level}, recorded in the task's details."""
     import lm_eval
 
@@ -447,7 +493,7 @@ def summarize(results: dict, spec: EvalSpec, chance: dict[str, float] | None = N
     averages, average_tasks = {}, {}
     for suite, tasks in spec.average.items():
         values = [scores.get(t) for t in tasks]
-        if values and all(v is not None for v in values):
+        if len(values) >= 2 and all(v is not None for v in values):
             averages[suite] = sum(values) / len(values)
             average_tasks[suite] = list(tasks)
     return {"scores": scores, "metrics": metrics, "details": details, "averages": averages,
@@ -458,12 +504,24 @@ def summarize(results: dict, spec: EvalSpec, chance: dict[str, float] | None = N
 
 def eval_section(summary: dict, previous: dict | None) -> dict:
     """The record's `eval` fields for a summary, merged with the previous `eval` section: lm_eval task by
-    task (earlier tasks and suites kept), throughput replaced. Pass it to update_record(run_dir, eval=...)."""
+    task (earlier tasks and suites kept; a task scored now drops its entries under a former name,
+    slm.eval.RENAMED_TASKS, and a one-task "average" left by an earlier evaluation is dropped), throughput
+    replaced. Pass it to update_record(run_dir, eval=...)."""
+    from slm.eval import RENAMED_TASKS
+
     old = (previous or {}).get("lm_eval") or {}
     section = {}
     if "scores" in summary:
         lm = {key: {**old.get(key, {}), **summary.get(key, {})}
               for key in ("scores", "metrics", "details", "averages", "average_tasks")}
+        for former, current in RENAMED_TASKS.items():
+            if current in summary.get("scores", {}):
+                for key in ("scores", "metrics", "details"):
+                    lm[key].pop(former, None)
+        for suite, members in list(lm["average_tasks"].items()):
+            if len(members) < 2:
+                lm["averages"].pop(suite, None)
+                lm["average_tasks"].pop(suite)
         lm.update(version=summary["version"], results_file=summary["results_file"],
                   evaluated_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
         if "documents_file" in summary:
@@ -516,27 +574,32 @@ def evaluate_config(path: str | os.PathLike, eval_cfg: dict | None,
                     log_file: str | os.PathLike | None = None) -> dict | None:
     """Evaluation as the run's `eval` config node asks (e.g. at the end of training); None when it asks
     for nothing (eval=none: `enabled: false`). Raises EvalError for bad input (e.g. hub tasks offline).
-    With `log_file`, lm-eval's progress bars and INFO lines go there instead of the console."""
+    The node's diffusion model_args apply to diffusion models only (evaluate's suite_model_args).
+    With `log_file`, lm-eval's progress bars (each as one plain line, slm.plain_progress) and INFO lines go
+    there instead of the console."""
     if not eval_cfg or eval_cfg.get("enabled", True) is False:
         return None
     spec = spec_from_config(eval_cfg)
     if not spec.tasks and not spec.throughput:
         return None
     if log_file is None:
-        return evaluate(path, spec)
+        return evaluate(path, spec, suite_model_args=True)
+    from slm.plain_progress import PlainLines
+
     Path(log_file).parent.mkdir(parents=True, exist_ok=True)
     logger = logging.getLogger("lm_eval")
     level, propagate = logger.level, logger.propagate
-    handler = logging.FileHandler(log_file)
-    handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
-    with open(log_file, "a") as log, contextlib.redirect_stderr(log):
+    with open(log_file, "a") as log:
+        stream = PlainLines(log)  # one stream for the bars and the log lines: they stay in order
+        handler = logging.StreamHandler(stream)
+        handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
         logger.propagate = False
         try:
-            return evaluate(path, spec)
+            with contextlib.redirect_stderr(stream):
+                return evaluate(path, spec, suite_model_args=True)
         finally:
             logger.removeHandler(handler)
-            handler.close()
             logger.setLevel(level)
             logger.propagate = propagate

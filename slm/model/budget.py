@@ -35,6 +35,9 @@ _WIDTH_ERRORS = ("model.d_model=", "model.n_kv_heads=", "model.n_heads=", "model
 SOLVER_KEYS = {"param_budget": None, "width_step": 64, "d_ff_step": 8, "budget_count": "total",
                "budget_tolerance": 0.03}
 """The `model` node's keys that are not ModelConfig fields, with their defaults (conf/model_base/base.yaml)."""
+PRESET_KEYS = ("objective",)
+"""Keys a preset may add that are the run's, not the network's: `objective`, the training objective it brings
+(conf/model/dllm.yaml: mdlm; train.objective follows it, slm.objectives). config_from_spec leaves them out."""
 
 
 @dataclass(frozen=True)
@@ -237,8 +240,8 @@ def solve_width(spec: dict, budget: float, step: int = 64, counted: str = "total
 def config_from_spec(spec: dict) -> ModelConfig:
     """Build a ModelConfig from a Hydra `model` node: the fields plus the solver keys `param_budget`
     (None: use d_model as given), `width_step`, `d_ff_step` (the MLP hidden size's step; None: the width
-    only), `budget_count` (total or active parameters) and `budget_tolerance`."""
-    spec = upgrade_fields(spec)
+    only), `budget_count` (total or active parameters) and `budget_tolerance`; PRESET_KEYS are left out."""
+    spec = {k: v for k, v in upgrade_fields(spec).items() if k not in PRESET_KEYS}
     budget = spec.pop("param_budget", None)
     step = spec.pop("width_step", SOLVER_KEYS["width_step"])
     d_ff_step = spec.pop("d_ff_step", SOLVER_KEYS["d_ff_step"])

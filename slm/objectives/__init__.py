@@ -11,7 +11,26 @@ from slm.objectives.causal_lm import CausalLM
 from slm.objectives.last_token import LastToken
 from slm.objectives.mdlm import MDLM
 
-__all__ = ["CausalLM", "LastToken", "MDLM", "NLL_KINDS", "OBJECTIVES", "Objective", "ObjectiveError", "tokenizer_node_for"]
+__all__ = ["CausalLM", "LastToken", "MDLM", "NLL_KINDS", "OBJECTIVES", "Objective", "ObjectiveError", "check_preset",
+           "tokenizer_node_for"]
+
+
+def check_preset(model_node: dict, objective: str) -> None:
+    """Refuse a training objective that contradicts the one the model preset names (`model.objective`: mdlm for
+    the masked diffusion presets, last_token for the window models; train.objective follows it unless given);
+    a preset that names none takes any objective (its `check` still refuses a model it cannot train)."""
+    named = model_node.get("objective")
+    if named is None:
+        return
+    try:
+        OBJECTIVES.get(named)
+    except ValueError as err:  # "unknown objective 'x'; choose one of: ..."
+        raise ObjectiveError(f"model.objective={named}: {err}") from None
+    if objective == named:
+        return
+    raise ObjectiveError(f"train.objective={objective} contradicts the model preset ({model_node.get('family')}), "
+                         f"which trains with {named} (model.objective={named}): leave train.objective out, or set "
+                         f"model.objective={objective} too to train this network another way")
 
 
 def tokenizer_node_for(objective: str, tokenizer_node: dict) -> dict:

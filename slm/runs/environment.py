@@ -38,7 +38,7 @@ def environment(device: torch.device | None = None) -> dict:
     return {
         "python": platform.python_version(),
         "packages": versions,
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)",
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({torch.get_num_threads()} thread{'' if torch.get_num_threads() == 1 else 's'})",
         "cuda": torch.version.cuda,
         "hostname": socket.gethostname(),
         "platform": platform.platform(),

@@ -41,6 +41,7 @@ from slm.components.parametrization import scheme_of
 from slm.model import FLOPS_CONVENTION, config_from_spec, count
 from slm.model.budget import budget_knob
 from slm.model.weights import save_model
+from slm.omp_wait import wait_settings
 from slm.runs.environment import environment
 from slm.runs.record import load_record, now, settled, update_record
 from slm.runs.status import run_lock
@@ -215,6 +216,7 @@ def _setup(cfg: dict, run_dir: Path) -> tuple:
 
     train_cfg = TrainConfig.from_node(cfg["train"])
     train_cfg.check_loggers()  # a logger whose package is missing (wandb): one line, before the data is prepared
+    train_cfg.check_accelerator()  # an accelerator or precision this machine cannot run: before the data too
     preflight(cfg.get("eval"))  # hub tasks while offline, unknown tasks, bad fields: fail before training
     prepared = prepare(cfg["data"], tokenizer_node_for(train_cfg.objective, cfg["tokenizer"]))
     mask = {"mask_token_id": prepared.tokenizer.mask_id} if prepared.tokenizer.mask_id is not None else {}
@@ -228,7 +230,6 @@ def _setup(cfg: dict, run_dir: Path) -> tuple:
     counts = count(model_cfg)
     max_steps = train_cfg.max_steps(model_cfg.context_length)
     train_cfg.check_length(max_steps)
-    train_cfg.check_accelerator()
     _check_memory(train_cfg, counts.params_total)
     init = None
     resuming = any((run_dir / CHECKPOINT.parent / name).exists() for name in (CHECKPOINT.name, PREVIOUS))
@@ -337,7 +338,7 @@ def _train(cfg: dict, run_dir: Path, train_cfg, prepared, model_cfg, counts, max
     if rank_zero:
         (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
         update_record(run_dir, status="running", error=None, config=cfg, model=model_section,
-                      training=training, environment=environment())
+                      training=training, environment={**environment(), "omp_wait": wait_settings()})
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     try:
@@ -359,13 +360,13 @@ def _banner(run_dir: Path, train_cfg, model_cfg, counts, max_steps: int, tokens_
     params = f"{counts.params_total:,} parameters ({counts.params_non_embedding:,} non-embedding"
     if counts.params_active != counts.params_total:
         params += f", {counts.params_active:,} active"
-    model = (f"slm-train: model {preset}: {model_cfg.n_layers} layers, d_model {model_cfg.d_model}, context "
+    model = (f"slm-train: model {preset}: {model_cfg.n_layers} layer{'' if model_cfg.n_layers == 1 else 's'}, d_model {model_cfg.d_model}, context "
              f"{model_cfg.context_length}, vocabulary {model_cfg.vocab_size}; {params})")
     lines = [f"slm-train: run {run_dir}", model]
-    length = (f"{max_steps:,} steps of {train_cfg.batch_size} x {model_cfg.context_length} tokens = "
+    length = (f"{max_steps:,} step{'' if max_steps == 1 else 's'} of {train_cfg.batch_size} x {model_cfg.context_length} tokens = "
               f"{max_steps * tokens_per_step:,} tokens")
     if train_cfg.epochs is not None:
-        length += f" ({train_cfg.epochs} epochs)"
+        length += f" ({train_cfg.epochs} epoch{'' if train_cfg.epochs == 1 else 's'})"
     warmup = train_cfg.warmup(max_steps)
     lines.append(f"slm-train: {length}; {train_cfg.objective}, lr {train_cfg.lr:g} ({train_cfg.schedule}, warmup "
                  f"{warmup} step{'s' if warmup != 1 else ''}), precision {train_cfg.precision}, accelerator "
@@ -396,7 +397,7 @@ def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens
     from slm.training.init_from import tokenizer_meta
     from slm.training.logs import tidy_lightning_logging
     from slm.training.module import LanguageModelModule
-    from slm.training.progress import ProgressLog, StartLine, StepsBar, duration, interactive
+    from slm.training.progress import ProgressLog, StartLine, StepsBar, duration, interactive, perplexity
 
     tidy_lightning_logging()
     rank_zero = is_rank_zero()
@@ -492,15 +493,17 @@ def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens
     if not math.isfinite(val.get("val_nll", float("nan"))):
         raise FloatingPointError(f"validation NLL is {val.get('val_nll')}")
     best = " (the best, restored)" if last_val else ""
-    print(f"slm-train: trained to step {steps:,} of {max_steps:,} ({totals['session_steps']:,} steps in "
+    print(f"slm-train: trained to step {steps:,} of {max_steps:,} ({totals['session_steps']:,} step{'' if totals['session_steps'] == 1 else 's'} in "
           f"{duration(training['wall_seconds'])}); validation "
-          f"{module.objective.nll_kind} {val['val_nll']:.4f} (ppl {val['val_ppl']:.4g}) at step {val['val_step']}"
+          f"{module.objective.nll_kind} {val['val_nll']:.4f} ({perplexity(module.objective.nll_kind, val['val_ppl'])})"
+          f" at step {val['val_step']}"
           f"{best}", flush=True)
     artifacts.update(weights="model/model.safetensors", model_dir="model")
     per_byte = _bits_per_byte(prepared, val["val_nll"], module.test_metrics.get("test_nll"))
     record = update_record(run_dir, status="completed", error=None, training=training,
                            data=_data_section(prepared, datamodule), artifacts=artifacts,
-                           eval={"val_nll": val["val_nll"], "val_ppl": val["val_ppl"], "val_step": val["val_step"],
+                           eval={"val_nll": val["val_nll"], "val_step": val["val_step"],  # exp(a NELBO): a bound
+                                 ("val_ppl" if module.objective.nll_kind == "nll" else "val_ppl_bound"): val["val_ppl"],
                                  "val_nll_kind": module.objective.nll_kind, **module.test_metrics, **per_byte,
                                  **({"restored_best": True, "last_val_nll": last_val["val_nll"],
                                      "last_val_step": last_val["val_step"]} if last_val else {}),
@@ -514,6 +517,7 @@ def _evaluate(cfg: dict, run_dir: Path, record: dict) -> dict:
     `completed` whatever happens here: a failure is recorded as eval.lm_eval_error, and
     `slm-eval <run dir> --tasks ...` can score it again."""
     from slm.eval.run import eval_section, evaluate_config
+    from slm.eval.score_lines import brief
 
     try:
         summary = evaluate_config(run_dir, cfg.get("eval"), log_file=run_dir / "eval" / "lm_eval.log")
@@ -523,6 +527,5 @@ def _evaluate(cfg: dict, run_dir: Path, record: dict) -> dict:
     if summary is None:
         return record
     section = eval_section(summary, record.get("eval"))
-    scores = (section.get("lm_eval") or {}).get("scores") or {}
-    print(f"slm-train: evaluated {run_dir}: " + ", ".join(f"{k} {v:.4g}" for k, v in scores.items() if v is not None))
+    print(f"slm-train: evaluated {run_dir}: {brief(section.get('lm_eval') or {})}")
     return update_record(run_dir, eval=section)

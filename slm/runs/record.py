@@ -18,7 +18,8 @@ Top-level sections (schema_version 1):
                train.eval_windows test_nll, test_ppl, test_targets, test_bpb, test_bytes_per_token;
                val_attention_block (block curriculum: the block the validation ran with, the last step's);
                lm_eval {task: scores} and throughput, filled by later stages
-  environment  python, package versions, device, hostname, git revision
+  environment  python, package versions, device, hostname, git revision, omp_wait (libgomp's wait settings
+               the run trained under, slm.omp_wait)
   artifacts    paths relative to the run directory (weights, checkpoint, logs)
   created_at, updated_at  ISO-8601 UTC
 """

@@ -15,7 +15,7 @@ from collections import defaultdict
 import torch
 
 from slm.model import ModelConfig, build_model, config_from_spec
-from slm.model.budget import SOLVER_KEYS, heads_follow_width
+from slm.model.budget import PRESET_KEYS, SOLVER_KEYS, heads_follow_width
 from slm.model.config import upgrade_fields
 from slm.objectives import OBJECTIVES
 from slm.training.config import TrainConfig
@@ -25,7 +25,8 @@ from slm.training.optim import build_optimizer
 def width_config(spec: dict, width: int) -> ModelConfig:
     """The model of `spec` at d_model = width, heads following the width through head_dim (as slm.model.budget's
     solver moves a width); sizes left None in the spec (d_ff, n_kv_heads) are derived at that width."""
-    fields = {k: v for k, v in upgrade_fields(spec).items() if k not in SOLVER_KEYS}  # d_model is given, not solved
+    # d_model is given, not solved; a preset's objective is not a network field
+    fields = {k: v for k, v in upgrade_fields(spec).items() if k not in SOLVER_KEYS and k not in PRESET_KEYS}
     return config_from_spec({**heads_follow_width(fields), "d_model": width})
 
 

@@ -1,10 +1,12 @@
-"""Lightning's console lines in slm: each once, without its advertisement, a deprecation notice of its
-own making (lightning 2.6 on torch 2.13: `isinstance(treespec, LeafSpec)`), the srun hint and the CSV logger's
-"will be deleted" warning on a resume (CSVHistory keeps those rows)."""
+"""Lightning's console lines in slm: each once, in slm's own line format (`slm-train: GPU available: False, used:
+False`, as slm-train's lines read, not Hydra's `[time][logger][INFO] - ...`), without its advertisement, a
+deprecation notice of its own making (lightning 2.6 on torch 2.13: `isinstance(treespec, LeafSpec)`), the srun
+hint and the CSV logger's "will be deleted" warning on a resume (CSVHistory keeps those rows)."""
 
 from __future__ import annotations
 
 import logging
+import sys
 import warnings
 
 
@@ -13,10 +15,37 @@ class _DropAdvert(logging.Filter):
         return "litlogger" not in str(record.msg)
 
 
-def tidy_lightning_logging() -> None:
-    """`import lightning` gives the "lightning" logger a console handler of its own while still passing its
-    records on to the root logger; under Hydra (root handlers configured) every line is printed twice.
-    Keep the root's copy (it also goes to the job's log file), and drop the LitLogger tip. Idempotent."""
+class _Lines(logging.Formatter):
+    """`<prog>: <message>` (`<prog>: warning: <message>` from WARNING up), as slm's own lines."""
+
+    def __init__(self, prog: str):
+        super().__init__()
+        self.prog = prog
+
+    def format(self, record: logging.LogRecord) -> str:
+        level = "" if record.levelno < logging.WARNING else f"{record.levelname.lower()}: "
+        return f"{self.prog}: {level}{record.getMessage()}"
+
+
+class _Stdout(logging.StreamHandler):
+    """A console handler on whatever sys.stdout is when a record comes (slm's lines go there too)."""
+
+    @property
+    def stream(self):
+        return sys.stdout
+
+    @stream.setter
+    def stream(self, value) -> None:  # StreamHandler.__init__ sets it; stdout is looked up per record instead
+        pass
+
+
+def tidy_lightning_logging(prog: str = "slm-train") -> None:
+    """`import lightning` gives its loggers a console handler of their own, or (when the root logger has
+    handlers, as under Hydra) passes their records to the root's console, formatted as Hydra's
+    `[time][logger][INFO] - ...` between slm's `slm-train: ...` lines. Here Lightning's records go to stdout
+    once, as `<prog>: <message>`, and to the root's other handlers (the job's log file under Hydra, which
+    keeps its timestamps) but not to the root's console; the LitLogger tip is dropped. Idempotent, and called
+    per job: a sweep's next job has new root handlers, which replace the last job's here."""
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated")
     # slm never launches through srun (submitit starts one process per job): the hint does not apply
     warnings.filterwarnings("ignore", message=r"The `srun` command is available on your system but is not used")
@@ -24,11 +53,22 @@ def tidy_lightning_logging() -> None:
     warnings.filterwarnings("ignore", message=r"Experiment logs directory .* exists and is not empty")
     import lightning  # noqa: F401  (installs the handler this removes)
 
-    if logging.getLogger().handlers:
-        ours = logging.getLogger("lightning")
-        for handler in list(ours.handlers):
+    for name in ("lightning.pytorch", "lightning.fabric"):  # their own console handlers: records go up instead
+        child = logging.getLogger(name)
+        for handler in list(child.handlers):
             if type(handler) is logging.StreamHandler:
-                ours.removeHandler(handler)
+                child.removeHandler(handler)
+        child.propagate = True
+    ours = logging.getLogger("lightning")
+    for handler in list(ours.handlers):
+        ours.removeHandler(handler)
+    console = _Stdout()
+    console.setFormatter(_Lines(prog))
+    ours.addHandler(console)
+    for handler in logging.getLogger().handlers:  # the root's file handlers (a plain StreamHandler is a console)
+        if type(handler) is not logging.StreamHandler:
+            ours.addHandler(handler)
+    ours.propagate = False
     rank_zero = logging.getLogger("lightning.pytorch.utilities.rank_zero")
     if not any(isinstance(f, _DropAdvert) for f in rank_zero.filters):
         rank_zero.addFilter(_DropAdvert())

@@ -56,12 +56,19 @@ def rate(tokens_per_s: float) -> str:
 
 
 def device_name(device: torch.device) -> str:
-    """`cpu (2 threads)`, `cuda:0 (NVIDIA H100 80GB HBM3)`."""
+    """`cpu (2 threads)`, `cpu (1 thread)`, `cuda:0 (NVIDIA H100 80GB HBM3)`."""
     if device.type == "cuda":
         return f"{device} ({torch.cuda.get_device_name(device)})"
     if device.type == "cpu":
-        return f"cpu ({torch.get_num_threads()} threads)"
+        threads = torch.get_num_threads()
+        return f"cpu ({threads} thread{'' if threads == 1 else 's'})"
     return str(device)
+
+
+def perplexity(kind: str, ppl: float) -> str:
+    """exp(val_nll) named for what it is: `ppl 9.2` for an exact NLL; for a masked diffusion objective's NELBO
+    (an upper bound on the NLL) `ppl <= 9.2, a bound`: a bound on the perplexity."""
+    return f"ppl {ppl:.4g}" if kind == "nll" else f"ppl <= {ppl:.4g}, a bound"
 
 
 def _say(line: str, stream: TextIO | None = None) -> None:
@@ -129,7 +136,7 @@ class ProgressLog(L.Callback):
 
         step  200/1000 | val nll 2.2190 (ppl 9.20)
 
-    (`val nelbo` for a masked diffusion objective). `every` 0 prints nothing.
+    (`val nelbo 2.4310 (ppl <= 11.36, a bound)` for a masked diffusion objective). `every` 0 prints nothing.
     """
 
     def __init__(self, throughput, max_steps: int, every: int, stream: TextIO | None = None):
@@ -184,7 +191,7 @@ class ProgressLog(L.Callback):
             return
         kind = getattr(pl_module.objective, "nll_kind", "nll")
         _say(f"step {trainer.global_step:>{self._width}}/{self.max_steps} | val {kind} {metrics['val_nll']:.4f} "
-             f"(ppl {metrics['val_ppl']:.4g})", self.stream)
+             f"({perplexity(kind, metrics['val_ppl'])})", self.stream)
 
     def on_train_end(self, trainer, pl_module) -> None:
         self._mark = None  # validations after fit (the final one, the test split) are slm.runs.job's to report

@@ -1,0 +1,112 @@
+"""Under what the decode speeds were measured: the device, its threads, the load, and each decoder's settings
+(slm.eval.throughput records them under eval.throughput in result.json).
+
+    conditions(rows).lines()     # ["batch 1 on CPU (1 thread), other jobs may have shared the machine; ...", ...]
+
+The table holds the device (decode_device; the GPU's name or "cpu (N threads)" in `device`), the dtype, the
+decoder and a diffusion sampler's settings; the prompt and generation lengths, the measurement's threads
+and the fast paths (CUDA graph, torch.compile) are read from each run's result.json where it is at hand.
+No record says what else ran on the machine, so a CPU measurement is always marked as possibly shared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+@dataclass
+class Conditions:
+    devices: dict = field(default_factory=dict)
+    """{device description: number of runs}."""
+    cpu: bool = False
+    ar: str = ""
+    """The autoregressive decoder's settings, or "" when no run decodes autoregressively."""
+    diffusion: str = ""
+    """The diffusion sampler's settings, or "" when no run decodes by diffusion."""
+    lengths_ar: str = ""
+    lengths_diffusion: str = ""
+    """Prompt and generation lengths per decoder ("" where not recorded)."""
+
+    def device_text(self) -> str:
+        if not self.devices:
+            return "device not recorded"
+        if len(self.devices) == 1:
+            return next(iter(self.devices))
+        return "; ".join(f"{d} ({n} runs)" for d, n in self.devices.items())
+
+    def lines(self) -> list[str]:
+        """Two short lines for a figure's subtitle: where and how it was measured, then each decoder's
+        settings (the prompt and generation lengths once when both decoders share them)."""
+        first = f"batch 1 on {self.device_text()}"
+        if self.cpu:
+            first += ", other jobs may have shared the machine"
+        if len(self.devices) > 1:
+            first += "; speeds compare only within a device"
+        shared = self.lengths_ar if self.lengths_ar == self.lengths_diffusion or not self.diffusion \
+            else self.lengths_ar if not self.ar else ""
+        if shared or (not self.ar and self.lengths_diffusion):
+            first += f"; {shared or self.lengths_diffusion}"
+        second = []
+        if self.ar:
+            second.append("autoregressive: " + ", ".join([self.ar] + ([self.lengths_ar] if self.lengths_ar
+                                                                       and not shared else [])))
+        if self.diffusion:
+            second.append("ringed: masked diffusion, " + ", ".join(
+                [self.diffusion] + ([self.lengths_diffusion] if self.lengths_diffusion and not shared else [])))
+        return [first] + (["; ".join(second)] if second else [])
+
+
+def _record_throughput(run_dir) -> dict:
+    from slm.runs.record import RecordError, load_record
+
+    try:
+        record = load_record(run_dir) if isinstance(run_dir, str) and run_dir else None
+    except (RecordError, OSError, ValueError):
+        return {}
+    return ((record or {}).get("eval") or {}).get("throughput") or {}
+
+
+def _device(row, tp: dict) -> tuple[str, bool]:
+    where = str(row.get("decode_device") or tp.get("device") or "")
+    env = row.get("device")
+    env = env if isinstance(env, str) else ""
+    if where.startswith("cuda") or (not where and env and not env.startswith("cpu")):
+        return (env if env and not env.startswith("cpu") else "GPU (name not recorded)"), False
+    if where.startswith("cpu") or env.startswith("cpu"):
+        threads = tp.get("torch_threads")
+        return (f"CPU ({threads} thread{'s' if threads != 1 else ''})" if threads else "CPU"), True
+    return (where or "device not recorded"), False
+
+
+def _lengths(settings: list[dict]) -> str:
+    prompts = sorted({s["prompt_tokens"] for s in settings if s.get("prompt_tokens")})
+    news = sorted({s["new_tokens"] for s in settings if s.get("new_tokens")})
+    if not prompts and not news:
+        return ""
+    return f"{'/'.join(map(str, prompts)) or '?'}-token prompt + {'/'.join(map(str, news)) or '?'} new tokens"
+
+
+def conditions(rows: pd.DataFrame) -> Conditions:
+    """The measurement conditions of the runs in `rows` (those with a decode speed)."""
+    out = Conditions()
+    ar, diffusion = [], []
+    for _, row in rows.iterrows():
+        tp = _record_throughput(row.get("run_dir"))
+        name, cpu = _device(row, tp)
+        out.devices[name] = out.devices.get(name, 0) + 1
+        out.cpu |= cpu
+        (diffusion if str(row.get("decoder")) == "masked_diffusion" else ar).append((row, tp))
+    if ar:
+        tps = [tp for _, tp in ar]
+        parts = ["greedy with a KV cache"]
+        if any(tp.get("cuda_graph") for tp in tps):
+            parts.append("CUDA graph" + ("" if all(tp.get("cuda_graph") for tp in tps) else " (some runs)"))
+        if any(tp.get("compile") for tp in tps):
+            parts.append("torch.compile" + ("" if all(tp.get("compile") for tp in tps) else " (some runs)"))
+        out.ar, out.lengths_ar = ", ".join(parts), _lengths(tps)
+    if diffusion:
+        samplers = sorted({r.get("decode_sampler") for r, _ in diffusion if isinstance(r.get("decode_sampler"), str)})
+        out.diffusion = "; ".join(samplers) or "sampler settings not recorded"
+        out.lengths_diffusion = _lengths([tp for _, tp in diffusion])
+    return out

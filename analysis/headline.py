@@ -1,0 +1,294 @@
+"""The headline metric of a study: the first metric, in a fixed order, on which the configurations are
+distinguishable from each other and from chance. The report's verdict ranks the configurations on it.
+
+    h = choose_headline(table)              # Headline: column, why (plain words), candidates, at_chance
+    h = choose_headline(table, "val_nll")   # an explicit choice (slm-report --score) is kept, and described
+
+Order tried: suite averages of more than one task (study7 first), the lm-eval task scores where higher is
+better (accuracies), the validation loss (bits per byte when the runs' tokenizers differ, else NLL per
+token), then the other lm-eval task scores (bits per byte of a text, perplexities).
+
+Each candidate is judged over configurations (seeds pooled, each at its best lr: analysis.tiers.units_of):
+  at chance   a metric with a chance level is at chance for the study when half or more of its
+              configurations are within noise of it (value - chance <= 1.96 se; at or below chance where
+              se is unknown)
+  separates   the largest z = |a - b| / sqrt(se_a^2 + se_b^2) over the pairs of configurations beats the
+              Bonferroni critical value for all those pairs (two-sided, alpha 0.05); None (untested) when
+              fewer than two configurations have a known, non-zero se
+  se          lm-eval's standard error (an average's propagated one) and, where a configuration has several
+              seeds, their spread (single-seed configurations then get the pooled spread). The validation
+              loss has no standard error: its noise is known only from repeated seeds, else it is unknown
+              and said to be, never invented.
+The headline is the first candidate that is not at chance and separates; else the first that is not at
+chance (its differences untested or within noise, said so); else the first candidate (every metric at
+chance, said so). Where some runs' val_nll is a diffusion bound (NELBO) and others' an exact NLL, only the
+exact ones are compared. The selection uses unpaired z (per-document pairing is the verdict's,
+analysis.verdict), so it is conservative where runs share documents.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from scipy.stats import norm
+
+from analysis.collect import chance_column, higher_is_better, single_task_average, task_names
+
+ALPHA = 0.05
+Z95 = 1.96
+
+
+@dataclass
+class Candidate:
+    """One metric judged for the headline (module docstring)."""
+
+    column: str
+    configurations: int
+    chance: float | None = None
+    """The metric's chance level (None: it has none)."""
+    near_chance: int = 0
+    """Configurations within noise of chance."""
+    noise: str = "none"
+    """Where its uncertainty comes from: "lm-eval stderr", "seeds", "lm-eval stderr and seeds" or "none"."""
+    max_z: float | None = None
+    z_crit: float | None = None
+    pair: tuple[str, str] | None = None
+    """The two configurations farthest apart in units of noise."""
+    pairs: int = 0
+
+    @property
+    def at_chance(self) -> bool:
+        return self.chance is not None and self.configurations > 0 and 2 * self.near_chance >= self.configurations
+
+    @property
+    def separates(self) -> bool | None:
+        """True / False: the configurations differ beyond noise / do not; None: untested (no noise known)."""
+        if self.max_z is None or self.z_crit is None:
+            return None
+        return self.max_z > self.z_crit
+
+    def describe(self) -> str:
+        """One line: what was found for this metric."""
+        parts = []
+        if self.chance is not None:
+            parts.append(f"{self.near_chance} of {self.configurations} configurations within noise of chance "
+                         f"({self.chance:.3g})")
+        if self.separates is None:
+            parts.append("no noise estimate (" + ("one configuration" if self.configurations < 2 else
+                         "one seed per configuration and no standard error") + "): differences untested")
+        else:
+            a, b = self.pair
+            parts.append(f"largest difference {self.max_z:.2f} standard errors ({a} vs {b}), "
+                         f"{'beyond' if self.separates else 'within'} noise (Bonferroni over {self.pairs} pairs: "
+                         f"{self.z_crit:.2f})")
+        return "; ".join(parts)
+
+
+@dataclass
+class Headline:
+    """The chosen metric and why. column None: the table has no metric at all."""
+
+    column: str | None
+    why: str
+    """Plain words, for the verdict."""
+    note: str = ""
+    """A short line for a plot or choose_score ("" when the first metric of the order was taken as it is)."""
+    explicit: bool = False
+    candidates: list[Candidate] = field(default_factory=list)
+
+    @property
+    def at_chance(self) -> list[Candidate]:
+        """Candidates at chance for the study (their own heading in the report)."""
+        return [c for c in self.candidates if c.at_chance]
+
+    def candidate(self, column: str) -> Candidate | None:
+        return next((c for c in self.candidates if c.column == column), None)
+
+
+def name_of(column: str) -> str:
+    """A metric's name in plain words."""
+    from analysis.plot_style import short_name
+
+    return {"val_bpb": "validation bits per byte"}.get(column, short_name(column))
+
+
+def loss_column(table: pd.DataFrame) -> str:
+    from analysis.plot_style import nll_column
+
+    return nll_column(table)
+
+
+def candidate_columns(table: pd.DataFrame) -> list[str]:
+    """The metrics to try, in the order of the module docstring (only those with a value in a completed run)."""
+    rows = table[table["status"] == "completed"] if "status" in table else table
+
+    def has(column: str) -> bool:
+        return column in rows and pd.to_numeric(rows[column], errors="coerce").notna().any()
+
+    averages = [c for c in table.columns if c.startswith("avg_") and has(c) and not single_task_average(table, c)]
+    averages.sort(key=lambda c: c != "avg_study7")
+    tasks = [f"score_{t}" for t in task_names(rows) if has(f"score_{t}")]
+    higher = [c for c in tasks if higher_is_better(table, c)]
+    loss = [c for c in [loss_column(table)] if has(c)]
+    return list(dict.fromkeys(averages + higher + loss + [c for c in tasks if c not in higher]))
+
+
+BOUND_COLUMNS = ("val_nll", "val_bpb")
+"""Validation losses that hold a diffusion run's bound (NELBO) where its val_nll_kind is nelbo."""
+
+
+def comparable_rows(table: pd.DataFrame, column: str) -> pd.DataFrame:
+    """The completed runs with a value of `column` that can be compared with each other: for a validation loss
+    holding both exact NLLs and diffusion bounds, the exact ones."""
+    rows = table[table["status"] == "completed"] if "status" in table else table
+    if column not in rows:
+        return rows.iloc[0:0]
+    rows = rows[pd.to_numeric(rows[column], errors="coerce").notna()]
+    if column in BOUND_COLUMNS and "val_nll_kind" in rows:
+        bound = rows["val_nll_kind"].fillna("nll") == "nelbo"
+        if bound.any() and (~bound).any():
+            rows = rows[~bound]
+    return rows
+
+
+def bounds_left_out(table: pd.DataFrame, column: str) -> pd.DataFrame:
+    """Completed runs whose val_nll is a diffusion bound, left out of a comparison of exact NLLs."""
+    rows = table[table["status"] == "completed"] if "status" in table else table
+    if column not in BOUND_COLUMNS or "val_nll_kind" not in rows or column not in rows:
+        return rows.iloc[0:0]
+    rows = rows[pd.to_numeric(rows[column], errors="coerce").notna()]
+    bound = rows["val_nll_kind"].fillna("nll") == "nelbo"
+    return rows[bound] if bound.any() and (~bound).any() else rows.iloc[0:0]
+
+
+def units(table: pd.DataFrame, column: str) -> pd.DataFrame:
+    """Configurations of the comparable runs (analysis.tiers.units_of), with their chance level."""
+    from analysis.tiers import units_of
+
+    rows = comparable_rows(table, column)
+    if rows.empty:
+        return pd.DataFrame(columns=["label", "value", "se", "n_seeds", "runs"])
+    out, _, _ = units_of(rows, column)
+    name = chance_column(rows, column)
+    if len(out):
+        out["chance"] = [float(pd.to_numeric(rows.at[r[0], name], errors="coerce")) if name else np.nan
+                         for r in out["runs"]]
+    return out
+
+
+def z_matrix(units_: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(|a - b| / sqrt(se_a^2 + se_b^2), testable) for every pair of configurations."""
+    value = units_["value"].to_numpy(float)
+    se = pd.to_numeric(units_["se"], errors="coerce").to_numpy(float)
+    spread = np.sqrt(se[:, None] ** 2 + se[None, :] ** 2)
+    ok = np.isfinite(spread) & (spread > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(ok, np.abs(value[:, None] - value[None, :]) / np.where(ok, spread, 1.0), np.nan)
+    return z, ok
+
+
+def bonferroni_z(pairs: int, alpha: float = ALPHA) -> float:
+    """Two-sided critical z for `pairs` tests at family-wise level alpha."""
+    return float(norm.isf(alpha / (2 * max(pairs, 1))))
+
+
+def judge(table: pd.DataFrame, column: str) -> Candidate:
+    """The candidate's numbers (module docstring)."""
+    u = units(table, column)
+    c = Candidate(column, len(u))
+    if u.empty:
+        return c
+    chance = u["chance"].to_numpy(float) if "chance" in u else np.full(len(u), np.nan)
+    if np.isfinite(chance).any():
+        c.chance = float(np.nanmedian(chance))
+        se = np.nan_to_num(pd.to_numeric(u["se"], errors="coerce").to_numpy(float))
+        c.near_chance = int(np.sum(np.isfinite(chance) & (u["value"].to_numpy(float) - chance <= Z95 * se)))
+    bench = "bench_se" in u and u["bench_se"].notna().any()
+    seeds = "n_seeds" in u and (u["n_seeds"] >= 2).any()
+    c.noise = " and ".join(s for s, on in (("lm-eval stderr", bench), ("seeds", seeds)) if on) or "none"
+    z, ok = z_matrix(u)
+    upper = np.triu(ok, k=1)
+    c.pairs = int(upper.sum())
+    if c.pairs:
+        zs = np.where(upper, z, -np.inf)
+        i, j = np.unravel_index(int(np.argmax(zs)), zs.shape)
+        c.max_z, c.z_crit = float(zs[i, j]), bonferroni_z(c.pairs)
+        c.pair = (str(u["label"].iloc[i]), str(u["label"].iloc[j]))
+    return c
+
+
+def choose_headline(table: pd.DataFrame, score: str | None = None) -> Headline:
+    """The headline metric of `table` (module docstring); `score` given: that one, still judged."""
+    columns = candidate_columns(table)
+    if score:
+        if score not in table:
+            from analysis.plot_style import score_columns
+
+            raise KeyError(f"no column {score!r} in the results (columns: {', '.join(score_columns(table))})")
+        columns = list(dict.fromkeys([score, *columns]))
+    candidates = [judge(table, c) for c in columns]
+    if score:
+        chosen = candidates[0]
+        why = f"**{name_of(score)}** was chosen by the user (--score): {chosen.describe()}."
+        return Headline(score, why, "", True, candidates)
+    if not candidates:
+        return Headline(None, "No metric to rank on: no lm-eval scores and no validation loss.",
+                        "no score: no lm-eval scores and no validation NLL", False, candidates)
+    chosen = (next((c for c in candidates if not c.at_chance and c.separates), None)
+              or next((c for c in candidates if not c.at_chance), None) or candidates[0])
+    skipped = candidates[:candidates.index(chosen)]
+    why = _why(table, chosen, skipped)
+    note = _note(table, chosen, skipped)
+    return Headline(chosen.column, why, note, False, candidates)
+
+
+def _why(table: pd.DataFrame, chosen: Candidate, skipped: list[Candidate]) -> str:
+    name = f"**{name_of(chosen.column)}**"
+    reasons = []
+    for c in skipped:
+        if c.at_chance:
+            reasons.append(f"{name_of(c.column)} is within noise of chance for {c.near_chance} of "
+                           f"{c.configurations} configurations, so it cannot rank them")
+        elif c.separates is False:
+            reasons.append(f"{name_of(c.column)} does not separate the configurations beyond noise")
+        else:
+            reasons.append(f"{name_of(c.column)}'s differences cannot be tested (no noise estimate)")
+    text = f"Headline metric: {name}. "
+    if reasons:
+        text += "It was chosen because " + "; ".join(reasons) + "."
+    else:
+        text += "It is the first metric of the order (appendix)."
+    if chosen.at_chance:
+        text += f" But it too is at chance for {chosen.near_chance} of {chosen.configurations} configurations: " \
+                "no metric here ranks the configurations yet."
+    elif chosen.separates:
+        text += " Its configurations differ beyond noise."
+    elif chosen.separates is False:
+        text += " No metric separates the configurations beyond noise; it is the first not at chance."
+    else:
+        text += (" Its noise is unknown: " + ("there is one configuration." if chosen.configurations < 2 else
+                 "one seed per configuration and no standard error, so its differences are not tested."))
+    if not bounds_left_out(table, chosen.column).empty:
+        text += " Diffusion runs' NELBO (an upper bound on the NLL) is not ranked with exact NLLs."
+    return text
+
+
+def _note(table: pd.DataFrame, chosen: Candidate, skipped: list[Candidate]) -> str:
+    """Short: what a plot title or choose_score says about the choice."""
+    if not any(c.startswith(("score_", "avg_")) for c in candidate_columns(table)):
+        if chosen.column == "val_bpb":
+            return ("no lm-eval scores, and the runs' tokenizers differ: validation bits per byte used (an NLL "
+                    "per token is not comparable across tokenizers)")
+        from analysis.plot_style import nll_kinds
+
+        if chosen.column == "val_nll" and nll_kinds(table) == {"nll", "nelbo"}:
+            return ("no lm-eval scores: val_nll used as the score, but it holds exact NLLs and diffusion NELBO "
+                    "bounds, which are not comparable: rank each kind on its own")
+        return "no lm-eval scores: validation NLL used as the score"
+    if not skipped:
+        return ""
+    why = {True: "at chance", False: "within noise", None: "noise unknown"}
+    return f"{name_of(chosen.column)} (" + "; ".join(
+        f"{name_of(c.column)}: {why[True if c.at_chance else c.separates]}" for c in skipped) + ")"
