@@ -89,6 +89,7 @@ bench: install
 	$(BIN)/python bench/titans_step.py --threads 1
 	$(BIN)/python bench/diffusion_decode.py --threads 1
 	$(BIN)/python bench/startup.py --threads 1
+	$(BIN)/python bench/job_overhead.py
 
 # Redraw the seven analysis plots (PNG + SVG) from a results table written by slm-collect:
 #   make plots RESULTS=runs/cpu_default/results.parquet [OUT=dir]   (OUT defaults to plots/ next to RESULTS)
