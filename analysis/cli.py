@@ -50,9 +50,22 @@ class _LowerLevel(logging.Filter):
         return True
 
 
+def _where(prog: str, arg: str, what: str = "results table or runs directory") -> str:
+    """The path `arg` names (slm.runs.paths: itself, else a run group or run under $SLM_RUNS), or one line and
+    exit 2 with the closest names."""
+    from slm.runs.paths import RunPathError, find_path, find_run
+
+    try:
+        return str(find_run(arg) if what == "run" else find_path(arg, what))
+    except RunPathError as err:
+        _fail(prog, str(err))
+        raise AssertionError from None  # _fail exits
+
+
 def _load(prog: str, path: str):
     from analysis.collect import load_results
 
+    path = _where(prog, path)
     try:
         table = load_results(path)
     except (FileNotFoundError, ValueError, OSError) as err:
@@ -68,7 +81,8 @@ def collect_main(argv: list[str] | None = None) -> None:
     prog = "slm-collect"
     p = _Parser(prog=prog, description="Collect every run's result.json under the given directories into one "
                 "table (one row per run; unfinished, failed and not-started jobs included with their status).")
-    p.add_argument("paths", nargs="+", help="run directories, sweep directories (walked), or result.json files")
+    p.add_argument("paths", nargs="+", help="run directories, sweep directories (walked), or result.json files; a "
+                   "name under $SLM_RUNS (default runs/) will do: cpu_default")
     p.add_argument("-o", "--output", default="results.parquet",
                    help="output table: .parquet (default: results.parquet) or .csv")
     p.add_argument("-v", "--verbose", action="store_true", help="also print info lines")
@@ -78,6 +92,7 @@ def collect_main(argv: list[str] | None = None) -> None:
 
     if Path(args.output).suffix.lower() not in (".parquet", ".pq", ".csv", ".json"):
         _fail(prog, f"--output {args.output}: expected a .parquet or .csv file name")
+    args.paths = [_where(prog, path, "run, run group or result.json") for path in args.paths]
     try:
         table = collect(args.paths)
     except FileNotFoundError as err:
@@ -95,7 +110,8 @@ def plot_main(argv: list[str] | None = None) -> None:
 
     prog = "slm-plot"
     p = _Parser(prog=prog, description="Draw the study's plots (PNG and SVG) from a results table.")
-    p.add_argument("results", help="results table (.parquet/.csv from slm-collect) or a runs directory")
+    p.add_argument("results", help="results table (.parquet/.csv from slm-collect) or a runs directory (or a run group "
+                   "under $SLM_RUNS: cpu_default)")
     p.add_argument("--kind", "-k", default="all", choices=[*KINDS, "all"], help="which plot (default: all)")
     p.add_argument("-o", "--out-dir", default="plots", help="output directory (default: plots)")
     p.add_argument("--score", default=None,
@@ -126,7 +142,8 @@ def report_main(argv: list[str] | None = None) -> None:
     prog = "slm-report"
     p = _Parser(prog=prog, description="Write the Markdown and HTML report (tables, tiers, threshold, best "
                 "per family, Pareto frontier, the seven plots) from a results table.")
-    p.add_argument("results", help="results table (.parquet/.csv from slm-collect) or a runs directory")
+    p.add_argument("results", help="results table (.parquet/.csv from slm-collect) or a runs directory (or a run group "
+                   "under $SLM_RUNS: cpu_default)")
     p.add_argument("-o", "--out-dir", default="report", help="output directory (default: report)")
     p.add_argument("--score", default=None, help="score column (default: as slm-plot)")
     p.add_argument("--title", default="slm results", help="report title")
@@ -135,6 +152,7 @@ def report_main(argv: list[str] | None = None) -> None:
     _logging(prog, args.verbose)
     from analysis.report import build_report
 
+    args.results = _where(prog, args.results)
     table = _load(prog, args.results)
     if args.score and args.score not in table:
         _fail(prog, f"--score {args.score}: no such column in {args.results}")
@@ -146,7 +164,8 @@ def ladder_main(argv: list[str] | None = None) -> None:
     prog = "slm-ladder"
     p = _Parser(prog=prog, description="arXiv 2512.20877 side by side: the ladder runs' test NLL next to the "
                 "paper's published numbers, and test NLL against training FLOPs (ladder.md + figures/).")
-    p.add_argument("results", help="results table (.parquet/.csv from slm-collect) or a runs directory")
+    p.add_argument("results", help="results table (.parquet/.csv from slm-collect) or a runs directory (or a run group "
+                   "under $SLM_RUNS: cpu_default)")
     p.add_argument("-o", "--out-dir", default="report/2512.20877", help="output directory")
     args = p.parse_args(argv)
     _logging(prog)
@@ -187,7 +206,8 @@ def compare_main(argv: list[str] | None = None) -> None:
     p = _Parser(prog=prog, description="Paired comparison of two runs on the same lm-eval documents, per task: "
                 "each run's score, B - A with a paired bootstrap 95% interval, McNemar's exact test (0/1 metrics) "
                 "or a paired t-test, and a verdict at 5% (analysis/paired.py).")
-    p.add_argument("run_a", help="run directory A (its result.json names its per-document results)")
+    p.add_argument("run_a", help="run directory A (its result.json names its per-document results), or a run under "
+                   "$SLM_RUNS (default runs/): group/key")
     p.add_argument("run_b", help="run directory B")
     p.add_argument("--task", action="append", default=None,
                    help="task to compare (repeat or comma-separate; default: the tasks the evaluations asked for)")
@@ -204,6 +224,7 @@ def compare_main(argv: list[str] | None = None) -> None:
     if args.draws < 100:
         _fail(prog, f"--draws {args.draws}: must be >= 100")
     tasks = [t for arg in args.task or [] for t in arg.split(",") if t]
+    args.run_a, args.run_b = _where(prog, args.run_a, "run"), _where(prog, args.run_b, "run")
     try:
         results, refused = compare_runs(args.run_a, args.run_b, tasks or None, args.metric, args.draws, args.seed)
     except PairedError as err:

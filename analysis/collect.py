@@ -29,7 +29,8 @@ Columns (missing values are NaN/None; every column is documented in COLUMN_DOCS)
              budget_error = params_<budget_count> / param_budget - 1 and budget_knob (which sizes the
              solver moved: "d_model", or e.g. "d_model, d_ff 256→336" when it tuned the MLP too)
   training   wall_seconds, train_seconds, train_tokens_per_s, mfu, final_train_loss, diverged_step,
-             moe_max_load (a mixture of experts' routing balance: 1 = even)
+             moe_max_load (a mixture of experts' routing balance: 1 = even), train_other_cores (other
+             processes' CPU use while it trained, in cores)
   metrics    val_nll, val_nll_kind (nll exact | nelbo a diffusion bound), val_ppl (exact runs only),
              val_ppl_bound (diffusion runs: exp of a NELBO, a bound on the perplexity), val_step; per lm-eval
              task: score_<task> (headline value), stderr_<task>,
@@ -46,7 +47,10 @@ Columns (missing values are NaN/None; every column is documented in COLUMN_DOCS)
              (val_ppl_bound)
   throughput decode_tokens_per_s, generate_tokens_per_s, time_to_first_token_s, peak_memory_bytes,
              peak_memory_measure, kv_cache_bytes, decode_device, decode_dtype, decoder (autoregressive |
-             masked_diffusion), decode_sampler (a diffusion sampler's settings) (eval.throughput, batch 1)
+             masked_diffusion), decode_sampler (a diffusion sampler's settings), and the conditions:
+             decode_threads, decode_prompt_tokens, decode_new_tokens, decode_cuda_graph, decode_compile,
+             decode_other_cores (other processes' CPU use during the measurement, in cores; empty: not
+             recorded) (eval.throughput, batch 1)
   provenance device, git_revision, updated_at
 """
 
@@ -87,10 +91,11 @@ DEFAULT_BUDGET_TOLERANCE = 0.25
 """model.budget_tolerance of a record that predates it: such runs were solved with 0.25 (the default since is
 slm.model.budget.SOLVER_KEYS'; not imported: analysis reads result files only)."""
 TRAINING_COLUMNS = ["wall_seconds", "train_seconds", "train_tokens_per_s", "mfu", "final_train_loss", "diverged_step",
-                    "moe_max_load"]
+                    "moe_max_load", "train_other_cores"]
 THROUGHPUT_COLUMNS = ["decode_tokens_per_s", "generate_tokens_per_s", "time_to_first_token_s", "peak_memory_bytes",
                       "peak_memory_measure", "kv_cache_bytes", "decode_device", "decode_dtype", "decoder",
-                      "decode_sampler"]
+                      "decode_sampler", "decode_threads", "decode_prompt_tokens", "decode_new_tokens",
+                      "decode_cuda_graph", "decode_compile", "decode_other_cores"]
 METRIC_COLUMNS = ["val_nll", "val_nll_kind", "val_ppl", "val_ppl_bound", "val_bpb", "val_step"]
 ID_COLUMNS = ["run", "sweep", "status", "error", "eval_error"]
 TAIL_COLUMNS = ["device", "git_revision", "updated_at", "run_dir"]
@@ -110,7 +115,9 @@ COLUMN_DOCS = {
                    "empty under sp, which ignores it",
     "scaling": "the parametrization's multipliers at this shape (JSON; empty for sp)", "tokens": "training tokens seen",
     "train_flops": "training FLOPs = flops_per_token x tokens (PaLM convention, see model.flops_convention)",
-    "train_tokens_per_s": "training throughput (tokens/s)", "diverged_step": "step of the non-finite loss",
+    "train_tokens_per_s": "training throughput (tokens/s)",
+    "train_other_cores": "CPU time other processes used while the run trained (its last session), in cores (0: an "
+                         "otherwise idle machine; empty: not recorded)", "diverged_step": "step of the non-finite loss",
     "params_active": "parameters one token uses (= params_total except for a mixture of experts)",
     "moe_max_load": "mixture of experts: largest expert share of routed tokens x n_experts over the last logging "
                     "window (1 = balanced; n_experts = every token on one expert)",
@@ -128,6 +135,13 @@ COLUMN_DOCS = {
     "decoder": "how the model decodes: autoregressive or masked_diffusion (parallel, by its sampler)",
     "decode_sampler": "a diffusion model's sampler settings for the decode speed", "time_to_first_token_s": "batch-1 prefill time (s)",
     "peak_memory_bytes": "peak memory during decode (bytes; see peak_memory_measure)",
+    "decode_threads": "torch threads the decode speed was measured with",
+    "decode_prompt_tokens": "prompt length of the decode-speed measurement (tokens)",
+    "decode_new_tokens": "tokens generated per call in the decode-speed measurement",
+    "decode_cuda_graph": "whether the decode step replayed a CUDA graph", "decode_compile": "whether the decode step "
+    "ran through torch.compile",
+    "decode_other_cores": "CPU time other processes used while the decode speed was measured, in cores (0: an "
+                          "otherwise idle machine; empty: not recorded)",
     "score_<task>": "headline lm-eval value of the task (metric_<task> names it)",
     "stderr_<task>": "lm-eval's standard error of score_<task>", "samples_<task>": "documents scored",
     "chance_<task>": "random-guess accuracy of a multiple-choice task (mean over its documents of 1 / choices); "
@@ -318,6 +332,7 @@ def row_from_record(record: dict, run_dir: str | os.PathLike, root: str | os.Pat
     row["wall_seconds"] = _number(training.get("wall_seconds"))
     row["train_seconds"] = _number(training.get("train_seconds"))
     row["train_tokens_per_s"] = _number(training.get("tokens_per_s"))
+    row["train_other_cores"] = _number(training.get("other_cores_busy"))
     row["mfu"] = _number(training.get("mfu"))
     row["final_train_loss"] = _number(training.get("final_train_loss"))
     diverged = training.get("diverged")
@@ -367,6 +382,12 @@ def row_from_record(record: dict, run_dir: str | os.PathLike, root: str | os.Pat
     row["decode_dtype"] = tp.get("dtype")
     row["generate_tokens_per_s"] = _number(tp.get("generate_tokens_per_s"))
     row["decoder"] = tp.get("decoder", "autoregressive") if tp else None  # records before diffusion: AR
+    row["decode_threads"] = _number(tp.get("torch_threads"))
+    row["decode_prompt_tokens"] = _number(tp.get("prompt_tokens"))
+    row["decode_new_tokens"] = _number(tp.get("new_tokens"))
+    row["decode_cuda_graph"] = tp.get("cuda_graph") if isinstance(tp.get("cuda_graph"), bool) else None
+    row["decode_compile"] = tp.get("compile") if isinstance(tp.get("compile"), bool) else None
+    row["decode_other_cores"] = _number(tp.get("other_cores_busy"))
     sampler = tp.get("sampler") or {}
     row["decode_sampler"] = (f"blocks of {sampler.get('block_length')}, {sampler.get('steps')} steps, "
                              f"{sampler.get('remasking')}" + (f" {sampler['threshold']}" if sampler.get("threshold") else "")

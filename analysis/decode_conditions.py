@@ -6,20 +6,30 @@
 The table holds the device (decode_device; the GPU's name or "cpu (N threads)" in `device`), the dtype, the
 decoder and a diffusion sampler's settings; the prompt and generation lengths, the measurement's threads
 and the fast paths (CUDA graph, torch.compile) are read from each run's result.json where it is at hand.
-No record says what else ran on the machine, so a CPU measurement is always marked as possibly shared.
+The load: a record keeps how many cores' worth of CPU time other processes used during the measurement
+(decode_other_cores, slm.cpu_busy). A CPU figure says "otherwise idle" when every CPU run recorded under
+IDLE_CORES, the range of that load when some ran beside other work, and "other jobs may have shared the
+machine" when some run did not record it (older records).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import math
+
 import pandas as pd
+
+IDLE_CORES = 0.25
+"""Other processes' CPU use (in cores) below which a CPU measurement counts as made on an idle machine."""
 
 @dataclass
 class Conditions:
     devices: dict = field(default_factory=dict)
     """{device description: number of runs}."""
     cpu: bool = False
+    other_cores: list = field(default_factory=list)
+    """Per CPU run: the cores other processes kept busy while it was measured (None: not recorded)."""
     ar: str = ""
     """The autoregressive decoder's settings, or "" when no run decodes autoregressively."""
     diffusion: str = ""
@@ -35,12 +45,23 @@ class Conditions:
             return next(iter(self.devices))
         return "; ".join(f"{d} ({n} runs)" for d, n in self.devices.items())
 
+    def load_text(self) -> str:
+        """What else ran on the machine while the CPU runs were measured (module docstring)."""
+        known = [c for c in self.other_cores if c is not None]
+        if not known or len(known) < len(self.other_cores):
+            return ", other jobs may have shared the machine"
+        if max(known) < IDLE_CORES:
+            return ", machine otherwise idle"
+        low, high = min(known), max(known)
+        span = f"{high:.1f}" if round(low, 1) == round(high, 1) else f"{low:.1f}-{high:.1f}"
+        return f", beside other work (it kept {span} cores busy)"
+
     def lines(self) -> list[str]:
         """Two short lines for a figure's subtitle: where and how it was measured, then each decoder's
         settings (the prompt and generation lengths once when both decoders share them)."""
         first = f"batch 1 on {self.device_text()}"
         if self.cpu:
-            first += ", other jobs may have shared the machine"
+            first += self.load_text()
         if len(self.devices) > 1:
             first += "; speeds compare only within a device"
         shared = self.lengths_ar if self.lengths_ar == self.lengths_diffusion or not self.diffusion \
@@ -96,6 +117,10 @@ def conditions(rows: pd.DataFrame) -> Conditions:
         name, cpu = _device(row, tp)
         out.devices[name] = out.devices.get(name, 0) + 1
         out.cpu |= cpu
+        if cpu:
+            other = row.get("decode_other_cores", tp.get("other_cores_busy"))
+            other = pd.to_numeric(other, errors="coerce") if other is not None else None
+            out.other_cores.append(float(other) if other is not None and math.isfinite(other) else None)
         (diffusion if str(row.get("decoder")) == "masked_diffusion" else ar).append((row, tp))
     if ar:
         tps = [tp for _, tp in ar]

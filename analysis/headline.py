@@ -12,9 +12,10 @@ Each candidate is judged over configurations (seeds pooled, each at its best lr:
   at chance   a metric with a chance level is at chance for the study when half or more of its
               configurations are within noise of it (value - chance <= 1.96 se; at or below chance where
               se is unknown)
-  separates   the largest z = |a - b| / sqrt(se_a^2 + se_b^2) over the pairs of configurations beats the
-              Bonferroni critical value for all those pairs (two-sided, alpha 0.05); None (untested) when
-              fewer than two configurations have a known, non-zero se
+  separates   some pair's z = |a - b| / sqrt(se_a^2 + se_b^2) beats the Bonferroni critical value for all the
+              pairs (two-sided, alpha 0.05) of Student's t with the pair's Welch-Satterthwaite degrees of
+              freedom (an se from n seeds has n - 1; lm-eval's stderr counts as known: the normal value); None
+              (untested) when fewer than two configurations have a known, non-zero se
   se          lm-eval's standard error (an average's propagated one) and, where a configuration has several
               seeds, their spread (single-seed configurations then get the pooled spread). The validation
               loss has no standard error: its noise is known only from repeated seeds, else it is unknown
@@ -32,7 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from scipy.stats import norm
+from scipy.stats import t as student_t
 
 from analysis.collect import chance_column, higher_is_better, single_task_average, task_names
 
@@ -178,6 +179,26 @@ def units(table: pd.DataFrame, column: str) -> pd.DataFrame:
     return out
 
 
+def se_df(units_: pd.DataFrame) -> np.ndarray:
+    """Degrees of freedom of each configuration's se (analysis.tiers.units_of; inf where not recorded)."""
+    if "se_df" not in units_:
+        return np.full(len(units_), np.inf)
+    return pd.to_numeric(units_["se_df"], errors="coerce").fillna(np.inf).to_numpy(float)
+
+
+def welch_df(se_a, df_a, se_b, df_b):
+    """Welch-Satterthwaite degrees of freedom of se_a^2 + se_b^2 (inf when both are known exactly)."""
+    va, vb = np.square(se_a), np.square(se_b)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.where(np.isfinite(df_a), va ** 2 / df_a, 0.0) + np.where(np.isfinite(df_b), vb ** 2 / df_b, 0.0)
+        return np.where(terms > 0, (va + vb) ** 2 / np.where(terms > 0, terms, 1.0), np.inf)
+
+
+def t_crit(df, alpha: float = ALPHA, tests: int = 1):
+    """Two-sided critical value of Student's t with `df` (inf: the normal one) at level alpha / tests."""
+    return student_t.isf(alpha / (2 * max(tests, 1)), df)
+
+
 def z_matrix(units_: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """(|a - b| / sqrt(se_a^2 + se_b^2), testable) for every pair of configurations."""
     value = units_["value"].to_numpy(float)
@@ -189,9 +210,9 @@ def z_matrix(units_: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return z, ok
 
 
-def bonferroni_z(pairs: int, alpha: float = ALPHA) -> float:
-    """Two-sided critical z for `pairs` tests at family-wise level alpha."""
-    return float(norm.isf(alpha / (2 * max(pairs, 1))))
+def bonferroni_z(pairs: int, alpha: float = ALPHA, df=np.inf):
+    """Two-sided critical value for `pairs` tests at family-wise level alpha (Student's t with df; inf: z)."""
+    return t_crit(df, alpha, pairs)
 
 
 def judge(table: pd.DataFrame, column: str) -> Candidate:
@@ -212,9 +233,12 @@ def judge(table: pd.DataFrame, column: str) -> Candidate:
     upper = np.triu(ok, k=1)
     c.pairs = int(upper.sum())
     if c.pairs:
-        zs = np.where(upper, z, -np.inf)
-        i, j = np.unravel_index(int(np.argmax(zs)), zs.shape)
-        c.max_z, c.z_crit = float(zs[i, j]), bonferroni_z(c.pairs)
+        se_ = pd.to_numeric(u["se"], errors="coerce").to_numpy(float)
+        dfs = se_df(u)
+        crit = bonferroni_z(c.pairs, df=welch_df(se_[:, None], dfs[:, None], se_[None, :], dfs[None, :]))
+        margin = np.where(upper, z / crit, -np.inf)  # the pair most beyond (or least within) its critical value
+        i, j = np.unravel_index(int(np.argmax(margin)), margin.shape)
+        c.max_z, c.z_crit = float(z[i, j]), float(crit[i, j])
         c.pair = (str(u["label"].iloc[i]), str(u["label"].iloc[j]))
     return c
 

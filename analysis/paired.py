@@ -36,6 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
+from analysis.collect import RENAMED_TASKS
+
 ALPHA = 0.05
 DRAWS = 2000
 SEED = 0
@@ -140,7 +142,7 @@ def _read_file(path: Path, mtime_ns: int = 0, size: int = 0) -> dict[str, TaskDo
             continue
         try:
             line = json.loads(text)
-            task = line["task"]
+            task = RENAMED_TASKS.get(line["task"], line["task"])  # a file written under a task's former name
             key = (task, line["doc_id"]) if "doc_id" in line else None
             hash(key)
         except (ValueError, KeyError, TypeError):
@@ -149,7 +151,7 @@ def _read_file(path: Path, mtime_ns: int = 0, size: int = 0) -> dict[str, TaskDo
             entry = tasks.setdefault(task, TaskDocuments(task, {}, {}, path))
             entry.documents[key] = line
         elif "group" in line:
-            groups[task] = list(line["group"])
+            groups[task] = [RENAMED_TASKS.get(t, t) for t in line["group"]]
         else:
             entry = tasks.setdefault(task, TaskDocuments(task, {}, {}, path))
             entry.metrics = dict(line.get("metrics") or {})
@@ -179,6 +181,7 @@ def load_documents(run_dir: str | Path) -> RunDocuments:
         raise PairedError(f"{run_dir}: no {RESULT_FILE} (not a run directory)")
     lm = (record.get("eval") or {}).get("lm_eval") or {}
     details = lm.get("details") if isinstance(lm.get("details"), dict) else {}
+    details = {RENAMED_TASKS.get(t, t): d for t, d in details.items()}
     pinned = {task: d["documents_file"] for task, d in details.items()
               if isinstance(d, dict) and isinstance(d.get("documents_file"), str)}
     latest = lm.get("documents_file") if isinstance(lm.get("documents_file"), str) else None
@@ -202,7 +205,7 @@ def load_documents(run_dir: str | Path) -> RunDocuments:
         if task in parsed[name]:
             tasks[task] = parsed[name][task]
             tasks.update({t: parsed[name][t] for t, _ in parsed[name][task].documents if t != task})
-    headline = {t: m for t, m in (lm.get("metrics") or {}).items() if isinstance(m, str)}
+    headline = {RENAMED_TASKS.get(t, t): m for t, m in (lm.get("metrics") or {}).items() if isinstance(m, str)}
     return RunDocuments(run_dir, tasks, headline, [t for t in details if t in tasks])
 
 
@@ -358,7 +361,7 @@ def paired_difference(run_dir_a: str | Path, run_dir_b: str | Path, task: str, m
     """Run B against run A on `task` (module docstring). PairedError when either run lacks per-document results
     or the task, or the runs scored different documents or prompts."""
     _check_draws(draws)
-    return _paired(task, [load_documents(run_dir_a)], [load_documents(run_dir_b)], metric, draws, seed)
+    return _paired(RENAMED_TASKS.get(task, task), [load_documents(run_dir_a)], [load_documents(run_dir_b)], metric, draws, seed)
 
 
 def paired_groups(runs_a: list[str | Path], runs_b: list[str | Path], task: str, metric: str | None = None,
@@ -374,7 +377,7 @@ def paired_groups(runs_a: list[str | Path], runs_b: list[str | Path], task: str,
     _check_draws(draws)
     if not runs_a or not runs_b:
         raise PairedError("paired_groups needs at least one run on each side")
-    return _paired(task, [load_documents(r) for r in runs_a], [load_documents(r) for r in runs_b], metric,
+    return _paired(RENAMED_TASKS.get(task, task), [load_documents(r) for r in runs_a], [load_documents(r) for r in runs_b], metric,
                    draws, seed)
 
 
@@ -391,6 +394,7 @@ def compare_runs(run_dir_a: str | Path, run_dir_b: str | Path, tasks: list[str] 
         raise PairedError(f"no task in common: {run_dir_a} has {', '.join(a.tasks) or 'none'}; "
                           f"{run_dir_b} has {', '.join(b.tasks) or 'none'}")
     if tasks:
+        tasks = [RENAMED_TASKS.get(t, t) for t in tasks]  # a former name asks for today's
         absent = [t for t in tasks if t not in common]
         if absent:
             raise PairedError(f"task {', '.join(absent)}: not in both runs' per-document results; common tasks: "

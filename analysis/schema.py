@@ -41,7 +41,7 @@ OUTPUT_PREFIXES = ("score_", "stderr_", "metric_", "samples_", "avg_", "chance_"
 DERIVED_MODEL = ("notes", "scaling", "budget_knob")
 """Model-section columns derived from the config (a note, a parametrization's multipliers, which budget knob
 moved): equal for equal configs, so never an axis of their own."""
-EXTRA_METRICS = ("test_nll", "test_ppl", "test_targets", "val_bpb", "test_bpb", "val_bytes_per_token",
+EXTRA_METRICS = ("test_nll", "test_ppl", "test_ppl_bound", "test_targets", "val_bpb", "test_bpb", "val_bytes_per_token",
                  "test_bytes_per_token", "val_attention_block")
 ANNOTATIONS = ("label", "tier", "unit", "config_key")
 

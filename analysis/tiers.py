@@ -376,12 +376,18 @@ def units_of(table: pd.DataFrame, score: str, stderr: str | None = None, complet
         notes.append(f"seed-to-seed sd {pooled:.3g} pooled over {len(multi)} configuration(s) with repeated seeds"
                      + ("; used for single-seed ones" if (units["n_seeds"] == 1).any() else ""))
     units["fill_sd"] = [(pooled or 0.0) if m == 1 else 0.0 for m in units["n_seeds"]]
-    ses = []
+    pooled_df = float((multi["n_seeds"] - 1).sum()) if len(multi) else math.inf
+    ses, dfs = [], []
     for _, u in units.iterrows():
-        parts = [x for x in (u["seed_sd"] / math.sqrt(u["n_seeds"]) if u["seed_sd"] is not None else None,
-                             u["bench_se"], u["fill_sd"] or None) if x is not None and not math.isnan(x)]
-        ses.append(max(parts) if parts else np.nan)
+        parts = [(x, df) for x, df in ((u["seed_sd"] / math.sqrt(u["n_seeds"]) if u["seed_sd"] is not None else None,
+                                        float(u["n_seeds"] - 1)),
+                                       (u["bench_se"], math.inf), (u["fill_sd"] or None, pooled_df))
+                 if x is not None and not math.isnan(x)]
+        se, df = max(parts) if parts else (np.nan, math.inf)
+        ses.append(se)
+        dfs.append(df)
     units["se"] = ses
+    units["se_df"] = dfs  # degrees of freedom of se: seeds - 1 (pooled: their sum); lm-eval's stderr: inf
     units["noisy"] = units["se"].notna() & (units["se"] > 0)
     return units, membership, notes
 

@@ -10,8 +10,10 @@ Pair tests. Pairs tested: the leader against each other configuration, each conf
 in the ranking, and, for the family comparison, neighbouring families at each value of the swept axis.
 Where both configurations kept per-document results for the headline task (lm-eval's documents file), the
 test is paired on the documents both scored (analysis.paired: McNemar's exact test for 0/1 scores, else a
-paired t-test; a paired bootstrap 95% interval); otherwise z = difference / sqrt(se_a^2 + se_b^2) with the
-normal 95% interval. A difference is beyond noise when p < 0.05 / m, m the number of pairs tested
+paired t-test; a paired bootstrap 95% interval); otherwise z = difference / sqrt(se_a^2 + se_b^2), its p and
+95% interval from Student's t with Welch-Satterthwaite degrees of freedom (an se from n seeds has n - 1, a
+pooled one the pooled count; lm-eval's stderr counts as known, so the normal values). A configuration's own
+95% interval is value ± t(df) se, df its se's degrees of freedom. A difference is beyond noise when p < 0.05 / m, m the number of pairs tested
 (Bonferroni); untested when neither is possible (no per-document results, no standard error, one seed).
 """
 
@@ -22,10 +24,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from scipy.stats import norm
+from scipy.stats import t as student_t
 
 from analysis.collect import higher_is_better
-from analysis.headline import ALPHA, Z95, Headline, bounds_left_out, name_of, units
+from analysis.headline import ALPHA, Headline, bounds_left_out, name_of, t_crit, units, welch_df
 from analysis.plot_style import AXIS_NAMES, sweep_axis
 
 RANKED_ROWS = 15
@@ -95,7 +97,8 @@ class Verdict:
         se = row["se"]
         if se is None or not np.isfinite(se) or se <= 0:
             return "unknown"
-        return f"[{_num(row['value'] - Z95 * se)}, {_num(row['value'] + Z95 * se)}]"
+        half = float(t_crit(_df(row))) * se
+        return f"[{_num(row['value'] - half)}, {_num(row['value'] + half)}]"
 
     # ---- blocks
 
@@ -162,12 +165,6 @@ class Verdict:
         return (f"{name[0].upper() + name[1:]} has no standard error and each configuration ran one seed, so its "
                 "noise is unknown (repeat seeds, e.g. train.seed=0,1,2, to measure it).")
 
-    def _seed_only(self) -> bool:
-        """Some configuration's noise comes from a few seeds only (no lm-eval stderr)."""
-        r = self.ranked
-        bench = r["bench_se"] if "bench_se" in r else pd.Series(np.nan, r.index)
-        return bool(((r["n_seeds"] >= 2) & (r["n_seeds"] < 10) & bench.isna()).any())
-
     def ranking_table(self) -> pd.DataFrame:
         shown = self.ranked.head(RANKED_ROWS)
         lead = shown["label"].iloc[0]
@@ -207,11 +204,10 @@ class Verdict:
             out.append(f"**Tests behind the verdict** ({m} pairs; beyond noise: p < 0.05 / {m} = {ALPHA / m:.2g}, "
                        "Bonferroni). Paired on the documents both configurations scored where they kept "
                        "per-document results (McNemar's exact test for 0/1 scores, else a paired t-test; paired "
-                       "bootstrap interval); else z = difference / sqrt(se_a^2 + se_b^2), normal interval. "
-                       "difference = better-ranked - worse-ranked."
-                       + (" A standard error from few seeds is itself uncertain, so with 2 or 3 seeds a normal "
-                          "interval is optimistic (a t interval on 3 seeds is 2.2 times as wide)."
-                          if self._seed_only() else ""))
+                       "bootstrap interval); else z = difference / sqrt(se_a^2 + se_b^2), with p and interval "
+                       "from Student's t on the Welch-Satterthwaite degrees of freedom (a standard error from n "
+                       "seeds has n - 1: with few seeds the intervals are wide, as they should be). "
+                       "difference = better-ranked - worse-ranked.")
             out.append(pd.DataFrame([{
                 "better-ranked": t.better, "worse-ranked": t.worse, "difference": _num(t.diff),
                 "95% interval": "" if t.low is None else f"[{_num(t.low)}, {_num(t.high)}]", "test": t.test,
@@ -260,8 +256,20 @@ def _unpaired(better, worse) -> PairTest:
     if not np.isfinite(spread) or spread <= 0:
         return PairTest(better["label"], worse["label"], diff, test="none: no noise estimate")
     z = abs(diff) / spread
-    return PairTest(better["label"], worse["label"], diff, diff - Z95 * spread, diff + Z95 * spread,
-                    f"z = {z:.2f} (unpaired)", float(2 * norm.sf(z)))
+    df = float(welch_df(float(better["se"]), _df(better), float(worse["se"]), _df(worse)))
+    half = float(t_crit(df)) * spread
+    dof = "" if math.isinf(df) else f", t with {df:.3g} df"
+    return PairTest(better["label"], worse["label"], diff, diff - half, diff + half,
+                    f"z = {z:.2f} (unpaired{dof})", float(2 * student_t.sf(z, df)))
+
+
+def _df(row) -> float:
+    """Degrees of freedom of a configuration's se (inf: known, e.g. lm-eval's stderr)."""
+    try:
+        df = float(row["se_df"])
+    except (KeyError, TypeError, ValueError):
+        return math.inf
+    return df if df > 0 else math.inf  # nan: not recorded
 
 
 def _pairs_across(ranked: pd.DataFrame, axis: str | None) -> tuple[dict, list[str], list[str]]:

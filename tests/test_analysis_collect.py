@@ -210,7 +210,7 @@ def test_cli_collect(sweep, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["/no/such/dir"], "no such file or directory"),
+    (["/no/such/dir"], "/no/such/dir: no such run, run group or result.json, here or under"),
     (["{empty}"], "no runs found"),
     (["{empty}", "-o", "x.xlsx"], "expected a .parquet or .csv"),
 ])

@@ -201,8 +201,9 @@ def test_slm_compare_refusals_are_one_line(tmp_path, capsys):
     (tmp_path / "bare").mkdir()
     old = tmp_path / "old"
     update_record(old, status="completed", eval={"val_nll": 4.0, "lm_eval": {"scores": {"mc": 0.5}}})
-    assert "no such run directory" in _error(capsys, [str(tmp_path / "missing"), str(a)])
-    assert "bare: no result.json (not a run directory)" in _error(capsys, [str(a), str(tmp_path / "bare")])
+    assert "missing: no such run or checkpoint directory, here or under" in _error(capsys, [str(tmp_path / "missing"),
+                                                                                         str(a)])
+    assert "bare: not a run directory (no result.json" in _error(capsys, [str(a), str(tmp_path / "bare")])
     err = _error(capsys, [str(old), str(a)])
     assert "no per-document results" in err and "predates" in err and f"re-run `slm-eval {old}" in err
     assert "no task in common" in _error(capsys, [str(a), str(other)])
@@ -215,3 +216,15 @@ def test_slm_compare_refusals_are_one_line(tmp_path, capsys):
     assert "task mc: refused: the runs scored different documents" in _error(capsys, [str(a), str(changed)])
     (changed / DOCS).write_text("not json\n")
     assert f"{changed / DOCS}: line 1 is not a per-document line" in _error(capsys, [str(a), str(changed)])
+
+
+def test_a_run_scored_under_a_tasks_former_name_pairs_with_one_under_today_s(tmp_path):
+    """slm_shakespeare_ppl became slm_shakespeare_bpb (RENAMED_TASKS): both names, in the files and on
+    the command line, mean the same task."""
+    old = _run(tmp_path / "old", {"slm_shakespeare_ppl": _bpb([-10, -20], [8, 16])})
+    new = _run(tmp_path / "new", {"slm_shakespeare_bpb": _bpb([-9, -19], [8, 16])})
+    for asked in (None, ["slm_shakespeare_ppl"], ["slm_shakespeare_bpb"]):
+        results, refused = compare_runs(old, new, asked)
+        assert not refused and [r.task for r in results] == ["slm_shakespeare_bpb"]
+        assert results[0].diff == pytest.approx(-2 / 24 / math.log(2))
+    assert paired_difference(new, old, "slm_shakespeare_ppl").diff == pytest.approx(2 / 24 / math.log(2))

@@ -232,3 +232,50 @@ def test_the_throughput_plot_names_a_gpu_and_leaves_the_cpu_caveat_off(tmp_path)
     assert "autoregressive: greedy with a KV cache, CUDA graph" in title
     assert "other jobs" not in title and "other jobs" not in fig.slm_caption
     assert not fig.slm_conditions.cpu
+
+
+@pytest.mark.parametrize("loads, said", [
+    ((0.02, 0.1), "machine otherwise idle"),
+    ((0.02, 1.4), "beside other work (it kept 0.0-1.4 cores busy)"),
+    ((0.9, None), "other jobs may have shared the machine"),  # one record without the load: unknown, said so
+])
+def test_the_throughput_plot_states_the_load_each_cpu_run_was_measured_under(tmp_path, loads, said):
+    from analysis.plots import plot_throughput
+
+    for family, load in zip(("gpt2", "llama3"), loads):
+        record = make_record(family=family, scores={"hellaswag": (0.3, 0.004)}, throughput=500.0)
+        record["eval"]["throughput"].update(torch_threads=2, **({} if load is None else {"other_cores_busy": load}))
+        write(tmp_path / family, record)
+    table = collect(tmp_path)
+    assert table.set_index("family").loc["gpt2", "decode_other_cores"] == loads[0]
+    assert table.set_index("family").loc["gpt2", "decode_threads"] == 2
+    assert said in plot_throughput(table, "score_hellaswag")._suptitle.get_text()
+
+
+def test_other_work_is_the_machine_s_busy_time_less_this_process_s(tmp_path, monkeypatch):
+    """/proc/stat's busy jiffies (user, nice, system, irq, softirq, steal; not idle or iowait) over the window,
+    less this process's CPU time, per second of wall time. A fake stat file: 300 busy jiffies at 100 Hz in 2 s,
+    of which this process used 1 s: 1 core of other work."""
+    import os
+
+    from slm import cpu_busy
+
+    stat = tmp_path / "stat"
+    clock = iter([10.0, 12.0])
+    own = iter([5.0, 6.0])
+    monkeypatch.setattr(cpu_busy.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(cpu_busy, "own_seconds", lambda: next(own))
+    monkeypatch.setattr(cpu_busy.os, "sysconf", lambda name: 100)
+    stat.write_text("cpu  1000 0 500 90000 4000 0 0 0 0 0\ncpu0 ...\n")
+    other = cpu_busy.OtherWork(str(stat))
+    with other:
+        stat.write_text("cpu  1200 0 600 90100 9000 0 0 0 0 0\n")  # +300 busy; idle and iowait ignored
+    assert other.cores == 1.0
+    monkeypatch.undo()
+    with cpu_busy.OtherWork(str(tmp_path / "none")) as unknown:  # no stat file: unknown, never guessed
+        pass
+    assert unknown.cores is None and unknown.as_dict()["other_cores_busy"] is None
+    if os.path.exists(cpu_busy.STAT):  # the real file parses, and the result is a sane number of cores
+        with cpu_busy.OtherWork() as real:
+            sum(i * i for i in range(200_000))
+        assert real.cores is not None and 0 <= real.cores <= real.cpus + 1

@@ -69,7 +69,7 @@ def test_cli_plot_and_report(results, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("main, argv, message", [
-    (plot_main, ["{missing}"], "no such file or directory"),
+    (plot_main, ["{missing}"], "nope.parquet: no such results table or runs directory, here or under"),
     (plot_main, ["{results}", "--score", "score_nope"], "--score score_nope: no such column"),
     (plot_main, ["{results}", "--format", "gif"], "--format gif"),
     (report_main, ["{bad}"], "expected a .parquet or .csv"),

@@ -147,6 +147,26 @@ def test_the_verdict_tests_differences_where_seeds_give_noise(tmp_path):
     assert set(tests["test"].str.split(" =").str[0]) == {"z"}  # no per-document results here: unpaired
 
 
+def test_seed_only_noise_gets_student_t_intervals(tmp_path):
+    """3 seeds each: an interval is value ± t(2) se (4.30 se, not the normal 1.96 se), and an unpaired pair test
+    takes Welch-Satterthwaite's degrees of freedom (4 for equal se on 2 + 2), as scipy's Welch t-test does."""
+    from scipy.stats import ttest_ind
+
+    table = collect(default_study(tmp_path, seeds=(0, 1, 2), nll_noise=0.01))
+    v = build_verdict(table, choose_headline(table))
+    lead = v.ranked.iloc[0]
+    values = lead["seed_values"]
+    se = values.std(ddof=1) / np.sqrt(3)
+    assert lead["se_df"] == 2 and lead["se"] == pytest.approx(se)
+    low, high = (float(x) for x in v.interval(lead).strip("[]").split(", "))
+    assert (high - low) / 2 == pytest.approx(4.3027 * se, rel=0.02)  # printed to 3 figures; 1.96 se is half
+    other = v.ranked.iloc[1]
+    test = v.test(lead["label"], other["label"])
+    welch = ttest_ind(values, other["seed_values"], equal_var=False)
+    assert test.p == pytest.approx(welch.pvalue, rel=1e-6)
+    assert "t with" in test.test
+
+
 def _per_document(run_dir, correct: list[int]):
     """A per-document file for slm_shakespeare_mc (acc_norm 0/1 per document), named in result.json."""
     name = "eval/results_documents.jsonl"

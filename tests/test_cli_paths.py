@@ -1,4 +1,5 @@
-"""Run paths resolve the same way in slm-generate, slm-eval, slm-export-hf and slm-status (slm.cli.paths): a path,
+"""Run paths resolve the same way in slm-generate, slm-eval, slm-export-hf, slm-status and the analysis commands
+(slm.runs.paths): a path,
 else a run group or a run under $SLM_RUNS; a run group of one run stands for it; nothing found is one line, exit 2,
 with the closest names under $SLM_RUNS."""
 
@@ -78,3 +79,19 @@ def test_every_command_takes_the_same_arguments(runs, tmp_path, capsys):
         _fails(command, argv, capsys, "paer: no such", "did you mean", "runs/pair", prog=prog)
     _fails(slm_eval, ["pair"], capsys, "is a run group of 2 runs", prog="slm-eval")
     assert not (tmp_path / "out").exists()
+
+
+def test_the_analysis_commands_follow_the_same_rule(runs, tmp_path, capsys):
+    """slm-collect, slm-report and slm-compare take a run group or run under $SLM_RUNS too, and a name that
+    matches nothing is the same one line with the closest names."""
+    from analysis.cli import collect_main, compare_main, report_main
+
+    collect_main(["pair", "-o", str(tmp_path / "t.csv")])
+    assert capsys.readouterr().out.startswith("slm-collect: 2 runs")
+    for command, prog, argv in ((collect_main, "slm-collect", ["paer"]), (report_main, "slm-report", ["paer"]),
+                                (compare_main, "slm-compare", ["pair/model=gpt2", "pair/model=lama3"])):
+        _fails(command, argv, capsys, "no such", "did you mean", "runs/pair", prog=prog)
+    # both runs found by name; refused for what they lack (no per-document results), not for where they are
+    _fails(compare_main, ["pair/model=gpt2", "pair/model=llama3"], capsys, "no per-document results",
+           prog="slm-compare")
+    _fails(compare_main, ["pair", "solo"], capsys, "is a run group of 2 runs", prog="slm-compare")

@@ -50,6 +50,7 @@ def test_trains_and_records(tmp_path):
     assert r["model"]["params_total"] == load_model(path / "model").num_params()
     assert r["training"]["steps"] == 12 and r["training"]["tokens"] == 12 * 16 * 128
     assert r["training"]["tokens_per_s"] > 0 and r["training"]["mfu"] is None  # no made-up MFU on a CPU
+    assert r["training"]["other_cores_busy"] >= 0  # what else used the CPUs meanwhile (slm.cpu_busy)
     assert r["eval"]["val_step"] == 12 and 0 < r["eval"]["val_nll"] < 5
     assert r["data"]["tokens_per_source"] == {"tiny_shakespeare": 12 * 16 * 128}
     assert r["environment"]["packages"]["torch"] and r["config"]["train"]["steps"] == 12
@@ -219,6 +220,7 @@ def test_scores_the_offline_suite_after_training(tmp_path):
     assert lm["averages"] == {}  # the offline suite's one accuracy is no average
     assert (path / lm["results_file"]).exists() and (path / "eval" / "lm_eval.log").stat().st_size > 0
     assert r["eval"]["throughput"]["new_tokens"] == 8 and r["eval"]["throughput"]["decode_tokens_per_s"] > 0
+    assert r["eval"]["throughput"]["other_cores_busy"] >= 0 and r["eval"]["throughput"]["cpus"] >= 1
     assert "Running loglikelihood requests" not in out.stderr  # lm-eval's progress goes to eval/lm_eval.log
 
 

@@ -62,11 +62,13 @@ TINY_DLLM = ["model=dllm", "model.n_layers=2", "model.d_model=64", "model.head_d
 
 
 def test_slm_train_model_dllm_trains_masked_diffusion_as_it_is(tmp_path):
-    out = slm_train(tmp_path, *FAST[1:], *TINY_DLLM)
+    out = slm_train(tmp_path, *FAST[1:], *TINY_DLLM, "train.eval_windows=4")
     assert out.returncode == 0, out.stderr[-2000:]
     r = record(run_dir(tmp_path))
     assert r["status"] == "completed" and r["config"]["train"]["objective"] == "mdlm"
     assert r["eval"]["val_nll_kind"] == "nelbo" and r["model"]["mask_token_id"] is not None
+    # exp(a NELBO) is a bound on the perplexity, and is named so in the record and on the command line
+    assert {"val_ppl_bound", "test_ppl_bound"} <= set(r["eval"]) and not {"val_ppl", "test_ppl"} & set(r["eval"])
     assert "train.objective" not in run_dir(tmp_path).name  # the key is the command's: model=dllm, ...
 
 
@@ -76,6 +78,17 @@ def test_slm_train_refuses_a_contradicting_objective_in_one_line(tmp_path):
     assert out.stderr.strip().splitlines()[-1].startswith(
         "slm-train: error: train.objective=causal_lm contradicts the model preset (dllm), which trains with mdlm")
     assert not list((tmp_path / "runs").rglob("*.json"))  # nothing written, no run directory left
+
+
+def test_the_dry_run_marks_a_contradicting_job_invalid(tmp_path, capsys):
+    from hydra_plugins.slm_sweeps.jobs import Job
+    from hydra_plugins.slm_sweeps.plan import plan_row
+
+    estimate = {"mfu": 0.4, "peak_flops": 1e15}
+    bad = plan_row(Job([], tmp_path / "bad", compose_config([*TINY_DLLM, "train.objective=causal_lm"])), estimate)
+    assert bad["error"].startswith("train.objective=causal_lm contradicts the model preset (dllm)")
+    good = plan_row(Job([], tmp_path / "good", compose_config(TINY_DLLM)), estimate)
+    assert good["error"] is None and good["params"] > 0
 
 
 def test_a_sweep_records_a_contradicting_job_failed_and_goes_on(tmp_path):

@@ -146,8 +146,12 @@ def plan_row(job: Job, estimate: dict) -> dict:
         return {**row, "error": job.error}
     try:
         cfg = {k: OmegaConf.to_container(job.cfg[k], resolve=True) for k in ("model", "tokenizer", "data", "train")}
-        from slm.objectives import tokenizer_node_for
+        from slm.objectives import ObjectiveError, check_preset, tokenizer_node_for
 
+        try:
+            check_preset(cfg["model"], cfg["train"].get("objective", "causal_lm"))  # the job itself would refuse it
+        except ObjectiveError as err:
+            return {**row, "error": str(err)}
         vocab = _vocab(tokenizer_node_for(cfg["train"].get("objective", "causal_lm"), cfg["tokenizer"]), cfg["data"])
         report = params_report({**cfg["model"], **({"vocab_size": vocab} if vocab else {})})
         train = TrainConfig.from_node(cfg["train"])

@@ -1,105 +1,39 @@
-"""Where a command's run argument points: one rule for slm-generate, slm-eval, slm-export-hf and slm-status.
-
-An argument is, in this order: a path that exists (absolute, or from the working directory); else a path under
-$SLM_RUNS (default runs/, where slm-train writes): a run group (`cpu_default`) or a run in one
-(`cpu_default/model=gpt2,model.n_layers=4`). A command that needs one run also takes a run group that holds
-exactly one run (`slm-generate train`). When nothing matches, one line and exit 2 name what was tried and the
-closest names under $SLM_RUNS.
-"""
+"""The run-path rule (slm.runs.paths) for the slm-* commands: a run argument that names nothing is one line
+naming what was tried and the closest names under $SLM_RUNS, and exit 2."""
 
 from __future__ import annotations
 
-import difflib
 import os
 from pathlib import Path
 
 from slm.cli.config import fail
+from slm.runs.paths import RUN_MARKERS, RunPathError, find_group, find_path, find_run, is_run, runs_in, runs_root
 
-RUN_MARKERS = ("result.json", "model", "config.json")
-"""What makes a directory a run (its record, its model/) or a checkpoint directory (config.json)."""
-
-
-def runs_root() -> Path:
-    """Where run groups live: $SLM_RUNS, default `runs` (as conf/config.yaml's hydra.run.dir)."""
-    return Path(os.environ.get("SLM_RUNS") or "runs")
-
-
-def is_run(path: Path) -> bool:
-    """A run directory or a checkpoint directory (not a run group)."""
-    return any((path / marker).exists() for marker in RUN_MARKERS)
-
-
-def runs_in(group: Path) -> list[Path]:
-    """The runs of a run group: its directories that are runs, by name."""
-    try:
-        return sorted(p for p in group.iterdir() if p.is_dir() and not p.name.startswith(".") and is_run(p))
-    except OSError:
-        return []
-
-
-def _names(root: Path) -> list[str]:
-    """The run groups under root and their runs, as paths relative to root (`group`, `group/key`)."""
-    if not root.is_dir():
-        return []
-    groups = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
-    return [name for g in groups for name in (g.name, *(f"{g.name}/{r.name}" for r in runs_in(g)))]
-
-
-def _hint(arg: str, root: Path) -> str:
-    """What lies under root that the argument may have meant: the closest names, else the run groups."""
-    if not root.is_dir():
-        return f"{root} does not exist (set SLM_RUNS to where slm-train writes runs)"
-    names = _names(root)
-    if not names:
-        return f"{root} has no run groups yet"
-    given = Path(arg).expanduser()
-    parts = given.parts
-    if parts[:len(root.parts)] == root.parts:  # given with the runs directory in front
-        parts = parts[len(root.parts):]
-    elif not given.is_absolute() and parts[:1] == (root.name,):  # runs/<group>/... while $SLM_RUNS is elsewhere
-        parts = parts[1:]
-    wanted = "/".join(parts) or arg
-    close = difflib.get_close_matches(wanted, names, n=3, cutoff=0.6)
-    if close:
-        return f"did you mean {' or '.join(str(root / name) for name in close)}?"
-    groups = [name for name in names if "/" not in name]
-    shown = ", ".join(groups[:8]) + (f", ... ({len(groups)} in all)" if len(groups) > 8 else "")
-    return f"run groups under {root}: {shown}"
+__all__ = ["RUN_MARKERS", "is_run", "resolve_group", "resolve_path", "resolve_run", "runs_in", "runs_root"]
 
 
 def resolve_path(arg: str | os.PathLike, prog: str, what: str = "run or checkpoint directory") -> Path:
-    """The path `arg` names: itself if it exists, else $SLM_RUNS/arg if that exists; one line and exit 2
-    (`<arg>: no such <what>, here or under <root>; <hint>`) if neither."""
-    path = Path(arg).expanduser()
-    if path.exists():
-        return path
-    root = runs_root()
-    if not path.is_absolute() and (root / path).exists():
-        return root / path
-    fail(prog, f"{arg}: no such {what}, here or under {root}; {_hint(str(arg), root)}")
-    raise AssertionError  # fail exits
+    """slm.runs.paths.find_path, or one line and exit 2."""
+    try:
+        return find_path(arg, what)
+    except RunPathError as err:
+        fail(prog, str(err))
+        raise AssertionError from None  # fail exits
 
 
 def resolve_run(arg: str | os.PathLike, prog: str) -> Path:
-    """One run (or checkpoint directory, or a file the loader explains) from `arg` (resolve_path's rule); a run
-    group stands for its run when it holds exactly one, and is one line and exit 2 otherwise."""
-    path = resolve_path(arg, prog)
-    if not path.is_dir() or is_run(path):
-        return path
-    runs = runs_in(path)
-    if len(runs) == 1:
-        return runs[0]
-    if runs:
-        fail(prog, f"{path} is a run group of {len(runs)} runs: name one, e.g. {runs[0]} (slm-status {path} lists "
-             "them)")
-    fail(prog, f"{path}: not a run directory (no result.json or model/) nor a checkpoint directory (no config.json), "
-         "and no run in it")
-    raise AssertionError  # fail exits
+    """slm.runs.paths.find_run (one run; a run group of exactly one run stands for it), or one line and exit 2."""
+    try:
+        return find_run(arg)
+    except RunPathError as err:
+        fail(prog, str(err))
+        raise AssertionError from None  # fail exits
 
 
 def resolve_group(arg: str | os.PathLike, prog: str) -> Path:
-    """A run group or run directory from `arg` (resolve_path's rule); one line and exit 2 unless a directory."""
-    path = resolve_path(arg, prog, what="run group or directory")
-    if not path.is_dir():
-        fail(prog, f"{path}: not a directory (a run group, e.g. {runs_root() / 'cpu_default'}, or a run directory)")
-    return path
+    """slm.runs.paths.find_group, or one line and exit 2."""
+    try:
+        return find_group(arg)
+    except RunPathError as err:
+        fail(prog, str(err))
+        raise AssertionError from None  # fail exits

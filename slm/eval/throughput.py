@@ -19,6 +19,10 @@ generate_tokens_per_s = new_tokens / the whole call.
 Peak memory: on CUDA, `torch.cuda.max_memory_allocated` over the timed calls (weights + cache +
 activations); on CPU, the process's peak resident set size (`ru_maxrss`, which includes everything the
 process ever held, so compare it only between runs of the same command).
+
+Load: `other_cores_busy` is the CPU time other processes used during the timed calls, in cores (0: the
+machine was otherwise idle; slm.cpu_busy), beside `cpus`, the cores this process may use. A CPU speed
+measured beside other work is slower by an unknown factor; the report says so.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import sys
 
 import torch
 
+from slm.cpu_busy import OtherWork
 from slm.model.diffusion import DiffusionSampler, is_diffusion
 from slm.model.generate import Decoder
 from slm.model.transformer import Transformer
@@ -77,16 +82,18 @@ def _timed(generate, prompt: list[int], new_tokens: int, warmup: int, repeats: i
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     ttft, decode, whole = [], [], []
-    for _ in range(repeats):
-        n, t = generate()
-        ttft.append(t["ttft_s"])
-        decode.append((n - t["first_tokens"]) / t["decode_s"] if t["decode_s"] > 0 else float("nan"))
-        whole.append(n / (t["ttft_s"] + t["decode_s"]))
+    with OtherWork() as other:
+        for _ in range(repeats):
+            n, t = generate()
+            ttft.append(t["ttft_s"])
+            decode.append((n - t["first_tokens"]) / t["decode_s"] if t["decode_s"] > 0 else float("nan"))
+            whole.append(n / (t["ttft_s"] + t["decode_s"]))
     peak, how = _peak_memory(device)
     return {"decode_tokens_per_s": statistics.median(decode), "generate_tokens_per_s": statistics.median(whole),
             "time_to_first_token_s": statistics.median(ttft), "batch_size": 1, "prompt_tokens": len(prompt),
             "new_tokens": new_tokens, "repeats": repeats, "peak_memory_bytes": int(peak),
-            "peak_memory_measure": how, "device": str(device), "torch_threads": torch.get_num_threads()}
+            "peak_memory_measure": how, "device": str(device), "torch_threads": torch.get_num_threads(),
+            **other.as_dict()}
 
 
 def _measure_diffusion(model, prompt_tokens, new_tokens, warmup, repeats, seed, settings) -> dict:

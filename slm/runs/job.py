@@ -41,6 +41,7 @@ from slm.components.parametrization import scheme_of
 from slm.model import FLOPS_CONVENTION, config_from_spec, count
 from slm.model.budget import budget_knob
 from slm.model.weights import save_model
+from slm.cpu_busy import OtherWork
 from slm.omp_wait import wait_settings
 from slm.runs.environment import environment
 from slm.runs.record import load_record, now, settled, update_record
@@ -446,8 +447,9 @@ def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens
         use_distributed_sampler=False,
     )
     try:
-        trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume) if resume is not None else None,
-                    weights_only=True)
+        with OtherWork() as other:  # what else used the CPUs meanwhile: tokens/s on a shared machine reads lower
+            trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume) if resume is not None else None,
+                        weights_only=True)
     except BaseException:
         if preemption.step is not None and rank_zero:  # checkpointed on a signal: a requeue (submitit) or the same command resumes
             before = (load_record(run_dir) or {}).get("training", {}).get("interruptions", 0)
@@ -462,7 +464,7 @@ def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens
     training = {
         "steps": steps, "tokens": steps * tokens_per_step, "wall_seconds": time.time() - started,
         **totals, "final_train_loss": module.last_train_loss, "diverged": module.diverged, "resumed_from": resumed_from,
-        "precision": train_cfg.precision,
+        "precision": train_cfg.precision, "other_cores_busy": other.cores,
     }
     load = module.routing_load()
     if load is not None:

@@ -8,6 +8,7 @@ Top-level sections (schema_version 1):
                flops_per_token; notes (settings that do nothing at this shape)
   data         tokenizer, sources (weights, tokens, cache keys), tokens_per_source, token_share
   training     max_steps, steps, tokens, wall_seconds, train_seconds, tokens_per_s, mfu, final_train_loss,
+               other_cores_busy (other processes' CPU use during this session's training, in cores: slm.cpu_busy),
                diverged {step, loss} or null; moe_load {per_layer, max_load, min_load, steps} for a mixture of
                experts (the routing shares over the last logging window); init_from (train.init_from: path,
                model_dir, run_dir, weights_sha256, source_model {family, causal, ...}, source_run {run_group,
@@ -15,7 +16,8 @@ Top-level sections (schema_version 1):
                attention_blocks [[first step, block], ...] under a block curriculum
   eval         val_nll, val_ppl, val_step, val_nll_kind (nll: exact; nelbo: a masked-diffusion upper bound);
                val_bpb and val_bytes_per_token (bits per UTF-8 byte: val_nll / ln 2 / bytes per token), and with
-               train.eval_windows test_nll, test_ppl, test_targets, test_bpb, test_bytes_per_token;
+               train.eval_windows test_nll, test_ppl (test_ppl_bound for a diffusion run), test_targets, test_bpb,
+               test_bytes_per_token;
                val_attention_block (block curriculum: the block the validation ran with, the last step's);
                lm_eval {task: scores} and throughput, filled by later stages
   environment  python, package versions, device, hostname, git revision, omp_wait (libgomp's wait settings

@@ -199,7 +199,8 @@ class LanguageModelModule(L.LightningModule):
         count = sum(n for _, n in self._val_sums)
         nll = total / count
         if self.scoring_test:
-            self.test_metrics = {"test_nll": nll, "test_ppl": math.exp(min(nll, 700.0)), "test_targets": count}
+            ppl = "test_ppl" if self.objective.nll_kind == "nll" else "test_ppl_bound"  # exp(a NELBO): a bound
+            self.test_metrics = {"test_nll": nll, ppl: math.exp(min(nll, 700.0)), "test_targets": count}
             return
         self.val_metrics = {"val_nll": nll, "val_ppl": math.exp(min(nll, 700.0)), "val_step": self.global_step}
         if self.train_cfg.restore_best and (self.best is None or nll < self.best["val_nll"]):
