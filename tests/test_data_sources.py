@@ -76,7 +76,7 @@ def test_conf_files_match_the_dataclasses():
     names = [x.name for x in fields(SourceConfig)]
     for f in (conf / "data").glob("*.yaml"):
         node = OmegaConf.to_container(OmegaConf.load(f))
-        assert list(node) == ["name", "token_budget", "cache_dir", "num_proc", "sources"], f
+        assert list(node) == ["name", "token_budget", "cache_dir", "num_proc", "pack_documents", "sources"], f
         for source in node["sources"]:
             assert set(source) <= set(names), f
         if f.stem != "local":

@@ -4,8 +4,13 @@ the last `sliding_window` positions only (Gemma's local layers; `layer_types` mi
 Both are multi-head / grouped-query attention (n_kv_heads < n_heads), causal or bidirectional, with
 optional qk-norm before RoPE (per head, as Qwen3 and Gemma3, or one norm over all heads, as the Canon
 reference PhysicsLM4), Canon B on the fused q,k,v projection (or on cat(q, k, v) after the qk-norm, as
-PhysicsLM4), and optional attention-logit soft-capping cap * tanh(s / cap) (Gemma 2). They run through
-`scaled_dot_product_attention` unless soft-capping is on, which SDPA cannot express.
+PhysicsLM4), and optional attention-logit soft-capping cap * tanh(s / cap) (Gemma 2).
+
+In a whole-sequence forward the mask is a `slm.components.flex.Masking` (causal, window, block, documents),
+and `slm.components.flex.choose` picks the kernel: `scaled_dot_product_attention` (fused causal or full
+attention without a mask, else with a dense boolean mask; explicit scores when soft-capped, which SDPA cannot
+express) or FlexAttention with a block mask (and soft-capping as its score_mod): compiled flex on CUDA where a
+mask or a soft-cap is needed, SDPA elsewhere.
 
 With a KV cache (`slm.model.cache`), the layer's `KVState` holds its keys and values: the new ones are
 written there, queries attend over the S slots it returns, and the mask (built by the cache) is
@@ -19,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from slm.components.canon import canon_params, make_canon
+from slm.components.flex import Masking, attention_kind, choose, flex_attend, record
 from slm.components.init import attention_projection, residual_out
 from slm.components.mixer import MIXERS, Mixer
 from slm.components.norm import NORMS
@@ -160,9 +166,18 @@ class MultiHeadAttention(Mixer):
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
                causal: bool) -> torch.Tensor:
         """Queries (B, H, T, hd) over keys and values (B, KV, S, hd) -> (B, T, H * hd), before `proj`; mask
-        (bool, True: may attend) broadcasts to (B, H, T, S); dropout on the probabilities when training."""
+        (bool, True: may attend) broadcasts to (B, H, T, S), or is a whole-sequence forward's `Masking` (which
+        also decides `causal`); dropout on the probabilities when training."""
         B, H, T, hd = q.shape
         dropout = self.dropout if self.training else 0.0
+        if isinstance(mask, Masking):
+            backend = choose(mask, q.device, self.softcap is not None, dropout)
+            record(attention_kind(mask, self.softcap is not None), backend)
+            if backend != "sdpa":
+                y = flex_attend(q, k, v, mask, self.scale, self.softcap, compiled=backend == "flex")
+                return y.transpose(1, 2).reshape(B, T, H * hd)
+            mask = mask.dense()
+            causal = self.causal and mask is None
         if self.softcap is None:
             y = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal,

@@ -12,8 +12,9 @@ its `slot` name (so `slot` is its state-dict prefix: blocks.<i>.<slot>.*, its no
     static_cache             False if it cannot run on a static cache (CUDA-graph / compiled decoding)
 
 and runs `forward(x, seq, kv)`: x (B, T, d) -> (B, T, d). `seq` is what the whole forward shares (duck-typed,
-built by the model): `seq.rotary(local)` RoPE tables or None, `seq.mask(window)` the attention mask or
-None, `seq.record(cls, stats)` for auxiliary statistics (see `slm.components.moe`), `seq.cache` the KV cache
+built by the model): `seq.rotary(local)` RoPE tables or None, `seq.mask(window)` the attention mask (a
+`slm.components.flex.Masking` in a whole-sequence forward; with a KV cache a boolean tensor or None),
+`seq.record(cls, stats)` for auxiliary statistics (see `slm.components.moe`), `seq.cache` the KV cache
 or None. `kv` is this block
 application's `LayerCache` (its `state` from `new_state`, and the Canon inputs it keeps), or None for a
 whole-sequence forward.

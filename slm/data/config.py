@@ -184,6 +184,15 @@ class DataConfig:
     """Where token shards and fitted vocabularies are kept; null: $SLM_CACHE, else ~/.cache/slm."""
     num_proc: int | None = None
     """Tokenizer workers (threads or processes); null uses every core this process may run on."""
+    pack_documents: bool = False
+    """Attend only within a document: slm-train sets model.document_end_id to the tokenizer's end-of-text id
+    (needs tokenizer.eot=true); training windows still span document ends, attention does not cross them."""
+
+    def check_tokenizer(self, tokenizer: TokenizerConfig) -> None:
+        """Refuse settings of the two nodes that contradict each other."""
+        if self.pack_documents and not tokenizer.eot:
+            raise DataError("data.pack_documents=true needs tokenizer.eot=true (documents are told apart by the "
+                            "end-of-text id); set tokenizer.eot=true or data.pack_documents=false")
 
     @classmethod
     def from_node(cls, node: dict) -> "DataConfig":
@@ -197,6 +206,8 @@ class DataConfig:
     def __post_init__(self) -> None:
         self.token_budget = _count(self.token_budget, "data.token_budget", optional=True)
         self.num_proc = _count(self.num_proc, "data.num_proc", optional=True)
+        if not isinstance(self.pack_documents, bool):
+            raise DataError(f"data.pack_documents={self.pack_documents!r} is invalid: must be true or false")
         if self.cache_dir is not None and not isinstance(self.cache_dir, str):
             raise DataError(f"data.cache_dir={self.cache_dir!r} is invalid: must be a path or null")
         seen: set[str] = set()

@@ -121,6 +121,7 @@ def prepare(data_node: dict, tokenizer_node: dict) -> PreparedData:
 def _prepare(data_node: dict, tokenizer_node: dict) -> PreparedData:
     cfg = DataConfig.from_node(_plain(data_node))
     tok_cfg = TokenizerConfig.from_node(_plain(tokenizer_node))
+    cfg.check_tokenizer(tok_cfg)
     root = cache.cache_root(cfg.cache_dir)
     total_weight = sum(s.weight for s in cfg.sources)
     sources = []

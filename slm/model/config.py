@@ -175,6 +175,11 @@ class ModelConfig:
     mask_token_id: int | None = None
     """Masked diffusion: the token id the model fills in (slm-train sets it from the tokenizer when the
     objective needs one); None for an autoregressive model."""
+    document_end_id: int | None = None
+    """Packed documents: the token id that ends a document, itself included (slm-train sets the tokenizer's
+    end-of-text id when data.pack_documents=true). A whole-sequence forward attends only within each document;
+    positions stay global, conv mixers and Canon layers still see kernel - 1 tokens across an end, a KV cache
+    ignores it. None: attention crosses documents."""
     embedding_padding_idx: int | None = None
     """Embedding row that starts at zero and gets no gradient from the lookup (transformers' padding_idx,
     set by its pad_token_id); None: none."""
@@ -439,11 +444,14 @@ class ModelConfig:
         if self.canon_set and self.causal and not CANONS.get(self.canon).causal:
             raise _bad("canon", self.canon, "reads future positions: a causal model needs canon=conv "
                        "(conv_centered is for bidirectional models, model.causal=false)")
-        for name in ("embedding_padding_idx", "mask_token_id"):
+        for name in ("embedding_padding_idx", "mask_token_id", "document_end_id"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                       or not 0 <= value < self.vocab_size):
                 raise _bad(name, value, f"must be null or a token id in 0..{self.vocab_size - 1}")
+        if self.document_end_id is not None and (self.kind != "transformer" or "mac" in self.layer_types):
+            raise _bad("document_end_id", self.document_end_id, "packed documents need kind=transformer without "
+                       "mac layers (a window model or a Titans memory reads across document ends); set null")
         if self.position == "rope":
             if not 0 < self.rotary_fraction <= 1:
                 raise _bad("rotary_fraction", self.rotary_fraction, "must be in (0, 1]")

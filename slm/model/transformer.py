@@ -12,8 +12,8 @@ import torch
 from torch import nn
 
 from slm.components import FFNS, INITS, MIXERS, NORMS, POSITIONS
-from slm.components.attention import attention_mask
 from slm.components.canon import make_canon
+from slm.components.flex import Masking, document_ids
 from slm.components.parametrization import rescale_init, scheme_of
 from slm.model.config import ModelConfig
 from slm.model.counting import stack_breakdown, stack_counts
@@ -22,12 +22,16 @@ from slm.model.networks import NETWORKS
 
 class SequenceContext:
     """What every block of one forward shares, built on first use: RoPE tables per layer kind (`rotary`),
-    attention masks per window (`mask`), and the auxiliary statistics layers `record` (e.g. routing)."""
+    attention masks per window (`mask`), and the auxiliary statistics layers `record` (e.g. routing).
+
+    documents (B, T): the document of each position (`slm.components.flex.document_ids`; packed documents,
+    `document_end_id`), or None; the whole-sequence masks keep attention within a document."""
 
     def __init__(self, cfg: ModelConfig, position: nn.Module, pos: torch.Tensor, dtype: torch.dtype, cache=None,
-                 attention_block: int | None = None):
+                 attention_block: int | None = None, documents: torch.Tensor | None = None):
         self.cfg, self.position, self.pos, self.dtype, self.cache = cfg, position, pos, dtype, cache
         self.block = cfg.attention_block if attention_block is None else attention_block
+        self.documents = documents
         self._rotary: dict = {}
         self._masks: dict = {}
         self.aux: dict[type, list] = {}
@@ -38,12 +42,15 @@ class SequenceContext:
             self._rotary[local] = self.position.rotary(self.pos, local, self.dtype)
         return self._rotary[local]
 
-    def mask(self, window: int | None) -> torch.Tensor | None:
-        """Boolean attention mask for keys within `window` (None: all); None where SDPA's own causal mask does."""
+    def mask(self, window: int | None) -> Masking | torch.Tensor | None:
+        """The attention mask for keys within `window` (None: all): a `Masking` (causal, window, block,
+        documents) in a whole-sequence forward; with a KV cache the cache's boolean (B, 1, T, S) mask, or None
+        where SDPA's own causal mask does."""
         if window not in self._masks:
             if self.cache is None:
-                self._masks[window] = attention_mask(self.pos.shape[-1], self.cfg.causal, window, self.pos.device,
-                                                     self.block)
+                T = self.pos.shape[-1]
+                self._masks[window] = Masking(T, self.cfg.causal, window, self.block, self.documents,
+                                              self.pos.device, full_context=T == self.cfg.context_length)
             else:
                 self._masks[window] = self.cache.mask(window)
         return self._masks[window]
@@ -153,16 +160,18 @@ class Transformer(nn.Module):
         rescale_init(self, self.scheme)
 
     def forward(self, idx: torch.Tensor, cache=None, lengths: torch.Tensor | None = None, return_aux: bool = False,
-                attention_block: int | None = None):
+                attention_block: int | None = None, head: bool = True):
         """idx (B, T) -> logits (B, T, V). With `cache`, idx continues the cached sequences; `lengths` (B,)
         marks the first lengths[b] tokens of row b as real and the rest as padding (see KVCache.begin).
         attention_block: block-causal attention with this block size for this call (a bidirectional model's
         conversion curriculum; None: the config's `attention_block`).
 
         return_aux: also return the layers' auxiliary terms, {name: tensor} ({} for most models): keys
-        "loss/<name>" are weighted terms for the training loss, the others metrics (slm.components.moe)."""
+        "loss/<name>" are weighted terms for the training loss, the others metrics (slm.components.moe).
+        head=False: the final hidden states (B, T, d), after the final norm, in place of the logits (a loss that
+        applies the head itself, chunk by chunk: slm.objectives.linear_ce)."""
         h, seq = self._run(idx, cache, lengths, attention_block)
-        logits = self.head(h)
+        logits = self.head(h) if head else h
         if not return_aux:
             return logits
         aux: dict[str, torch.Tensor] = {}
@@ -188,7 +197,12 @@ class Transformer(nn.Module):
         h = self.drop(self.position.embed(h, pos))
         if attention_block is not None and (cache is not None or self.cfg.causal):
             raise ValueError("attention_block applies to a bidirectional model's whole-sequence forward only")
-        seq = SequenceContext(self.cfg, self.position, pos, h.dtype, cache, attention_block)
+        # packed documents: attention stays within a document in a whole-sequence forward (positions stay global);
+        # a KV cache ignores document ends (a prompt and its continuation are one document)
+        documents = None
+        if cache is None and self.cfg.document_end_id is not None:
+            documents = document_ids(idx, self.cfg.document_end_id)
+        seq = SequenceContext(self.cfg, self.position, pos, h.dtype, cache, attention_block, documents)
         for application, i in enumerate(self.cfg.block_schedule()):  # repeats and loops reuse a block's weights
             kv = None if cache is None else cache.layers[application]
             h = self.blocks[i](h, seq, kv)

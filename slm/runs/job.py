@@ -221,6 +221,8 @@ def _setup(cfg: dict, run_dir: Path) -> tuple:
     preflight(cfg.get("eval"))  # hub tasks while offline, unknown tasks, bad fields: fail before training
     prepared = prepare(cfg["data"], tokenizer_node_for(train_cfg.objective, cfg["tokenizer"]))
     mask = {"mask_token_id": prepared.tokenizer.mask_id} if prepared.tokenizer.mask_id is not None else {}
+    if prepared.config.pack_documents:  # attention within documents: they end at the end-of-text id
+        mask["document_end_id"] = prepared.tokenizer.eot_id
     spec = {**cfg["model"], "vocab_size": prepared.vocab_size, **mask}
     model_cfg = config_from_spec(spec)
     OBJECTIVES.get(train_cfg.objective)().check(model_cfg)  # e.g. causal_lm with a bidirectional model
