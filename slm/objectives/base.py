@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from slm.components.registry import Registry
+from slm.objectives.linear_ce import LossSettings, resolve_impl
 
 OBJECTIVES: Registry[type["Objective"]] = Registry("objective")
 
@@ -30,6 +31,24 @@ class Objective:
     the noise it would get in the whole batch (data parallel and accumulation train exactly like one batch)."""
     nll_kind: ClassVar[str] = "nll"
     """What `nll` measures (a key of NLL_KINDS): recorded with val_nll so a bound is never read as an NLL."""
+
+    def __init__(self, loss: LossSettings | None = None):
+        self.loss_settings = loss
+        """`train.loss`: how the head and the cross-entropy are computed (slm.objectives.linear_ce); None: the
+        plain path (all logits, then the loss), as tools that hook the logits (slm.training.coordcheck) need."""
+
+    def compile(self) -> None:
+        """train.compile: compile the objective's `_score` (the model's forward, head and loss as one function; the
+        objective's noise and bookkeeping stay eager). An objective without one keeps only the model compiled."""
+        if hasattr(self, "_score"):
+            self._score = torch.compile(self._score)
+
+    def _impl(self, model: nn.Module, device: torch.device) -> str:
+        """plain, chunked or liger: the path of this model's head and loss on `device` (linear_ce.resolve_impl)."""
+        return resolve_impl(self.loss_settings, model, device)
+
+    def _chunk(self) -> int:
+        return (self.loss_settings or LossSettings()).chunk_tokens
 
     def check(self, model_cfg) -> None:
         """Raise ObjectiveError for a model this objective cannot train (checked before training)."""

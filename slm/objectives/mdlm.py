@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from slm.objectives.base import OBJECTIVES, Objective, ObjectiveError, with_aux
+from slm.objectives.linear_ce import IGNORE_INDEX, head_loss
 
 EPS = 1e-3  # MDLM's sampling_eps and the log-linear noise's eps
 
@@ -63,40 +64,61 @@ class MDLM(Objective):
             raise ObjectiveError("train.objective=mdlm needs model.mask_token_id (slm-train sets it from the "
                                  "tokenizer's mask token)")
 
-    def _weighted_nll(self, model: nn.Module, tokens: torch.Tensor, generator=None, aux: bool = False,
-                      attention_block: int | None = None, rows: tuple[int, int] | None = None):
-        """(per-token weighted NLL (B, T), the model's aux terms). rows=(first, total): `tokens` are rows
-        first.. of a batch of `total`, whose times and masks are drawn whole and sliced (Objective.row_noise)."""
-        mask_id = model.cfg.mask_token_id  # a torch.compile'd model forwards attribute access
-        x0 = tokens[:, :-1]  # (B, T): the model's context, as the causal objective uses
+    def _noise(self, mask_id: int, x0: torch.Tensor, generator=None, rows: tuple[int, int] | None = None):
+        """(xt, masked, t) for the windows x0 (B, T). rows=(first, total): `x0` are rows first.. of a batch of
+        `total`, whose times and masks are drawn whole and sliced (Objective.row_noise)."""
         if rows is None:
             t = sample_times(x0.shape[0], x0.device, generator)
             xt, masked = corrupt(x0, t, mask_id, generator)
-        else:
-            first, total = rows
-            part = slice(first, first + x0.shape[0])
-            t = sample_times(total, x0.device, generator)
-            whole = x0.new_zeros((total, x0.shape[1]))  # only its shape is used: the masks of every row
-            _, masked = corrupt(whole, t, mask_id, generator)
-            t, masked = t[part], masked[part]
-            xt = torch.where(masked, torch.full_like(x0, mask_id), x0)
+            return xt, masked, t
+        first, total = rows
+        part = slice(first, first + x0.shape[0])
+        t = sample_times(total, x0.device, generator)
+        whole = x0.new_zeros((total, x0.shape[1]))  # only its shape is used: the masks of every row
+        _, masked = corrupt(whole, t, mask_id, generator)
+        t, masked = t[part], masked[part]
+        return torch.where(masked, torch.full_like(x0, mask_id), x0), masked, t
+
+    def _weighted_nll(self, model: nn.Module, tokens: torch.Tensor, generator=None, aux: bool = False,
+                      attention_block: int | None = None, rows: tuple[int, int] | None = None, *,
+                      mean: bool = True):
+        """(the weighted NLL of the batch: its mean over the B x T tokens (mean) or its sum, the model's aux terms
+        ({} unless aux))."""
+        mask_id = model.cfg.mask_token_id  # a torch.compile'd model forwards attribute access
+        x0 = tokens[:, :-1]  # (B, T): the model's context, as the causal objective uses
+        xt, masked, t = self._noise(mask_id, x0, generator, rows)
+        return self._score(model, x0, xt, masked, t, self._impl(model, tokens.device), self._chunk(), aux,
+                           attention_block, mean)
+
+    def _score(self, model: nn.Module, x0, xt, masked, t, impl: str, chunk: int, aux: bool,
+               attention_block: int | None, mean: bool) -> tuple[torch.Tensor, dict]:
+        """sum (or mean over B x T) of -log p(x0 | xt) / t over the masked positions, and the model's aux terms.
+        plain: the whole float32 log-softmax; else the head and loss together, chunk by chunk, every position
+        scored with weight 0 where not masked (slm.objectives.linear_ce)."""
+        mask_id = model.cfg.mask_token_id
         block = {} if attention_block is None else {"attention_block": attention_block}
-        out = model(xt, return_aux=True, **block) if aux else (model(xt, **block), {})
-        logits, extra = out
-        logp = masked_log_probs(logits, mask_id).gather(-1, x0[..., None]).squeeze(-1)  # (B, T)
-        return torch.where(masked, -logp, torch.zeros_like(logp)) / t[:, None], extra
+        if impl == "plain":
+            logits, extra = model(xt, return_aux=True, **block) if aux else (model(xt, **block), {})
+            logp = masked_log_probs(logits, mask_id).gather(-1, x0[..., None]).squeeze(-1)  # (B, T)
+            weighted = torch.where(masked, -logp, torch.zeros_like(logp)) / t[:, None]
+            return (weighted.mean() if mean else weighted.sum()), extra
+        h, extra = model(xt, return_aux=True, head=False, **block) if aux else (model(xt, head=False, **block), {})
+        targets = torch.where(masked, x0, IGNORE_INDEX)
+        weights = (1 / t)[:, None].expand_as(x0)
+        total = head_loss(model, h, targets, impl, chunk, row_weights=weights, exclude=mask_id, reduction="sum")
+        return (total / x0.numel() if mean else total), extra
 
     def terms(self, model: nn.Module, tokens: torch.Tensor, seed: int | None = None,
               attention_block: int | None = None, rows: tuple[int, int] | None = None) -> dict[str, torch.Tensor]:
-        weighted, aux = self._weighted_nll(model, tokens, _generator(seed, tokens.device), aux=True,
-                                           attention_block=attention_block, rows=rows)
-        return with_aux(weighted.mean(), aux)
+        loss, aux = self._weighted_nll(model, tokens, _generator(seed, tokens.device), aux=True,
+                                       attention_block=attention_block, rows=rows)
+        return with_aux(loss, aux)
 
     def nll(self, model: nn.Module, tokens: torch.Tensor, seed: int | None = None,
             attention_block: int | None = None) -> tuple[torch.Tensor, int]:
-        weighted, _ = self._weighted_nll(model, tokens, _generator(seed, tokens.device),
-                                         attention_block=attention_block)
-        return weighted.sum(), weighted.numel()
+        total, _ = self._weighted_nll(model, tokens, _generator(seed, tokens.device),
+                                      attention_block=attention_block, mean=False)
+        return total, tokens[:, :-1].numel()
 
 
 def _generator(seed: int | None, device) -> torch.Generator | None:

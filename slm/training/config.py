@@ -23,6 +23,12 @@ def _optim_defaults() -> dict:
     return optim_defaults()
 
 
+def _loss_defaults() -> dict:
+    from slm.objectives.linear_ce import loss_defaults
+
+    return loss_defaults()
+
+
 def cpu_bf16() -> bool:
     """Whether this CPU multiplies bfloat16 matrices natively (oneDNN's test: AVX512-BF16 or AMX on x86, BF16 on Arm).
     Without, bf16 autocast emulates them: measured 16x slower than float32 (a small GPT-2 step, one thread, with
@@ -92,13 +98,16 @@ class TrainConfig:
     optim: dict = field(default_factory=_optim_defaults)
     """Each optimizer's own settings, train.optim.<optimizer>.<field>: muon (lr, momentum, nesterov, ns_steps,
     weight_decay, adjust_lr), lion (betas); see conf/train/default.yaml."""
+    loss: dict = field(default_factory=_loss_defaults)
+    """How the head and the cross-entropy are computed, train.loss.<field> (slm.objectives.linear_ce): impl (auto,
+    plain, chunked, liger) and chunk_tokens."""
     grad_clip: float | None = 1.0
     """Clip the global gradient norm to this value; None disables clipping (the norm is still logged)."""
     precision: str = "32"
     """32 or bf16-mixed (a GPU's, or a CPU's with bfloat16 instructions: refused on a CPU without, where it would
     crawl)."""
     compile: bool = False
-    """Compile the model with torch.compile."""
+    """Compile the model with torch.compile, and the objective's loss with it (forward, head and loss as one function)."""
     val_interval: int = 200
     """Validate every this many steps (and always at the end); 0: only at the end."""
     val_batches: int = 20
@@ -167,6 +176,12 @@ class TrainConfig:
         try:
             self.optim = optim_settings(self.optim)
         except OptimSettingsError as err:
+            raise TrainConfigError(str(err)) from None
+        from slm.objectives.linear_ce import LossSettingsError, loss_settings
+
+        try:
+            self.loss = loss_settings(self.loss)
+        except LossSettingsError as err:
             raise TrainConfigError(str(err)) from None
         for name in ("batch_size", "val_batches", "log_interval", "ckpt_interval"):
             value = getattr(self, name)
