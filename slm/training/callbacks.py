@@ -108,7 +108,9 @@ class StepLog(L.Callback):
     """Appends one JSON line per optimizer step (step, loss, lr; attention_block with a block curriculum) to `path`.
 
     On resume the lines past the restored step are dropped first, so the file always holds exactly one
-    line per completed step: the loss curve of a resumed run equals an uninterrupted one.
+    line per completed step: the loss curve of a resumed run equals an uninterrupted one. Rows arrive as the
+    module reads its losses back (on the logging cadence, and before every checkpoint, so a checkpoint's steps
+    are always in the file); a diverged run's file ends at the last finite step.
     """
 
     def __init__(self, path: Path):
@@ -124,22 +126,34 @@ class StepLog(L.Callback):
         tmp.replace(self.path)
         self._file = self.path.open("a")
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if pl_module.diverged is not None or pl_module.last_train_loss is None or not step_ended(trainer, batch_idx):
+    def _write(self, pl_module, settle: bool = False) -> None:
+        """Append the rows the module has read back (LanguageModelModule.settle; `settle`: read back first)."""
+        if self._file is None:
             return
-        row = {"step": trainer.global_step, "loss": pl_module.last_train_loss, "lr": pl_module.last_lr}
-        if getattr(pl_module, "last_attention_block", None) is not None:
-            row["attention_block"] = pl_module.last_attention_block
-        self._file.write(json.dumps(row) + "\n")
-        self._file.flush()
+        if settle:
+            pl_module.settle()
+        rows = pl_module.take_settled()
+        if rows:
+            self._file.write("".join(json.dumps(row) + "\n" for row in rows))
+            self._file.flush()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self._write(pl_module)  # what the logging cadence read back; no host sync here
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+        self._write(pl_module, settle=True)  # every step the checkpoint holds is in the file before it is written
 
     def on_train_end(self, trainer, pl_module) -> None:
+        self._write(pl_module, settle=True)
         if self._file is not None:
             self._file.close()
             self._file = None
 
     def on_exception(self, trainer, pl_module, exception) -> None:
-        self.on_train_end(trainer, pl_module)
+        self._write(pl_module)  # what was read back; nothing is read from a device that may have failed
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
 
 class CSVHistory(L.Callback):

@@ -10,6 +10,7 @@ import torch
 
 from slm.model import ModelConfig, build_model
 from slm.objectives import OBJECTIVES
+from slm.training.checkpoint_io import NOT_WRITTEN
 from slm.training.config import TrainConfig
 from slm.training.optim import build_optimizer
 from slm.training.schedules import SCHEDULES
@@ -23,8 +24,14 @@ def step_seed(seed: int, step: int) -> int:
 class LanguageModelModule(L.LightningModule):
     """Trains `build_model(model_cfg)` (the network model_cfg.kind names) with `train_cfg.objective`; validates NLL and perplexity.
 
-    A non-finite training loss stops the run: `diverged` then holds the step and the value, and the
-    batch is skipped (no update), so the last checkpoint holds the last finite weights.
+    A non-finite training loss stops the run: `diverged` then holds the step and the value. The step losses stay
+    on the device and are read back in one transfer on the logging cadence (`settle`: every log_interval steps,
+    at a progress line, before any checkpoint is written and at the end), so a step never waits for the host; a
+    single-process run may therefore take up to log_interval - 1 steps past a non-finite loss before it stops,
+    on weights nobody keeps: a checkpoint is never written from a diverged run or from non-finite parameters
+    (on_save_checkpoint marks it and AtomicCheckpointIO skips it), and the weights are saved only from a
+    completed run. Data-parallel and accumulating runs read every step's loss back (their non-finite-gradient
+    check needs it on every rank at once, configure_gradient_clipping).
 
     With `train_cfg.block_curriculum` (masked diffusion converted from an AR model), every training step runs
     the objective with the attention block of that step (slm.training.curriculum), logged as
@@ -44,12 +51,14 @@ class LanguageModelModule(L.LightningModule):
         self.checkpoint_meta = dict(checkpoint_meta or {})  # written into every checkpoint as slm_meta (below)
         self.model = build_model(model_cfg)
         self.train_cfg = train_cfg
-        self.objective = OBJECTIVES.get(train_cfg.objective)()
+        self.objective = OBJECTIVES.get(train_cfg.objective)(train_cfg.loss)  # train.loss: plain, chunked or fused
         self.max_steps = max_steps
         self.tokens_per_step = tokens_per_step
         self.diverged: dict | None = None
         self.last_train_loss: float | None = None
-        self._loss_sum = 0.0  # the losses of the current step's micro-batches so far
+        self._loss_sum: torch.Tensor | None = None  # the losses of the current step's micro-batches so far
+        self._pending: list[dict] = []  # completed steps whose loss is still on the device (settle)
+        self.settled: list[dict] = []  # train_log rows read back and not yet written (StepLog takes them)
         self.last_lr: float | None = None
         self.val_metrics: dict[str, float] = {}
         self.best: dict | None = None  # train.restore_best: the best validation so far, and its weights
@@ -87,6 +96,7 @@ class LanguageModelModule(L.LightningModule):
     def configure_model(self) -> None:
         if self.train_cfg.compile and self._forward is self.model:
             self._forward = torch.compile(self.model)
+            self.objective.compile()  # the head and the loss compiled with the model, as one function
 
     # ------------------------------------------------------------------ training
     def training_step(self, batch: torch.Tensor, batch_idx: int):
@@ -94,20 +104,18 @@ class LanguageModelModule(L.LightningModule):
         terms = self.objective.terms(self._forward, batch, seed=step_seed(self.train_cfg.seed, self.global_step),
                                      **self._objective_kwargs(block), **self._rows(batch, batch_idx))
         loss = terms.pop("loss")
-        value = loss.detach().item()
-        if not math.isfinite(value):
-            self.diverged = {"step": self.global_step, "loss": value}
-            self.trainer.should_stop = True
-            if self._trainer.world_size == 1 and self._trainer.accumulate_grad_batches == 1:
-                return None  # no backward, no update
-            # data parallel or accumulating: every rank must run the same backward (the gradients are reduced
-            # together); the non-finite gradients it gives reach every rank, and the update is skipped on all
-            # of them (configure_gradient_clipping)
-        self._track_loss(value, batch_idx)
         # the schedule's lr (what LambdaLR gives a group at multiplier 1; a parametrization or Muon may scale groups)
         self.last_lr = self.train_cfg.lr * self.schedule(self.global_step)
         if block is not None:
             self.last_attention_block = block
+        self._queue_loss(loss.detach(), batch_idx, block)
+        if self.diverged is not None:
+            self.trainer.should_stop = True
+            if self._single():
+                return None  # no backward, no update
+            # data parallel or accumulating: every rank must run the same backward (the gradients are reduced
+            # together); the non-finite gradients it gives reach every rank, and the update is skipped on all
+            # of them (configure_gradient_clipping)
         load = terms.pop("moe_load", None)
         if self.logging_step():
             self.log("train/loss", loss.detach())  # not prog_bar: Lightning would read it back every step
@@ -127,17 +135,54 @@ class LanguageModelModule(L.LightningModule):
         (a tenth of a small model's step on a CPU), so they are logged on those steps only."""
         return (self.global_step + 1) % self.train_cfg.log_interval == 0 or self.trainer.should_stop
 
-    def _track_loss(self, value: float, batch_idx: int) -> None:
-        """last_train_loss: the step's loss, the mean over its micro-batches and (reduced) over the ranks, known
-        after the step's last micro-batch; one device and one batch: the batch's loss as it is."""
+    def _single(self) -> bool:
+        """One process and one micro-batch a step: the loss is read back on the logging cadence, not every step."""
+        return self._trainer.world_size == 1 and self._trainer.accumulate_grad_batches == 1
+
+    def _queue_loss(self, loss: torch.Tensor, batch_idx: int, block: int | None) -> None:
+        """Queue the step's loss (the mean over its micro-batches and, reduced, over the ranks; one device and one
+        batch: the batch's loss as it is) on the device, known after the step's last micro-batch; settle on the
+        logging cadence (every step unless _single)."""
         micro = self.trainer.accumulate_grad_batches
-        self._loss_sum = value if batch_idx % micro == 0 else self._loss_sum + value
+        self._loss_sum = loss if batch_idx % micro == 0 else self._loss_sum + loss
         if (batch_idx + 1) % micro:
             return
-        loss = self._loss_sum / micro if micro > 1 else value
+        step_loss = self._loss_sum / micro if micro > 1 else loss
         if self.trainer.world_size > 1:
-            loss = float(self.trainer.strategy.reduce(torch.tensor(loss, device=self.device), reduce_op="mean"))
-        self.last_train_loss = loss
+            step_loss = self.trainer.strategy.reduce(step_loss.float(), reduce_op="mean")
+        # a train_log row: step counts completed optimizer steps (the trainer's global_step after this one)
+        self._pending.append({"step": self.global_step + 1, "loss": step_loss, "lr": self.last_lr,
+                              **({"attention_block": block} if block is not None else {})})
+        if not self._single() or self.logging_step():
+            self.settle()
+
+    def settle(self) -> None:
+        """Read the queued step losses back in one transfer: last_train_loss and the train_log rows (`settled`)
+        up to the first non-finite loss, which makes the run `diverged` at its step and stops it."""
+        if not self._pending:
+            return
+        values = torch.stack([row["loss"].float() for row in self._pending]).tolist()
+        rows, self._pending = self._pending, []
+        for row, value in zip(rows, values):
+            if self.diverged is not None:
+                break
+            if not math.isfinite(value):
+                self.diverged = {"step": row["step"] - 1, "loss": value}
+                if self._trainer is not None:
+                    self.trainer.should_stop = True
+                break
+            self.last_train_loss = value
+            self.settled.append({**row, "loss": value})
+
+    def take_settled(self) -> list[dict]:
+        """The train_log rows settled since the last call (StepLog writes them)."""
+        rows, self.settled = self.settled, []
+        return rows
+
+    def finite_parameters(self) -> bool:
+        """Whether every parameter is finite (one host read)."""
+        flags = [torch.isfinite(p).all() for p in self.model.parameters()]
+        return bool(torch.stack(flags).all()) if flags else True
 
     def _track_load(self, load: torch.Tensor) -> None:
         """Log a mixture of experts' routing load (layers, E) and add it to the logging window's mean."""
@@ -186,6 +231,7 @@ class LanguageModelModule(L.LightningModule):
 
     # ------------------------------------------------------------------ validation
     def on_validation_epoch_start(self) -> None:
+        self.settle()  # a diverged run stops here rather than validating weights it will not keep
         self._val_sums = []
 
     def validation_step(self, batch: torch.Tensor, batch_idx: int) -> None:
@@ -226,6 +272,13 @@ class LanguageModelModule(L.LightningModule):
 
     # ------------------------------------------------------------------ exact resume
     def on_save_checkpoint(self, checkpoint: dict) -> None:
+        self.settle()
+        if self.diverged is None and not self.finite_parameters():  # a finite loss can still leave inf weights
+            self.diverged = {"step": self.global_step, "loss": float("nan"), "parameters": "non-finite"}
+            if self._trainer is not None:
+                self.trainer.should_stop = True
+        if self.diverged is not None:
+            checkpoint[NOT_WRITTEN] = "diverged"  # AtomicCheckpointIO writes nothing: the last good copy stays
         checkpoint["slm_rng"] = {
             "torch": torch.get_rng_state(),
             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
@@ -237,6 +290,9 @@ class LanguageModelModule(L.LightningModule):
         # what train.init_from needs to start another run from this file (slm.training.init_from): the model's
         # config, and whatever the job adds (the tokenizer's fingerprint)
         checkpoint["slm_meta"] = {"model_config": self.model.cfg.to_dict(), **self.checkpoint_meta}
+
+    def on_train_end(self) -> None:
+        self.settle()
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         state = checkpoint.get("slm_rng")

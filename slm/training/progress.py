@@ -1,9 +1,10 @@
 """What a run says while it trains: a line when it starts (or resumes), then either a progress bar (on a terminal)
 or a progress line every `train.print_interval` steps (anywhere else: a file, a pipe, a Slurm log).
 
-Nothing here reads a tensor: the loss and the learning rate are the floats LanguageModelModule already keeps
-(`last_train_loss`, `last_lr`), and time is the host clock, so showing progress adds no device synchronisation to
-a step. Rates are over the steps since the last line (the bar: since the session started), validation excluded;
+The loss and the learning rate are the floats LanguageModelModule keeps (`last_train_loss`, `last_lr`); a progress
+line first asks the module to read its queued losses back (`settle`: one device read per line, every
+print_interval steps), the terminal bar shows the latest loss read back on the logging cadence, and time is the
+host clock, so showing progress adds no per-step device synchronisation. Rates are over the steps since the last line (the bar: since the session started), validation excluded;
 the ETA is the session's wall time per step since its first step (validation and checkpoints included) times the
 steps left.
 """
@@ -159,7 +160,10 @@ class ProgressLog(L.Callback):
             return
         due = self._due(step)
         self.clock.step_done(step)
-        if not due or pl_module.last_train_loss is None:
+        if not due:
+            return
+        pl_module.settle()  # the loss of this step (one read back, on the progress cadence)
+        if pl_module.diverged is not None or pl_module.last_train_loss is None:
             return
         now = time.perf_counter()
         then, then_step, then_validation = self._mark
