@@ -10,7 +10,7 @@ torch.compile (on CPU the only way past per-op overhead: ~4x for small models). 
 `compile` false, `fast_path_error`).
 
 A masked diffusion model (model.causal=false with a mask token) is timed with its sampler
-(`slm.model.diffusion`), with the settings in `diffusion` (block_length, steps, threshold; steps None:
+(`slm.model.diffusion`), with the settings in `diffusion` (block_length, steps, threshold, cache; steps None:
 new_tokens / 4, four tokens a step) recorded under `sampler`. The rates mean the same for both kinds:
 time_to_first_token_s until the first token is out (AR: prefill + one step; diffusion: the first denoising
 step, which commits first_tokens at once), decode_tokens_per_s for the tokens after those, and
@@ -38,7 +38,7 @@ from slm.model.diffusion import DiffusionSampler, is_diffusion
 from slm.model.generate import Decoder
 from slm.model.transformer import Transformer
 
-DIFFUSION_DEFAULTS = {"block_length": 32, "steps": None, "threshold": None}
+DIFFUSION_DEFAULTS = {"block_length": 32, "steps": None, "threshold": None, "cache": "none"}
 
 
 def measure_decode(model: Transformer, prompt_tokens: int = 128, new_tokens: int = 128, warmup: int = 1,
@@ -104,14 +104,14 @@ def _measure_diffusion(model, prompt_tokens, new_tokens, warmup, repeats, seed, 
     new_tokens = min(new_tokens, model.cfg.context_length - len(prompt))  # the canvas holds every new token
     settings = {**DIFFUSION_DEFAULTS, **settings}
     steps = settings["steps"] or max(1, new_tokens // 4)
-    sampler = DiffusionSampler(model, settings["block_length"], steps, settings["threshold"])
+    sampler = DiffusionSampler(model, settings["block_length"], steps, settings["threshold"], cache=settings["cache"])
     p = next(model.parameters())
 
     def generate():
         return len(sampler.generate([prompt], new_tokens, seed=seed)[0]), sampler.last_timing
 
     stats = _timed(generate, prompt, new_tokens, warmup, repeats, p.device)
-    cache = model.cfg.attention_block is not None
+    cache = model.cfg.attention_block is not None or settings["cache"] != "none"
     return {**stats, "kv_cache_bytes": _block_cache_bytes(model, len(prompt) + new_tokens) if cache else 0,
             "dtype": str(p.dtype).removeprefix("torch."), "cuda_graph": False, "compile": False,
             "decoder": "masked_diffusion",
@@ -123,7 +123,8 @@ def _block_cache_bytes(model, capacity: int) -> int:
 
     p = next(model.parameters())
     with torch.device("meta"):
-        return KVCache(model.cfg, 1, capacity, "meta", p.dtype).nbytes()
+        bidirectional = model.cfg.attention_block is None  # a dllm sampler's prefix or dual cache
+        return KVCache(model.cfg, 1, capacity, "meta", p.dtype, bidirectional=bidirectional).nbytes()
 
 
 def _measure(model, prompt_tokens, new_tokens, warmup, repeats, cuda_graph, compile, seed) -> dict:

@@ -20,6 +20,11 @@ from a tensor, so a one-token step can be captured in a CUDA graph (`slm.model.g
 
 A block-causal model (`attention_block`, block diffusion) caches too: a query sees every cached key of its
 own block and the blocks before, and `peek()` runs a chunk without keeping it (slm.model.diffusion).
+
+A fully bidirectional model caches only when asked (`bidirectional=True`, Fast-dLLM's approximate prefix and
+dual caches in slm.model.diffusion): a query sees every kept slot, before and after it. `pad_left` aligns rows
+of different lengths at their ends, and `peek(at=slot)` reruns a chunk in place, the slots after it still
+visible. The cached keys are exact only for the forward that wrote them; the caller decides when to refresh.
 """
 
 from __future__ import annotations
@@ -40,15 +45,37 @@ def static_cache_ok(cfg: ModelConfig) -> bool:
     return all(MIXERS.get(kind).static_cache for kind in set(cfg.layer_types))
 
 
+def bidirectional_cache_refusal(cfg: ModelConfig) -> str | None:
+    """Why a bidirectional cache cannot hold `cfg`'s state (None: it can): it keeps the keys and values of
+    global attention layers only; a short convolution, a sliding window or a Canon layer would need the
+    inputs on both sides of a rerun chunk."""
+    other = sorted(set(cfg.layer_types) - {"attn"})
+    if other or cfg.canon_set:
+        parts = [f"layer_types {other}"] if other else []
+        parts += [f"Canon layers {cfg.canon_set}"] if cfg.canon_set else []
+        return ("a bidirectional cache keeps attention keys and values only (layer_types attn); this model has "
+                + " and ".join(parts))
+    return None
+
+
 class KVCache:
     """Mixer states (keys and values, conv inputs) and Canon inputs of every block application, for `batch`
     rows and `capacity` slots."""
 
     def __init__(self, cfg: ModelConfig, batch: int, capacity: int, device: torch.device | str = "cpu",
-                 dtype: torch.dtype = torch.float32, static: bool = False):
-        if not cfg.causal and cfg.attention_block is None:
+                 dtype: torch.dtype = torch.float32, static: bool = False, bidirectional: bool = False):
+        full = not cfg.causal and cfg.attention_block is None  # every query sees every position
+        if full and not bidirectional:
             raise ValueError("a KV cache needs a causal or block-causal model (model.causal=false without "
                              "model.attention_block attends to every future token)")
+        if bidirectional and not full:
+            raise ValueError("KVCache(bidirectional=True) is for a fully bidirectional model (model.causal=false, "
+                             f"no model.attention_block); this one has causal={cfg.causal}, "
+                             f"attention_block={cfg.attention_block}")
+        if bidirectional and static:
+            raise ValueError("a bidirectional KV cache is eager only (static=False)")
+        if bidirectional and bidirectional_cache_refusal(cfg):
+            raise ValueError(bidirectional_cache_refusal(cfg))
         if capacity < 1 or batch < 1:
             raise ValueError(f"KV cache needs batch >= 1 and capacity >= 1, got batch={batch}, capacity={capacity}")
         self.cfg, self.batch, self.capacity, self.static = cfg, batch, capacity, static
@@ -68,6 +95,8 @@ class KVCache:
         self._chunk: tuple = ()  # (T, true positions (B, T), start slot or None) of the chunk, for mask()
         self.block = None if cfg.causal else cfg.attention_block  # block-causal: a query sees its whole block
         self.peeking = False  # inside peek(): chunks are attended to but not kept
+        self.bidirectional = bidirectional  # a query sees every kept slot, before and after it
+        self._tail = 0  # inside peek(at=...): slots below this stay visible after the chunk
 
     # ------------------------------------------------------------------ per chunk
     def begin(self, T: int, lengths: torch.Tensor | None = None) -> torch.Tensor:
@@ -96,6 +125,8 @@ class KVCache:
             slots = arange + start
             self.pos[:, start:start + T] = pos
             self.filled = self.visible = start + T
+            if self._tail:
+                self.visible = max(self.visible, self._tail)
             self.ragged |= lengths is not None
             self._longest += T  # an upper bound of next_pos: the exact check costs a sync, so only when needed
             if self._longest > self.cfg.context_length and int(self.next_pos.max()) > self.cfg.context_length:
@@ -112,6 +143,8 @@ class KVCache:
         leaves out the slots beyond a sliding window)."""
         T, qpos, start = self._chunk
         slots = self.slots
+        if self.bidirectional:
+            return self._bidirectional_mask(window, qpos)
         if not self.static and not self.ragged and self.block is None:
             if start == 0:
                 return attention_mask(T, True, window, self.device)
@@ -128,22 +161,55 @@ class KVCache:
         mask |= torch.arange(self.visible, device=self.device)[None, None, :] == slots[None, :, None]
         return mask[:, None]
 
+    def _bidirectional_mask(self, window: int | None, qpos: torch.Tensor) -> torch.Tensor | None:
+        """A bidirectional cache's mask: every kept slot (within `window` positions either side); None when
+        every visible slot is a real token and there is no window."""
+        if not self.ragged and window is None:
+            return None
+        kpos = self.pos[:, :self.visible]  # (B, S)
+        mask = (kpos >= 0)[:, None, :].expand(-1, qpos.shape[1], -1)  # (B, T, S)
+        if window is not None:
+            mask = mask & ((qpos[:, :, None] - kpos[:, None, :]).abs() < window)
+        # a padding query sees only its own slot: its output is unused, but must not be NaN
+        mask = mask | (torch.arange(self.visible, device=self.device)[None, None, :] == self.slots[None, :, None])
+        return mask[:, None]
+
+    def pad_left(self, pads: torch.Tensor) -> None:
+        """Row b's first pads[b] tokens of the next chunk are padding (no position; no query attends to them):
+        a bidirectional cache aligns rows of different lengths at their ends. An empty cache only."""
+        if not self.bidirectional or self.filled:
+            raise ValueError("KVCache.pad_left needs an empty bidirectional cache")
+        self.next_pos -= pads.to(device=self.device, dtype=torch.long)  # pads take positions < 0
+        self.ragged = True
+
     @contextmanager
-    def peek(self):
+    def peek(self, at: int | None = None):
         """Forwards inside attend to the cached sequence and to themselves, but leave the cache as it was:
         a block-diffusion sampler runs its partly masked block again and again, and keeps it only once it is
-        clean. Eager (non-static) mode only; the chunk's slots are reused by the next chunk."""
+        clean. Eager (non-static) mode only; the chunk's slots are reused by the next chunk.
+
+        at (a bidirectional cache): the chunk goes to slots at, at + 1, ... (overwriting their keys and
+        values, at the positions those slots hold) and the filled slots after it stay visible: a step of
+        Fast-dLLM's dual cache reruns its block between the cached prefix and suffix."""
         if self.static:
             raise ValueError("KVCache.peek needs an eager (non-static) cache")
+        if at is not None and not (self.bidirectional and 0 <= at < self.filled):
+            raise ValueError(f"KVCache.peek(at={at}) needs a bidirectional cache with slot {at} filled "
+                             f"({self.filled} are)")
         kept = (self.filled, self.next_pos.clone(), self._longest, self.ragged)
         self.peeking = True
+        if at is not None:
+            self._tail, self.filled = self.filled, at
+            self.next_pos.copy_(self.pos[:, at])
         try:
             yield self
         finally:
             self.peeking = False
             self.filled, next_pos, self._longest, self.ragged = kept
             self.next_pos.copy_(next_pos)
-            self.pos[:, self.filled:] = -1
+            if at is None:
+                self.pos[:, self.filled:] = -1
+            self._tail = 0
 
     # ------------------------------------------------------------------ whole cache
     def reset(self) -> None:
@@ -151,7 +217,7 @@ class KVCache:
         self.pos.fill_(-1)
         self.next_pos.zero_()
         self.length.zero_()
-        self.filled = self._longest = 0
+        self.filled = self._longest = self._tail = 0
         self.ragged = False
         for layer in self.layers:
             if layer.state is not None:
