@@ -6,7 +6,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN        := $(VENV)/bin
 STAMP      := $(VENV)/.slm-installed
 
-.PHONY: help install test test-slow sweep bench clean reproduce-2512 lr-transfer coordcheck claims
+.PHONY: help install test test-slow sweep bench bench-gpu clean reproduce-2512 lr-transfer coordcheck claims
 
 help:
 	@echo "make install    create $(VENV): torch ($(TORCH_SPEC)) first, then slm with its dev extras"
@@ -31,6 +31,9 @@ help:
 	@echo "                scoring speed against transformers / lm-eval, a MoE step against its dense twin, a Titans"
 	@echo "                memory layer's forward+backward against plain attention, AR vs masked-diffusion"
 	@echo "                decoding of one shape"
+	@echo "make bench-gpu  the GPU figures in one table (<= 10 min on one H100; bench/out/gpu.json): per family of the"
+	@echo "                70M study, training tokens/s, MFU, peak memory, attention backend and loss path; batch-1 and"
+	@echo "                batch-16 decoding against transformers; without CUDA one line. ARGS=\"--families llama3,dllm\""
 
 install: $(STAMP)
 
@@ -86,10 +89,17 @@ bench: install
 	$(BIN)/python bench/train_overhead.py
 	$(BIN)/python bench/eval_speed.py --threads 1
 	$(BIN)/python bench/moe_step.py --threads 1
+	$(BIN)/python bench/attention_masks.py --threads 1
 	$(BIN)/python bench/titans_step.py --threads 1
+	$(BIN)/python bench/loss_step.py --threads 1
 	$(BIN)/python bench/diffusion_decode.py --threads 1
 	$(BIN)/python bench/startup.py --threads 1
 	$(BIN)/python bench/job_overhead.py
+
+# The GPU figures (bench/gpu.py): one table, also in bench/out/gpu.json; on a machine without CUDA one line, exit 0.
+# ARGS go to the script, e.g. make bench-gpu ARGS="--families llama3,dllm --hf-families all"
+bench-gpu: install
+	$(BIN)/python bench/gpu.py $(ARGS)
 
 # Redraw the seven analysis plots (PNG + SVG) from a results table written by slm-collect:
 #   make plots RESULTS=runs/cpu_default/results.parquet [OUT=dir]   (OUT defaults to plots/ next to RESULTS)
