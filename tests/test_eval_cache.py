@@ -134,6 +134,34 @@ def test_stops_sampling_and_context_limit():
     assert dec.generate([prompt, prompt[:3]], 8) == dec.generate([prompt, prompt[:3]], 8)
 
 
+@pytest.mark.parametrize("variant", ["llama_gqa", "lfm2_conv_attn", "canon_abcd", "moe_dense_mix"])
+def test_chained_greedy_decoding_gives_the_step_by_step_tokens(variant):
+    """Decoder(chain=True): greedy steps chained on the device (CUDA-graph ready; eager here), read back every
+    CHAIN_CHECK steps, give the step-by-step loop's tokens: ragged rows, a padding row, stop tokens."""
+    from slm.model import generate as gen
+
+    model = _model(**VARIANTS[variant])
+    prompts = [torch.randint(0, V, (n,)).tolist() for n in (5, 11, 7)]
+    plain, chained = Decoder(model, batch_size=4, chain=False), Decoder(model, batch_size=4, chain=True)
+    assert chained.chain and not plain.chain
+    ref = plain.generate(prompts, 20)
+    assert chained.generate(prompts, 20) == ref
+    stop = {ref[1][4], ref[0][9]}
+    assert chained.generate(prompts, 20, stop_tokens=stop) == plain.generate(prompts, 20, stop_tokens=stop)
+    one = Decoder(model, batch_size=1, chain=True)
+    assert one.generate(prompts[:1], 20) == ref[:1]
+    old = gen.CHAIN_CHECK
+    try:  # every row stops early: the chain ends at the next check, not after all 40 steps
+        gen.CHAIN_CHECK = 4
+        early = {ref[0][1], ref[1][1], ref[2][1]}
+        assert chained.generate(prompts, 20, stop_tokens=early) == plain.generate(prompts, 20, stop_tokens=early)
+        assert int(chained._count) <= 8
+    finally:
+        gen.CHAIN_CHECK = old
+    # sampling or a stop callback take the step-by-step loop
+    assert chained.generate(prompts, 6, stop=lambda row, ids: len(ids) == 3) == [r[:3] for r in ref]
+
+
 def test_cache_refuses_what_it_cannot_do():
     with pytest.raises(ValueError, match="causal"):
         KVCache(ModelConfig(n_layers=1, d_model=32, n_heads=2, causal=False), batch=1, capacity=8)
@@ -157,3 +185,13 @@ def test_compiled_decode_step_matches_full_forward(variant):
         worst = max((decoder.step(seq[:, t:t + 1], torch.ones(1, dtype=torch.long))[0] - full[t]).abs().max().item()
                     for t in range(10, 30))
     assert worst < TOL
+
+
+@pytest.mark.slow  # torch.compile: ~30 s
+def test_chained_greedy_decoding_on_the_static_compiled_step():
+    """The static cache (as under a CUDA graph) with the compiled step: the chain's tokens equal the loop's."""
+    model = _model(**VARIANTS["llama_gqa"])
+    prompts = [torch.randint(0, V, (n,)).tolist() for n in (5, 9)]
+    ref = Decoder(model, batch_size=3, chain=False).generate(prompts, 16)
+    chained = Decoder(model, batch_size=3, compile=True, chain=True)
+    assert chained.cache.static and chained.generate(prompts, 16) == ref

@@ -147,7 +147,8 @@ def _measure(model, prompt_tokens, new_tokens, warmup, repeats, cuda_graph, comp
 
     stats = {**_timed(generate, prompt, new_tokens, warmup, repeats, device),
              "kv_cache_bytes": decoder.cache.nbytes(), "dtype": str(p.dtype).removeprefix("torch."),
-             "cuda_graph": decoder.cuda_graph, "compile": decoder.compiled, "decoder": "autoregressive"}
+             "cuda_graph": decoder.cuda_graph, "compile": decoder.compiled, "chain": decoder.chain,
+             "decoder": "autoregressive"}
     if error:
         stats["fast_path_error"] = error
     return stats

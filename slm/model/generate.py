@@ -11,6 +11,13 @@ own positions), then every step feeds one token per row. A row stops at a stop t
 On CUDA the one-token step is captured once in a CUDA graph (static cache shapes) and replayed, which
 removes the per-kernel launch cost that dominates batch-1 decoding of small models; `compile=True`
 also runs the step through `torch.compile` before capture.
+
+Greedy decoding without a `stop` callback runs as a chain (`chain`, on by default with the CUDA graph): the
+argmax, the write of the token into the output buffer and into the next step's input are part of the
+captured step, so the host replays steps without reading anything back; it looks at the tokens only every
+CHAIN_CHECK steps (to end early once every row has met a stop token) and at the end, where each row is cut at
+its first stop token. The tokens are those of the step-by-step loop (tested on CPU, where the chain runs
+eagerly); rows that met a stop token keep being fed until the check, which costs steps, not tokens.
 """
 
 from __future__ import annotations
@@ -22,6 +29,9 @@ import torch
 
 from slm.model.cache import KVCache, static_cache_ok
 from slm.model.transformer import Transformer
+
+CHAIN_CHECK = 32
+"""Chained greedy decoding reads the tokens back every this many steps (to stop once every row is done)."""
 
 
 def sample(logits: torch.Tensor, temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
@@ -49,7 +59,7 @@ class Decoder:
     as Titans' mac does) replays the captured step."""
 
     def __init__(self, model: Transformer, batch_size: int = 1, capacity: int | None = None,
-                 cuda_graph: bool | None = None, compile: bool = False):
+                 cuda_graph: bool | None = None, compile: bool = False, chain: bool | None = None):
         self.model = model.eval()
         p = next(model.parameters())
         self.device, self.dtype = p.device, p.dtype
@@ -65,6 +75,8 @@ class Decoder:
         self.compiled = compile
         self._step = torch.compile(self._eager_step, dynamic=False) if compile else self._eager_step
         self._graph = None
+        self.chain = self.cuda_graph if chain is None else chain  # greedy steps without a read-back (module doc)
+        self._chain_graph = None
         self.last_timing: dict = {}
 
     # ------------------------------------------------------------------ one-token step
@@ -75,9 +87,7 @@ class Decoder:
     def capture(self) -> None:
         """Record the step in a CUDA graph (after warm-up runs on a side stream), then empty the cache.
         `generate` does this before its first prefill; call it yourself before driving `step` directly."""
-        B = self.batch_size
-        self._tokens = torch.zeros(B, 1, dtype=torch.long, device=self.device)
-        self._active = torch.ones(B, dtype=torch.long, device=self.device)
+        self._buffers()
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream), torch.no_grad():
@@ -88,6 +98,60 @@ class Decoder:
         with torch.cuda.graph(self._graph), torch.no_grad():
             self._logits = self._step(self._tokens, self._active)
         self.cache.reset()
+
+    def _chain_step(self) -> None:
+        """One greedy step on the chain's buffers: the next token of every row from _tokens, written to
+        _out[:, _count] and into _tokens for the step after; _count += 1. Device work only."""
+        logits = self._step(self._tokens, self._active if self.cache.static or not self._all_active else None)
+        nxt = logits.argmax(dim=-1)  # (B,)
+        self._out.index_copy_(1, self._count, nxt[:, None])
+        self._count += 1
+        self._tokens.copy_(nxt[:, None])
+
+    def _buffers(self) -> None:
+        """The fixed input and output tensors the captured steps read and write (made once: a graph holds their
+        addresses)."""
+        if getattr(self, "_tokens", None) is not None:
+            return
+        B = self.batch_size
+        self._tokens = torch.zeros(B, 1, dtype=torch.long, device=self.device)
+        self._active = torch.ones(B, dtype=torch.long, device=self.device)
+        self._out = torch.zeros(B, self.capacity + 1, dtype=torch.long, device=self.device)
+        self._count = torch.zeros(1, dtype=torch.long, device=self.device)
+        self._all_active = True
+
+    def _capture_chain(self) -> None:
+        """Record _chain_step in a CUDA graph (warm-up on a side stream first), then empty the cache."""
+        self._buffers()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream), torch.no_grad():
+            for _ in range(3):
+                self._chain_step()
+        torch.cuda.current_stream().wait_stream(stream)
+        self._chain_graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self._chain_graph), torch.no_grad():
+            self._chain_step()
+        self.cache.reset()
+
+    def _run_chain(self, first: torch.Tensor, active: torch.Tensor, steps: int, stop_tokens: set) -> torch.Tensor:
+        """`steps` chained greedy steps after `first` (B,); the tokens (B, steps), read back every CHAIN_CHECK
+        steps only to end early once every row has a stop token."""
+        self._tokens.copy_(first[:, None])
+        self._active.copy_(active)
+        self._all_active = bool(active.all())  # an eager cache takes None for "every row" (as step-by-step)
+        self._count.zero_()
+        stops = torch.tensor(sorted(stop_tokens), dtype=torch.long, device=self.device) if stop_tokens else None
+        done = 0
+        while done < steps:
+            for _ in range(min(CHAIN_CHECK, steps - done)):
+                self._chain_graph.replay() if self._chain_graph is not None else self._chain_step()
+                done += 1
+            if stops is not None and done < steps:
+                hit = torch.isin(torch.cat([first[:, None], self._out[:, :done]], dim=1), stops).any(dim=1)
+                if bool(hit[active.bool()].all()):  # one read-back per CHAIN_CHECK steps
+                    break
+        return self._out[:, :done]
 
     def step(self, tokens: torch.Tensor, active: torch.Tensor | None) -> torch.Tensor:
         """Feed one token per row (B, 1); rows with active 0 take it as padding (None: all active).
@@ -126,7 +190,12 @@ class Decoder:
         if seed is not None:
             generator = torch.Generator(device=self.device).manual_seed(seed)
 
-        if self.cuda_graph and self._graph is None:
+        chained = self.chain and temperature <= 0 and stop is None and all(n == max_new_tokens for n in budget)
+        if chained and self.cuda_graph and self._chain_graph is None:
+            self._capture_chain()  # before the prefill: capturing runs (and then clears) the cache
+        elif chained:
+            self._buffers()
+        if self.cuda_graph and self._graph is None and not chained:
             self.capture()  # before the prefill: capturing runs (and then clears) the cache
         sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
         sync()
@@ -144,6 +213,22 @@ class Decoder:
         out: list[list[int]] = [[] for _ in range(B)]
         done = [budget[b] <= 0 for b in range(B)]
         first_token_at = None
+        if chained:
+            first = logits.argmax(dim=-1)  # (batch_size,)
+            chosen = first.tolist()  # the first token is out: time to first token
+            first_token_at = time.perf_counter()
+            flags = torch.tensor([1 if b < B else 0 for b in range(self.batch_size)], device=self.device)
+            rest = self._run_chain(first, flags, max_new_tokens - 1, stop_tokens).tolist()
+            for b in range(B):
+                for token in [chosen[b], *rest[b]][:max_new_tokens]:
+                    if token in stop_tokens:
+                        break
+                    out[b].append(token)
+            sync()
+            finished = time.perf_counter()
+            self.last_timing = {"ttft_s": first_token_at - started, "decode_s": finished - first_token_at,
+                                "new_tokens": sum(len(o) for o in out)}
+            return out
         while True:
             tokens = sample(logits, temperature, top_k, top_p, generator)  # (batch_size,)
             chosen = tokens.tolist()
