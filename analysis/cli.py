@@ -150,13 +150,25 @@ def report_main(argv: list[str] | None = None) -> None:
     p.add_argument("-v", "--verbose", action="store_true", help="also print info lines")
     args = p.parse_args(argv)
     _logging(prog, args.verbose)
-    from analysis.report import build_report
+    from analysis.report import build_report, check_table
 
+    out_dir = Path(args.out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        _fail(prog, f"-o {args.out_dir}: exists and is not a directory; name a directory for the report (it is "
+              "created if missing)")
     args.results = _where(prog, args.results)
     table = _load(prog, args.results)
+    try:
+        check_table(table)
+    except ValueError as err:
+        _fail(prog, f"{args.results}: {err}")
     if args.score and args.score not in table:
         _fail(prog, f"--score {args.score}: no such column in {args.results}")
-    path = build_report(args.results, args.out_dir, score=args.score, title=args.title, table=table)
+    try:
+        path = build_report(args.results, args.out_dir, score=args.score, title=args.title, table=table)
+    except OSError as err:  # a parent that is a file, a read-only directory, a full disk
+        reason = err.strerror or str(err)
+        _fail(prog, f"-o {args.out_dir}: cannot write the report there ({err.filename or args.out_dir}: {reason})")
     print(f"{prog}: wrote {path.with_name('report.md')} and {path}")
 
 

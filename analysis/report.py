@@ -498,6 +498,24 @@ def _html(title: str, parts: list, notes: dict, generated: str, figures: Path | 
             f"<style>{_CSS}</style></head><body>{''.join(body)}</body></html>\n")
 
 
+REQUIRED_COLUMNS = ("run", "status")
+"""Columns every results table from slm-collect has; a report also needs one metric column (val_nll, score_*, ...)."""
+
+
+def check_table(table: pd.DataFrame) -> None:
+    """ValueError naming what a results table lacks for a report: the columns slm-collect always writes, and at
+    least one metric column (its values may all be missing: runs that failed are still reported)."""
+    from analysis.schema import role_of
+
+    missing = [c for c in REQUIRED_COLUMNS if c not in table]
+    if not any(role_of(str(c)) == "metric" for c in table.columns):
+        missing.append("a metric (val_nll, val_bpb, test_nll, score_<task> or avg_<suite>)")
+    if missing:
+        raise ValueError(f"not a results table: it lacks the column(s) {', '.join(missing)} (it has "
+                         f"{', '.join(map(str, table.columns[:8]))}{', ...' if len(table.columns) > 8 else ''}); "
+                         "make one with slm-collect <runs>, or pass the runs directory itself")
+
+
 def build_report(results_path: str | os.PathLike, out_dir: str | os.PathLike, score: str | None = None,
                  title: str = "slm results", table: pd.DataFrame | None = None) -> Path:
     """Draw the seven plots into out_dir/figures and write out_dir/report.md and report.html; returns the

@@ -153,7 +153,7 @@ def test_causal_lm_refuses_a_window_model():
 
 
 @pytest.mark.parametrize("kw, match", [
-    (dict(kind="cnn"), "model.kind: unknown model kind 'cnn'"),
+    (dict(kind="cnn"), "model.kind=cnn: unknown model kind 'cnn'"),
     (dict(kind="linear", window_hidden=[8]), "window_hidden"),
     (dict(kind="mlp"), "window_hidden.*at least one"),
     (dict(kind="mlp", window_hidden=[0]), "window_hidden"),

@@ -22,10 +22,13 @@ def _train_step(cfg: ModelConfig) -> None:
 
 
 def test_unknown_key_lists_choices():
-    with pytest.raises(UnknownKeyError, match=r"^unknown norm 'rsmnorm'; choose one of: layernorm, rmsnorm, rmsnorm_gemma$"):
+    with pytest.raises(ValueError, match=r"^model.norm=rsmnorm: unknown norm 'rsmnorm'; choose one of: layernorm, rmsnorm, "
+                                         r"rmsnorm_gemma$"):
         ModelConfig(**TINY, norm="rsmnorm")
+    with pytest.raises(UnknownKeyError, match=r"^unknown norm 'rsmnorm'; choose one of: layernorm, rmsnorm, rmsnorm_gemma$"):
+        NORMS.get("rsmnorm")
     for field, registry in [("position", POSITIONS), ("mlp", MLPS), ("init", INITS)]:
-        with pytest.raises(UnknownKeyError, match=f"unknown {registry.kind} 'nope'; choose one of: "):
+        with pytest.raises(ValueError, match=f"^model.{field}=nope: unknown {registry.kind} 'nope'; choose one of: "):
             ModelConfig(**TINY, **{field: "nope"})
     for field, registry in [("layer_types", MIXERS), ("mlp_types", FFNS)]:
         with pytest.raises(ValueError, match=f"model.{field}=\\['nope'\\] is invalid: unknown {registry.kind} 'nope'"):

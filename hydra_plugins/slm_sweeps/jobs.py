@@ -60,8 +60,10 @@ def compose_job(config_loader: Any, master: DictConfig, overrides: list[str]) ->
         cfg = config_loader.load_sweep_config(master, list(overrides))
         return Job(list(overrides), Path(str(cfg.hydra.sweep.dir)) / str(cfg.hydra.sweep.subdir), cfg)
     except Exception as err:
+        from slm.cli.config import setting_error
+
         run_dir = Path(str(master.hydra.sweep.dir)) / _key(list(overrides), master)
-        return Job(list(overrides), run_dir, None, one_line(err))
+        return Job(list(overrides), run_dir, None, one_line(setting_error(err) or err))  # a resolver's own line
 
 
 SWEEP_CONFIGS = "multirun"  # <sweep dir>/multirun/<UTC time>.yaml: every sweep started in this run group

@@ -6,6 +6,7 @@ the full traceback is shown instead.
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import sys
@@ -43,6 +44,9 @@ def explain(err: BaseException, overrides: list[str]) -> str:
 
     from slm.typecheck import did_you_mean
 
+    cause = setting_error(err)
+    if cause is not None:  # raised by a resolver of conf/config.yaml (slm_run_group): its own line
+        return str(cause)
     if isinstance(err, OverrideParseException):
         reason = " ".join(line.strip() for line in err.message.splitlines() if not line.startswith("See https"))
         reason = reason.replace(f"Error parsing override '{err.override}' ", "")
@@ -54,6 +58,12 @@ def explain(err: BaseException, overrides: list[str]) -> str:
         return (f"{group}={name}: there is no {where}{name}.yaml{did_you_mean(name, err.options, f'{group}=')}; "
                 f"choose one of: {', '.join(err.options)}")
     cause = err.__cause__
+    if isinstance(cause, OSError) and str(err).startswith("Unable to configure handler"):  # Hydra's job log file
+        where = Path(cause.filename).parent if cause.filename else "the run directory"
+        if cause.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            return (f"run directory {where} is not writable ({cause.strerror}): make it writable, or set SLM_RUNS "
+                    "(or hydra.run.dir) to a directory you can write")
+        return f"cannot write the log file {cause.filename} in run directory {where}: {cause.strerror or cause}"
     if isinstance(cause, OmegaConfBaseException) and getattr(cause, "full_key", None):
         full_key = cause.full_key
         given = next((o for o in overrides if o.split("=")[0].lstrip("+~") == full_key), full_key)
@@ -97,6 +107,10 @@ def one_line_errors(prog: str, hydra_main: Callable) -> Callable:
             if wanted == "1":
                 raise
             fail(prog, explain(err, [a for a in sys.argv[1:] if not a.startswith("-")]))
+        except OSError as err:
+            if wanted == "1" or err.errno not in PATH_ERRNOS:
+                raise
+            fail(prog, path_error(err))
         finally:
             for name, value in saved.items():
                 if value is None:
@@ -105,6 +119,100 @@ def one_line_errors(prog: str, hydra_main: Callable) -> Callable:
                     os.environ[name] = value
 
     return inner
+
+
+PATH_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENAMETOOLONG, errno.ENOTDIR, errno.EEXIST,
+                         errno.EISDIR})
+"""OSErrors of a path that cannot be written (not of a full disk or a failing device): bad input, one line."""
+
+
+def path_error(err: OSError) -> str:
+    """One line for an OSError of a path: the path, the reason, and which setting placed it there."""
+    where = err.filename if err.filename is not None else "a path"
+    line = f"cannot write {where}: {err.strerror or type(err).__name__}"
+    for name in ("SLM_RUNS", "SLM_CACHE"):
+        value = os.environ.get(name)
+        if value and str(where).startswith(str(Path(value).expanduser())):
+            return f"{line} (under {name}={value}: point {name} at a writable directory)"
+    if err.errno == errno.ENAMETOOLONG:
+        return f"{line}; use a shorter run_group (or a shorter SLM_RUNS)"
+    return line
+
+
+class SettingError(ValueError):
+    """A top-level setting of conf/config.yaml refused before the run directory is made (one line)."""
+
+
+def setting_error(err: BaseException | None) -> ValueError | None:
+    """The SettingError or RunGroupError behind `err` (a resolver's error, wrapped by OmegaConf and Hydra)."""
+    from slm.runs.paths import RunGroupError
+
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, (SettingError, RunGroupError)):
+            return err
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return None
+
+
+@functools.cache
+def top_level_keys() -> tuple[str, ...]:
+    """The keys a run config may hold at its top: conf/config.yaml's groups (model, data, ...) and fields
+    (run_group, rerun_failed, bad_checkpoint), and hydra."""
+    import yaml
+
+    raw = yaml.safe_load((CONF_DIR / "config.yaml").read_text())
+    groups = [next(iter(d)).split(" ")[-1] for d in raw.get("defaults", []) if isinstance(d, dict)]
+    keys = [k for k in raw if k != "defaults"]
+    return tuple(dict.fromkeys(g for g in groups + keys if "/" not in g))
+
+
+def check_run_settings(root) -> None:
+    """Refuse, before Hydra makes the run directory, what would make a run write where it must not or run with
+    a setting it does not understand: an unknown top-level key (`+foo=1`), rerun_failed that is not a boolean,
+    bad_checkpoint not one of its choices, a runs directory or data cache that is a file or read-only."""
+    from omegaconf import OmegaConf
+
+    from slm.data.cache import cache_root
+    from slm.runs.paths import directory_problem, runs_root
+    from slm.training.checkpoints import BAD_CHECKPOINT
+    from slm.typecheck import did_you_mean
+
+    allowed = top_level_keys()
+    for key in root.keys():
+        if key not in allowed:
+            raise SettingError(f"+{key}: there is no top-level setting {key!r}"
+                               f"{did_you_mean(str(key), allowed, '')}; the settings are: "
+                               f"{', '.join(k for k in allowed if k != 'hydra')} (a field goes under its group, "
+                               "e.g. +train.<field>=...)")
+    rerun = OmegaConf.select(root, "rerun_failed", default=False)
+    if not isinstance(rerun, bool):
+        raise SettingError(f"rerun_failed={rerun!r} is invalid: expected true or false")
+    policy = OmegaConf.select(root, "bad_checkpoint", default="fail")
+    if policy not in BAD_CHECKPOINT:
+        raise SettingError(f"bad_checkpoint={policy!r} is invalid: choose one of: {', '.join(BAD_CHECKPOINT)}")
+    runs = os.environ.get("SLM_RUNS")
+    problem = directory_problem(runs_root(), f"SLM_RUNS={runs}" if runs else "the runs directory runs/ (SLM_RUNS "
+                                "unset)", "the runs")
+    configured = OmegaConf.select(root, "data.cache_dir", default=None)
+    cache = cache_root(configured)
+    setting = (f"data.cache_dir={configured}" if configured else
+               f"SLM_CACHE={os.environ['SLM_CACHE']}" if os.environ.get("SLM_CACHE") else f"the data cache {cache}")
+    problem = problem or directory_problem(cache, setting, "the data cache")
+    if problem:
+        raise SettingError(problem)
+
+
+def _run_group(value, *, _root_) -> str:
+    """`slm_run_group`: the run group, checked (slm.runs.paths.check_run_group), with the run's other top-level
+    settings (check_run_settings); conf/config.yaml's hydra.run.dir and hydra.sweep.dir are made of it, so a
+    refusal comes before the run directory exists."""
+    from slm.runs.paths import check_run_group
+
+    name = check_run_group(value)
+    check_run_settings(_root_)
+    return name
 
 
 def reports_user_errors(prog: str) -> Callable:
@@ -148,12 +256,14 @@ def _compose(overrides: list[str], config_name: str = "config"):
 
 
 def register_resolvers() -> None:
-    """Resolvers used by conf/config.yaml (`${slm_job_key:<overrides>,<exclude_keys>}`, the run-directory name);
-    safe to call more than once."""
+    """Resolvers used by conf/config.yaml (`${slm_job_key:<overrides>,<exclude_keys>}`, the run-directory name;
+    `${slm_run_group:${run_group}}`, the checked run group); safe to call more than once."""
     from omegaconf import OmegaConf
 
     if not OmegaConf.has_resolver("slm_job_key"):
         OmegaConf.register_new_resolver("slm_job_key", _job_key)
+    if not OmegaConf.has_resolver("slm_run_group"):
+        OmegaConf.register_new_resolver("slm_run_group", _run_group)
 
 
 def _job_key(overrides, exclude=()) -> str:

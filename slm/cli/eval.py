@@ -14,7 +14,9 @@ tokenizer=<dir>, tokenizer=gpt2 (the shipped GPT-2 BPE), max_length=512, prefix_
 there may hold commas, see slm.eval.lm_args).
 
 Bad input is one line on stderr, `slm-eval: error: <what, naming the file>`, and exit code 2 (a traceback
-only with HYDRA_FULL_ERROR=1): no such run, unknown task, a hub task while offline; a config.json that is not
+only with HYDRA_FULL_ERROR=1), before anything is scored or written: a negative --num_fewshot, a --limit that is
+not a finite number > 0, --device cuda where no GPU is visible; no such run, unknown task, a hub task while
+offline; a config.json that is not
 valid JSON or ModelConfig fields, or does not match model.safetensors; weights that are not safetensors (a
 pickle); a model too large for the memory available (checked from its parameter count before anything is
 allocated); a disk that is full when a results file is written (each is written atomically, so what was
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import math
 import os
 import sys
 from pathlib import Path
@@ -126,7 +129,7 @@ def suite_metrics() -> dict[str, str]:
 def build_spec(args: argparse.Namespace):
     """EvalSpec from the flags: suites expand into their tasks, metrics and average."""
     from slm.eval import RENAMED_TASKS
-    from slm.eval.run import EvalSpec, spec_from_config
+    from slm.eval.run import EvalSpec, check_spec, spec_from_config
 
     names = [piece for arg in args.tasks for piece in arg.split(",") if piece]
     for old in [n for n in names if n in RENAMED_TASKS]:
@@ -159,8 +162,8 @@ def build_spec(args: argparse.Namespace):
             _fail(f"--batch_size {args.batch_size}: must be >= 1")
         spec.batch_size = args.batch_size
     if args.limit is not None:
-        if args.limit <= 0:
-            _fail(f"--limit {args.limit}: must be > 0")
+        if not math.isfinite(args.limit) or args.limit <= 0:
+            _fail(f"--limit {args.limit}: limit must be a finite number > 0 (documents per task, a fraction if < 1)")
         spec.limit = int(args.limit) if args.limit >= 1 else args.limit
     for attr in ("device", "dtype"):
         if getattr(args, attr) is not None:
@@ -175,6 +178,10 @@ def build_spec(args: argparse.Namespace):
     spec.model_args = _model_args(args.model_args)
     spec.seed, spec.log_samples = args.seed, args.log_samples
     spec.throughput_compile = spec.throughput_compile or args.compile
+    try:  # num_fewshot, limit (a suite's too), device: refused before anything loads or is written
+        check_spec(spec)
+    except ValueError as err:
+        _fail(str(err))
     return spec
 
 

@@ -17,7 +17,8 @@ from the shipped ranks), character level (a WordLevel tokenizer over the charact
 either way (slm.data.load_tokenizer reads the directory).
 
 Bad input (a missing or damaged run, a model transformers cannot represent, a non-empty out dir without
---force) is one line on stderr and exit code 2, and nothing is written.
+--force, no tokenizer beside the model without --no-tokenizer) is one line on stderr and exit code 2, and
+nothing is written.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--force", action="store_true", help="write into a non-empty out_dir (its files of the same "
                         "names are replaced)")
     parser.add_argument("--no-check", action="store_true", help="skip loading the export back and comparing logits")
+    parser.add_argument("--no-tokenizer", action="store_true", help="export the model without a tokenizer (needed "
+                        "when none is saved beside it; AutoTokenizer then has nothing to load)")
     return parser.parse_args(argv)
 
 
@@ -168,10 +171,13 @@ def run(argv: list[str] | None = None) -> Path:
     model = load_model(model_dir).eval()  # config and weights checked first; float32 on the CPU
     cfg = model.cfg
     tok = None
-    try:
-        tok = load_tokenizer_dir(model_dir)
-    except FileNotFoundError:
-        pass  # a bare checkpoint directory: the model alone
+    if not args.no_tokenizer:
+        try:
+            tok = load_tokenizer_dir(model_dir)
+        except FileNotFoundError:  # refused before anything is written: an export AutoTokenizer cannot read
+            raise ValueError(f"{model_dir}: no tokenizer beside the model (slm_tokenizer.json or Hugging Face "
+                             "tokenizer files), so the export would have none; copy the run's tokenizer there, or "
+                             "pass --no-tokenizer to export the model alone") from None
     if not isinstance(model, Transformer):
         reason = f"a window model (model.kind={cfg.kind}) has no transformers class"
     else:
@@ -189,7 +195,7 @@ def run(argv: list[str] | None = None) -> Path:
         hf_model.generation_config.eos_token_id = tok.eot_id
     args.out_dir.mkdir(parents=True, exist_ok=True)
     hf_model.to(dtype).save_pretrained(args.out_dir)
-    written = write_tokenizer(tok, args.out_dir) if tok is not None else "none found beside the model"
+    written = write_tokenizer(tok, args.out_dir) if tok is not None else "none (--no-tokenizer)"
     check = "" if args.no_check else f"; logits checked (max difference {check_logits(model, args.out_dir, dtype):.1e})"
     print(f"{args.out_dir}: {type(hf_model).__name__} from {cfg.family}, {model.num_params():,} parameters in "
           f"{args.dtype}; tokenizer {written}{check}")

@@ -171,11 +171,27 @@ def _check_paths(model_dir: Path, out_dir: Path, force: bool) -> None:
         _fail(f"{out_dir}: exists and is not empty (use --force to write into it)")
 
 
+def _check_weights(model_dir: Path) -> None:
+    """Each *.safetensors file in model_dir opens (a header that is JSON naming tensors inside the file), else
+    one line naming the file, before transformers builds the model."""
+    from safetensors import SafetensorError, safe_open
+
+    for path in sorted(model_dir.glob("*.safetensors")):
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                f.keys()
+        except (SafetensorError, OSError, ValueError) as err:
+            reason = " ".join(str(err).split())[:200] or type(err).__name__
+            _fail(f"{path}: not a readable safetensors file ({reason}); replace it with the model's own weights "
+                  "(save_pretrained writes them)")
+
+
 def main(argv: list[str] | None = None) -> None:
     args = _parse(argv)
     _check_paths(args.model_dir, args.out_dir, args.force)
 
     os.environ["HF_HUB_OFFLINE"] = "1"  # before transformers is imported: never touch the network
+    from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
@@ -184,11 +200,26 @@ def main(argv: list[str] | None = None) -> None:
     from slm.model.weights import save_model
 
     hf_logging.disable_progress_bar()  # keep stderr to warnings and our one error line
+    _check_weights(args.model_dir)
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # transformers' multi-line load report: what matters in it is said below
     try:
-        hf_model = AutoModelForCausalLM.from_pretrained(args.model_dir, local_files_only=True)
+        hf_model, info = AutoModelForCausalLM.from_pretrained(args.model_dir, local_files_only=True,
+                                                              output_loading_info=True)
+        unexpected = sorted(info.get("unexpected_keys") or [])
+        if unexpected:
+            print(f"{PROG}: warning: {args.model_dir} holds {len(unexpected)} tensor(s) the model does not use "
+                  f"({', '.join(unexpected[:3])}{', ...' if len(unexpected) > 3 else ''}); they are left out",
+                  file=sys.stderr)
+        missing = sorted(info.get("missing_keys") or [])
+        if missing:  # transformers would initialise them at random: an import of noise
+            _fail(f"{args.model_dir}: the weights lack {len(missing)} of the model's tensors ({', '.join(missing[:3])}"
+                  f"{', ...' if len(missing) > 3 else ''}); save the whole model with save_pretrained and import that")
         model = from_hf(hf_model)
-    except (OSError, ValueError, KeyError) as err:  # no/invalid checkpoint, unknown or unsupported model
+    except (OSError, ValueError, KeyError, SafetensorError) as err:  # no/invalid checkpoint, unknown model
         _fail(f"{args.model_dir}: {err}")
+    finally:
+        hf_logging.set_verbosity(verbosity)
     try:  # before anything is written
         tok = import_tokenizer(args.model_dir, args.tokenizer, vocab_size=model.cfg.vocab_size)
     except ValueError as err:

@@ -98,6 +98,16 @@ def summary(r: dict) -> list[str]:
     return lines
 
 
+def check_overrides(overrides: list[str]) -> None:
+    """ValueError naming the first override that is not a model setting: the counts come from the model node
+    alone, so train.*, data.*, tokenizer=... would be ignored without a word."""
+    for arg in overrides:
+        key, sep, _ = arg.lstrip("+~").partition("=")
+        if sep and key.split(".")[0].split("@")[0] != "model":
+            raise ValueError(f"{arg}: slm-params takes model settings only (model=<preset>, model.<field>=...); "
+                             f"{key} does not change the counts, so leave it out (slm-train takes it)")
+
+
 @reports_user_errors("slm-params")
 def run(argv: list[str]) -> None:
     if any(arg in ("-h", "--help") for arg in argv):
@@ -105,6 +115,7 @@ def run(argv: list[str]) -> None:
         return
     as_json = "--json" in argv
     overrides = [arg for arg in argv if arg != "--json"]
+    check_overrides(overrides)
     from omegaconf import OmegaConf
 
     from slm.cli.config import compose_config

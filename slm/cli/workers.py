@@ -18,6 +18,7 @@ or with 128 + the number of the signal that stopped it.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import subprocess
@@ -104,8 +105,8 @@ def main(argv: list[str] | None = None) -> None:
         copies = 0
     if copies < 1:
         fail(PROG, f"copies={args.copies!r}: give a positive integer (how many copies run at once)")
-    if args.stagger < 0:
-        fail(PROG, f"--stagger={args.stagger}: give seconds >= 0")
+    if not math.isfinite(args.stagger) or args.stagger < 0:
+        fail(PROG, f"--stagger={args.stagger}: give a finite number of seconds >= 0 (between the copies' starts)")
     if not command:
         fail(PROG, "no command: give it after --, e.g. slm-workers 2 -- slm-train -m sweep=ladder_table1")
     try:

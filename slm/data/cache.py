@@ -60,7 +60,3 @@ def write_json(path: Path, value) -> None:
     tmp = temp_path(path)
     tmp.write_text(json.dumps(value, ensure_ascii=False, indent=1) + "\n")
     os.replace(tmp, path)
-
-
-def read_json(path: Path):
-    return json.loads(path.read_text()) if path.is_file() else None

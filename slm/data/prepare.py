@@ -17,7 +17,7 @@ import numpy as np
 from slm.data import cache
 from slm.data.config import DataConfig, TokenizerConfig
 from slm.data.errors import DataError
-from slm.data.shards import Shard, build_shard, shard_dtype
+from slm.data.shards import Shard, build_shard, damaged_meta, read_meta, shard_dtype
 from slm.data.sources import Source, Stream, build_source
 from slm.data.tokenizers import Tokenizer, tokenizer_class
 
@@ -171,16 +171,21 @@ def _build_tokenizer(cfg: TokenizerConfig, train_streams: list[Stream], root: Pa
                 **({} if cfg.newlines else {"newlines": False})}
     key = f"{cfg.kind}.{_hash(material)}"
     path = cache.entry(root, "vocab", f"{key}.json")
-    meta = cache.read_json(path)
+    meta = read_meta(path)
     if meta is None:
         with cache.locked(root, f"vocab.{key}", f"fitting the {cfg.kind} vocabulary"):
-            meta = cache.read_json(path)
+            meta = read_meta(path)
             if meta is None:
                 tokenizer = cls.from_config(cfg, cls.fit_counts(_fit_texts(cfg, train_streams)))
                 meta = tokenizer.meta()
                 cache.write_json(path, meta)
                 return tokenizer
-    return cls.from_meta(meta, path.parent)
+    try:
+        return cls.from_meta(meta, path.parent)
+    except DataError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as err:  # fields missing or of the wrong kind
+        raise damaged_meta(path, f"{type(err).__name__}: {' '.join(str(err).split())[:120]}") from None
 
 
 def _fit_texts(cfg: TokenizerConfig, streams: list[Stream]):

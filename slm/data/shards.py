@@ -35,6 +35,10 @@ CHUNK_CHARS = 1 << 18
 FORMAT_VERSION = 1
 
 
+SHARD_DTYPES = ("<u2", "<u4")
+"""The token id types a shard is written in (shard_dtype)."""
+
+
 def shard_dtype(vocab_size: int) -> np.dtype:
     return np.dtype("<u2") if vocab_size <= 1 << 16 else np.dtype("<u4")
 
@@ -78,13 +82,47 @@ class Shard:
         return {**self.__dict__, "_tokens": None}  # workers re-open the memmap instead of copying it
 
 
+def damaged_meta(path: Path, problem: str, *also: Path) -> DataError:
+    """The error for a data-cache metadata file that cannot be used: names it and how to clear it."""
+    files = " ".join(str(p) for p in (path, *also))
+    return DataError(f"data cache metadata {path} is damaged ({problem}): delete it (rm {files}) and run again; the "
+                     "entry is built again (or clear the whole cache, $SLM_CACHE or data.cache_dir)")
+
+
+def read_meta(path: Path, fields: dict[str, type] | None = None, *also: Path) -> dict | None:
+    """A cache entry's .json metadata, None when there is none. A file that is not a JSON object holding `fields`
+    (their types) raises `damaged_meta`, naming it and the files to delete (`also` beside it)."""
+    import json
+
+    if not path.is_file():
+        return None
+    try:
+        meta = json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as err:
+        raise damaged_meta(path, f"cannot be read: {err.strerror or err}", *also) from None
+    except (UnicodeDecodeError, ValueError) as err:
+        raise damaged_meta(path, f"not JSON: {' '.join(str(err).split())[:120]}", *also) from None
+    if not isinstance(meta, dict):
+        raise damaged_meta(path, f"a JSON {type(meta).__name__}, not an object", *also)
+    for name, kind in (fields or {}).items():
+        value = meta.get(name)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise damaged_meta(path, f"{name}={value!r}, expected {kind.__name__}", *also)
+    return meta
+
+
 def load_shard(root: Path, key: str) -> Shard | None:
-    meta = cache.read_json(cache.entry(root, "tokens", f"{key}.json"))
+    bin_path = cache.entry(root, "tokens", f"{key}.bin")
+    meta_path = cache.entry(root, "tokens", f"{key}.json")
+    meta = read_meta(meta_path, {"n_tokens": int, "dtype": str}, *([bin_path] if bin_path.exists() else []))
     if meta is None:
         return None
-    path = cache.entry(root, "tokens", f"{key}.bin")
+    if meta["n_tokens"] < 0 or meta["dtype"] not in SHARD_DTYPES:
+        raise damaged_meta(meta_path, f"n_tokens={meta['n_tokens']!r}, dtype={meta['dtype']!r}", bin_path)
+    itemsize = np.dtype(meta["dtype"]).itemsize
+    path = bin_path
     size = path.stat().st_size if path.is_file() else -1
-    if size != meta["n_tokens"] * np.dtype(meta["dtype"]).itemsize:
+    if size != meta["n_tokens"] * itemsize:
         raise DataError(f"cache entry {path} is damaged ({size} bytes for {meta['n_tokens']} tokens); delete it and rerun")
     return Shard(path, key, meta["n_tokens"], meta["dtype"], meta)
 

@@ -131,7 +131,12 @@ def load_tokenizer(directory: str | os.PathLike) -> Tokenizer:
     path = Path(directory) / META_FILE
     if not path.is_file():
         raise DataError(f"no {META_FILE} in {directory}: not a saved slm tokenizer directory")
-    meta = json.loads(path.read_text())
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, OSError) as err:  # not UTF-8, not JSON
+        raise DataError(_unreadable(path, err).replace("(UTF-8 JSON)", "(save the tokenizer again)")) from None
+    if not isinstance(meta, dict):
+        raise DataError(f"{path}: expected a JSON object with the tokenizer's kind; save the tokenizer again")
     tokenizer = tokenizer_class(meta.get("kind")).from_meta(meta, Path(directory))
     return tokenizer.reserve_mask() if meta.get("mask") else tokenizer
 
@@ -356,6 +361,30 @@ HF_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"
             "vocab.json", "merges.txt", "vocab.txt", "tokenizer.model", "spiece.model", "sentencepiece.bpe.model")
 
 
+VOCABULARY_FILES = (("tokenizer.json",), ("vocab.json", "merges.txt"), ("vocab.txt",), ("tokenizer.model",),
+                    ("spiece.model",), ("sentencepiece.bpe.model",))
+"""The files that hold a Hugging Face tokenizer's vocabulary: a directory needs one of these sets whole."""
+
+
+def _check_vocabulary_files(path: Path, files: list[str]) -> None:
+    """DataError naming the directory and the missing files when no vocabulary set is whole."""
+    if any(all(f in files for f in group) for group in VOCABULARY_FILES):
+        return
+    partial = [group for group in VOCABULARY_FILES if any(f in files for f in group)]
+    if partial:
+        lacks = ", ".join(f for f in partial[0] if f not in files)
+    else:
+        lacks = "its vocabulary: one of " + ", ".join(" + ".join(group) for group in VOCABULARY_FILES)
+    raise DataError(f"tokenizer directory {path} is incomplete: it has {', '.join(files)} but lacks {lacks}; copy the "
+                    "missing files from where the tokenizer was saved (save_pretrained writes them all)")
+
+
+def _unreadable(path: Path, err: BaseException) -> str:
+    reason = " ".join(str(err).split())[:200] or type(err).__name__
+    return (f"{path}: cannot be read as a tokenizer ({type(err).__name__}: {reason}); replace it with the file "
+            "save_pretrained wrote (UTF-8 JSON)")
+
+
 @TOKENIZERS.register("hf")
 class HFTokenizer(Tokenizer):
     """A local Hugging Face tokenizer: tokenizer.json through `tokenizers`, else transformers' AutoTokenizer
@@ -371,18 +400,31 @@ class HFTokenizer(Tokenizer):
         if not self.files:
             raise DataError(f"tokenizer.path={str(path)!r} holds no tokenizer files; expected one of: {', '.join(HF_FILES)}")
         self.name = name or f"hf:{self.path.name}"
+        _check_vocabulary_files(self.path, self.files)
+        for f in self.files:  # the small JSON files transformers reads: a bad one named here, not inside it
+            if f.endswith(".json") and f != "tokenizer.json":
+                try:
+                    json.loads((self.path / f).read_text(encoding="utf-8"))
+                except (ValueError, OSError) as err:
+                    raise DataError(_unreadable(self.path / f, err)) from None
         self.hashes = {f: hashlib.sha256((self.path / f).read_bytes()).hexdigest() for f in self.files}
         if "tokenizer.json" in self.files:
             from tokenizers import Tokenizer as RustTokenizer
 
-            self._rust = RustTokenizer.from_file(str(self.path / "tokenizer.json"))
+            try:
+                self._rust = RustTokenizer.from_file(str(self.path / "tokenizer.json"))
+            except Exception as err:  # noqa: BLE001 - tokenizers raises a bare Exception for any bad file
+                raise DataError(_unreadable(self.path / "tokenizer.json", err)) from None
             self.vocab_size = self._rust.get_vocab_size(with_added_tokens=True)
             token_to_id = self._rust.token_to_id
         else:
             from transformers import AutoTokenizer
 
             self._rust = None
-            self._auto = AutoTokenizer.from_pretrained(str(self.path), local_files_only=True)
+            try:
+                self._auto = AutoTokenizer.from_pretrained(str(self.path), local_files_only=True)
+            except Exception as err:  # noqa: BLE001 - transformers raises many kinds for a bad directory
+                raise DataError(_unreadable(self.path, err)) from None
             self.vocab_size = len(self._auto)
             token_to_id = self._auto.convert_tokens_to_ids
             self.threads = False  # Python tokenizers hold the GIL
@@ -400,7 +442,11 @@ class HFTokenizer(Tokenizer):
         config = self.path / "tokenizer_config.json"
         if not config.is_file():
             return None
-        eos = json.loads(config.read_text()).get("eos_token")
+        try:
+            node = json.loads(config.read_text(encoding="utf-8"))
+        except (ValueError, OSError) as err:  # not UTF-8, not JSON
+            raise DataError(_unreadable(config, err)) from None
+        eos = node.get("eos_token") if isinstance(node, dict) else None
         return eos.get("content") if isinstance(eos, dict) else eos
 
     @classmethod
@@ -411,7 +457,12 @@ class HFTokenizer(Tokenizer):
 
     @classmethod
     def from_meta(cls, meta: dict, directory: Path) -> "Tokenizer":
-        return cls(directory / HF_SUBDIR, eot=meta["eot"], eot_token=meta["eot_token"], name=meta.get("name"))
+        files = directory / HF_SUBDIR
+        missing = sorted(f for f in meta.get("files") or {} if not (files / f).is_file())
+        if missing:
+            raise DataError(f"tokenizer directory {directory} is incomplete: {files} lacks {', '.join(missing)} "
+                            f"(named in {META_FILE}); restore them, or save the tokenizer again")
+        return cls(files, eot=meta["eot"], eot_token=meta["eot_token"], name=meta.get("name"))
 
     def meta(self) -> dict:
         return {"kind": "hf", "name": self.name, "files": self.hashes, "eot": self.eot_id is not None, "eot_token": self.eot_token}

@@ -145,6 +145,30 @@ def spec_from_config(node: dict, name: str | None = None) -> EvalSpec:
     return EvalSpec(**node, throughput=bool(throughput), average=average or {})
 
 
+def check_spec(spec: EvalSpec) -> None:
+    """Refuse options no evaluation can honour, before a model loads or a file is written (EvalError, one line
+    naming the field): num_fewshot < 0 or not an integer, limit not a finite number > 0, a CUDA device where
+    none is visible."""
+    few = spec.num_fewshot
+    if few is not None and (isinstance(few, bool) or not isinstance(few, int) or few < 0):
+        raise EvalError(f"num_fewshot={few!r}: expected an integer >= 0 (or leave it out: each task's default)")
+    limit = spec.limit
+    if limit is not None:
+        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not math.isfinite(limit) or limit <= 0:
+            raise EvalError(f"limit={limit!r}: expected a finite number > 0 (documents per task, a fraction if < 1)")
+    device = spec.device
+    if device is not None and str(device).startswith("cuda"):
+        import torch  # only here: a preflight with the default device loads nothing heavy
+
+        if not torch.cuda.is_available():
+            raise EvalError(f"device={device}: no CUDA device is visible here; use device=cpu (or leave it out: "
+                            "cuda when available, else cpu)")
+        index = str(device).partition(":")[2]
+        if index and (not index.isdigit() or int(index) >= torch.cuda.device_count()):
+            raise EvalError(f"device={device}: there are {torch.cuda.device_count()} CUDA device(s) "
+                            f"(cuda:0 to cuda:{torch.cuda.device_count() - 1})")
+
+
 def task_manager(tasks: list[str], include_path: list[str]):
     """A TaskManager that knows every task in `tasks`: the shipped offline tasks alone when that suffices
     (no scan of lm-eval's ~15k task files), else lm-eval's tasks plus ours plus `include_path`."""
@@ -240,6 +264,7 @@ def evaluate(path: str | os.PathLike, spec: EvalSpec, output_path: str | os.Path
     from slm.eval.lm import SLMLM, resolve_device, resolve_model_dir
     from slm.plain_progress import plain_stderr
 
+    check_spec(spec)
     try:
         model_dir = resolve_model_dir(path)
     except FileNotFoundError as err:
@@ -545,6 +570,7 @@ def preflight(eval_cfg: dict | None) -> None:
     if not eval_cfg or eval_cfg.get("enabled", True) is False:
         return
     spec = spec_from_config(eval_cfg)
+    check_spec(spec)
     if not spec.tasks or (not spec.include_path and set(spec.tasks) <= shipped_tasks() and _lm_eval_installed()):
         return
     load_tasks(task_manager(spec.tasks, spec.include_path), spec.tasks)

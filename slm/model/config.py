@@ -21,6 +21,9 @@ NORM_PLACEMENTS = ("pre", "post", "sandwich")
 QK_NORM_SCOPES = ("head", "all_heads")
 DROPOUT_SITES = ("embedding", "attention", "mixer", "mlp")
 GELU_APPROXIMATIONS = ("none", "tanh")
+REGISTRY_FIELDS = {"kind": NETWORKS, "norm": NORMS, "position": POSITIONS, "mlp": MLPS, "canon": CANONS,
+                   "init": INITS, "parametrization": PARAMETRIZATIONS}
+"""Fields whose value is a key of a registry (layer_types and mlp_types: lists of MIXERS and FFNS keys)."""
 
 
 class ConfigError(ValueError):
@@ -62,7 +65,7 @@ class ModelConfig:
     mlp_ratio: float | None = None
     """A derived d_ff is mlp_ratio * d_model rounded up to d_ff_multiple (LFM2: 3); None: the MLP kind's rule."""
     vocab_size: int = 256
-    """Token vocabulary size (rows of the embedding)."""
+    """Token vocabulary size (rows of the embedding); slm-train sets it to the tokenizer's (padded) vocabulary."""
     context_length: int = 128
     """Longest sequence the model takes; sizes learned positions and bounds the sliding window."""
     tie_embeddings: bool = True
@@ -271,9 +274,8 @@ class ModelConfig:
 
     # ------------------------------------------------------------------ checks
     def _check_keys(self) -> None:
-        for registry, key in ((NORMS, self.norm), (POSITIONS, self.position), (MLPS, self.mlp), (CANONS, self.canon),
-                              (INITS, self.init), (PARAMETRIZATIONS, self.parametrization)):
-            registry.get(key)  # raises "unknown norm 'x'; choose one of: ..."
+        for name, registry in REGISTRY_FIELDS.items():  # "model.norm=x: unknown norm 'x'; choose one of: ..."
+            registry.check(getattr(self, name), f"model.{name}", ConfigError)
         self.layer_types = self._pattern("layer_types", MIXERS)
         self.mlp_types = self._pattern("mlp_types", FFNS)
         if self.qk_norm_scope not in QK_NORM_SCOPES:
@@ -405,10 +407,6 @@ class ModelConfig:
             raise _bad("canon_set", self.canon_set, "Canon B sits inside plain attention; mac layers have none")
 
     def _check_kind(self) -> None:
-        try:
-            NETWORKS.get(self.kind)
-        except UnknownKeyError as err:
-            raise ConfigError(f"model.kind: {err}") from None
         hidden = self.window_hidden
         if any(isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in hidden):
             raise _bad("window_hidden", hidden, "a list of positive integer widths")

@@ -28,6 +28,7 @@ a progress line every train.print_interval steps elsewhere (slm.training.progres
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import signal
@@ -59,6 +60,11 @@ class RunInUseError(ValueError):
 
 class RunConfigClash(ValueError):
     """The run directory's record is of another model than the one asked for (same job key)."""
+
+
+class RunFailed(ValueError):
+    """A run stopped by its machine (a full disk, no memory left): recorded `failed` with this one line, which says
+    what ran out and what to do; the checkpoint before it is intact."""
 
 
 def _model_clash(existing: dict | None, cfg: dict) -> str | None:
@@ -233,7 +239,7 @@ def _setup(cfg: dict, run_dir: Path) -> tuple:
     counts = count(model_cfg)
     max_steps = train_cfg.max_steps(model_cfg.context_length)
     train_cfg.check_length(max_steps)
-    _check_memory(train_cfg, counts.params_total)
+    _check_memory(train_cfg, counts.params_total, model_cfg)
     init = None
     resuming = any((run_dir / CHECKPOINT.parent / name).exists() for name in (CHECKPOINT.name, PREVIOUS))
     if train_cfg.init_from is not None and not resuming:  # a resumed run has its weights
@@ -245,10 +251,11 @@ TRAIN_BYTES_PER_PARAM = 16
 """The least a parameter costs in training: float32 weight, gradient and AdamW's two moments (activations on top)."""
 
 
-def _check_memory(train_cfg, params: int) -> None:
-    """Refuse, before anything is allocated, a model whose weights, gradients and optimizer state alone exceed
-    the memory free on the device it would train on (a typo such as d_model=65536 would otherwise allocate
-    until the kernel kills the job)."""
+def _check_memory(train_cfg, params: int, model_cfg=None) -> None:
+    """Refuse, before anything is allocated, a run that cannot fit in the memory free on the device it would train
+    on: a model whose weights, gradients and optimizer state alone exceed it (a typo such as d_model=65536 would
+    otherwise allocate until the kernel kills the job), or a batch whose activations alone do (batch_size=10**7
+    would otherwise tokenize, sample and allocate for minutes first); see activation_bytes."""
     import torch
 
     from slm.model.weights import available_memory
@@ -262,6 +269,39 @@ def _check_memory(train_cfg, params: int) -> None:
         raise TrainConfigError(f"the model has {params:,} parameters: training needs at least {need / 2**30:,.1f} GiB "
                                f"(float32 weights, gradients and AdamW's two moments) and the {device} has "
                                f"{free / 2**30:,.1f} GiB available; make the model smaller")
+    if free is None or model_cfg is None:
+        return
+    rows, context = train_cfg.micro_batch(), model_cfg.context_length
+    activations = activation_bytes(model_cfg, rows)
+    if need + activations > free:
+        name, value = (("train.micro_batch_size", train_cfg.micro_batch_size) if train_cfg.micro_batch_size
+                       else ("train.batch_size", train_cfg.batch_size))
+        per_device = f" per device (of {train_cfg.world_size})" if train_cfg.world_size > 1 else ""
+        raise TrainConfigError(
+            f"{name}={value} is too large for this {device}: one forward/backward of {rows:,} x {context:,} tokens"
+            f"{per_device} holds at least {_size(activations)} of activations (each layer's input kept "
+            f"for the backward pass), beside {_size(need)} of weights, gradients and optimizer state, and "
+            f"the {device} has {_size(free)} available; lower {name}"
+            + ("" if train_cfg.micro_batch_size else " or set train.micro_batch_size (gradients accumulated over "
+               "smaller micro-batches)"))
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:,.1f} GiB" if n >= 2**30 else f"{n / 2**20:,.1f} MiB"
+
+
+ACTIVATION_BYTES_PER_TOKEN = 16
+"""A token's input and target ids (int64 each), per sequence position of a micro-batch."""
+
+
+def activation_bytes(model_cfg, rows: int) -> int:
+    """A lower bound on the memory one forward/backward of `rows` sequences holds: each layer's d_model-wide input
+    at 2 bytes an element (kept for the backward pass in any precision) and the ids; the attention, MLP and
+    logits memory is on top. A bound, not an estimate: it refuses only batches that cannot fit."""
+    tokens = rows * model_cfg.context_length
+    layers = int(getattr(model_cfg, "n_layers", 0) or 0)
+    width = int(getattr(model_cfg, "d_model", 0) or 0)
+    return tokens * (ACTIVATION_BYTES_PER_TOKEN + 2 * layers * width)
 
 
 def _curriculum_spec(spec: dict, curriculum, context: int) -> dict:
@@ -350,21 +390,107 @@ def _train(cfg: dict, run_dir: Path, train_cfg, prepared, model_cfg, counts, max
     except SIGTERMException:  # Lightning's own SIGTERM stop (outside the training steps) has no exit code: 0
         raise SystemExit(128 + signal.SIGTERM) from None
     except Exception as err:  # an interruption (BaseException) leaves the run `running`, to be resumed
+        problem = _machine_problem(err, run_dir, train_cfg)
         if rank_zero:
-            update_record(run_dir, status="failed", error=_one_line(err))
+            try:
+                update_record(run_dir, status="failed", error=problem or _one_line(err))
+            except OSError as record_err:  # the disk that filled up holds the record too: it stays `running`
+                if problem is None:
+                    raise
+                problem += f" (result.json could not be updated: {record_err.strerror or record_err})"
+        if problem is not None:
+            raise RunFailed(problem) from err
         raise
     return record
 
 
+OUT_OF_SPACE = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+OUT_OF_MEMORY = ("out of memory", "can't allocate memory", "not enough memory", "cannot allocate memory",
+                 "bad_alloc")
+"""Fragments of the allocators' messages (PyTorch's CPU and CUDA allocators, the C++ runtime) for an allocation that
+failed."""
+
+
+def _out_of_memory(err: BaseException) -> bool:
+    import torch
+
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, (MemoryError, torch.OutOfMemoryError)) or (
+                isinstance(err, RuntimeError) and any(text in str(err).lower() for text in OUT_OF_MEMORY)):
+            return True
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def _resume_point(run_dir: Path) -> str:
+    """Where running the same command again starts: 'resumes from checkpoints/last.ckpt (step N), which is intact',
+    or 'starts again from step 0 (...)'."""
+    import torch
+
+    path = run_dir / CHECKPOINT
+    if not path.is_file():
+        return "starts again from step 0 (no checkpoint was written yet)"
+    try:  # the pickle only: the tensors stay memory-mapped, unread
+        step = torch.load(path, map_location="cpu", weights_only=True, mmap=True).get("global_step")
+    except Exception:  # noqa: BLE001 - the resume checks it properly
+        return f"resumes from {CHECKPOINT}"
+    return f"resumes from {CHECKPOINT} (step {step}), which is intact"
+
+
+def _machine_problem(err: BaseException, run_dir: Path, train_cfg) -> str | None:
+    """One line for a run stopped by its machine rather than by its config or a bug (None otherwise): a full disk
+    or quota (naming the file and the free space) or an allocation that failed, with what to do."""
+    import shutil
+
+    from slm.training.checkpoints import os_error_in
+
+    system = os_error_in(err)
+    if system is not None and system.errno in OUT_OF_SPACE:
+        name = getattr(system, "path", None) or system.filename  # a checkpoint's, or the file a write named
+        where = Path(name) if isinstance(name, (str, os.PathLike)) else None
+        if where is not None and where.is_relative_to(run_dir):
+            where = where.relative_to(run_dir)
+        try:
+            free = f"; {shutil.disk_usage(run_dir).free / 2**20:,.1f} MiB free there"
+        except OSError:
+            free = ""
+        what = {errno.EDQUOT: "disk quota exceeded", errno.EFBIG: "file too large"}.get(system.errno,
+                                                                                        "no space left on device")
+        return (f"{what} writing {where or 'the run directory'} in {run_dir}{free}: free space on that disk (or "
+                f"move $SLM_RUNS to one with room) and run the same command again (a sweep: with rerun_failed=true); "
+                f"it {_resume_point(run_dir)}")
+    if _out_of_memory(err):
+        reason = " ".join(str(err).split())[:160] or type(err).__name__
+        micro = train_cfg.micro_batch()
+        smaller = (f"set train.micro_batch_size below {micro} (gradients accumulated over smaller micro-batches) or "
+                   "make the model smaller" if micro > 1 else "make the model or model.context_length smaller")
+        return (f"out of memory ({type(err).__name__}: {reason}) with {micro} sequence{'s' if micro != 1 else ''} per "
+                f"forward: {smaller} (a new run), or free memory and run the same command again (a sweep: with "
+                f"rerun_failed=true): it {_resume_point(run_dir)}")
+    return None
+
+
+def _vocab_note(configured, model_cfg) -> str:
+    """' (the tokenizer's; model.vocab_size=N is replaced)' when the config asked for fewer rows than the tokenizer
+    has symbols (its vocabulary always wins), else ''."""
+    if isinstance(configured, int) and not isinstance(configured, bool) and configured < model_cfg.vocab_size:
+        return f" (the tokenizer's; model.vocab_size={configured} is replaced)"
+    return ""
+
+
 def _banner(run_dir: Path, train_cfg, model_cfg, counts, max_steps: int, tokens_per_step: int,
-            init) -> list[str]:
-    """What the run is, in three or four lines printed before training starts."""
+            init, configured_vocab=None) -> list[str]:
+    """What the run is, in three or four lines printed before training starts. The tokenizer sets the vocabulary:
+    a model.vocab_size too small for it (`configured_vocab`) is named as replaced."""
     preset = model_cfg.family + (f" ({model_cfg.kind})" if model_cfg.kind != "transformer" else "")
     params = f"{counts.params_total:,} parameters ({counts.params_non_embedding:,} non-embedding"
     if counts.params_active != counts.params_total:
         params += f", {counts.params_active:,} active"
     model = (f"slm-train: model {preset}: {model_cfg.n_layers} layer{'' if model_cfg.n_layers == 1 else 's'}, d_model {model_cfg.d_model}, context "
-             f"{model_cfg.context_length}, vocabulary {model_cfg.vocab_size}; {params})")
+             f"{model_cfg.context_length}, vocabulary {model_cfg.vocab_size}{_vocab_note(configured_vocab, model_cfg)}; "
+             f"{params})")
     lines = [f"slm-train: run {run_dir}", model]
     length = (f"{max_steps:,} step{'' if max_steps == 1 else 's'} of {train_cfg.batch_size} x {model_cfg.context_length} tokens = "
               f"{max_steps * tokens_per_step:,} tokens")
@@ -404,7 +530,8 @@ def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens
 
     tidy_lightning_logging()
     rank_zero = is_rank_zero()
-    for line in _banner(run_dir, train_cfg, model_cfg, counts, max_steps, tokens_per_step, init) if rank_zero else []:
+    for line in _banner(run_dir, train_cfg, model_cfg, counts, max_steps, tokens_per_step, init,
+                        cfg["model"].get("vocab_size")) if rank_zero else []:
         print(line, flush=True)
     L.seed_everything(train_cfg.seed, workers=True, verbose=False)
     module = LanguageModelModule(model_cfg, train_cfg, max_steps, tokens_per_step,

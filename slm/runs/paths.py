@@ -108,3 +108,57 @@ def find_group(arg: str | os.PathLike, what: str = "run group or directory") -> 
         raise RunPathError(f"{path}: not a directory (a run group, e.g. {runs_root() / 'cpu_default'}, or a run "
                            "directory)")
     return path
+
+
+NAME_MAX = 255
+"""The longest file name (in bytes) most filesystems take."""
+
+
+class RunGroupError(ValueError):
+    """A run group that would not name one directory inside the runs directory."""
+
+
+def check_run_group(value) -> str:
+    """`value` as a run-group name: one directory name inside the runs directory ($SLM_RUNS/<run_group>/...).
+    RunGroupError (one line naming the value) for the empty name, `.` and `..`, a path (a separator, absolute),
+    a hidden name, a NUL, or a name too long for a file name."""
+    name = "" if value is None else str(value)
+    allowed = "one directory name, e.g. run_group=my_study"
+    if value is None or not name.strip():
+        problem = "the empty name would write runs into the runs directory itself"
+    elif name in (".", ".."):
+        problem = "it names a directory outside the run groups"
+    elif "/" in name or "\\" in name or os.sep in name or (os.altsep and os.altsep in name):
+        problem = "a path, not a name: runs must stay inside the runs directory"
+    elif name.startswith("."):
+        problem = "a name starting with '.' is hidden from slm-status and slm-collect"
+    elif "\0" in name:
+        problem = "it holds a NUL character"
+    elif len(name.encode()) > NAME_MAX:
+        problem = f"{len(name.encode())} bytes long, and a directory name may have at most {NAME_MAX}"
+    else:
+        return name
+    shown = name if len(name) <= 60 else name[:40] + f"... ({len(name)} characters)"
+    raise RunGroupError(f"run_group={shown!r} is invalid: {problem}; use {allowed}")
+
+
+def _nearest_existing(path: Path) -> Path:
+    while not path.exists() and path.parent != path:
+        path = path.parent
+    return path
+
+
+def directory_problem(path: Path, setting: str, purpose: str) -> str | None:
+    """Why files cannot be written under `path` (None if they can, or may: a directory that does not exist yet is
+    judged by its nearest existing ancestor): one line naming `setting` (e.g. "SLM_RUNS=/data/runs") and what
+    to do. A read-only filesystem is seen (os.access reports EROFS); permission bits are not, for root."""
+    try:
+        existing = _nearest_existing(Path(path).expanduser())
+    except OSError as err:  # ENAMETOOLONG, ELOOP...
+        return f"{setting}: {err.strerror or type(err).__name__}; point it at another directory for {purpose}"
+    if not existing.is_dir():
+        return (f"{setting}: {existing} is {'a file' if existing.is_file() else 'not a directory'}; point it at a "
+                f"directory for {purpose}")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return (f"{setting}: {existing} is not writable (read-only); point it at a writable directory for {purpose}")
+    return None

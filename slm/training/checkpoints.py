@@ -34,12 +34,42 @@ class ResumeError(ValueError):
     """A checkpoint that cannot be resumed from; the message names the file and what to do."""
 
 
+class CheckpointWriteError(OSError):
+    """A checkpoint that could not be written (a full disk, a quota, a read-only directory): errno is the system's,
+    `path` the checkpoint's; the file it would have replaced is untouched."""
+
+    def __init__(self, code: int, reason: str, path: str | os.PathLike):
+        super().__init__(code, f"{reason} while saving {path} (the previous one is kept)")
+        self.path = Path(path)
+
+
+def os_error_in(err: BaseException) -> OSError | None:
+    """The first OSError in `err`'s chain (itself, its cause, its context), or None."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, OSError):
+            return err
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return None
+
+
 def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
     """torch.save(obj) to `path` atomically; when `path` is last.ckpt, the file it replaces is kept as
-    previous.ckpt beside it (a kept step-<N>.ckpt written again leaves previous.ckpt alone)."""
+    previous.ckpt beside it (a kept step-<N>.ckpt written again leaves previous.ckpt alone).
+
+    A failed write raises CheckpointWriteError (torch's zip writer reports a full disk as a RuntimeError of its own,
+    the system's error in its context)."""
     path = Path(path)
     keep = path.with_name(PREVIOUS) if path.name == LAST else None
-    atomic_write(path, lambda f: torch.save(obj, f), keep_previous=keep, verb="saving")
+    try:
+        atomic_write(path, lambda f: torch.save(obj, f), keep_previous=keep, verb="saving")
+    except (OSError, RuntimeError) as err:
+        cause = os_error_in(err)
+        if cause is None or isinstance(err, CheckpointWriteError):
+            raise
+        system = os_error_in(cause.__cause__) or os_error_in(cause.__context__) or cause  # the system's own error
+        raise CheckpointWriteError(cause.errno or system.errno, system.strerror or str(system), path) from err
 
 
 def inspect_checkpoint(path: str | os.PathLike) -> tuple[int | None, str | None]:
@@ -87,15 +117,19 @@ def resume_checkpoint(directory: str | os.PathLike, policy: str = "fail", apply:
     _, problem = inspect_checkpoint(last)
     if problem is None:
         return last
-    prev_step, prev_problem = inspect_checkpoint(previous) if previous.exists() else (None, "there is none")
-    fallback = (f"bad_checkpoint=previous to resume from {PREVIOUS} (step {prev_step}) or " if prev_problem is None
-                else f"({PREVIOUS} cannot help: {prev_problem}) ")
-    if policy == "fail":
-        raise ResumeError(f"{last} cannot be resumed from: {problem}; run again with {fallback}"
-                              "bad_checkpoint=restart to train from step 0 (the damaged file is kept as last.ckpt.bad)")
-    if policy == "previous" and prev_problem is not None:
-        raise ResumeError(f"{last} cannot be resumed from: {problem}; bad_checkpoint=previous: {PREVIOUS} cannot "
-                              f"be used either ({prev_problem}); bad_checkpoint=restart trains from step 0")
+    prev_step, prev_problem = inspect_checkpoint(previous) if previous.exists() else (None, None)
+    restart = "bad_checkpoint=restart to train from step 0"
+    if prev_step is None:  # nothing to fall back on: restarting is what is left
+        both = (f"both checkpoints are damaged: {last} ({problem}) and {previous} ({prev_problem})" if prev_problem
+                else f"{last} cannot be resumed from: {problem}, and there is no {PREVIOUS} to fall back on")
+        if policy in ("fail", "previous"):
+            asked = "" if policy == "fail" else "; bad_checkpoint=previous cannot resume"
+            raise ResumeError(f"{both}{asked}; bad_checkpoint=restart is left: run again with it to train from step 0 "
+                              f"(the damaged files are kept as last.ckpt.bad{' and previous.ckpt.old' if prev_problem else ''})")
+    elif policy == "fail":
+        raise ResumeError(f"{last} cannot be resumed from: {problem}; run again with bad_checkpoint=previous to "
+                          f"resume from {PREVIOUS} (step {prev_step}) or {restart} (the damaged file is kept as "
+                          "last.ckpt.bad)")
     if not apply:
         return previous if policy == "previous" else None
     os.replace(last, last.with_name(LAST + ".bad"))

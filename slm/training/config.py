@@ -168,11 +168,10 @@ class TrainConfig:
         check_types(self, "train", TrainConfigError)  # a string in a numeric field, lr=inf, tokens=nan, ...
         if isinstance(self.loggers, str):
             self.loggers = [name.strip() for name in self.loggers.split(",") if name.strip()]
-        OBJECTIVES.get(self.objective)
-        SCHEDULES.get(self.schedule)
         from slm.training.optim import OPTIMIZERS, OptimSettingsError, optim_settings
 
-        OPTIMIZERS.get(self.optimizer)
+        for name, registry in (("objective", OBJECTIVES), ("schedule", SCHEDULES), ("optimizer", OPTIMIZERS)):
+            registry.check(getattr(self, name), f"train.{name}", TrainConfigError)  # train.schedule=x: unknown ...
         try:
             self.optim = optim_settings(self.optim)
         except OptimSettingsError as err:

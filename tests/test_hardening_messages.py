@@ -1,0 +1,74 @@
+"""Every registry-backed setting names itself when its value is unknown (`train.schedule=linear: unknown schedule
+'linear'; choose one of: ...`), through slm-train in one line, exit 2 and no run directory; and a model.vocab_size
+the tokenizer overrides is said to be replaced."""
+
+from __future__ import annotations
+
+import io
+from contextlib import redirect_stdout
+
+import pytest
+
+from slm.model.config import REGISTRY_FIELDS, ConfigError, ModelConfig
+from slm.training.config import TrainConfig, TrainConfigError
+from tests.test_bad_input import RUN, _train, snapshot, workdir  # noqa: F401 - workdir is a fixture
+
+CASES = [  # (override, how the one line starts after "slm-train: error: ")
+    ("train.schedule=linear", "train.schedule=linear: unknown schedule 'linear'; choose one of: constant, cosine, wsd"),
+    ("train.objective=mlm", "train.objective=mlm: unknown objective 'mlm'; choose one of: causal_lm,"),
+    ("train.optimizer=adam", "train.optimizer=adam: unknown optimizer 'adam'; choose one of: adamw,"),
+    ("model.norm=batchnorm", "model.norm=batchnorm: unknown norm 'batchnorm'; choose one of: layernorm,"),
+    ("model.mlp=swish", "model.mlp=swish: unknown mlp 'swish'; choose one of: gelu,"),
+    ("model.init=xavier", "model.init=xavier: unknown init scheme 'xavier'; choose one of: gpt2,"),
+    ("model.position=alibi", "model.position=alibi: unknown position 'alibi'; choose one of: none,"),
+    ("model.canon=dense", "model.canon=dense: unknown canon 'dense'; choose one of: conv,"),
+    ("model.parametrization=mvp", "model.parametrization=mvp: unknown parametrization 'mvp'; choose one of: sp,"),
+    ("model.kind=cnn", "model.kind=cnn: unknown model kind 'cnn'; choose one of: transformer,"),
+    ("model.layer_types=[attn,mamba]", "model.layer_types=['attn', 'mamba'] is invalid: unknown mixer 'mamba'"),
+    ("model.mlp_types=[dense,sparse]", "model.mlp_types=['dense', 'sparse'] is invalid: unknown mlp type 'sparse'"),
+]
+
+
+@pytest.mark.parametrize("override, start", CASES, ids=[c[0] for c in CASES])
+def test_an_unknown_component_names_its_setting(workdir, capsys, override, start):  # noqa: F811
+    before = snapshot(workdir)
+    with pytest.raises(SystemExit) as exit_:
+        _train([*RUN, override])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert exit_.value.code == 2, err
+    assert "Traceback" not in err
+    assert lines[-1].startswith(f"slm-train: error: {start}"), lines[-1]
+    assert len([line for line in lines if ": error:" in line]) == 1
+    assert snapshot(workdir) == before, "a refused run left files behind"
+    runs = workdir / "runs"
+    assert not runs.exists() or not [p for p in runs.rglob("*") if p.parent != runs], "a run directory was left"
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY_FIELDS))
+def test_every_registry_field_of_the_model_is_checked_by_name(name):
+    with pytest.raises(ConfigError, match=rf"^model\.{name}=nope: unknown .* 'nope'; choose one of: "):
+        ModelConfig(n_heads=2, **{name: "nope"})
+
+
+@pytest.mark.parametrize("name", ["objective", "schedule", "optimizer"])
+def test_every_registry_field_of_training_is_checked_by_name(name):
+    with pytest.raises(TrainConfigError, match=rf"^train\.{name}=nope: unknown .* 'nope'; choose one of: "):
+        TrainConfig(**{name: "nope"})
+
+
+def test_the_registry_itself_keeps_its_plain_message():
+    from slm.components import NORMS, UnknownKeyError
+
+    with pytest.raises(UnknownKeyError, match=r"^unknown norm 'x'; choose one of: "):
+        NORMS.get("x")
+    with pytest.raises(ConfigError, match=r"^model.norm=\['x'\]: unknown norm \['x'\]; choose one of: "):
+        NORMS.check(["x"], "model.norm", ConfigError)  # an unhashable value is refused, not a TypeError
+
+
+def test_a_vocab_size_smaller_than_the_tokenizers_is_said_to_be_replaced(workdir):  # noqa: F811
+    out = io.StringIO()
+    with redirect_stdout(out):
+        _train([*RUN, "train.steps=1", "model.vocab_size=10"])
+    model_line = next(line for line in out.getvalue().splitlines() if line.startswith("slm-train: model "))
+    assert "vocabulary 65 (the tokenizer's; model.vocab_size=10 is replaced);" in model_line, model_line
