@@ -264,3 +264,23 @@ def test_lm_eval_cli_bad_checkpoint_is_one_line(run):
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
     assert out.stderr.strip().splitlines()[-1].startswith("python -m slm.eval: error: ")
     assert "blocks.0.attn_norm.weight has shape [32] in the file, [64] in the model" in out.stderr
+
+
+def test_a_safetensors_header_length_ending_in_0x80_is_not_a_pickle(tmp_path):
+    """A bare pickle starts with 0x80; so does a safetensors file whose header length's low byte is 0x80. The
+    JSON header's "{" after the 8-byte length tells them apart (this once refused a valid model)."""
+    import safetensors.torch
+
+    from slm.model.weights import _is_pickle, read_header
+
+    for n in range(1, 300):  # tensor names of growing length until the header's length ends in 0x80
+        path = tmp_path / f"w{n}.safetensors"
+        safetensors.torch.save_file({"x" * n: torch.zeros(2)}, str(path))
+        if path.read_bytes()[0] == 0x80:
+            break
+    else:
+        pytest.fail("no header length ending in 0x80 was produced")
+    assert not _is_pickle(path) and read_header(path) == {"x" * n: [2]}
+    pickled = tmp_path / "p.safetensors"
+    torch.save({"x": torch.zeros(2)}, pickled, _use_new_zipfile_serialization=False)  # a bare pickle: 0x80 first
+    assert pickled.read_bytes()[0] == 0x80 and _is_pickle(pickled)

@@ -83,11 +83,15 @@ def resolve_model_dir(path: str | os.PathLike) -> Path:
 
 
 def _is_pickle(path: Path) -> bool:
-    """A torch.save file: a zip archive (PyTorch >= 1.6) or a bare pickle (protocol 2+)."""
+    """A torch.save file: a zip archive (PyTorch >= 1.6) or a bare pickle (protocol 2+). A safetensors file (an
+    8-byte little-endian header length, then the JSON header's "{") is never one, whatever its first byte."""
     try:
         with open(path, "rb") as f:
-            head = f.read(4)
+            head = f.read(9)
+        size = path.stat().st_size
     except OSError:
+        return False
+    if len(head) == 9 and head[8:9] == b"{" and int.from_bytes(head[:8], "little") + 8 <= size:
         return False
     return head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"
 
