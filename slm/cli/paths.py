@@ -12,28 +12,25 @@ from slm.runs.paths import RUN_MARKERS, RunPathError, find_group, find_path, fin
 __all__ = ["RUN_MARKERS", "is_run", "resolve_group", "resolve_path", "resolve_run", "runs_in", "runs_root"]
 
 
-def resolve_path(arg: str | os.PathLike, prog: str, what: str = "run or checkpoint directory") -> Path:
-    """slm.runs.paths.find_path, or one line and exit 2."""
+def _or_exit(find, prog: str, *args) -> Path:
+    """find(*args) from slm.runs.paths, or its RunPathError as one line and exit 2."""
     try:
-        return find_path(arg, what)
+        return find(*args)
     except RunPathError as err:
         fail(prog, str(err))
         raise AssertionError from None  # fail exits
+
+
+def resolve_path(arg: str | os.PathLike, prog: str, what: str = "run or checkpoint directory") -> Path:
+    """slm.runs.paths.find_path, or one line and exit 2."""
+    return _or_exit(find_path, prog, arg, what)
 
 
 def resolve_run(arg: str | os.PathLike, prog: str) -> Path:
     """slm.runs.paths.find_run (one run; a run group of exactly one run stands for it), or one line and exit 2."""
-    try:
-        return find_run(arg)
-    except RunPathError as err:
-        fail(prog, str(err))
-        raise AssertionError from None  # fail exits
+    return _or_exit(find_run, prog, arg)
 
 
 def resolve_group(arg: str | os.PathLike, prog: str) -> Path:
     """slm.runs.paths.find_group, or one line and exit 2."""
-    try:
-        return find_group(arg)
-    except RunPathError as err:
-        fail(prog, str(err))
-        raise AssertionError from None  # fail exits
+    return _or_exit(find_group, prog, arg)
