@@ -6,12 +6,13 @@ TORCH_SPEC ?= torch==2.13.0
 BIN        := $(VENV)/bin
 STAMP      := $(VENV)/.slm-installed
 
-.PHONY: help install test test-slow sweep bench bench-gpu clean reproduce-2512 lr-transfer coordcheck claims
+.PHONY: help install test test-slow sweep bench bench-gpu clean reproduce-2512 lr-transfer coordcheck claims conf
 
 help:
 	@echo "make install    create $(VENV): torch ($(TORCH_SPEC)) first, then slm with its dev extras"
 	@echo "make test       the fast test suite (installs first if needed)"
 	@echo "make test-slow  the tests marked slow"
+	@echo "make conf       rewrite conf/model_base/base.yaml and conf/train/default.yaml from the config dataclasses"
 	@echo "make sweep      the default study (12 runs): cpu_default sweep, offline eval, results table, plots, report"
 	@echo "                ARGS=\"...\": Hydra overrides for every job, e.g. a shrunk copy into runs/cpu_quick/:"
 	@echo "                make sweep ARGS=\"train.steps=20 run_group=cpu_quick\""
@@ -51,11 +52,15 @@ ifneq ($(shell cat $(STAMP)),$(TORCH_SPEC))
 endif
 endif
 
+# Two processes (pytest-xdist), each with its share of the cores (tests/conftest.py).
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 test-slow: install
 	$(BIN)/python -m pytest -q -m slow
+
+conf: install
+	$(BIN)/python -m slm.cli.conf_defaults --write
 
 # The main job: the cpu_default sweep (12 runs, embedded corpus, offline eval after each), then the
 # results table, the seven plots and the report. Started again, it trains only what is missing.

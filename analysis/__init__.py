@@ -3,7 +3,8 @@
     from analysis import load_results
     table = load_results("results.parquet")          # or a runs directory
 
-Layering: this package imports only `slm.runs` from slm (the record schema); slm never imports it.
+Layering: of slm, this package imports only modules that load neither torch nor lightning (`slm.runs`, `slm.renames`,
+`slm.eval.score_lines`, `slm.bad_input`); slm never imports it.
 Console scripts (analysis/cli.py): slm-collect, slm-plot, slm-report.
 """
 

@@ -67,7 +67,7 @@ def _threshold(rows: pd.DataFrame, score: str) -> tuple[str, str]:
     return NOT_SUPPORTED, f"none: {result.reason}{confound}"
 
 
-SHAPE_COLUMNS = ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "expert_d_ff", "layer_types",
+SHAPE_COLUMNS = ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "moe_expert_d_ff", "layer_types",
                  "mlp_types", "canon_set", "mup_base_depth")
 """Config columns that change with the shape at a fixed budget (the depth claim compares shapes of one design)."""
 

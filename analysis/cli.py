@@ -17,21 +17,11 @@ unknown column or plot kind) is one line on stderr, `<prog>: error: ...`, and ex
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from pathlib import Path
 
-
-def _fail(prog: str, message: str) -> None:
-    line = " ".join(part.strip() for part in str(message).splitlines() if part.strip())
-    print(f"{prog}: error: {line}", file=sys.stderr)
-    sys.exit(2)
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:
-        _fail(self.prog, f"{message} (see {self.prog} --help)")
+from slm.bad_input import OneLineParser, fail  # standard library only: no Hydra, no torch
 
 
 def _logging(prog: str, verbose: bool = False) -> None:
@@ -58,8 +48,7 @@ def _where(prog: str, arg: str, what: str = "results table or runs directory") -
     try:
         return str(find_run(arg) if what == "run" else find_path(arg, what))
     except RunPathError as err:
-        _fail(prog, str(err))
-        raise AssertionError from None  # _fail exits
+        fail(prog, str(err))
 
 
 def _load(prog: str, path: str):
@@ -69,18 +58,18 @@ def _load(prog: str, path: str):
     try:
         table = load_results(path)
     except (FileNotFoundError, ValueError, OSError) as err:
-        _fail(prog, f"{path}: {err}" if str(path) not in str(err) else str(err))
+        fail(prog, f"{path}: {err}" if str(path) not in str(err) else str(err))
     except Exception as err:  # noqa: BLE001 - a corrupt parquet/csv file is bad input, not a bug
-        _fail(prog, f"cannot read {path}: {type(err).__name__}: {err}")
+        fail(prog, f"cannot read {path}: {type(err).__name__}: {err}")
     if table.empty:
-        _fail(prog, f"{path}: no runs in it")
+        fail(prog, f"{path}: no runs in it")
     return table
 
 
 def collect_main(argv: list[str] | None = None) -> None:
     prog = "slm-collect"
-    p = _Parser(prog=prog, description="Collect every run's result.json under the given directories into one "
-                "table (one row per run; unfinished, failed and not-started jobs included with their status).")
+    p = OneLineParser(prog=prog, description="Collect every run's result.json under the given directories into one "
+                      "table (one row per run; unfinished, failed and not-started jobs included with their status).")
     p.add_argument("paths", nargs="+", help="run directories, sweep directories (walked), or result.json files; a "
                    "name under $SLM_RUNS (default runs/) will do: cpu_default")
     p.add_argument("-o", "--output", default="results.parquet",
@@ -91,14 +80,14 @@ def collect_main(argv: list[str] | None = None) -> None:
     from analysis.collect import collect, save_results
 
     if Path(args.output).suffix.lower() not in (".parquet", ".pq", ".csv", ".json"):
-        _fail(prog, f"--output {args.output}: expected a .parquet or .csv file name")
+        fail(prog, f"--output {args.output}: expected a .parquet or .csv file name")
     args.paths = [_where(prog, path, "run, run group or result.json") for path in args.paths]
     try:
         table = collect(args.paths)
     except FileNotFoundError as err:
-        _fail(prog, str(err))
+        fail(prog, str(err))
     if table.empty:
-        _fail(prog, f"no runs found under {', '.join(args.paths)}: no result.json files and no Hydra job folders")
+        fail(prog, f"no runs found under {', '.join(args.paths)}: no result.json files and no Hydra job folders")
     path = save_results(table, args.output)
     counts = table["status"].value_counts()
     summary = ", ".join(f"{n} {s}" for s, n in counts.items())
@@ -109,7 +98,7 @@ def plot_main(argv: list[str] | None = None) -> None:
     from analysis.plots import KINDS
 
     prog = "slm-plot"
-    p = _Parser(prog=prog, description="Draw the study's plots (PNG and SVG) from a results table.")
+    p = OneLineParser(prog=prog, description="Draw the study's plots (PNG and SVG) from a results table.")
     p.add_argument("results", help="results table (.parquet/.csv from slm-collect) or a runs directory (or a run group "
                    "under $SLM_RUNS: cpu_default)")
     p.add_argument("--kind", "-k", default="all", choices=[*KINDS, "all"], help="which plot (default: all)")
@@ -127,10 +116,10 @@ def plot_main(argv: list[str] | None = None) -> None:
     formats = [f.strip().lower() for f in args.format.split(",") if f.strip()]
     bad = [f for f in formats if f not in ("png", "svg", "pdf")]
     if bad or not formats:
-        _fail(prog, f"--format {args.format}: choose among png, svg, pdf")
+        fail(prog, f"--format {args.format}: choose among png, svg, pdf")
     if args.score and args.score not in table:
         columns = [c for c in table.columns if c.startswith(("score_", "avg_")) or c in ("val_nll", "val_ppl")]
-        _fail(prog, f"--score {args.score}: no such column; the results have: {', '.join(columns) or 'none'}")
+        fail(prog, f"--score {args.score}: no such column; the results have: {', '.join(columns) or 'none'}")
     kinds = KINDS if args.kind == "all" else [args.kind]
     for kind in kinds:
         kwargs = {"score": args.score} if args.score and kind in ("tiers", "threshold", "throughput", "heatmap") else {}
@@ -140,8 +129,8 @@ def plot_main(argv: list[str] | None = None) -> None:
 
 def report_main(argv: list[str] | None = None) -> None:
     prog = "slm-report"
-    p = _Parser(prog=prog, description="Write the Markdown and HTML report (tables, tiers, threshold, best "
-                "per family, Pareto frontier, the seven plots) from a results table.")
+    p = OneLineParser(prog=prog, description="Write the Markdown and HTML report (tables, tiers, threshold, best "
+                      "per family, Pareto frontier, the seven plots) from a results table.")
     p.add_argument("results", help="results table (.parquet/.csv from slm-collect) or a runs directory (or a run group "
                    "under $SLM_RUNS: cpu_default)")
     p.add_argument("-o", "--out-dir", default="report", help="output directory (default: report)")
@@ -154,28 +143,28 @@ def report_main(argv: list[str] | None = None) -> None:
 
     out_dir = Path(args.out_dir)
     if out_dir.exists() and not out_dir.is_dir():
-        _fail(prog, f"-o {args.out_dir}: exists and is not a directory; name a directory for the report (it is "
-              "created if missing)")
+        fail(prog, f"-o {args.out_dir}: exists and is not a directory; name a directory for the report (it is "
+             "created if missing)")
     args.results = _where(prog, args.results)
     table = _load(prog, args.results)
     try:
         check_table(table)
     except ValueError as err:
-        _fail(prog, f"{args.results}: {err}")
+        fail(prog, f"{args.results}: {err}")
     if args.score and args.score not in table:
-        _fail(prog, f"--score {args.score}: no such column in {args.results}")
+        fail(prog, f"--score {args.score}: no such column in {args.results}")
     try:
         path = build_report(args.results, args.out_dir, score=args.score, title=args.title, table=table)
     except OSError as err:  # a parent that is a file, a read-only directory, a full disk
         reason = err.strerror or str(err)
-        _fail(prog, f"-o {args.out_dir}: cannot write the report there ({err.filename or args.out_dir}: {reason})")
+        fail(prog, f"-o {args.out_dir}: cannot write the report there ({err.filename or args.out_dir}: {reason})")
     print(f"{prog}: wrote {path.with_name('report.md')} and {path}")
 
 
 def ladder_main(argv: list[str] | None = None) -> None:
     prog = "slm-ladder"
-    p = _Parser(prog=prog, description="arXiv 2512.20877 side by side: the ladder runs' test NLL next to the "
-                "paper's published numbers, and test NLL against training FLOPs (ladder.md + figures/).")
+    p = OneLineParser(prog=prog, description="arXiv 2512.20877 side by side: the ladder runs' test NLL next to the "
+                      "paper's published numbers, and test NLL against training FLOPs (ladder.md + figures/).")
     p.add_argument("results", help="results table (.parquet/.csv from slm-collect) or a runs directory (or a run group "
                    "under $SLM_RUNS: cpu_default)")
     p.add_argument("-o", "--out-dir", default="report/2512.20877", help="output directory")
@@ -185,7 +174,7 @@ def ladder_main(argv: list[str] | None = None) -> None:
 
     table = _load(prog, args.results)
     if "test_nll" not in table or table["test_nll"].isna().all():
-        _fail(prog, f"{args.results}: no run with a test NLL (train the ladder sweeps: make reproduce-2512)")
+        fail(prog, f"{args.results}: no run with a test NLL (train the ladder sweeps: make reproduce-2512)")
     path = write(table, args.out_dir)
     print(path.read_text())
     print(f"{prog}: wrote {path} and {Path(args.out_dir) / 'figures' / 'ladder_nll_flops.png'}")
@@ -193,9 +182,9 @@ def ladder_main(argv: list[str] | None = None) -> None:
 
 def lr_transfer_main(argv: list[str] | None = None) -> None:
     prog = "slm-lr-transfer"
-    p = _Parser(prog=prog, description="Learning-rate transfer: for each run group that sweeps train.lr against "
-                "d_model or n_layers, the best learning rate per shape and parametrization, how far it moves, and "
-                "loss-against-lr figures (lr_transfer.md + figures/).")
+    p = OneLineParser(prog=prog, description="Learning-rate transfer: for each run group that sweeps train.lr "
+                      "against d_model or n_layers, the best learning rate per shape and parametrization, how far it "
+                      "moves, and loss-against-lr figures (lr_transfer.md + figures/).")
     p.add_argument("results", nargs="+", help="results tables (.parquet/.csv from slm-collect) or runs directories")
     p.add_argument("-o", "--out-dir", default="lr_transfer", help="output directory (default: lr_transfer)")
     args = p.parse_args(argv)
@@ -208,16 +197,16 @@ def lr_transfer_main(argv: list[str] | None = None) -> None:
     try:
         path = write(table, args.out_dir)
     except ValueError as err:
-        _fail(prog, f"{', '.join(args.results)}: {err}")
+        fail(prog, f"{', '.join(args.results)}: {err}")
     print(path.read_text())
     print(f"{prog}: wrote {path} and its figures in {Path(args.out_dir) / 'figures'}")
 
 
 def compare_main(argv: list[str] | None = None) -> None:
     prog = "slm-compare"
-    p = _Parser(prog=prog, description="Paired comparison of two runs on the same lm-eval documents, per task: "
-                "each run's score, B - A with a paired bootstrap 95% interval, McNemar's exact test (0/1 metrics) "
-                "or a paired t-test, and a verdict at 5% (analysis/paired.py).")
+    p = OneLineParser(prog=prog, description="Paired comparison of two runs on the same lm-eval documents, per "
+                      "task: each run's score, B - A with a paired bootstrap 95% interval, McNemar's exact test (0/1 "
+                      "metrics) or a paired t-test, and a verdict at 5% (analysis/paired.py).")
     p.add_argument("run_a", help="run directory A (its result.json names its per-document results), or a run under "
                    "$SLM_RUNS (default runs/): group/key")
     p.add_argument("run_b", help="run directory B")
@@ -234,16 +223,16 @@ def compare_main(argv: list[str] | None = None) -> None:
     from analysis.paired import PairedError, compare_runs, format_table
 
     if args.draws < 100:
-        _fail(prog, f"--draws {args.draws}: must be >= 100")
+        fail(prog, f"--draws {args.draws}: must be >= 100")
     tasks = [t for arg in args.task or [] for t in arg.split(",") if t]
     args.run_a, args.run_b = _where(prog, args.run_a, "run"), _where(prog, args.run_b, "run")
     try:
         results, refused = compare_runs(args.run_a, args.run_b, tasks or None, args.metric, args.draws, args.seed)
     except PairedError as err:
-        _fail(prog, str(err))
+        fail(prog, str(err))
     if not results:
         reasons = list(refused.values())
-        _fail(prog, reasons[0] if len(reasons) == 1 else f"no task could be compared: {'; '.join(reasons)}")
+        fail(prog, reasons[0] if len(reasons) == 1 else f"no task could be compared: {'; '.join(reasons)}")
     if args.json:
         print(json.dumps({"a": args.run_a, "b": args.run_b, "results": [r.as_dict() for r in results],
                           "refused": refused}, indent=2))
@@ -256,10 +245,10 @@ def compare_main(argv: list[str] | None = None) -> None:
 
 def fit_main(argv: list[str] | None = None) -> None:
     prog = "slm-fit"
-    p = _Parser(prog=prog, description="Scaling-law fit of the completed runs' validation NLL, L(N, D) = E + A/N^alpha "
-                "+ B/D^beta (Hoffmann et al. 2022's approach 3, as replicated by Besiroglu et al. 2024, and approach 2's "
-                "IsoFLOP parabolas), bootstrap intervals over runs, the compute-optimal N and D; writes fit.json "
-                "(slm-plan fit=...) and fit.png (analysis/fit.py).")
+    p = OneLineParser(prog=prog, description="Scaling-law fit of the completed runs' validation NLL, L(N, D) = "
+                      "E + A/N^alpha + B/D^beta (Hoffmann et al. 2022's approach 3, as replicated by Besiroglu et al. "
+                      "2024, and approach 2's IsoFLOP parabolas), bootstrap intervals over runs, the compute-optimal N "
+                      "and D; writes fit.json (slm-plan fit=...) and fit.png (analysis/fit.py).")
     p.add_argument("results", nargs="+", help="results tables (.parquet/.csv from slm-collect) or runs directories")
     p.add_argument("-o", "--out-dir", default="fit", help="output directory for fit.json and fit.png (default: fit)")
     p.add_argument("--params", default="non_embedding", choices=["non_embedding", "total", "active"],
@@ -276,15 +265,15 @@ def fit_main(argv: list[str] | None = None) -> None:
     from analysis.fit import FitError, fit, fit_data, summary, write
 
     if args.bootstrap < 0 or args.keep < 0:
-        _fail(prog, f"--bootstrap {args.bootstrap} --keep {args.keep}: must be >= 0")
+        fail(prog, f"--bootstrap {args.bootstrap} --keep {args.keep}: must be >= 0")
     if not args.compute_tol > 1:
-        _fail(prog, f"--compute-tol {args.compute_tol}: must be > 1")
+        fail(prog, f"--compute-tol {args.compute_tol}: must be > 1")
     table = pd.concat([_load(prog, path) for path in args.results], ignore_index=True)
     try:
         data = fit_data(table, args.params)
         result = fit(data, draws=args.bootstrap, seed=args.seed, tol=args.compute_tol, source=", ".join(args.results))
     except FitError as err:
-        _fail(prog, f"{', '.join(args.results)}: {err}")
+        fail(prog, f"{', '.join(args.results)}: {err}")
     path, png, content = write(result, args.out_dir, keep=args.keep)
     print(summary(result, content))
     print(f"{prog}: wrote {path} and {png}")
@@ -301,16 +290,16 @@ def plan_main(argv: list[str] | None = None) -> None:
     try:
         result = plan(parse(argv))
     except PlanError as err:
-        _fail(prog, str(err))
+        fail(prog, str(err))
     print(format_plan(result))
 
 
 def claims_main(argv: list[str] | None = None) -> None:
     prog = "slm-claims"
-    p = _Parser(prog=prog, description="slm's verdict on a depth x width study's claims (two tiers, a width "
-                "threshold, an optimal depth, families within noise): each supported, not supported or not "
-                "testable, with its statistic, at the shared lr and at each configuration's best lr "
-                "(analysis/claims.py).")
+    p = OneLineParser(prog=prog, description="slm's verdict on a depth x width study's claims (two tiers, a width "
+                      "threshold, an optimal depth, families within noise): each supported, not supported or not "
+                      "testable, with its statistic, at the shared lr and at each configuration's best lr "
+                      "(analysis/claims.py).")
     p.add_argument("results", nargs="+", help="results tables (.parquet/.csv from slm-collect) or runs directories")
     p.add_argument("--score", default="val_nll", help="score column (default: val_nll)")
     p.add_argument("-o", "--out", default=None, help="also write the table to this Markdown file")
@@ -322,7 +311,7 @@ def claims_main(argv: list[str] | None = None) -> None:
 
     table = pd.concat([_load(prog, path) for path in args.results], ignore_index=True)
     if args.score not in table or pd.to_numeric(table[args.score], errors="coerce").notna().sum() == 0:
-        _fail(prog, f"--score {args.score}: no run in {', '.join(args.results)} has a value of it")
+        fail(prog, f"--score {args.score}: no run in {', '.join(args.results)} has a value of it")
     text = f"{seeds_summary(table, args.score)}\n\n{markdown(judge(table, args.score))}\n"
     print(text, end="")
     if args.out:
@@ -337,5 +326,5 @@ if __name__ == "__main__":  # python -m analysis.cli collect|plot|report|ladder|
                 "lr_transfer": lr_transfer_main, "compare": compare_main,
                 "fit": fit_main, "plan": plan_main, "claims": claims_main}
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
-        _fail("analysis.cli", f"usage: python -m analysis.cli {{{'|'.join(commands)}}} ...")
+        fail("analysis.cli", f"usage: python -m analysis.cli {{{'|'.join(commands)}}} ...")
     commands[sys.argv[1]](sys.argv[2:])

@@ -36,9 +36,9 @@ import pandas as pd
 from scipy.stats import t as student_t
 
 from analysis.collect import chance_column, higher_is_better, single_task_average, task_names
+from slm.eval.score_lines import near_chance
 
 ALPHA = 0.05
-Z95 = 1.96
 
 
 @dataclass
@@ -225,7 +225,7 @@ def judge(table: pd.DataFrame, column: str) -> Candidate:
     if np.isfinite(chance).any():
         c.chance = float(np.nanmedian(chance))
         se = np.nan_to_num(pd.to_numeric(u["se"], errors="coerce").to_numpy(float))
-        c.near_chance = int(np.sum(np.isfinite(chance) & (u["value"].to_numpy(float) - chance <= Z95 * se)))
+        c.near_chance = int(np.sum(np.isfinite(chance) & near_chance(u["value"].to_numpy(float), chance, se)))
     bench = "bench_se" in u and u["bench_se"].notna().any()
     seeds = "n_seeds" in u and (u["n_seeds"] >= 2).any()
     c.noise = " and ".join(s for s, on in (("lm-eval stderr", bench), ("seeds", seeds)) if on) or "none"

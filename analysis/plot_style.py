@@ -18,6 +18,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from analysis.collect import (average_members, chance_column, higher_is_better, metric_of, single_task_average,
                               stderr_column, task_names)
+from slm.eval.score_lines import Z95, near_chance as _within_noise_of_chance
 
 log = logging.getLogger("analysis.plots")  # one logger for the plots and their placeholders
 
@@ -44,8 +45,8 @@ char model's token perplexity: labelled as such."""
 
 TASK_NAMES = {"slm_shakespeare_bpb": "Shakespeare test text", "slm_shakespeare_ppl": "Shakespeare test text",
               "slm_shakespeare_mc": "Shakespeare line endings"}
-"""Display names of the shipped offline tasks (slm_shakespeare_bpb, formerly slm_shakespeare_ppl: bits per byte,
-not a perplexity; the table keeps the task's own name)."""
+"""Display names of the shipped offline tasks (slm_shakespeare_bpb, called slm_shakespeare_ppl in older records:
+bits per byte, not a perplexity; the table keeps the task's own name)."""
 
 
 FRACTION_METRICS = ("acc", "acc_norm", "exact_match", "mc1", "mc2", "f1", "em")
@@ -460,10 +461,6 @@ def score_columns_to_show(table: pd.DataFrame, tasks: list[str] | None = None) -
 
 # ---------------------------------------------------------------------------------------------- noise, chance
 
-Z95 = 1.96
-"""Half-width of a 95% normal interval in standard errors: error bars and "within noise" use it."""
-
-
 def score_errors(table: pd.DataFrame, column: str) -> pd.Series:
     """Each row's standard error of `column` (lm-eval's for a task, the propagated one for an average); NaN
     where unknown."""
@@ -485,15 +482,15 @@ def chance_value(table: pd.DataFrame, column: str) -> float | None:
 
 
 def near_chance(table: pd.DataFrame, column: str) -> pd.Series:
-    """Rows whose score is within noise of chance: score - chance <= 1.96 stderr (at or below chance when the
-    stderr is unknown). False where there is no chance level or no score."""
+    """Rows whose score is within noise of chance (slm.eval.score_lines.near_chance: score - chance <= 1.96
+    stderr, at or below chance when the stderr is unknown). False where there is no chance level or no score."""
     name = chance_column(table, column)
     if name is None or column not in table:
         return pd.Series(False, index=table.index)
     value = pd.to_numeric(table[column], errors="coerce")
     chance = pd.to_numeric(table[name], errors="coerce")
     se = score_errors(table, column).fillna(0.0)
-    return (value.notna() & chance.notna() & (value - chance <= Z95 * se)).astype(bool)
+    return (value.notna() & chance.notna() & _within_noise_of_chance(value, chance, se)).astype(bool)
 
 
 def draw_chance(ax, level: float | None, vertical: bool = False, label: bool = True) -> None:

@@ -55,6 +55,7 @@ from analysis.plot_style import choose_score, score_label  # noqa: F401  (re-exp
 from analysis.thresholds import find_threshold
 from analysis.tiers import find_tiers, run_labels, units_of
 from analysis.tuning import plot_lr
+from slm.eval.score_lines import near_chance
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +130,7 @@ def plot_tiers(table: pd.DataFrame, score: str | None = None, k: int | None = No
     if chance is not None:
         keys.append(f"dotted: chance {chance:.3g}")
         se = units["se"].to_numpy(float) if "se" in units else np.zeros(n)
-        near = int(np.sum(x - chance <= style.Z95 * np.nan_to_num(se)))
+        near = int(np.sum(near_chance(x, chance, np.nan_to_num(se))))
         captions.append(f"Dotted: chance {chance:.3g} (random guess among the choices)" + (
             f"; {near} of {n} configurations within noise of chance" if near else ""))
     if len(left_out):
@@ -589,7 +590,7 @@ def plot_heatmap(table: pd.DataFrame, tasks: list[str] | None = None, score: str
                 se = spread.iat[i, j]
                 text = style.cell_text(value) + (f"\n±{style.cell_text(style.Z95 * se)}" if np.isfinite(se) else "")
                 level = chance[grid.columns[j]]
-                if level is not None and value - level <= style.Z95 * (se if np.isfinite(se) else 0.0):
+                if level is not None and near_chance(value, level, se if np.isfinite(se) else None):
                     text += " °"
                     near_cells += 1
                 ax.text(j, i, text, ha="center", va="center", fontsize=7.5 if not two_lines else 7,

@@ -1,73 +1,364 @@
-"""What each column of the results table is: one schema used by collect, tiers, thresholds, best-per-family,
-the lr analysis and the report.
+"""The results table's columns, each declared once: its name, role, kind, where the record holds it and what
+it is. analysis.collect builds the rows from these declarations, the analysis reads the roles (which columns
+make a configuration), and docs/results_table.md is written from them (write_docs_page).
 
 Roles of a column:
   identity     which run: run, sweep, status, error, eval_error, run_dir
-  config       what was trained: every model field (the record's model section: family, n_layers, d_model, ...,
-               mup_*) plus the training choices TRAIN_AXES (data, tokenizer, objective, optimizer, ...). Runs
-               with equal config columns are one *configuration*.
-  nuisance     NUISANCE_AXES, what varies between runs of one configuration without being the question: the
-               seed (pooled: mean over seeds) and the learning rate (each configuration is taken at its best lr,
+  config       what was trained: every model field (the record's model section, nested settings as
+               <group>_<field>) plus the training choices TRAIN_AXES (data, tokenizer, objective, optimizer, ...).
+               Runs with equal config columns are one *configuration*.
+  nuisance     what varies between runs of one configuration without being the question: the seed (pooled:
+               mean over seeds) and the learning rate (each configuration is taken at its best lr,
                analysis.tuning; lr_multiplier says which lr was the sweep's shared one).
   count        sizes and budgets derived from the config (params_*, flops_per_token, tokens, budget_*)
+  derived      model-section notes and multipliers derived from the config: equal for equal configs
   metric       what was measured: val_*, test_*, every lm-eval column (score_, stderr_, ... prefixes)
   training     how the training went (wall time, throughput, MFU, divergence, routing balance)
   throughput   the decode measurement
   provenance   device, git revision, time
-  annotation   columns a notebook or the report adds (label, tier, unit)
+  annotation   columns a notebook or the report adds (label, tier, unit, config_key)
 
-A column the collector does not name here is a model field, so a config axis: the model section is open-ended
-(every ModelConfig field becomes a column), everything else the collector writes is listed, and
-tests/test_analysis_schema.py checks that on real records (a new metric left out of this file would otherwise
-split runs that differ only by seed into separate configurations).
+A column not declared here is a model field, so a config axis: the model section is open-ended (every
+ModelConfig field becomes a column); everything else the collector writes is declared, and
+tests/test_analysis_table.py checks that on the records shipped in docs/ (a new metric left undeclared would
+otherwise split runs that differ only by seed into separate configurations).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
 
-from analysis.collect import (COUNT_COLUMNS, ID_COLUMNS, METRIC_COLUMNS, TAIL_COLUMNS, THROUGHPUT_COLUMNS,
-                              TRAINING_COLUMNS)
+from analysis import records as read
+from analysis.records import ABSENT, Record, get, number, scalar
+from slm.runs.status import ORDER
 
-NUISANCE_AXES = ("seed", "lr", "lr_multiplier")
-"""Columns that vary between runs of one configuration: seeds are pooled, lrs searched (analysis.tuning)."""
-TRAIN_AXES = ("data", "tokenizer", "objective", "optimizer", "batch_size", "schedule", "precision", "max_steps",
-              "epochs", "windows_per_epoch")
-"""Config columns that come from the training and data settings rather than the model section."""
-OUTPUT_PREFIXES = ("score_", "stderr_", "metric_", "samples_", "avg_", "chance_", "tasks_")
-"""lm-eval columns (per task or suite): metrics."""
-DERIVED_MODEL = ("notes", "scaling", "budget_knob")
-"""Model-section columns derived from the config (a note, a parametrization's multipliers, which budget knob
-moved): equal for equal configs, so never an axis of their own."""
-EXTRA_METRICS = ("test_nll", "test_ppl", "test_ppl_bound", "test_targets", "val_bpb", "test_bpb", "val_bytes_per_token",
-                 "test_bytes_per_token", "val_attention_block")
-ANNOTATIONS = ("label", "tier", "unit", "config_key")
-
-ROLES = {
-    "identity": [c for c in ID_COLUMNS] + ["run_dir"],
-    "nuisance": list(NUISANCE_AXES),
-    "count": [c for c in COUNT_COLUMNS if c != "max_steps"],
-    "metric": METRIC_COLUMNS + list(EXTRA_METRICS),
-    "training": list(TRAINING_COLUMNS),
-    "throughput": list(THROUGHPUT_COLUMNS),
-    "provenance": [c for c in TAIL_COLUMNS if c != "run_dir"],
-    "annotation": list(ANNOTATIONS),
-    "derived": list(DERIVED_MODEL),
+MODEL = "the model section"
+"""Source of a column the collector writes from the record's model section as it is (lists as "a,b", other
+lists and dicts as JSON, nested settings flattened to <group>_<field>)."""
+SWEEP = "sweep.json"
+"""Source of a column the collector reads from the run group's sweep.json."""
+ANALYSIS = "added by the analysis"
+"""Source of a column no record holds: the analysis adds it to its own tables."""
+KINDS = {"number": "a float (missing: NaN)", "integer": "an integer as recorded", "text": "a string",
+         "flag": "true / false (empty: not recorded)", "value": "as recorded"}
+"""What the values of a column are."""
+ROLE_DOCS = {
+    "identity": "which run", "config": "what was trained; runs with equal config columns are one configuration",
+    "nuisance": "what varies between runs of one configuration: seeds are pooled, lrs searched (analysis.tuning)",
+    "count": "sizes and budgets derived from the config", "derived": "derived from the config: equal for equal configs",
+    "metric": "what was measured", "training": "how the training went",
+    "throughput": "the decode measurement (batch 1)",
+    "provenance": "where and when", "annotation": "added by the analysis to its own tables, never by slm-collect",
 }
-_ROLE_OF = {column: role for role, columns in ROLES.items() for column in columns}
+"""The roles, in the order the documentation lists them."""
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of the results table (a name with <task>, <suite> or <field> stands for one per value)."""
+
+    name: str
+    role: str
+    """One of ROLE_DOCS."""
+    doc: str
+    source: tuple[str, ...] | Callable | str
+    """Where the record holds it: a path of keys (("training", "tokens_per_s")); a function of the record (its
+    docstring says what it reads; ABSENT: no such column in this row); or MODEL, SWEEP, ANALYSIS."""
+    kind: str = "number"
+    """One of KINDS; a path's value is read as a float for "number", as a bool for "flag", as is otherwise."""
+    block: str | None = None
+    """Where the table shows it (BLOCKS), after the config axes; None: after every block, in the order the
+    columns first appear."""
+
+    @property
+    def prefix(self) -> str | None:
+        """What every column of a pattern starts with ("score_" for score_<task>), None for one column."""
+        return self.name.split("<")[0] if "<" in self.name else None
+
+    def read(self, view: Record, key: str | None = None):
+        """This column's value in the record (ABSENT: not written)."""
+        if callable(self.source):
+            return self.source(view, key) if key is not None else self.source(view)
+        value = get(view.record, self.source)
+        if self.kind == "number":
+            return number(value)
+        if self.kind == "flag":
+            return value if isinstance(value, bool) else None
+        return value
+
+    def where(self) -> str:
+        """The source, as the documentation says it."""
+        if isinstance(self.source, tuple):
+            return ".".join(self.source)
+        if callable(self.source):
+            return " ".join((self.source.__doc__ or "").split())
+        return self.source
+
+
+BLOCKS = ("identity", "counts", "metrics", "throughput", "training", "tail")
+"""The table's blocks: identity, then the config axes (LEADING_AXES), counts and metrics, the lm-eval columns,
+throughput and training, the other columns, and the tail."""
+
+
+# ---------------------------------------------------------------------------------------------- the columns
+
+
+COLUMNS: tuple[Column, ...] = (
+    # identity
+    Column("run", "identity", "run directory relative to the collected root", read.run, "text", "identity"),
+    Column("sweep", "identity", "run group (the folder above the run)", read.sweep, "text", "identity"),
+    Column("status", "identity", f"one of {', '.join(ORDER)} (slm.runs.status: the words of slm-status)",
+           read.status, "text", "identity"),
+    Column("error", "identity", "the record's error line", ("error",), "text", "identity"),
+    Column("eval_error", "identity", "why the lm-eval suite failed after training (the run itself completed)",
+           ("eval", "lm_eval_error"), "text", "identity"),
+    # the model section: open-ended
+    Column("<field>", "config", "a model setting: every ModelConfig field under its own name (documented in "
+           "conf/model_base/base.yaml); lists of names as \"conv,conv,attn\", other lists as JSON; records from "
+           "before a field moved or existed are read in today's spelling (slm.renames)", MODEL, "value"),
+    Column("<group>_<field>", "config", "a nested model setting, model.<group>.<field> (moe, memory, canon, ...)",
+           MODEL, "value"),
+    Column("mup_<field>", "config", "model.mup.<field>: the base shape mup / completep scale from (base_width, "
+           "base_depth, ...); empty under sp, which ignores it", MODEL, "value"),
+    Column("params_total", "count", "parameters of the model (a tied embedding and head counted once)", MODEL,
+           "integer", "counts"),
+    Column("params_active", "count", "parameters one token uses (= params_total except for a mixture of experts)",
+           MODEL, "integer", "counts"),
+    Column("params_embedding", "count", "token embedding, learned positions and an untied head", MODEL, "integer",
+           "counts"),
+    Column("params_non_embedding", "count", "params_total - params_embedding", MODEL, "integer", "counts"),
+    Column("flops_per_token", "count", "training FLOPs per token, PaLM's convention: 6N + 12 L H hd T, N the active "
+           "parameters, the attention term over attention layers only", MODEL, "integer", "counts"),
+    Column("notes", "derived", "settings that do not do what their name suggests at this shape (model.notes, "
+           "joined by \"; \")", MODEL, "text"),
+    Column("scaling", "derived", "the parametrization's multipliers at this shape (model.scaling as JSON; {} for "
+           "sp)", MODEL, "text"),
+    # training choices
+    Column("data", "config", "data mix name", read.data, "text"),
+    Column("tokenizer", "config", "tokenizer name", read.tokenizer, "text"),
+    Column("objective", "config", "training objective (causal_lm, last_token, mdlm)", read.train("objective"), "text"),
+    Column("optimizer", "config", "train.optimizer: adamw | muon | lion", read.optimizer, "text"),
+    Column("seed", "nuisance", "train.seed (model init, data order, dropout)", read.train("seed"), "integer"),
+    Column("lr", "nuisance", "peak learning rate (train.lr: AdamW's, and the base of a parametrization's per-group "
+           "multipliers)", read.train("lr")),
+    Column("lr_multiplier", "nuisance", "the multiplier of the point's lr this run was trained at "
+           "(hydra.sweeper.lr_search; 1: the shared lr; empty: no lr search)", SWEEP),
+    Column("batch_size", "config", "sequences per optimizer step (train.batch_size)", read.train("batch_size"),
+           "integer"),
+    Column("schedule", "config", "learning-rate schedule (train.schedule: cosine, wsd, constant)",
+           read.train("schedule"), "text"),
+    Column("precision", "config", "training precision (Lightning's: 32, bf16-mixed, ...)", read.precision, "text"),
+    # counts
+    Column("tokens", "count", "training tokens seen", ("training", "tokens"), block="counts"),
+    Column("steps", "count", "optimizer steps taken", ("training", "steps"), block="counts"),
+    Column("max_steps", "config", "optimizer steps the run was set to take", ("training", "max_steps"),
+           block="counts"),
+    Column("train_flops", "count", "training FLOPs = flops_per_token x tokens (PaLM convention)", read.train_flops,
+           block="counts"),
+    Column("param_budget", "count", "the parameter budget the width was solved for (model.param_budget; empty: "
+           "d_model as given)", read.param_budget, block="counts"),
+    Column("budget_count", "count", "which count the budget is for: total or active parameters "
+           "(model.budget_count)", read.budget_count, "text", "counts"),
+    Column("budget_tolerance", "count", "how far from the budget the solver may land, as a fraction "
+           "(model.budget_tolerance)", read.budget_tolerance, block="counts"),
+    Column("budget_error", "count", "params_<budget_count> / param_budget - 1: how far the solved width landed "
+           "from the budget", read.budget_error, block="counts"),
+    Column("budget_knob", "derived", "which sizes the budget solver moved: d_model (the width, the family's MLP "
+           "kept) or e.g. 'd_model, d_ff 256→336' (the MLP hidden size tuned after it)", read.budget_knob, "text",
+           "counts"),
+    # training
+    Column("wall_seconds", "training", "wall-clock seconds of the job's last session, start to end",
+           ("training", "wall_seconds"), block="training"),
+    Column("train_seconds", "training", "seconds in training steps (validation excluded) of the last session",
+           ("training", "train_seconds"), block="training"),
+    Column("train_tokens_per_s", "training", "training throughput (tokens/s)", ("training", "tokens_per_s"),
+           block="training"),
+    Column("mfu", "training", "model FLOPs utilisation: flops_per_token x tokens/s / the devices' peak FLOP/s "
+           "(empty where the peak is unknown, e.g. a CPU)", ("training", "mfu"), block="training"),
+    Column("final_train_loss", "training", "training loss at the last step", ("training", "final_train_loss"),
+           block="training"),
+    Column("diverged_step", "training", "step of the non-finite loss", read.diverged_step, block="training"),
+    Column("moe_max_load", "training", "mixture of experts: largest expert share of routed tokens x n_experts over "
+           "the last logging window (1 = balanced; n_experts = every token on one expert)", read.moe_max_load,
+           block="training"),
+    Column("train_other_cores", "training", "CPU time other processes used while the run trained (its last "
+           "session), in cores (0: an otherwise idle machine; empty: not recorded)",
+           ("training", "other_cores_busy"), block="training"),
+    # metrics
+    Column("val_nll", "metric", "validation NLL (nats/token), or for a masked-diffusion run its NELBO: see "
+           "val_nll_kind", ("eval", "val_nll"), block="metrics"),
+    Column("val_nll_kind", "metric", "nll: an exact NLL; nelbo: a masked-diffusion upper bound on the NLL (not "
+           "comparable with nll)", read.val_nll_kind, "text", "metrics"),
+    Column("val_ppl", "metric", "validation perplexity (exp of val_nll) of a run whose val_nll is an exact NLL",
+           read.val_ppl, block="metrics"),
+    Column("val_ppl_bound", "metric", "exp of a masked-diffusion run's val_nll (a NELBO): an upper bound on its "
+           "perplexity (a column only where some run has one)", read.val_ppl_bound, block="metrics"),
+    Column("val_bpb", "metric", "validation NLL in bits per UTF-8 byte of text (val_nll / ln 2 / "
+           "val_bytes_per_token): comparable across tokenizers; a bound when val_nll is one",
+           ("eval", "val_bpb"), block="metrics"),
+    Column("val_step", "metric", "the step val_nll was measured at", ("eval", "val_step"), block="metrics"),
+    Column("test_nll", "metric", "test NLL (nats/token) of the first train.eval_windows windows of the test split",
+           ("eval", "test_nll")),
+    Column("test_targets", "metric", "tokens scored for test_nll", ("eval", "test_targets")),
+    Column("test_bpb", "metric", "test NLL in bits per UTF-8 byte (train.eval_windows runs)", ("eval", "test_bpb")),
+    Column("val_bytes_per_token", "metric", "UTF-8 bytes of text per token of the validation split (the mix's "
+           "sources weighted)", ("eval", "val_bytes_per_token")),
+    Column("test_bytes_per_token", "metric", "UTF-8 bytes of text per token of the test split",
+           ("eval", "test_bytes_per_token")),
+    Column("epochs", "config", "training length in epochs (train.epochs; empty: steps or tokens)", read.train("epochs"),
+           "integer"),
+    Column("windows_per_epoch", "config", "training windows per epoch (train.windows_per_epoch)",
+           read.train("windows_per_epoch"), "integer"),
+    # lm-eval, per task and per suite
+    Column("score_<task>", "metric", "headline lm-eval value of the task (metric_<task> names it)", read.score),
+    Column("stderr_<task>", "metric", "lm-eval's standard error of score_<task>", read.stderr),
+    Column("metric_<task>", "metric", "lm-eval's \"metric,filter\" key of the headline value", read.metric, "text"),
+    Column("samples_<task>", "metric", "documents scored", read.samples),
+    Column("chance_<task>", "metric", "random-guess accuracy of a multiple-choice task (mean over its documents of "
+           "1 / choices); empty for other tasks", read.chance),
+    Column("avg_<suite>", "metric", "mean headline score of the suite's averaged tasks", read.suite_average),
+    Column("tasks_avg_<suite>", "metric", "the tasks averaged into avg_<suite>, comma-separated", read.suite_tasks,
+           "text"),
+    Column("stderr_avg_<suite>", "metric", "standard error of avg_<suite>: sqrt(sum of the tasks' stderr^2) / k, "
+           "assuming independent tasks; empty when a task has no stderr", read.suite_stderr),
+    Column("chance_avg_<suite>", "metric", "mean chance level of the averaged tasks (when every one has one)",
+           read.suite_chance),
+    # throughput
+    Column("decode_tokens_per_s", "throughput", "batch-1 decode speed (tokens/s)",
+           read.throughput("decode_tokens_per_s"), block="throughput"),
+    Column("generate_tokens_per_s", "throughput", "batch-1 generation speed, prefill included (tokens/s)",
+           read.throughput("generate_tokens_per_s"), block="throughput"),
+    Column("time_to_first_token_s", "throughput", "batch-1 prefill time (s)", read.throughput("time_to_first_token_s"),
+           block="throughput"),
+    Column("peak_memory_bytes", "throughput", "peak memory during decode (bytes; see peak_memory_measure)",
+           read.throughput("peak_memory_bytes"), block="throughput"),
+    Column("peak_memory_measure", "throughput", "how peak_memory_bytes was measured: cuda_max_memory_allocated "
+           "(after a reset) or process_peak_rss (the whole process's, since it started)",
+           read.throughput("peak_memory_measure"), "text", "throughput"),
+    Column("kv_cache_bytes", "throughput", "size of the decode's cache for prompt + new tokens (bytes; 0: none)",
+           read.throughput("kv_cache_bytes"), block="throughput"),
+    Column("decode_device", "throughput", "device the decode speed was measured on", read.throughput("device"), "text",
+           "throughput"),
+    Column("decode_dtype", "throughput", "dtype of the weights during the decode measurement",
+           read.throughput("dtype"), "text", "throughput"),
+    Column("decoder", "throughput", "how the model decodes: autoregressive or masked_diffusion (parallel, by its "
+           "sampler)", read.decoder, "text", "throughput"),
+    Column("decode_sampler", "throughput", "a diffusion model's sampler settings for the decode speed",
+           read.decode_sampler, "text", "throughput"),
+    Column("decode_threads", "throughput", "torch threads the decode speed was measured with",
+           read.throughput("torch_threads"), block="throughput"),
+    Column("decode_prompt_tokens", "throughput", "prompt length of the decode-speed measurement (tokens)",
+           read.throughput("prompt_tokens"), block="throughput"),
+    Column("decode_new_tokens", "throughput", "tokens generated per call in the decode-speed measurement",
+           read.throughput("new_tokens"), block="throughput"),
+    Column("decode_cuda_graph", "throughput", "whether the decode step replayed a CUDA graph",
+           read.throughput("cuda_graph"), "flag", "throughput"),
+    Column("decode_compile", "throughput", "whether the decode step ran through torch.compile",
+           read.throughput("compile"), "flag", "throughput"),
+    Column("decode_other_cores", "throughput", "CPU time other processes used while the decode speed was measured, "
+           "in cores (0: an otherwise idle machine; empty: not recorded)", read.throughput("other_cores_busy"),
+           block="throughput"),
+    # provenance
+    Column("device", "provenance", "the training device as recorded (e.g. \"cpu (2 threads)\", the GPU's name)",
+           ("environment", "device"), "text", "tail"),
+    Column("git_revision", "provenance", "slm's git commit (\"-dirty\": with uncommitted changes)",
+           ("environment", "git_revision"), "text", "tail"),
+    Column("updated_at", "provenance", "when the record was last written (ISO 8601, UTC)", ("updated_at",), "text",
+           "tail"),
+    Column("run_dir", "identity", "the run directory as collected", read.run_dir, "text", "tail"),
+    # annotations
+    Column("label", "annotation", "a short name of the configuration (analysis.tiers.run_labels)", ANALYSIS, "text"),
+    Column("tier", "annotation", "tier rank, 1 = best (analysis.tiers)", ANALYSIS, "integer"),
+    Column("unit", "annotation", "the configuration a run's score is pooled into (analysis.tiers.units_of)",
+           ANALYSIS, "integer"),
+    Column("config_key", "annotation", "one string naming a configuration (config_keys)", ANALYSIS, "text"),
+)
+"""Every column, in the order the collector writes them (which orders the columns outside BLOCKS)."""
+
+LEADING_AXES = ("family", "n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "position", "norm",
+                "norm_placement", "mlp", "layer_types", "mlp_types", "moe_n_experts", "moe_top_k", "qk_norm",
+                "canon_set", "layer_repeat", "init", "sliding_window", "tie_embeddings", "context_length",
+                "vocab_size", "objective", "parametrization", "data", "tokenizer", "optimizer", "lr", "lr_multiplier",
+                "batch_size", "schedule", "precision", "seed")
+"""Config and nuisance columns shown first, after identity, in this order (the other model fields follow the
+blocks, in the record's order)."""
+MODEL_SKIPPED = ("flops_convention",)
+"""Model-section fields that are no column (the same text for every run)."""
+
+_BY_NAME = {c.name: c for c in COLUMNS if c.prefix is None}
+_MODEL_FIELD = next(c for c in COLUMNS if c.name == "<field>")
+_PATTERNS = sorted((c for c in COLUMNS if c.prefix), key=lambda c: -len(c.prefix))
+_PREFIX_ROLES = (("params_", "count"), ("val_", "metric"), ("test_", "metric"))
+"""Roles of undeclared names by prefix: a count or a measurement the collector does not read yet."""
+
+NUISANCE_AXES = tuple(c.name for c in COLUMNS if c.role == "nuisance")
+"""Columns that vary between runs of one configuration: seeds are pooled, lrs searched (analysis.tuning)."""
+TRAIN_AXES = tuple(c.name for c in COLUMNS if c.role == "config" and c.source is not MODEL)
+"""Config columns that come from the training and data settings rather than the model section."""
+
+
+def block(name: str) -> list[str]:
+    """The declared columns of one of BLOCKS, in table order."""
+    return [c.name for c in COLUMNS if c.block == name]
+
+
+def declared(name: str) -> Column | None:
+    """The declaration a column name falls under (a pattern for score_hellaswag), None for a name not declared
+    (a model field: the model section is open-ended)."""
+    if name in _BY_NAME:
+        return _BY_NAME[name]
+    return next((c for c in _PATTERNS if c.prefix and name.startswith(c.prefix)), None)
 
 
 def role_of(column: str) -> str:
-    """The role of a column (see the module docstring); "config" for a model field or TRAIN_AXES."""
-    if column in _ROLE_OF:
-        return _ROLE_OF[column]
-    if column.startswith(OUTPUT_PREFIXES):
-        return "metric"
-    if column.startswith("params_"):
-        return "count"
-    return "config"
+    """The role of a column (see the module docstring); "config" for a model field."""
+    column_ = declared(column)
+    if column_ is not None:
+        return column_.role
+    return next((role for prefix, role in _PREFIX_ROLES if column.startswith(prefix)), "config")
+
+
+def doc_of(column: str) -> str:
+    """What a column is: its declaration's doc, a model field's for an undeclared name."""
+    return (declared(column) or _MODEL_FIELD).doc
+
+
+def describe(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per column of a results table: column, role, doc."""
+    return pd.DataFrame({"column": [str(c) for c in table.columns],
+                         "role": [role_of(str(c)) for c in table.columns],
+                         "doc": [doc_of(str(c)) for c in table.columns]})
+
+
+def group_used(group: str, model: dict) -> bool:
+    """Whether a nested model setting is a column: model.mup only where a parametrization reads it (sp ignores
+    it: empty, as in records from before it); every other group always."""
+    return group != "mup" or model.get("parametrization", "sp") != "sp"
+
+
+def model_cells(model: dict) -> dict:
+    """The model section's columns (source MODEL): each field under its own name, in the record's order, as one
+    cell (scalar; notes joined by "; "); a nested setting that is no declared column as <group>_<field>
+    (group_used); MODEL_SKIPPED left out."""
+    cells = {}
+    for key, value in model.items():
+        if key in MODEL_SKIPPED:
+            continue
+        if isinstance(value, dict) and key not in _BY_NAME:
+            if group_used(key, model):
+                cells.update({f"{key}_{name}": scalar(v) for name, v in value.items()})
+            continue
+        cells[key] = "; ".join(value) if key == "notes" else scalar(value)
+    return cells
+
+
+PLACEHOLDERS = {"<task>": read.tasks, "<suite>": read.suites}
+"""The values a pattern column is written for: each task lm-eval scored, each suite it averaged."""
 
 
 def config_columns(table: pd.DataFrame) -> list[str]:
@@ -90,3 +381,42 @@ def config_keys(table: pd.DataFrame) -> pd.Series:
     if not columns:
         return pd.Series(["" for _ in table.index], index=table.index, dtype=object)
     return table[columns].map(_text).agg("|".join, axis=1)
+
+
+DOCS_PAGE = Path(__file__).resolve().parents[1] / "docs" / "results_table.md"
+"""The page markdown() writes (write_docs_page)."""
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("<", "\\<")
+
+
+def markdown() -> str:
+    """docs/results_table.md: every column by role, with its kind, its source in result.json and its doc."""
+    lines = ["# The results table", "",
+             "<!-- written from analysis/schema.py by `.venv/bin/python -c \"import analysis.schema as s; "
+             "s.write_docs_page()\"`; tests/test_analysis_table.py checks it is current -->", "",
+             "`slm-collect` (analysis.collect) makes one row per run from its `result.json`; a run that never wrote "
+             "one is a row with its status. A missing value is empty (NaN / None); a column exists when some run has "
+             "it. `<task>` stands for each lm-eval task, `<suite>` for each averaged suite, `<group>` and "
+             "`<field>` for the model's settings. Sources are paths in `result.json`.", "",
+             "Order: " + ", then ".join([
+                 "the identity columns", "the config axes " + ", ".join(f"`{c}`" for c in LEADING_AXES),
+                 "the counts", "the validation metrics", "the lm-eval suites and tasks", "the decode measurement",
+                 "the training", "the other columns as they first appear (the other model fields, test metrics, "
+                 "...)", "device, git_revision, updated_at and run_dir"]) + ".", "",
+             "Kinds: " + "; ".join(f"{k}: {v}" for k, v in KINDS.items()) + ".", ""]
+    for role, what in ROLE_DOCS.items():
+        lines += [f"## {role}", "", what[0].upper() + what[1:] + ".", "",
+                  "| column | kind | source | what it is |", "| --- | --- | --- | --- |"]
+        for c in COLUMNS:
+            if c.role == role:
+                lines.append(f"| `{c.name}` | {c.kind} | {_cell(c.where())} | {_cell(c.doc)} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_docs_page(path: Path = DOCS_PAGE) -> Path:
+    """Write markdown() to docs/results_table.md."""
+    path.write_text(markdown())
+    return path

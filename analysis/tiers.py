@@ -47,7 +47,7 @@ a `reason`, and the gaps that were tested (for k=None: those of the 2-tier parti
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 import numpy as np
@@ -395,23 +395,64 @@ def units_of(table: pd.DataFrame, score: str, stderr: str | None = None, complet
 # ---------------------------------------------------------------------------------------------- main entry
 
 
-def find_tiers(table: pd.DataFrame, score: str, k: int | None = None, max_k: int = 4, alpha: float = 0.05,
-               min_size: int = 2, higher_is_better: bool | None = None, stderr: str | None = None,
-               n_sim: int = 4000, n_boot: int = 2000, seed: int = 0, completed_only: bool = True,
-               by_config: bool = True) -> TierResult:
-    """Tiers of `score` over the runs of `table` (see the module docstring for the rule)."""
+@dataclass(frozen=True)
+class TierTest:
+    """How a partition is tested (the module docstring's rule): k, the level and the Monte Carlo sizes."""
+
+    k: int | None = None
+    """Exactly this many tiers, or a refusal; None: the largest k <= max_k whose partition passes."""
+    max_k: int = 4
+    """Most tiers tried when k is None."""
+    alpha: float = 0.05
+    """Level of each check (Bonferroni over the k values tried when k is None)."""
+    min_size: int = 2
+    """Fewest configurations in a tier."""
+    n_sim: int = 4000
+    """Samples of each reference population for the structure check's p-value."""
+    n_boot: int = 2000
+    """Redraws of the units' values for the noise check."""
+    seed: int = 0
+    """Seed of both the references and the redraws."""
+
+
+@dataclass
+class Units:
+    """What is split: one row per configuration (units_of), the unit of each row of the table that took part,
+    the table's index, the score and its direction, and the notes so far."""
+
+    units: pd.DataFrame
+    membership: pd.Series
+    index: pd.Index
+    score: str
+    higher_is_better: bool
+    notes: list[str]
+
+    @property
+    def noise_known(self) -> bool:
+        """Whether some unit has an uncertainty (an lm-eval stderr or repeated seeds)."""
+        return bool(len(self.units) and self.units["noisy"].any())
+
+
+def find_tiers(table: pd.DataFrame, score: str, test: TierTest | None = None, *, higher_is_better: bool | None = None,
+               stderr: str | None = None, completed_only: bool = True, by_config: bool = True,
+               **settings) -> TierResult:
+    """Tiers of `score` over the runs of `table` (see the module docstring for the rule). `test` or TierTest's
+    fields as keywords (k=2, n_sim=500) say how it is tested; stderr names the score's standard-error column
+    (default: analysis.collect.stderr_column); by_config pools the seeds of a configuration (else each run is a
+    unit)."""
     if score not in table:
         raise KeyError(f"no column {score!r} in the table")
+    test = replace(test or TierTest(), **settings)
     hib = _higher_is_better(table, score) if higher_is_better is None else higher_is_better
     units, membership, notes = units_of(table, score, stderr, completed_only, by_config)
-    return _tiers_of_units(units, membership, table.index, score, hib, k, max_k, alpha, min_size, n_sim, n_boot,
-                           seed, notes)
+    return _tiers_of_units(Units(units, membership, table.index, score, hib, notes), test)
 
 
-def tiers_from_values(values, stderr=None, labels=None, k: int | None = None, max_k: int = 4, alpha: float = 0.05,
-                      min_size: int = 2, higher_is_better: bool = True, n_sim: int = 4000, n_boot: int = 2000,
-                      seed: int = 0, score: str = "score") -> TierResult:
-    """Tiers of bare values (one per configuration), with optional standard errors."""
+def tiers_from_values(values, stderr=None, labels=None, test: TierTest | None = None, *,
+                      higher_is_better: bool = True, score: str = "score", **settings) -> TierResult:
+    """Tiers of bare values (one per configuration), with optional standard errors; `test` or TierTest's fields
+    as keywords, as find_tiers."""
+    test = replace(test or TierTest(), **settings)
     values = np.asarray(values, float)
     labels = list(labels) if labels is not None else [f"#{i}" for i in range(len(values))]
     table = pd.DataFrame({"label_": labels, score: values, "status": "completed"})
@@ -420,21 +461,22 @@ def tiers_from_values(values, stderr=None, labels=None, k: int | None = None, ma
     units, membership, notes = units_of(table.rename(columns={"label_": "run"}), score,
                                         f"{score}_se" if stderr is not None else None, by_config=False)
     units["label"] = labels
-    return _tiers_of_units(units, membership, table.index, score, higher_is_better, k, max_k, alpha, min_size,
-                           n_sim, n_boot, seed, notes)
+    return _tiers_of_units(Units(units, membership, table.index, score, higher_is_better, notes), test)
 
 
-def _refuse(units, membership, index, score, hib, reason, gaps, alpha, noise_known, notes) -> TierResult:
-    labels = pd.Series(np.nan, index=index)
+def _refuse(data: Units, test: TierTest, reason: str, gaps: list[Gap]) -> TierResult:
+    units = data.units
+    labels = pd.Series(np.nan, index=data.index)
     if len(units):
-        labels.loc[membership.index] = 1.0
+        labels.loc[data.membership.index] = 1.0
         units = units.assign(tier=1)
-        ordered = units.sort_values("value", ascending=not hib)
+        ordered = units.sort_values("value", ascending=not data.higher_is_better)
         tiers = [Tier(1, list(ordered["label"]), float(units["value"].min()), float(units["value"].max()),
                       float(units["value"].mean()))]
     else:
         tiers = []
-    return TierResult(score, hib, False, reason, tiers, gaps, _public(units), labels, alpha, noise_known, notes)
+    return TierResult(data.score, data.higher_is_better, False, reason, tiers, gaps, _public(units), labels,
+                      test.alpha, data.noise_known, data.notes)
 
 
 def _public(units: pd.DataFrame) -> pd.DataFrame:
@@ -442,33 +484,31 @@ def _public(units: pd.DataFrame) -> pd.DataFrame:
     return units[keep].reset_index(drop=True) if len(units) else pd.DataFrame(columns=keep)
 
 
-def _tiers_of_units(units, membership, index, score, hib, k, max_k, alpha, min_size, n_sim, n_boot, seed,
-                    notes) -> TierResult:
-    noise_known = bool(len(units) and units["noisy"].any())
-    if len(units) and not noise_known:
-        notes.append("no per-run uncertainty (no stderr, no repeated seeds): decided on the spread alone")
+def _tiers_of_units(data: Units, test: TierTest) -> TierResult:
+    units, k, alpha, min_size = data.units, test.k, test.alpha, test.min_size
+    if len(units) and not data.noise_known:
+        data.notes.append("no per-run uncertainty (no stderr, no repeated seeds): decided on the spread alone")
     n = len(units)
     if k is not None and k < 1:
         raise ValueError("k must be >= 1")
     if k == 1:
-        return _refuse(units, membership, index, score, hib, "one tier requested", [], alpha, noise_known, notes)
+        return _refuse(data, test, "one tier requested", [])
     need = 2 * min_size if k is None else k * min_size
     if n < need:
-        return _refuse(units, membership, index, score, hib,
-                       f"too few configurations ({n}) to split: need at least {need} (min_size={min_size} per tier)",
-                       [], alpha, noise_known, notes)
-    sign = 1 if hib else -1
+        return _refuse(data, test, f"too few configurations ({n}) to split: need at least {need} "
+                                   f"(min_size={min_size} per tier)", [])
+    sign = 1 if data.higher_is_better else -1
     oriented = units["value"].to_numpy(float) * sign
     if np.ptp(oriented) == 0:
-        return _refuse(units, membership, index, score, hib, "all values are equal", [], alpha, noise_known, notes)
+        return _refuse(data, test, "all values are equal", [])
     order = np.argsort(oriented, kind="stable")          # ascending: worst first
     v = oriented[order]
-    draws = _draws(units, n_boot, np.random.default_rng(seed))
+    draws = _draws(units, test.n_boot, np.random.default_rng(test.seed))
     if draws is not None:
         draws = draws * sign
     se = units["se"].to_numpy(float)
 
-    ks = [k] if k is not None else list(range(max_k, 1, -1))
+    ks = [k] if k is not None else list(range(test.max_k, 1, -1))
     ks = [kk for kk in ks if n >= kk * min_size]
     level = alpha / len(ks) if k is None else alpha      # Bonferroni over the k values tried
     tested: dict[int, list[Gap]] = {}
@@ -478,7 +518,7 @@ def _tiers_of_units(units, membership, index, score, hib, k, max_k, alpha, min_s
             continue
         gaps, t = partition_t(v[None], cuts[None])
         t = float(t[0])
-        p_by_ref = p_values(t, n, kk, min_size, n_sim, seed)
+        p_by_ref = p_values(t, n, kk, min_size, test.n_sim, test.seed)
         p = max(p_by_ref.values())
         edges = [0, *cuts.tolist(), n]
         result = []
@@ -491,7 +531,7 @@ def _tiers_of_units(units, membership, index, score, hib, k, max_k, alpha, min_s
                 seg = v[lo:hi][None]
                 _, lt = partition_t(seg, np.array([[cut - lo]]))
                 local_t = float(lt[0])
-                local_p = max(p_values(local_t, hi - lo, 2, min_size, n_sim, seed).values())
+                local_p = max(p_values(local_t, hi - lo, 2, min_size, test.n_sim, test.seed).values())
             sep = z = None
             if draws is not None:
                 below, above = order[lo:cut], order[cut:hi]
@@ -510,19 +550,18 @@ def _tiers_of_units(units, membership, index, score, hib, k, max_k, alpha, min_s
                               local_p, sep, z, hi - cut, cut - lo, not why, "; ".join(why), p_partition=p))
         tested[kk] = result
         if all(g.significant for g in result):
-            return _accept(units, membership, index, score, hib, order, cuts.tolist(), result, alpha, noise_known,
-                           notes, kk, p_by_ref)
+            return _accept(data, test, order, cuts.tolist(), result, kk, p_by_ref)
     if not tested:
-        return _refuse(units, membership, index, score, hib, "no admissible partition", [], alpha, noise_known,
-                       notes)
+        return _refuse(data, test, "no admissible partition", [])
     first = min(tested)                                   # report the simplest split that was tried
     failed = [g for g in tested[first] if not g.significant]
     reason = (f"no real gap: {failed[0].why}" if k is None else f"no real gap for {k} tiers: {failed[0].why}")
-    return _refuse(units, membership, index, score, hib, reason, tested[first], alpha, noise_known, notes)
+    return _refuse(data, test, reason, tested[first])
 
 
-def _accept(units, membership, index, score, hib, order, cuts, gap_list, alpha, noise_known, notes, k,
-            p_by_ref) -> TierResult:
+def _accept(data: Units, test: TierTest, order: np.ndarray, cuts: list[int], gap_list: list[Gap], k: int,
+            p_by_ref: dict[str, float]) -> TierResult:
+    units = data.units
     n = len(units)
     edges = [0, *cuts, n]
     segments = list(zip(edges[:-1], edges[1:]))[::-1]     # rank 1 = best = top of the ascending order
@@ -540,9 +579,10 @@ def _accept(units, membership, index, score, hib, order, cuts, gap_list, alpha, 
         gap.upper = int(tier_of_unit[order[cut]])
         gaps.append(gap)
     units = units.assign(tier=tier_of_unit)
-    labels = pd.Series(np.nan, index=index)
-    labels.loc[membership.index] = tier_of_unit[membership.to_numpy(int)]
+    labels = pd.Series(np.nan, index=data.index)
+    labels.loc[data.membership.index] = tier_of_unit[data.membership.to_numpy(int)]
     worst_ref = max(p_by_ref, key=p_by_ref.get)
-    notes = [*notes, f"p-value of the {k}-tier partition: largest over references ({worst_ref} gave the largest)"]
+    notes = [*data.notes, f"p-value of the {k}-tier partition: largest over references ({worst_ref} gave the largest)"]
     reason = f"{k} tiers separated by {len(gaps)} real gap(s)"
-    return TierResult(score, hib, True, reason, tiers, gaps, _public(units), labels, alpha, noise_known, notes)
+    return TierResult(data.score, data.higher_is_better, True, reason, tiers, gaps, _public(units), labels,
+                      test.alpha, data.noise_known, notes)

@@ -52,7 +52,7 @@ import torch
 SWEEP = "families_70m"
 FAMILIES = ("gpt2", "llama3", "qwen3", "gemma3", "llama3_canon", "lfm2", "moe", "dllm")
 ORDER = ("llama3", "dllm", "gpt2", "qwen3", "gemma3", "llama3_canon", "lfm2", "moe")
-"""The order families are measured in: the issue's headline figures (llama3 against transformers, the dllm's
+"""The order families are measured in: the headline figures (llama3 against transformers, the dllm's
 decoding) first, so a tight --budget-s skips the others."""
 COLUMNS = ("part", "family", "variant", "batch", "tokens/s (min-max)", "MFU", "peak GiB", "reference",
            "ref tokens/s", "ratio (min-max)", "attention", "loss", "note")
@@ -176,8 +176,8 @@ def setup(family: str, overrides: list[str], smoke: bool) -> Setup:
     if smoke:
         train_node.update(SMOKE_TRAIN)
         model_node.update(SMOKE_MODEL)
-        if model_node.get("n_experts"):
-            model_node.update(SMOKE_MOE)
+        if model_node["moe"]["n_experts"]:
+            model_node["moe"].update(SMOKE_MOE)
         if model_node.get("sliding_window"):  # a window inside the short context, so that it masks something
             model_node["sliding_window"] = SMOKE_MODEL["context_length"] // 2
     train_cfg = TrainConfig.from_node(train_node)

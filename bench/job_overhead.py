@@ -7,7 +7,7 @@ training (--tokens) and its points named by --points; the offline suite scores e
 same process. Inside, the phases are timed by wrapping the functions that run them:
 
   start-up      process start to the first job (imports, Hydra's compose and sweep)    once per process
-  set-up        slm.runs.job._setup: config checks, data (cached shards), eval preflight
+  set-up        slm.runs.job.prepare: config checks, data (cached shards), eval preflight
   train         the optimizer steps (the record's training.train_seconds)
   fit-other     the rest of Lightning's fit: its set-up, the final validation, checkpoints
   save-record   model save, record writes, the job's other work
@@ -58,8 +58,8 @@ VARIANTS = {  # name -> environment; the after variant leaves the wait to slm (s
 PHASES = ["start-up", "set-up", "train", "fit-other", "save-record", "eval-prepare", "score", "env-info",
           "throughput", "between", "exit"]
 # (module, attribute, name): the functions the probe times, wrapped in the slm-train process
-TIMED = [("slm.runs.job", "train_run", "job"), ("slm.runs.job", "_setup", "setup"),
-         ("lightning.pytorch.trainer.trainer", "Trainer.fit", "fit"), ("slm.runs.job", "_evaluate", "eval"),
+TIMED = [("slm.runs.job", "train_run", "job"), ("slm.runs.job", "prepare", "setup"),
+         ("lightning.pytorch.trainer.trainer", "Trainer.fit", "fit"), ("slm.runs.job", "evaluate", "eval"),
          ("slm.eval.throughput", "measure_decode", "throughput")]
 TIMED_IN_EVAL = [("lm_eval", "simple_evaluate", "score"), ("lm_eval.evaluator", "add_env_info", "env_info")]
 """Wrapped when the first evaluation starts, so that lm-eval's import stays in that job's evaluation."""

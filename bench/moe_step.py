@@ -5,7 +5,7 @@ backward, AdamW step) on the same random batches. The MoE model's MLPs are `expe
 hidden size f with top_k routed per token; the dense model's MLP has hidden size top_k * f, so a token
 meets the same expert weights (the MoE adds its router: d * experts per layer). Steps alternate in pairs
 (dense, moe, dense, moe, ...) on a fixed number of threads; the ratio moe / dense of each pair's step time
-is reported as the median with its min-max. Goal (issue 10): within ~2x of the dense step on CPU.
+is reported as the median with its min-max. Goal: within ~2x of the dense step on CPU.
 
     python bench/moe_step.py [--pairs 15] [--threads 1]
 """
@@ -30,7 +30,8 @@ SHAPE = dict(n_layers=4, d_model=256, head_dim=32, n_kv_heads=4, vocab_size=512,
 
 def models(experts: int, top_k: int, expert_d_ff: int) -> dict[str, ModelConfig]:
     return {"dense": ModelConfig(**SHAPE, d_ff=top_k * expert_d_ff),
-            "moe": ModelConfig(**SHAPE, mlp_types=["moe"], n_experts=experts, top_k=top_k, expert_d_ff=expert_d_ff)}
+            "moe": ModelConfig(**SHAPE, mlp_types=["moe"],
+                                   moe=dict(n_experts=experts, top_k=top_k, expert_d_ff=expert_d_ff))}
 
 
 class Trainer:

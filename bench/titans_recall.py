@@ -63,11 +63,11 @@ class Task:
 
 
 def configs(task: Task, width: int, canon: str = "A", **memory_settings) -> dict[str, ModelConfig]:
-    """The memory model (memory_settings: memory_lr, memory_chunk, memory_depth, ...) and the local model."""
+    """The memory model (memory_settings: model.memory fields lr, chunk, depth, ...) and the local model."""
     shape = dict(n_layers=2, d_model=width, head_dim=16, vocab_size=task.vocab, context_length=task.length,
-                 sliding_window=task.segment, init="normal", canon_set=canon)
-    memory = ModelConfig(**shape, layer_types=["attn", "local_attn"], memory_layers=[0],
-                         memory_segment=task.segment, persistent_tokens=4, **memory_settings)
+                 sliding_window=task.segment, init="normal", canon=dict(set=canon))
+    memory = ModelConfig(**shape, layer_types=["attn", "local_attn"],
+                         memory=dict(layers=[0], segment=task.segment, persistent_tokens=4, **memory_settings))
     target = count(memory).params_total
     local = min((ModelConfig(**shape, layer_types=["local_attn"], d_ff=f) for f in range(8, 16 * width, 8)),
                 key=lambda c: abs(count(c).params_total - target))
@@ -121,9 +121,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--canon", default="A", help="Canon positions of both models ('' for none)")
-    parser.add_argument("--memory-lr", type=float, default=0.5, help="the memory model's memory_lr")
-    parser.add_argument("--memory-chunk", type=int, default=None, help="its memory_chunk (default: the segment)")
-    parser.add_argument("--memory-depth", type=int, default=2, help="its memory_depth")
+    parser.add_argument("--memory-lr", type=float, default=0.5, help="the memory model's memory.lr")
+    parser.add_argument("--memory-chunk", type=int, default=None, help="its memory.chunk (default: the segment)")
+    parser.add_argument("--memory-depth", type=int, default=2, help="its memory.depth")
     parser.add_argument("--models", nargs="+", default=["memory", "local"], choices=["memory", "local"])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--log-every", type=int, default=0, help="print the training loss every N steps")
@@ -132,8 +132,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     task = Task(args.length, args.segment, args.pairs)
-    cfgs = configs(task, args.width, args.canon, memory_lr=args.memory_lr, memory_chunk=args.memory_chunk,
-                   memory_depth=args.memory_depth)
+    cfgs = configs(task, args.width, args.canon, lr=args.memory_lr, chunk=args.memory_chunk,
+                   depth=args.memory_depth)
     cfgs = {name: cfgs[name] for name in args.models}
     runs = []
     for seed in args.seeds:

@@ -1,7 +1,7 @@
 """Benchmark: forward + backward of one Titans memory-as-context layer against plain attention of the same width.
 
-Issue 12 asks for the memory layer's forward+backward cost per token against plain attention of the same
-width, as a ratio. This measures it at the mixer level, one layer and no model around it: `mac`
+The memory layer's forward+backward cost per token against plain attention of the same width, as a ratio,
+measured at the mixer level, one layer and no model around it: `mac`
 (slm.components.titans.MemoryAsContext: segment attention over persistent tokens, memory reads and the
 segment, and the neural memory learning each segment) against `attn` (MultiHeadAttention, causal over the
 whole context), both built from one ModelConfig (by default the 70M shape's width: d_model 384, head_dim 48,
@@ -35,8 +35,8 @@ from slm.components.titans import MemoryAsContext
 from slm.model import ModelConfig
 from slm.model.transformer import SequenceContext
 
-SHAPE = dict(d_model=384, head_dim=48, n_kv_heads=4, context_length=1024, memory_layers=[0], memory_segment=128,
-             persistent_tokens=32, memory_depth=2)
+MEMORY = dict(layers=[0], segment=128, persistent_tokens=32, depth=2)
+SHAPE = dict(d_model=384, head_dim=48, n_kv_heads=4, context_length=1024)
 
 
 def step(layer: torch.nn.Module, cfg: ModelConfig, rope: RoPE, x: torch.Tensor) -> float:
@@ -51,7 +51,7 @@ def step(layer: torch.nn.Module, cfg: ModelConfig, rope: RoPE, x: torch.Tensor) 
 
 def measure(chunk: int | None, args) -> dict:
     """Alternating (attn, mac) pairs at one memory_chunk (None: the whole segment)."""
-    cfg = ModelConfig(**SHAPE, memory_chunk=chunk)
+    cfg = ModelConfig(**SHAPE, memory={**MEMORY, "chunk": chunk})
     rope = RoPE.from_config(cfg)
     torch.manual_seed(0)
     layers = {"attn": MultiHeadAttention(cfg), "mac": MemoryAsContext(cfg)}
@@ -68,7 +68,7 @@ def measure(chunk: int | None, args) -> dict:
             seconds[name].append(step(layer, cfg, rope, x))
     ratios = [m / a for a, m in zip(seconds["attn"], seconds["mac"])]
     tokens = args.batch * cfg.context_length
-    return {"memory_chunk": cfg.memory_chunk, "memory_segment": cfg.memory_segment,
+    return {"memory_chunk": cfg.memory.chunk, "memory_segment": cfg.memory.segment,
             "params": {"attn": MultiHeadAttention.num_params(cfg), "mac": MemoryAsContext.num_params(cfg)},
             "step_seconds": seconds,
             "tokens_per_second": {name: tokens / statistics.median(s) for name, s in seconds.items()},
@@ -92,8 +92,8 @@ def main() -> None:
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     first = settings[0]
     print(f"titans step  mac ({first['params']['mac']:,} parameters) vs attn ({first['params']['attn']:,}), "
-          f"forward + backward of one layer, d_model {SHAPE['d_model']}, segment {SHAPE['memory_segment']}, "
-          f"{SHAPE['persistent_tokens']} persistent tokens, {args.threads} thread(s), "
+          f"forward + backward of one layer, d_model {SHAPE['d_model']}, segment {MEMORY['segment']}, "
+          f"{MEMORY['persistent_tokens']} persistent tokens, {args.threads} thread(s), "
           f"{result['batch_tokens']} tokens/step")
     for s in settings:
         r, tps = s["ratio_mac_over_attn"], s["tokens_per_second"]

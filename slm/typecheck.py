@@ -3,7 +3,8 @@ infinite learning rate is one line naming the field (`model.rope_theta='abc' is 
 number`) rather than a TypeError deep inside the model or a run that trains on nonsense.
 
 Handles the annotations the configs use: bool, int (not bool), float (an int is fine; NaN and infinity are
-not), str, list[X] (list[str] also takes a comma-separated string), and X | None. Other types (nested config objects) are left to their own checks.
+not), str, Literal[...] (one of the listed values), list[X] (list[str] also takes a comma-separated string), and
+X | None. Other types (nested config objects) are left to their own checks.
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ def expected(value, annotation) -> str | None:
         if any(w is None for w in wanted):
             return None
         return " or ".join(wanted)
+    if origin is typing.Literal:
+        allowed = typing.get_args(annotation)
+        if any(value == a and type(value) is type(a) for a in allowed):
+            return None
+        return "one of: " + ", ".join(str(a) for a in allowed)
     if origin is list:
         (item,) = typing.get_args(annotation) or (typing.Any,)
         what = f"a list of {_plural(item)}"
@@ -60,7 +66,8 @@ def check_types(obj, section: str, error: type[Exception] = ValueError) -> None:
         value = getattr(obj, f.name)
         wanted = expected(value, hints[f.name])
         if wanted is not None:
-            raise error(f"{section}.{f.name}={value!r} is invalid: expected {wanted}")
+            verb = "choose" if wanted.startswith("one of: ") else "expected"  # a Literal: the registry errors' words
+            raise error(f"{section}.{f.name}={value!r} is invalid: {verb} {wanted}")
 
 
 def did_you_mean(name: str, options, prefix: str = "") -> str:
@@ -69,3 +76,25 @@ def did_you_mean(name: str, options, prefix: str = "") -> str:
 
     close = difflib.get_close_matches(name, [str(o) for o in options], n=1, cutoff=0.6)
     return f" (did you mean {prefix}{close[0]}?)" if close else ""
+
+
+def settings_from_node(cls, node, section: str, error: type[Exception] = ValueError):
+    """A nested settings dataclass `cls` from a config mapping (None: the defaults; an instance: itself), its
+    types checked; an unknown key is one line naming `section`, the key and the known ones."""
+    from collections.abc import Mapping
+
+    if node is None:
+        return cls()
+    if isinstance(node, cls):
+        return dataclasses.replace(node)  # a copy: two configs never share (and fill in) one settings object
+    if not isinstance(node, Mapping):
+        known = ", ".join(f.name for f in dataclasses.fields(cls))
+        raise error(f"{section}={node!r} is invalid: a mapping of {known}")
+    known = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(node) - set(known))
+    if unknown:
+        raise error(f"{section} has unknown key {unknown[0]!r}{did_you_mean(str(unknown[0]), known)}: "
+                    f"choose from {', '.join(known)}")
+    obj = cls(**dict(node))
+    check_types(obj, section, error)
+    return obj

@@ -12,6 +12,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:  # `make test` runs -n 2: each worker (and the commands it starts) gets its share of the cores
+    _SHARE = str(max(1, (os.cpu_count() or 1) // _WORKERS))
+    os.environ.setdefault("OMP_NUM_THREADS", _SHARE)
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
 PRESETS = ["gpt2", "llama3", "qwen3", "gemma3", "llama3_canon", "mobilellm", "mobilellm_ls", "design_40m", "debug", "lfm2", "moe", "dllm", "dllm_canon", "dllm_recursive", "dhara",
            "titans_mac"]
 

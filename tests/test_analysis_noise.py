@@ -1,4 +1,4 @@
-"""Issue 15, "the report must not rank noise": a suite average's propagated standard error, error bars in
+"""The report does not rank noise: a suite average's propagated standard error, error bars in
 every score plot, multiple-choice scores against their chance level, no "best configuration" claimed within
 noise, how far budget-solved runs landed from their budget, the CPU's cumulative peak memory left out of the
 throughput plot (the HTML report's embedded figures: tests/test_analysis_report.py). Every input is built so the right answer is
@@ -15,7 +15,7 @@ import pytest
 from matplotlib.container import ErrorbarContainer
 
 from analysis import collect
-from analysis.collect import average_stderr, chance_of
+from analysis.records import average_stderr, chance_of
 from analysis.plot_style import choose_score, near_chance
 from analysis.plots import draw, plot_heatmap, plot_throughput, plot_tiers
 from analysis.report import budget_flags, sections
@@ -175,10 +175,16 @@ def test_multiple_choice_scores_are_drawn_against_chance(noisy):
 
 
 def test_within_noise_of_chance_is_score_minus_chance_against_196_stderr():
+    """One rule for slm-eval's score lines (a number at a time) and the analysis (a table's rows at once)."""
+    from slm.eval.score_lines import near_chance as rule
+
     table = pd.DataFrame({"score_t": [0.289, 0.29, 0.30, 0.24, 0.5], "stderr_t": [0.02, 0.02, 0.02, np.nan, np.nan],
                           "chance_t": 0.25, "metric_t": MC})
     # 0.039 <= 0.0392 near; 0.04 > 0.0392 not; 0.24 below chance with no stderr: near; 0.5: not
-    assert near_chance(table, "score_t").tolist() == [True, False, False, True, False]
+    expected = [True, False, False, True, False]
+    assert near_chance(table, "score_t").tolist() == expected
+    assert [rule(s, 0.25, None if np.isnan(e) else e) for s, e in zip(table["score_t"], table["stderr_t"])] == expected
+    assert rule(table["score_t"], table["chance_t"], table["stderr_t"].fillna(0.0)).tolist() == expected
 
 
 def test_report_says_which_runs_are_within_noise_of_chance(noisy):

@@ -64,6 +64,10 @@ def test_notebook_executes(tmp_path, monkeypatch):
     texts = "".join(o.get("text", "") for o in loss_cell.outputs)
     assert f"{logged} of " in texts and logged > 0
     assert sum("image/png" in o.get("data", {}) for o in loss_cell.outputs) == 1
+    # each column's role and doc, from the schema
+    (columns_cell,) = [c for c in nb.cells if c.get("id") == "columns"]
+    shown = "".join(o.get("data", {}).get("text/plain", "") for o in columns_cell.outputs)
+    assert "train_flops" in shown and "flops_per_token x tokens" in shown and "nuisance" in shown
     # the verdict opens the notebook as it opens the report
     (verdict_cell,) = [c for c in nb.cells if c.get("id") == "verdict"]
     shown = "".join(o.get("data", {}).get("text/markdown", "") for o in verdict_cell.outputs)

@@ -1,5 +1,6 @@
-"""Each of the plots renders from a small table (PNG and SVG written, non-empty, the expected axis labels),
-and degrades to a clear fallback when the table lacks what it needs."""
+"""Each of the plots renders from a small table (PNG and SVG written, the expected axis labels) and draws the
+table's numbers (read back from the matplotlib artists: every run's point where it belongs, the means, ranks and
+frontiers computed here by hand), and degrades to a clear fallback when the table lacks what it needs."""
 
 from __future__ import annotations
 
@@ -63,7 +64,7 @@ def with_lr_search(table: pd.DataFrame) -> pd.DataFrame:
     """The table plus each completed run again at twice its lr, a little worse (an lr axis per configuration)."""
     extra = table[table["status"] == "completed"].copy()
     extra["lr"] = extra["lr"] * 2
-    for column in [c for c in extra.columns if c.startswith("score_")]:
+    for column in [c for c in extra.columns if c.startswith(("score_", "avg_"))]:
         extra[column] = extra[column] - 0.01
     extra["val_nll"] = extra["val_nll"] + 0.05
     extra["run"] = extra["run"] + "_lr2"
@@ -85,6 +86,137 @@ def test_each_plot_renders(table, tmp_path, kind):
     for ax in fig.axes:
         if ax.get_xlabel():
             assert ax.get_xlabel() in text  # SVG keeps text as text
+
+
+SCORE = "avg_offline"  # the score the plots choose for this table (asserted below)
+SHOWN = ["score_hellaswag", "score_piqa", "score_slm_shakespeare_bpb", "avg_offline"]  # the heatmap's columns
+
+
+def completed(table: pd.DataFrame) -> pd.DataFrame:
+    return table[table["status"] == "completed"]
+
+
+def drawn_points(ax) -> np.ndarray:
+    """Every scatter point of the axes, (x, y) rows in sorted order."""
+    from matplotlib.collections import PathCollection
+
+    points = [tuple(map(float, p)) for c in ax.collections if isinstance(c, PathCollection) for p in c.get_offsets()]
+    return np.array(sorted(points))
+
+
+def table_points(rows: pd.DataFrame, x: str, y: str) -> np.ndarray:
+    return np.array(sorted(zip(rows[x].astype(float), rows[y].astype(float))))
+
+
+def label_of(family, n_layers, d_model) -> str:
+    return f"{family} L{n_layers} d{d_model}"
+
+
+def configuration_means(rows: pd.DataFrame, column: str) -> dict[str, float]:
+    """{configuration label: mean of `column` over its seeds}."""
+    means = rows.groupby(["family", "n_layers", "d_model"])[column].mean()
+    return {label_of(*key): float(v) for key, v in means.items()}
+
+
+def non_dominated(points: np.ndarray) -> np.ndarray:
+    """The points no other point beats on both axes (less x and less y, one strictly): a Pareto frontier."""
+    keep = [p for p in points if not any(q[0] <= p[0] and q[1] <= p[1] and (q != p).any() for q in points)]
+    return np.array(sorted(map(tuple, keep)))
+
+
+def check_tiers(fig, table):
+    ax = fig.axes[0]
+    line = ax.containers[0].lines[0]  # the errorbar's points: x the configuration's score, y its row
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert dict(zip(labels, line.get_xdata())) == pytest.approx(configuration_means(completed(table), SCORE))
+    assert list(line.get_ydata()) == list(range(len(labels)))
+    assert (np.diff(line.get_xdata()) >= 0).all()  # higher is better: the best at the top
+
+
+def check_threshold(fig, table):
+    np.testing.assert_allclose(drawn_points(fig.axes[0]), table_points(completed(table), "d_model", SCORE))
+
+
+def check_throughput(fig, table):
+    np.testing.assert_allclose(drawn_points(fig.axes[0]),
+                               table_points(completed(table), "decode_tokens_per_s", SCORE))
+
+
+def check_pareto(fig, table):
+    rows = completed(table)
+    points = table_points(rows, "train_flops", "val_nll")
+    frontier = non_dominated(points)
+    assert len(frontier) < len(points)
+    # every run once, and the frontier's runs ringed once more
+    expected = np.array(sorted(map(tuple, np.concatenate([points, frontier]))))
+    np.testing.assert_allclose(drawn_points(fig.axes[0]), expected)
+    np.testing.assert_allclose(table_points(rows.loc[fig.slm_frontier], "train_flops", "val_nll"), frontier)
+    best = {}  # each family's best run at each depth, joined in order of depth
+    for family, part in rows.groupby("family"):
+        part = part.loc[part.groupby("n_layers")["val_nll"].idxmin()].sort_values("n_layers")
+        best[family] = list(zip(part["train_flops"].astype(float), part["val_nll"].astype(float)))
+    lines = [list(zip(ln.get_xdata(), ln.get_ydata())) for ln in fig.axes[0].get_lines()
+             if len(ln.get_xdata()) == len(GRID)]
+    np.testing.assert_allclose(np.array(sorted(lines)), np.array(sorted(best.values())))
+
+
+def check_depth(fig, table):
+    rows = completed(table)
+    panels = {ax.get_title(): ax for ax in fig.axes}
+    for column, title in (("score_hellaswag", "hellaswag"), ("score_piqa", "piqa")):
+        ax = panels[title]
+        np.testing.assert_allclose(drawn_points(ax), table_points(rows, "n_layers", column))
+        for family, part in rows.groupby("family"):  # the line: the family's mean at each depth
+            mean = part.groupby("n_layers")[column].mean()
+            (line,) = [ln for ln in ax.get_lines() if ln.get_label() == family]
+            assert list(line.get_xdata()) == list(mean.index)
+            assert list(line.get_ydata()) == pytest.approx(list(mean.values))
+
+
+def check_heatmap(fig, table):
+    ax = fig.axes[0]
+    ranks = np.asarray(ax.images[0].get_array(), float)  # (configurations, tasks): 1 best, 0 worst
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    headers = [t.get_text() for t in ax.get_xticklabels()]
+    assert ranks.shape == (len(labels), len(SHOWN))
+    for j, (column, header) in enumerate(zip(SHOWN, headers)):
+        means = configuration_means(completed(table), column)
+        values = np.array([means[label] for label in labels])
+        sign = 1 if "↑" in header else -1  # the header's arrow says which way is better
+        assert sign == (-1 if column == "score_slm_shakespeare_bpb" else 1), header
+        assert ranks[:, j].max() == 1 and ranks[:, j].min() == 0
+        assert (np.sign(np.subtract.outer(ranks[:, j], ranks[:, j]))
+                == sign * np.sign(np.subtract.outer(values, values))).all(), header
+    order = [configuration_means(completed(table), SCORE)[label] for label in labels]
+    assert order == sorted(order, reverse=True)  # rows in order of the chosen score, best first
+
+
+def check_lr(fig, table):
+    rows = completed(with_lr_search(table))
+    means = rows.groupby(["family", "n_layers", "d_model", "lr"])[SCORE].mean()
+    lines = {ln.get_label(): ln for ln in fig.axes[0].get_lines()}
+    stars = sorted((float(ln.get_xdata()[0]), float(ln.get_ydata()[0])) for ln in fig.axes[0].get_lines()
+                   if ln.get_marker() == "*")
+    best = []
+    for (family, n_layers, d_model), curve in means.groupby(level=[0, 1, 2]):
+        line = lines[label_of(family, n_layers, d_model)]
+        lrs = curve.index.get_level_values("lr")
+        assert list(line.get_xdata()) == pytest.approx(list(lrs))
+        assert list(line.get_ydata()) == pytest.approx(list(curve.values))
+        best.append((float(lrs[curve.argmax()]), float(curve.max())))
+    np.testing.assert_allclose(stars, sorted(best))
+
+
+DATA_CHECKS = {"tiers": check_tiers, "threshold": check_threshold, "throughput": check_throughput,
+               "pareto": check_pareto, "depth": check_depth, "heatmap": check_heatmap, "lr": check_lr}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_plot_draws_the_table_s_numbers(table, kind):
+    assert choose_score(table)[0] == SCORE
+    fig, _ = draw(kind, with_lr_search(table) if kind == "lr" else table)
+    assert not hasattr(fig, "slm_placeholder")
+    DATA_CHECKS[kind](fig, table)
 
 
 def test_tier_plot_shows_the_split(table):

@@ -10,8 +10,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.collect import _current_model_fields, collect, row_from_record
-from analysis.schema import TRAIN_AXES, config_columns, config_keys, role_of
+from analysis.collect import collect, row_from_record
+from analysis.records import model_section
+from analysis.schema import TRAIN_AXES, config_columns, config_keys, model_cells, role_of
 from analysis.thresholds import best_per_family
 from analysis.tiers import find_tiers, units_of
 from analysis.tuning import EDGE_HIGH, EDGE_LOW, at_best_lr, lr_curves, rows_at
@@ -28,8 +29,7 @@ def test_every_column_outside_the_model_section_has_a_role():
     for path in records:
         record = load_record(path.parent)
         row = row_from_record(record, path.parent, DOCS)
-        model = _current_model_fields(record.get("model") or {})  # the model section, upgraded as the collector does
-        model_keys = set(model) | {f"mup_{k}" for k in model.get("mup", {})}
+        model_keys = set(model_cells(model_section(record)))  # the model section's columns, as the collector writes them
         for column in set(row) - model_keys:
             assert role_of(column) != "config" or column in TRAIN_AXES, (column, path)
 
@@ -43,8 +43,8 @@ def test_metrics_and_nuisance_axes_are_not_configuration():
 
 
 def test_seeds_of_real_ladder_records_pool_into_one_configuration():
-    """Three seeds of two linear-model contexts (arXiv 2512.20877's sweep): before the schema, test_nll made
-    every run its own configuration, and records from before model.mup split from newer ones."""
+    """Three seeds of two linear-model contexts (arXiv 2512.20877's sweep) pool into one configuration each:
+    test_nll is a score, not a configuration axis, and records without model.mup pool with those that have it."""
     table = collect(LADDER)
     assert len(table) == 16
     for score in ("test_nll", "val_nll"):

@@ -1,4 +1,4 @@
-"""Issue 29 §1, "the report leads with what discriminates": the headline metric is chosen per study (the first
+"""The report leads with what discriminates: the headline metric is chosen per study (the first
 metric on which configurations differ beyond noise and from chance), the report opens with a verdict on it,
 the figures are keyed (colour: family, marker: depth), the decode-speed plot states its device, load and
 decoder settings, and the notebook's Pareto frontier follows the report's rule. Every input is built so the

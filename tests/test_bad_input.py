@@ -1,4 +1,4 @@
-"""The bad-input battery (issue 14): every CLI answers bad input with one line, `<prog>: error: ...`, exit code 2,
+"""The bad-input battery: every CLI answers bad input with one line, `<prog>: error: ...`, exit code 2,
 no traceback, and no file changed outside the run's own directory (a single run refused before training
 leaves no run directory at all).
 

@@ -1,4 +1,4 @@
-"""The budget solver's second knob (issue 28): after the width, the MLP hidden size (d_ff, or expert_d_ff) is tuned
+"""The budget solver's second knob: after the width, the MLP hidden size (d_ff, or expert_d_ff) is tuned
 in steps of model.d_ff_step so that every job of a budgeted sweep lands within model.budget_tolerance."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ FAMILIES = {  # cpu_default's points (LLaMA-style families with 2 KV heads; the 
     "gpt2": ("model=gpt2",),
     "llama3": ("model=llama3", "model.n_kv_heads=2"),
     "lfm2": ("model=lfm2", "model.n_kv_heads=2"),
-    "moe": ("model=moe", "model.n_kv_heads=2", "model.n_experts=8", "model.expert_d_ff=160",
+    "moe": ("model=moe", "model.n_kv_heads=2", "model.moe.n_experts=8", "model.moe.expert_d_ff=160",
             "model.budget_count=active"),
 }
 
@@ -47,9 +47,10 @@ def test_the_second_knob_lands_within_the_default_tolerance(family, layers):
     fit = budget_fit(cfg)
     assert SOLVER_KEYS["budget_tolerance"] == node["budget_tolerance"] == 0.03
     assert abs(params(cfg, counted) / 5e5 - 1) <= 0.03
-    knob = "expert_d_ff" if family == "moe" else "d_ff"
-    assert fit.knob == knob and fit.d_model == cfg.d_model and fit.value == getattr(cfg, knob)
-    own = getattr(family_config(node, cfg.d_model), knob)  # the family's rule (or set value) at that width
+    knob = "moe.expert_d_ff" if family == "moe" else "d_ff"
+    value = lambda c: c.moe.expert_d_ff if family == "moe" else c.d_ff  # noqa: E731
+    assert fit.knob == knob and fit.d_model == cfg.d_model and fit.value == value(cfg)
+    own = value(family_config(node, cfg.d_model))  # the family's rule (or set value) at that width
     assert fit.family_value == own and KNOB_RANGE[0] <= fit.value / own <= KNOB_RANGE[1]
     assert fit.value == own or fit.value % node["d_ff_step"] == 0
     assert (cfg.head_dim, cfg.n_heads * cfg.head_dim) == (16, cfg.d_model)  # heads still follow the width
@@ -60,8 +61,13 @@ def test_the_second_knob_lands_within_the_default_tolerance(family, layers):
     # no other multiple of d_ff_step in range at this width is closer
     for value in (fit.value - node["d_ff_step"], fit.value + node["d_ff_step"]):
         if KNOB_RANGE[0] * own <= value <= KNOB_RANGE[1] * own:
-            other = config_from_spec({**{k: v for k, v in node.items() if k not in SOLVER_KEYS},
-                                      "d_model": cfg.d_model, "n_heads": None, knob: value})
+            fields = {k: v for k, v in node.items() if k not in SOLVER_KEYS}
+            fields = {**fields, "d_model": cfg.d_model, "n_heads": None}
+            if family == "moe":
+                fields["moe"] = {**fields["moe"], "expert_d_ff": value}
+            else:
+                fields["d_ff"] = value
+            other = config_from_spec(fields)
             assert abs(params(cfg, counted) - 5e5) <= abs(params(other, counted) - 5e5)
 
 
@@ -111,7 +117,7 @@ def test_other_widths_when_the_mlp_alone_cannot_land():
 def test_d_ff_step_null_is_the_width_alone():
     node = spec("llama3", 4, "model.param_budget=5e5", "model.d_ff_step=null", "model.budget_tolerance=0.25")
     cfg = config_from_spec(node)
-    assert (cfg.d_model, cfg.d_ff) == (96, 256) and count(cfg).params_total == 400_320  # -19.9%, as before issue 28
+    assert (cfg.d_model, cfg.d_ff) == (96, 256) and count(cfg).params_total == 400_320  # -19.9%: the width alone
     with pytest.raises(ConfigError, match=r"^model.param_budget=500000 is out of reach: the closest width, "
                                           r"d_model=96 \(the MLP size is not tuned: model.d_ff_step=null\), has "
                                           r"400,320 total parameters \(-19.9%; allowed: ±3%"):
@@ -212,7 +218,7 @@ def test_the_report_column():
     record["config"]["model"].update(param_budget=5e5, budget_tolerance=0.03)
     row = row_from_record(record, "runs/g/a")
     assert row["budget_knob"] == "d_model, d_ff 256→344" and row["budget_tolerance"] == 0.03
-    old = make_record()  # before the second knob: the width alone moved, within the old default 0.25
+    old = make_record()  # a record without budget_knob or budget_tolerance: the width alone, within 0.25
     old["model"]["param_budget"] = old["config"]["model"]["param_budget"] = 5e5
     row = row_from_record(old, "runs/g/b")
     assert row["budget_knob"] == "d_model" and row["budget_tolerance"] == 0.25

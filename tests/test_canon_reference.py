@@ -28,9 +28,8 @@ def _load(name: str, reference_order: bool) -> tuple[Transformer, torch.Tensor, 
     cfg = ModelConfig(n_layers=c["num_hidden_layers"], d_model=c["hidden_size"], n_heads=c["num_attention_heads"],
                       n_kv_heads=c["num_key_value_heads"], d_ff=c["intermediate_size"], vocab_size=c["vocab_size"],
                       context_length=c["max_position_embeddings"], norm_eps=c["rms_norm_eps"],
-                      rope_theta=c["rope_theta"], qk_norm=c["qk_norm"], canon_set=c["canon_set"],
-                      canon_kernel=c["canon_kernel"], qk_norm_scope="all_heads" if reference_order else "head",
-                      canon_b_after_qk_norm=reference_order)
+                      rope_theta=c["rope_theta"], qk_norm=c["qk_norm"], qk_norm_scope="all_heads" if reference_order else "head",
+                      canon=dict(set=c["canon_set"], kernel=c["canon_kernel"], b_after_qk_norm=reference_order))
     sd = {"tok_emb.weight": w["model.embed_tokens.weight"], "lm_head.weight": w["model.embed_tokens.weight"],
           "norm.weight": w["model.norm.weight"]}
     for i in range(cfg.n_layers):
@@ -47,7 +46,7 @@ def _load(name: str, reference_order: bool) -> tuple[Transformer, torch.Tensor, 
                 sd[f"{s}attn.{p}_norm.weight"] = weight if reference_order else weight[:cfg.head_dim]
         ours = {"A": "canon_a", "C": "canon_c", "B": "attn.canon_b", "D": "mlp.canon_d"}
         theirs = {"A": "canonA", "C": "canonC", "B": "self_attn.canonB", "D": "mlp.canonD"}
-        for letter in cfg.canon_set:
+        for letter in cfg.canon.set:
             sd[f"{s}{ours[letter]}.conv.weight"] = w[f"{h}{theirs[letter]}.weight"]  # (C, 1, kernel)
     model = Transformer(cfg).eval()
     model.load_state_dict(sd, strict=True)

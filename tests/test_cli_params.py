@@ -32,9 +32,10 @@ def test_new_family_counts(capsys, preset, total, active):
     report = json.loads(capsys.readouterr().out)
     assert (report["params_total"], report["params_active"]) == (total, active)
     if preset == "moe":
-        assert (report["n_experts"], report["top_k"], report["expert_d_ff"], report["n_layers"]) == (16, 2, 672, 24)
+        moe = report["moe"]
+        assert (moe["n_experts"], moe["top_k"], moe["expert_d_ff"], report["n_layers"]) == (16, 2, 672, 24)
     else:
-        assert report["layer_types"] == ["conv", "conv", "attn"] and "n_experts" not in report
+        assert report["layer_types"] == ["conv", "conv", "attn"] and "moe" not in report
 
 
 def test_notes_say_when_a_window_does_nothing(capsys):
@@ -65,8 +66,8 @@ def test_budget_shows_width(capsys):
                                              "has 3 entries for n_layers=2"),
         (["model.layer_types=[attn,mamba]"], "slm-params: error: model.layer_types=['attn', 'mamba'] is invalid: "
                                              "unknown mixer 'mamba'; choose one of: attn, local_attn, conv"),
-        (["model=moe", "model.top_k=17"], "slm-params: error: model.top_k=17 is invalid: must be an integer in 1..n_experts=16"),
-        (["model=moe", "model.n_experts=0"], "slm-params: error: model.n_experts=0 is invalid: mlp_types ['moe'] has moe "
+        (["model=moe", "model.moe.top_k=17"], "slm-params: error: model.moe.top_k=17 is invalid: must be an integer in 1..n_experts=16"),
+        (["model=moe", "model.moe.n_experts=0"], "slm-params: error: model.moe.n_experts=0 is invalid: model.mlp_types ['moe'] has moe "
                                              "layers"),
         (["model=moe", "model.budget_count=experts", "model.param_budget=1e6"],
          "slm-params: error: model.budget_count='experts' is invalid: choose one of: total, active"),

@@ -97,8 +97,8 @@ def test_generate_masked_diffusion_titans_and_window_models(tmp_path, capsys):
            prog="slm-generate")
 
     # Titans' memory as context: the eager KV cache
-    titans = _run_dir(tmp_path / "titans", memory_layers=[0], memory_segment=8, memory_heads=2, memory_hidden=8,
-                      persistent_tokens=2, context_length=32)
+    titans = _run_dir(tmp_path / "titans", memory=dict(layers=[0], segment=8, heads=2, hidden=8,
+                      persistent_tokens=2), context_length=32)
     model = load_model(titans / "model")
     (text,) = run([str(titans), "All:", "-t", "0", "-n", "12"])
     tok = load_tokenizer(titans / "model")
@@ -189,7 +189,7 @@ def test_export_hf_refuses_what_transformers_lacks(tmp_path, capsys):
     from slm.model import config_from_spec
     from tests.conftest import compose_model_node
 
-    canon = _run_dir(tmp_path / "canon", canon_set="AC")
+    canon = _run_dir(tmp_path / "canon", canon=dict(set="AC"))
     _fails(run, [str(canon), str(tmp_path / "out")], capsys, "cannot be exported to transformers",
            "Canon layers", "gpt2 (GPT2LMHeadModel)", prog="slm-export-hf")
     window = _run_dir(tmp_path / "linear", kind="linear", context_length=8, tie_embeddings=False)
@@ -200,8 +200,8 @@ def test_export_hf_refuses_what_transformers_lacks(tmp_path, capsys):
     tiny = {"gpt2": ["model.n_layers=2", "model.d_model=64"], "design_40m": ["model.n_layers=2", "model.d_model=80"],
             "mobilellm": ["model.n_layers=2", "model.d_model=96", "model.head_dim=32"],
             "lfm2": ["model.n_layers=3", "model.d_model=64", "model.head_dim=16"],
-            "moe": ["model.n_layers=2", "model.d_model=64", "model.head_dim=16", "model.n_experts=4",
-                    "model.expert_d_ff=32"]}
+            "moe": ["model.n_layers=2", "model.d_model=64", "model.head_dim=16", "model.moe.n_experts=4",
+                    "model.moe.expert_d_ff=32"]}
     offered = ("gpt2", "llama3", "debug", "design_40m", "mobilellm", "lfm2", "moe")
     assert all(re.search(rf"\b{name}\b", EXPORTABLE) for name in offered)
     for preset in offered:

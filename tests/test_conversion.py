@@ -21,7 +21,7 @@ from slm.training.init_from import InitFromError, check_shapes, find_source, loa
 from tests.test_train_cli import _steps, assert_same_run, kill_at_step, record, slm_train
 
 V = 21  # 20 symbols + the mask token
-TINY = dict(n_layers=2, d_model=32, n_heads=4, n_kv_heads=2, vocab_size=V, context_length=16, canon_set="AC",
+TINY = dict(n_layers=2, d_model=32, n_heads=4, n_kv_heads=2, vocab_size=V, context_length=16, canon=dict(set="AC"),
             mlp="swiglu", norm="rmsnorm", position="rope", init="normal")
 
 
@@ -122,7 +122,7 @@ def test_init_from_loads_exactly_the_source_weights(tmp_path):
 MISMATCHES = {
     "vocab": (dict(vocab_size=V + 1), f"tensor lm_head.weight is [{V}, 32] in the source and [{V + 1}, 32] in this"),
     "width": (dict(d_model=48), "tensor blocks.0.attn.proj.weight is [32, 32] in the source and [48, 48] in this"),
-    "canon": (dict(canon_set="A"), ("the source has tensor blocks.0.canon_c.conv.weight [32, 1, 4], which this "
+    "canon": (dict(canon=dict(set="A")), ("the source has tensor blocks.0.canon_c.conv.weight [32, 1, 4], which this "
                                     "model lacks (2 such tensors)")),
     "depth": (dict(n_layers=3), "this model's tensor blocks.2.attn_norm.weight [32] is not in the source"),
     "untied": (dict(tie_embeddings=False), "this model's tensor tok_emb.weight"),
@@ -278,16 +278,16 @@ def test_a_converted_run_starts_from_the_source_follows_the_curriculum_and_recor
 def test_a_resumed_run_does_not_apply_init_from_again(tmp_path, monkeypatch):
     """With its own checkpoint a run resumes from it: the source is not looked at (it may be gone by then)."""
     from slm.cli.config import compose_config
-    from slm.runs.job import CHECKPOINT, _setup
+    from slm.runs.job import CHECKPOINT, prepare
 
     monkeypatch.setenv("SLM_CACHE", str(tmp_path.parent / "slm-cache"))
     cfg = OmegaConf.to_container(compose_config(["model=dhara", *TINY_RUN, "train.objective=mdlm",
                                                  f"train.init_from={tmp_path / 'gone'}"]), resolve=True)
     with pytest.raises(FileNotFoundError, match="gone: no such run or checkpoint directory"):
-        _setup(cfg, tmp_path / "run")
+        prepare(cfg, tmp_path / "run")
     (tmp_path / "run" / CHECKPOINT).parent.mkdir(parents=True)
     (tmp_path / "run" / CHECKPOINT).touch()
-    assert _setup(cfg, tmp_path / "run")[-1] is None  # no init source: the checkpoint has the weights
+    assert prepare(cfg, tmp_path / "run").init is None  # no init source: the checkpoint has the weights
 
 
 @pytest.mark.slow

@@ -13,16 +13,17 @@ from tests.conftest import PRESETS, compose_model_node
 #  llama3 at the study's 70M shape: 50304*384 + 32*(4*384*384 - 2*384*192 + 3*384*1024 + 2*384) + 384;
 #  MobileLLM-125M (arXiv:2402.14905, "125M"): 32000*576 + 30*(2*576*576 + 2*576*192 + 3*576*1536 + 2*576) + 576;
 #  the project brief's 40M design: 35,763,840;
-#  lfm2 at the shared shape (issue 10): 50304*384 + 10 attention layers * (2*384*384 + 2*384*192 + 2*48)
+#  lfm2 at the shared shape: 50304*384 + 10 attention layers * (2*384*384 + 2*384*192 + 2*48)
 #    + 22 conv layers * (3*384*384 + 3*384 + 384*384) + 32 * (3*384*1152 + 2*384) + 384 = 79,235,136.
 #  moe (conf/model/moe.yaml): llama3's block at 24 layers with 16 SwiGLU experts of 672, top-2:
 #    50304*384 + 24 * (4*384*384 - 2*384*192 + 2*384 + 384*16 + 16 * 3*384*672) + 384 = 327,371,136 in total,
 #    the same with 2 experts instead of 16: 67,258,752 active.
-#  dllm_canon: llama3_canon's count (Canon A and C: 32 * 4 * (384 + 384) more) = 71,344,512;
+#  dllm_canon: the study's 76.05M: 50258*384 + 32*(4*384*384 + 3*384*1024 + 2*384 + 2*4*384) + 384 = 76,045,440
+#    (8 KV heads, the unpadded vocabulary with the mask token; tests/test_fidelity_counts.py);
 #  dllm_recursive: dllm + 3 blocks of 1,622,784 (the refinement module) = 76,114,560 (the study's "76.11M").
 PUBLISHED = {"gpt2": 124_439_808, "llama3": 71_246_208, "mobilellm": 124_635_456, "mobilellm_ls": 124_635_456,
              "design_40m": 35_763_840, "lfm2": 79_235_136, "moe": 327_371_136, "dllm": 71_246_208,
-             "dllm_canon": 71_344_512, "dllm_recursive": 76_114_560, "dhara": 71_344_512,
+             "dllm_canon": 76_045_440, "dllm_recursive": 76_114_560, "dhara": 71_344_512,
              "titans_mac": 67_757_964}
 ACTIVE = {"moe": 67_258_752}
 GPT2_GRID = [(4, 768), (12, 512), (16, 448), (24, 384), (32, 384), (48, 320), (64, 256)]
@@ -60,12 +61,12 @@ def test_gpt2_grid_counts(layers, width):
 
 @pytest.mark.parametrize(
     "variant",
-    [dict(tie_embeddings=False), dict(canon_set="ABCD", mlp="gelu"), dict(norm_placement="post", norm="layernorm", bias=True),
+    [dict(tie_embeddings=False), dict(canon=dict(set="ABCD"), mlp="gelu"), dict(norm_placement="post", norm="layernorm", bias=True),
      dict(norm_placement="sandwich", qk_norm=True, norm="layernorm", bias=True), dict(position="learned", layer_repeat=3),
-     dict(qk_norm=True, qk_norm_scope="all_heads", canon_set="B", canon_b_after_qk_norm=True, norm="layernorm", bias=True),
+     dict(qk_norm=True, qk_norm_scope="all_heads", canon=dict(set="B", b_after_qk_norm=True), norm="layernorm", bias=True),
      dict(layer_types=["conv", "local_attn"], sliding_window=8, conv_kernel=5, bias=True),
-     dict(mlp_types=["moe", "dense"], n_experts=3, top_k=2, expert_d_ff=20, shared_expert_d_ff=12, mlp="geglu"),
-     dict(mlp_types=["moe"], n_experts=2, top_k=1, mlp="relu", layer_repeat=2)],
+     dict(mlp_types=["moe", "dense"], moe=dict(n_experts=3, top_k=2, expert_d_ff=20, shared_expert_d_ff=12), mlp="geglu"),
+     dict(mlp_types=["moe"], moe=dict(n_experts=2, top_k=1), mlp="relu", layer_repeat=2)],
 )
 def test_variant_counts_match(variant):
     cfg = ModelConfig(n_layers=3, d_model=48, n_heads=4, n_kv_heads=2, vocab_size=97, context_length=40, **variant)

@@ -149,7 +149,7 @@ def test_bad_cache_settings_fail_in_one_line():
     with pytest.raises(ValueError, match=r"cache='prefix': .*layer_types \['conv'\]"):
         DiffusionSampler(_model(layer_types=["conv", "attn"]), cache="prefix")
     with pytest.raises(ValueError, match="Canon layers AC"):
-        DiffusionSampler(_model(canon_set="AC"), cache="dual")
+        DiffusionSampler(_model(canon=dict(set="AC")), cache="dual")
     with pytest.raises(ValueError, match="fully bidirectional"):
         KVCache(_model(causal=True, mask_token_id=None).cfg, 1, 8, bidirectional=True)
     with pytest.raises(ValueError, match="causal or block-causal"):

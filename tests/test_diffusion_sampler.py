@@ -47,7 +47,7 @@ def test_block_causal_cache_gives_the_uncached_tokens():
     """A block-causal model: committed blocks cached, the current block run against the cache, equals
     running the whole canvas each step (the attention mask makes later blocks invisible)."""
     cfg = ModelConfig(**{**TINY, "vocab_size": 50, "context_length": 48, "mask_token_id": 49}, attention_block=4,
-                      canon_set="AC")
+                      canon=dict(set="AC"))
     model = Transformer(cfg).eval()
     prompt = torch.randint(0, 49, (8,)).tolist()  # two whole blocks
     cached = DiffusionSampler(model, steps=12)

@@ -1,4 +1,4 @@
-"""`slm-eval` on damaged inputs (issue 14): every case is one line on stderr, `slm-eval: error: ...`, exit code 2,
+"""`slm-eval` on damaged inputs: every case is one line on stderr, `slm-eval: error: ...`, exit code 2,
 no traceback, and every file of the run directory that existed before is byte-identical after (no temporary
 file left). Each case damages a fresh copy of a tiny run directory (as slm-train leaves it: result.json,
 model/ with config.json, model.safetensors and the char tokenizer); checkpoint checks run before any task

@@ -22,18 +22,18 @@ VARIANTS = {
     "sliding_window_local_theta": dict(sliding_window=5, layer_types=["local_attn", "local_attn", "attn"], rope_theta_local=100.0),
     "layer_repeat": dict(layer_repeat=2, n_kv_heads=1),
     "softcaps_window": dict(attn_logit_softcap=3.0, final_logit_softcap=5.0, sliding_window=4, layer_types=["local_attn", "attn"]),
-    "canon_abcd": dict(canon_set="ABCD", mlp="gelu"),
-    "canon_ac_kernel1": dict(canon_set="AC", canon_kernel=1),
-    "canon_bd_repeat_gated": dict(canon_set="BD", layer_repeat=2, canon_kernel=3),
+    "canon_abcd": dict(canon=dict(set="ABCD"), mlp="gelu"),
+    "canon_ac_kernel1": dict(canon=dict(set="AC", kernel=1)),
+    "canon_bd_repeat_gated": dict(canon=dict(set="BD", kernel=3), layer_repeat=2),
     "gemma_sandwich_qknorm": dict(norm="rmsnorm_gemma", norm_placement="sandwich", qk_norm=True, mlp="geglu",
                                   scale_embeddings=True, sliding_window=6, layer_types=["local_attn", "attn"]),
     "post_norm_partial_rotary": dict(norm_placement="post", rotary_fraction=0.5),
     "lfm2_conv_attn": dict(layer_types=["conv", "conv", "attn"], qk_norm=True, n_kv_heads=2),
-    "conv_only_bias_kernel4_canon": dict(layer_types=["conv"], conv_kernel=4, bias=True, canon_set="AC",
+    "conv_only_bias_kernel4_canon": dict(layer_types=["conv"], conv_kernel=4, bias=True, canon=dict(set="AC"),
                                          position="learned", norm="layernorm", mlp="gelu"),
     "conv_kernel1_local_repeat": dict(layer_types=["conv", "local_attn"], conv_kernel=1, sliding_window=5,
                                       layer_repeat=2),
-    "moe_dense_mix": dict(mlp_types=["dense", "moe"], n_experts=4, top_k=2, expert_d_ff=32, shared_expert_d_ff=16),
+    "moe_dense_mix": dict(mlp_types=["dense", "moe"], moe=dict(n_experts=4, top_k=2, expert_d_ff=32, shared_expert_d_ff=16)),
 }
 
 

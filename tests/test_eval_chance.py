@@ -60,8 +60,8 @@ def test_summary_records_chance_and_the_averaged_tasks_of_two_or_more():
 
 
 def test_a_task_scored_under_its_new_name_replaces_its_old_name():
-    """slm_shakespeare_ppl is now slm_shakespeare_bpb (its headline is bits per byte): scoring a run again drops
-    the entries an earlier evaluation left under the old name."""
+    """slm_shakespeare_ppl is RENAMED_TASKS' old name of slm_shakespeare_bpb (its headline is bits per byte): scoring
+    a run again drops the entries an earlier evaluation left under the old name."""
     old = {"scores": {"slm_shakespeare_ppl": 3.1, "hellaswag": 0.3},
            "metrics": {"slm_shakespeare_ppl": "bits_per_byte,none", "hellaswag": "acc_norm,none"},
            "details": {"slm_shakespeare_ppl": {"bits_per_byte,none": 3.1}, "hellaswag": {}}}

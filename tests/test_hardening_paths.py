@@ -1,4 +1,4 @@
-"""Hardening of where a run writes (issue 31): run groups and job keys stay inside the runs directory, a runs
+"""Hardening of where a run writes: run groups and job keys stay inside the runs directory, a runs
 directory or data cache that cannot be written is one line, a refused single run leaves no run directory, and
 top-level settings of the wrong kind are refused. Each case: one line `slm-train: error: ...`, exit 2, no
 traceback, nothing written anywhere (the runs directory's parent included), for a single run and a sweep (-m).

@@ -1,4 +1,4 @@
-"""Hardening of training (issue 31): a full disk while a checkpoint is written, memory that runs out mid-run, an
+"""Hardening of training: a full disk while a checkpoint is written, memory that runs out mid-run, an
 enormous batch, both checkpoints damaged, a read-only run directory and damaged data-cache metadata each end
 with one line naming the problem and what to do (exit 2), the run recorded `failed` with that line where it had
 started, the last good checkpoint intact, and nothing written outside the run directory.

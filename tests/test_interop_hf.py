@@ -140,7 +140,7 @@ def test_to_hf_round_trip(case):
 
 
 @pytest.mark.parametrize("change, match", [
-    (dict(canon_set="AC"), "Canon layers"),
+    (dict(canon=dict(set="AC")), "Canon layers"),
     (dict(layer_repeat=2), "layer_repeat=2"),
     (dict(qk_norm=True), "qk_norm=True"),
     (dict(sliding_window=8, layer_types=["local_attn"]), "layer_types=.*needs attn only"),
@@ -315,8 +315,8 @@ def test_moe_from_hf_matches_transformers(make):
 
 def test_moe_config_is_mapped():
     cfg = from_hf(_qwen3_moe()).cfg
-    assert (cfg.mlp_types, cfg.n_experts, cfg.top_k, cfg.expert_d_ff, cfg.d_ff) == (["dense", "moe", "moe"], 6, 2, 24, 80)
-    assert (cfg.norm_topk_prob, cfg.moe_aux_coef, cfg.moe_aux_scope, cfg.qk_norm) == (True, 0.02, "pooled", True)
+    assert (cfg.mlp_types, cfg.moe.n_experts, cfg.moe.top_k, cfg.moe.expert_d_ff, cfg.d_ff) == (["dense", "moe", "moe"], 6, 2, 24, 80)
+    assert (cfg.moe.norm_topk_prob, cfg.moe.aux_coef, cfg.moe.aux_scope, cfg.qk_norm) == (True, 0.02, "pooled", True)
     assert from_hf(_qwen3_moe(decoder_sparse_step=2, mlp_only_layers=[])).cfg.mlp_types == ["dense", "moe"]
     mixtral = from_hf(_mixtral(sliding_window=WINDOW)).cfg
     assert (mixtral.layer_types, mixtral.sliding_window, mixtral.qk_norm) == (["local_attn"], WINDOW, False)
@@ -344,33 +344,34 @@ def test_moe_aux_loss_equals_transformers():
         lm = torch.nn.functional.cross_entropy(model(inputs)[:, :-1].flatten(0, 1), inputs[:, 1:].flatten())
         assert out.loss.item() == pytest.approx((lm + terms["moe_balance_loss"]).item(), rel=1e-5)
         per_layer = [load_balancing_loss_func((logits,), 6, 2) for logits in out.router_logits]
-        model.cfg.moe_aux_scope = "layer"
+        model.cfg.moe.aux_scope = "layer"
         _, aux = model(inputs, return_aux=True)
     assert aux["moe_balance"].item() == pytest.approx(torch.stack(per_layer).mean().item(), rel=1e-5)
 
 
 @pytest.mark.parametrize("change, expected", [
-    (dict(qk_norm=True, mlp_types=["dense", "moe"], norm_topk_prob=False), tf.Qwen3MoeForCausalLM),
+    (dict(qk_norm=True, mlp_types=["dense", "moe"], moe=dict(norm_topk_prob=False)), tf.Qwen3MoeForCausalLM),
     (dict(qk_norm=False, mlp_types=["moe"], tie_embeddings=False), tf.MixtralForCausalLM),
     (dict(qk_norm=True, mlp_types=["moe"], layer_types=["local_attn"], sliding_window=6), tf.Qwen3MoeForCausalLM),
 ])
 def test_moe_to_hf_round_trip(change, expected):
+    change = dict(change)
+    moe = dict(n_experts=4, top_k=2, expert_d_ff=20, **change.pop("moe", {}))
     model = _perturb(Transformer(ModelConfig(n_layers=3, d_model=D, n_heads=4, n_kv_heads=2, vocab_size=V,
-                                             context_length=CTX, d_ff=72, n_experts=4, top_k=2, expert_d_ff=20,
-                                             **change)))
+                                             context_length=CTX, d_ff=72, moe=moe, **change)))
     hf_model = to_hf(model)
     assert type(hf_model) is expected
     assert _max_diff(hf_model, model, _tokens()) < TOL
     back = from_hf(hf_model)
-    assert (back.cfg.mlp_types, back.cfg.n_experts) == (model.cfg.mlp_types, 4)
+    assert (back.cfg.mlp_types, back.cfg.moe.n_experts) == (model.cfg.mlp_types, 4)
     assert _max_diff(hf_model, back, _tokens()) < TOL
 
 
 def test_moe_to_hf_refuses_what_it_cannot_represent():
-    base = dict(n_layers=2, d_model=D, n_heads=4, vocab_size=V, context_length=CTX, n_experts=4, expert_d_ff=16)
-    for change, match in [(dict(mlp_types=["moe"], shared_expert_d_ff=8), "shared_expert_d_ff=8"),
+    base = dict(n_layers=2, d_model=D, n_heads=4, vocab_size=V, context_length=CTX, moe=dict(n_experts=4, expert_d_ff=16))
+    for change, match in [(dict(mlp_types=["moe"], moe=dict(n_experts=4, expert_d_ff=16, shared_expert_d_ff=8)), "shared_expert_d_ff=8"),
                           (dict(mlp_types=["dense", "moe"]), "Mixtral routes every layer"),
-                          (dict(mlp_types=["moe"], norm_topk_prob=False), "norm_topk_prob=False"),
+                          (dict(mlp_types=["moe"], moe=dict(n_experts=4, expert_d_ff=16, norm_topk_prob=False)), "norm_topk_prob=False"),
                           (dict(mlp_types=["moe"], layer_types=["local_attn", "attn"], sliding_window=4, qk_norm=True),
                            "one sliding window for all layers")]:
         with pytest.raises(ValueError, match=match):

@@ -99,7 +99,7 @@ def _step(objective: str, impl: str, cfg: ModelConfig, tokens: torch.Tensor):
 
 @pytest.mark.parametrize("objective, extra", [
     ("causal_lm", dict(final_logit_softcap=4.0)),
-    ("causal_lm", dict(mlp_types=["dense", "moe"], n_experts=4, top_k=2, expert_d_ff=16)),  # with its aux loss
+    ("causal_lm", dict(mlp_types=["dense", "moe"], moe=dict(n_experts=4, top_k=2, expert_d_ff=16))),  # with its aux loss
     ("mdlm", dict(causal=False, mask_token_id=60)),
     ("last_token", dict(tie_embeddings=False, head_bias=True)),
 ])
@@ -143,7 +143,7 @@ def test_validation_sums_equal(objective, extra):
 
 def test_head_false_gives_the_hidden_states_the_logits_come_from():
     torch.manual_seed(0)
-    model = Transformer(ModelConfig(**TINY, mlp_types=["dense", "moe"], n_experts=4, top_k=2, expert_d_ff=16))
+    model = Transformer(ModelConfig(**TINY, mlp_types=["dense", "moe"], moe=dict(n_experts=4, top_k=2, expert_d_ff=16)))
     idx = torch.randint(0, 61, (2, 9))
     logits, aux = model(idx, return_aux=True)
     h, aux_h = model(idx, return_aux=True, head=False)

@@ -1,4 +1,4 @@
-"""lm-eval the way its users call it (issue 15): `slm-lm-eval` / `python -m slm.eval run` on a run directory
+"""lm-eval the way its users call it: `slm-lm-eval` / `python -m slm.eval run` on a run directory
 whose name holds commas (a job key), results in lm-eval's own layout and in the run's result.json; a bad
 run directory and a hub task while offline are one line in seconds; `slm-import-hf` carries the tokenizer
 so that `slm-eval` can score the imported model; `tokenizer=gpt2` names the shipped GPT-2 BPE."""

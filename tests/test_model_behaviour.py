@@ -14,7 +14,7 @@ CAUSAL_VARIANTS = [
     dict(position="learned", norm="layernorm", mlp="gelu", bias=True),
     dict(n_kv_heads=2, qk_norm=True, norm="rmsnorm_gemma", norm_placement="sandwich", mlp="geglu"),
     dict(sliding_window=4, layer_types="local_attn,attn", attn_logit_softcap=10.0),
-    dict(canon_set="ABCD"),
+    dict(canon=dict(set="ABCD")),
     dict(layer_repeat=2, norm_placement="post", position="none"),
 ]
 
@@ -60,7 +60,7 @@ def test_block_causal_attention_sees_its_block_and_the_ones_before():
     with pytest.raises(ConfigError, match="attention_block.*causal=false"):
         ModelConfig(**TINY, attention_block=4)
     with pytest.raises(ConfigError, match="canon"):
-        ModelConfig(**TINY, causal=False, attention_block=4, canon_set="A", canon="conv_centered")
+        ModelConfig(**TINY, causal=False, attention_block=4, canon=dict(set="A", kind="conv_centered"))
 
 
 def test_sliding_window_limits_what_a_token_sees():
@@ -104,15 +104,15 @@ def test_centred_canon_sees_two_before_and_one_after():
 
 def test_centred_canon_is_for_bidirectional_models_only():
     with pytest.raises(ConfigError, match="canon.*conv_centered"):
-        ModelConfig(**TINY, canon_set="A", canon="conv_centered")
-    cfg = ModelConfig(**TINY, canon_set="A", canon="conv_centered", causal=False)
+        ModelConfig(**TINY, canon=dict(set="A", kind="conv_centered"))
+    cfg = ModelConfig(**TINY, canon=dict(set="A", kind="conv_centered"), causal=False)
     t = 11
     a, b = _logits_after_changing(cfg, t)
     assert not torch.allclose(a[:, :t], b[:, :t])
 
 
 def test_model_init_leaves_canon_default():
-    model = Transformer(ModelConfig(**TINY, canon_set="A"))
+    model = Transformer(ModelConfig(**TINY, canon=dict(set="A")))
     w = model.blocks[0].canon_a.conv.weight
     assert w.abs().max() <= 0.5 and w.std() > 0.1  # not the 0.02 normal of linear layers
 
@@ -165,8 +165,8 @@ def test_init_schemes_follow_each_reference():
     """gpt2 scales residual output projections by 1 / sqrt(2 * depth) (GPT2LMHeadModel); normal keeps every
     weight at init_std, mixer convolutions included (transformers' LLaMA / LFM2 / Mixtral _init_weights);
     Canon layers keep PyTorch's conv init under both (PhysicsLM4 resets them to it)."""
-    big = {**TINY, "n_layers": 8, "d_model": 128, "canon_set": "A", "layer_types": ["conv", "attn"],
-           "mlp_types": ["dense", "moe"], "n_experts": 4, "expert_d_ff": 256}
+    big = {**TINY, "n_layers": 8, "d_model": 128, "canon": {"set": "A"}, "layer_types": ["conv", "attn"],
+           "mlp_types": ["dense", "moe"], "moe": {"n_experts": 4, "expert_d_ff": 256}}
     gpt2 = Transformer(ModelConfig(**big, init="gpt2"))
     normal = Transformer(ModelConfig(**big, init="normal"))
     scaled = 0.02 / 4  # 0.02 / sqrt(2 * 8)
@@ -198,7 +198,7 @@ def test_sequence_longer_than_context_rejected():
 
 
 def test_checkpoint_roundtrip_without_pickle(tmp_path):
-    model = Transformer(ModelConfig(**TINY, tie_embeddings=True, canon_set="AC")).eval()
+    model = Transformer(ModelConfig(**TINY, tie_embeddings=True, canon=dict(set="AC"))).eval()
     save_model(model, tmp_path / "ckpt")
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["config.json", "model.safetensors"]
     loaded = load_model(tmp_path / "ckpt").eval()

@@ -11,7 +11,7 @@ from slm.model import ConfigError, ModelConfig, Transformer
 from slm.objectives import OBJECTIVES
 
 TINY = dict(n_layers=3, d_model=32, n_heads=4, n_kv_heads=2, vocab_size=61, context_length=32)
-MOE = dict(mlp_types=["dense", "moe"], n_experts=5, top_k=2, expert_d_ff=24)
+MOE = dict(mlp_types=["dense", "moe"], moe=dict(n_experts=5, top_k=2, expert_d_ff=24))
 
 
 def _reference(moe, x: torch.Tensor) -> torch.Tensor:
@@ -30,10 +30,15 @@ def _reference(moe, x: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def _with_moe(**change) -> dict:
+    """MOE with some of its model.moe fields changed."""
+    return {**MOE, "moe": {**MOE["moe"], **change}}
+
+
 @pytest.mark.parametrize("change", [dict(), dict(norm_topk_prob=False, shared_expert_d_ff=16, top_k=3),
                                     dict(top_k=1, n_experts=1)])
 def test_routing_matches_the_per_token_definition(change):
-    model = Transformer(ModelConfig(**TINY, **{**MOE, **change}))
+    model = Transformer(ModelConfig(**TINY, **_with_moe(**change)))
     moe = model.blocks[1].mlp
     x = torch.randn(2, 7, 32)
     with torch.no_grad():
@@ -55,7 +60,7 @@ def test_dispatch_is_dropless_and_counts_every_pair():
 
 
 def test_auxiliary_losses_reach_the_training_loss():
-    cfg = ModelConfig(**TINY, **MOE, moe_aux_coef=0.05, moe_z_coef=0.01)
+    cfg = ModelConfig(**TINY, **_with_moe(aux_coef=0.05, z_coef=0.01))
     model = Transformer(cfg)
     tokens = torch.randint(0, 61, (2, 17))
     terms = OBJECTIVES.get("causal_lm")().terms(model, tokens)
@@ -68,7 +73,7 @@ def test_auxiliary_losses_reach_the_training_loss():
     terms["loss"].backward()
     assert model.blocks[1].mlp.router.weight.grad.abs().sum() > 0
     # switched off, the loss is the LM loss alone; a dense model has no auxiliary terms
-    off = OBJECTIVES.get("causal_lm")().terms(Transformer(ModelConfig(**TINY, **MOE, moe_aux_coef=0.0)), tokens)
+    off = OBJECTIVES.get("causal_lm")().terms(Transformer(ModelConfig(**TINY, **_with_moe(aux_coef=0.0))), tokens)
     assert off["loss"].item() == off["lm_loss"].item() and "moe_balance_loss" not in off
     dense = OBJECTIVES.get("causal_lm")().terms(Transformer(ModelConfig(**TINY)), tokens)
     assert set(dense) == {"loss", "lm_loss"}
@@ -86,16 +91,18 @@ def test_balancing_loss_is_top_k_when_routing_is_uniform():
 
 
 @pytest.mark.parametrize("bad, message", [
-    (dict(n_experts=0), r"model.n_experts=0 is invalid: mlp_types \['dense', 'moe'\] has moe layers"),
-    (dict(top_k=6), r"model.top_k=6 is invalid: must be an integer in 1..n_experts=5"),
-    (dict(top_k=0), r"model.top_k=0 is invalid"),
-    (dict(moe_aux_scope="global"), r"model.moe_aux_scope='global' is invalid: choose one of: layer, pooled"),
-    (dict(moe_aux_coef=-1.0), r"model.moe_aux_coef=-1.0 is invalid: must be a finite number >= 0"),
+    (dict(moe=dict(n_experts=0)), r"model.moe.n_experts=0 is invalid: model.mlp_types \['dense', 'moe'\] has moe "),
+    (dict(moe=dict(top_k=6)), r"model.moe.top_k=6 is invalid: must be an integer in 1..n_experts=5"),
+    (dict(moe=dict(top_k=0)), r"model.moe.top_k=0 is invalid"),
+    (dict(moe=dict(aux_scope="global")), r"model.moe.aux_scope='global' is invalid: choose one of: layer, pooled"),
+    (dict(moe=dict(aux_coef=-1.0)), r"model.moe.aux_coef=-1.0 is invalid: must be a finite number >= 0"),
+    (dict(moe=dict(aux_coef="x")), r"model.moe.aux_coef='x' is invalid: expected a finite number"),
+    (dict(moe=dict(experts=4)), r"model.moe has unknown key 'experts' \(did you mean n_experts\?\)"),
     (dict(bias=True), r"model.bias=True is invalid: moe layers have no biases"),
-    (dict(canon_set="D"), r"model.canon_set='D' is invalid: Canon D sits inside a dense MLP"),
-    (dict(mlp_types=["dense"]), r"model.n_experts=5 is invalid: mlp_types has no moe layer to use it"),
-    (dict(shared_expert_d_ff=-4), r"model.shared_expert_d_ff=-4 is invalid"),
+    (dict(canon=dict(set="D")), r"model.canon.set='D' is invalid: Canon D sits inside a dense MLP"),
+    (dict(mlp_types=["dense"]), r"model.moe.n_experts=5 is invalid: model.mlp_types has no moe layer to use it"),
+    (dict(moe=dict(shared_expert_d_ff=-4)), r"model.moe.shared_expert_d_ff=-4 is invalid"),
 ])
 def test_bad_moe_configs_name_field_value_and_rule(bad, message):
     with pytest.raises(ConfigError, match=message):
-        ModelConfig(**TINY, **{**MOE, **bad})
+        ModelConfig(**TINY, **{**_with_moe(**bad.get("moe", {})), **{k: v for k, v in bad.items() if k != "moe"}})

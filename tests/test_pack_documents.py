@@ -112,7 +112,7 @@ def test_bad_document_settings_are_one_line():
     with pytest.raises(ConfigError, match=r"model.document_end_id=61 is invalid: must be null or a token id in 0..60"):
         ModelConfig(**base, document_end_id=61)
     with pytest.raises(ConfigError, match="model.document_end_id=3 is invalid: packed documents need kind=transformer"):
-        ModelConfig(**base, document_end_id=3, memory_layers=[0], memory_segment=4)
+        ModelConfig(**base, document_end_id=3, memory=dict(layers=[0], segment=4))
     with pytest.raises(ConfigError, match="model.document_end_id=3 is invalid: packed documents need kind=transformer"):
         ModelConfig(**{**base, "n_layers": 1}, kind="linear", document_end_id=3)
     with pytest.raises(DataError, match=r"^data.pack_documents=true needs tokenizer.eot=true .*; set tokenizer.eot"):

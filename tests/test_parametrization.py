@@ -28,7 +28,7 @@ def preset(name: str, **fields) -> ModelConfig:
     node = OmegaConf.to_container(compose_config([f"model={name}"]).model, resolve=True)
     node.update(n_layers=3 if name == "lfm2" else 2, d_model=64, head_dim=16, n_kv_heads=None, vocab_size=96, context_length=32)
     if name == "moe":
-        node.update(n_experts=4, expert_d_ff=32)
+        node["moe"].update(n_experts=4, expert_d_ff=32)
     node.update(fields)
     return config_from_spec(node)
 
@@ -211,7 +211,7 @@ def test_every_family_of_the_study_trains_or_is_refused_in_one_line(name, scheme
     if name == "gemma3":
         fields.update(sliding_window=8)
     if name == "titans_mac":
-        fields.update(n_layers=22, memory_segment=16)
+        fields.update(n_layers=22, memory={"layers": [0, 7, 14, 21], "segment": 16, "depth": 2, "persistent_tokens": 32})
         with pytest.raises(ValueError, match="not defined for mac layers") as err:
             preset(name, **fields)
         assert "\n" not in str(err.value)

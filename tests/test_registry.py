@@ -1,10 +1,13 @@
-"""Registries: unknown keys fail with the valid list; every entry builds and trains on a tiny config."""
+"""Registries: unknown keys fail with the valid list; every entry builds, counts the parameters it holds and trains
+on a tiny config; norms, placements and Canon positions compute what their formulas say."""
 
 import pytest
 import torch
 
-from slm.components import CANON_POSITIONS, FFNS, INITS, MIXERS, MLPS, NORMS, POSITIONS, REGISTRIES, Registry, UnknownKeyError
+from slm.components import CANONS, FFNS, INITS, MIXERS, MLPS, NORMS, POSITIONS, REGISTRIES, Registry, UnknownKeyError
 from slm.model import ModelConfig, Transformer
+from slm.model.counting import count
+from slm.model.transformer import SequenceContext
 
 TINY = dict(n_layers=2, d_model=32, n_heads=4, vocab_size=50, context_length=16)
 
@@ -42,19 +45,95 @@ def test_duplicate_registration_rejected():
         reg.register("a")(object)
 
 
-def test_registries_are_complete():
-    assert set(NORMS.keys()) == {"layernorm", "rmsnorm", "rmsnorm_gemma"}
-    assert set(POSITIONS.keys()) == {"learned", "rope", "none"}
-    assert set(MLPS.keys()) == {"gelu", "relu", "swiglu", "geglu"}
-    assert set(MIXERS.keys()) == {"attn", "local_attn", "conv", "mac"}
-    assert set(FFNS.keys()) == {"dense", "moe"}
-    assert set(REGISTRIES) == {"norm", "position", "mlp", "mlp type", "mixer", "canon", "init scheme", "parametrization"}
+USES = {  # how a tiny model uses a key of each registry
+    "norm": lambda key: dict(norm=key),
+    "position": lambda key: dict(position=key),
+    "mlp": lambda key: dict(mlp=key),
+    "mlp type": lambda key: dict(mlp_types=[key], **({"moe": dict(n_experts=3, top_k=2)} if key == "moe" else {})),
+    "mixer": lambda key: dict(layer_types=[key], **{"local_attn": dict(sliding_window=4),
+                                                     "mac": dict(memory=dict(segment=8))}.get(key, {})),
+    "canon": lambda key: dict(canon=dict(kind=key, set="ABCD"), causal=CANONS.get(key).causal),
+    "init scheme": lambda key: dict(init=key),
+    "parametrization": lambda key: dict(parametrization=key),
+}
+
+
+@pytest.mark.parametrize("kind, key", [(kind, key) for kind, registry in REGISTRIES.items() for key in registry.keys()])
+def test_every_registered_key_builds_and_counts_what_it_holds(kind, key):
+    """The count from the config alone (slm.model.counting, each component's num_params) equals the parameters of
+    the built model, and the model trains."""
+    assert kind in USES, f"registry {kind!r}: add to USES how a tiny model uses its keys"
+    cfg = ModelConfig(**TINY, **USES[kind](key))
+    assert count(cfg).params_total == sum(p.numel() for p in Transformer(cfg).parameters())
+    _train_step(cfg)
+
+
+def _randomized(module: torch.nn.Module) -> torch.nn.Module:
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.normal_(0.0, 0.5)
+    return module
+
+
+NORM_FORMULAS = {  # in float64: x / sqrt(mean(x^2) + eps) * w (RMSNorm), Gemma's scale (1 + w), LayerNorm's
+    "rmsnorm": lambda x, w, b, eps: x / (x.pow(2).mean(-1, keepdim=True) + eps).sqrt() * w,
+    "rmsnorm_gemma": lambda x, w, b, eps: x / (x.pow(2).mean(-1, keepdim=True) + eps).sqrt() * (1 + w),
+    "layernorm": lambda x, w, b, eps: (x - x.mean(-1, keepdim=True))
+    / (x.var(-1, unbiased=False, keepdim=True) + eps).sqrt() * w + b,
+}
+
+
+@pytest.mark.parametrize("norm", NORMS.keys())
+def test_norm_is_its_formula(norm):
+    """Random weights (and bias), an eps large enough to matter; float32, and bfloat16 weights and inputs."""
+    eps = 0.25
+    layer = _randomized(NORMS.get(norm)(16, eps=eps, bias=True))
+    x = torch.randn(3, 5, 16) * 0.7 + 0.3
+    for dtype, tolerance in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2)):
+        layer = layer.to(dtype)
+        w, b = layer.weight.double(), getattr(layer, "bias", None)
+        want = NORM_FORMULAS[norm](x.to(dtype).double(), w, None if b is None else b.double(), eps)
+        got = layer(x.to(dtype))
+        assert got.dtype == dtype
+        torch.testing.assert_close(got.double(), want, rtol=tolerance, atol=tolerance)
+
+
+def _by_hand(model: Transformer, idx: torch.Tensor, placement: str) -> torch.Tensor:
+    """The logits with each block wired by hand from its own sublayers, as its placement says:
+    pre h + f(norm(h)); post norm(h + f(h)); sandwich h + norm_out(f(norm_in(h)))."""
+    seq = SequenceContext(model.cfg, model.position, torch.arange(idx.shape[1]), torch.float32)
+    h = model.position.embed(model.tok_emb(idx), seq.pos)
+    for block in model.blocks:
+        for f, norm_in, norm_out in ((block.attn, block.attn_norm, block.attn_out_norm),
+                                     (block.mlp, block.mlp_norm, block.mlp_out_norm)):
+            if placement == "pre":
+                h = h + f(norm_in(h), seq, None)
+            elif placement == "post":
+                h = norm_out(h + f(h, seq, None))
+            else:
+                h = h + norm_out(f(norm_in(h), seq, None))
+    if model.cfg.has_final_norm:
+        h = model.norm(h)
+    return model.lm_head(h)
 
 
 @pytest.mark.parametrize("norm", NORMS.keys())
 @pytest.mark.parametrize("placement", ["pre", "post", "sandwich"])
-def test_norms_and_placements(norm, placement):
-    _train_step(ModelConfig(**TINY, norm=norm, norm_placement=placement, qk_norm=True))
+def test_placement_is_its_wiring(norm, placement):
+    """The model against the same weights wired by hand: the norms of each placement where it puts them (and only
+    those: the others are absent), the final norm with pre and sandwich, none after a post-norm block."""
+    cfg = ModelConfig(**TINY, norm=norm, norm_placement=placement, qk_norm=True, bias=norm == "layernorm")
+    model = _randomized(Transformer(cfg)).eval()
+    wanted = {"pre": ("in",), "post": ("out",), "sandwich": ("in", "out")}[placement]
+    for block in model.blocks:
+        assert (block.attn_norm is not None, block.attn_out_norm is not None) == ("in" in wanted, "out" in wanted)
+        assert (block.mlp_norm is not None, block.mlp_out_norm is not None) == ("in" in wanted, "out" in wanted)
+    assert (model.norm is not None) == (placement != "post")
+    idx = torch.randint(0, cfg.vocab_size, (2, 12))
+    with torch.no_grad():
+        torch.testing.assert_close(model(idx), _by_hand(model, idx, placement), rtol=1e-5, atol=1e-5)
+    _train_step(cfg)
 
 
 @pytest.mark.parametrize("position", POSITIONS.keys())
@@ -94,11 +173,64 @@ def test_mixers(layer_types, bias):
                             sliding_window=4 if "local_attn" in layer_types else None))
 
 
+CANON_LAYERS = {"A": "canon_a", "B": "attn.canon_b", "C": "canon_c", "D": "mlp.canon_d"}
+"""Where a block holds the Canon layer of each position."""
+CANON_INPUTS = {"A": "attn_norm", "B": "attn.qkv", "C": "mlp_norm", "D": "mlp.fc_in"}
+"""Per Canon position, the block's module whose output the Canon layer mixes."""
+CANON_OUTPUTS = {"A": "attn", "C": "mlp"}
+"""Per position, the module that takes the Canon layer's output (B and D: inside attention and the MLP)."""
+
+
+def _causal_mix(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """x + sum_j w[:, j] * x[t - (k - 1) + j] (positions before 0 read as zero), x (B, T, C), weight (C, 1, k)."""
+    k, T = weight.shape[-1], x.shape[1]
+    padded = torch.nn.functional.pad(x, (0, 0, k - 1, 0))
+    return x + sum(padded[:, j:j + T] * weight[:, 0, j] for j in range(k))
+
+
 @pytest.mark.parametrize("canon_set", ["A", "B", "C", "D", "ABCD"])
 @pytest.mark.parametrize("mlp", ["gelu", "swiglu"])
 def test_canon_positions(canon_set, mlp):
-    assert set(canon_set) <= set(CANON_POSITIONS)
-    _train_step(ModelConfig(**TINY, canon_set=canon_set, mlp=mlp))
+    """Each Canon layer mixes what its position names (the output of the module before it, by the causal
+    depthwise formula, handed to the module after it); with zero weights the model is the one without Canon (the
+    same other weights); the mix never reads a later token."""
+    cfg = ModelConfig(**TINY, canon=dict(set=canon_set), mlp=mlp)
+    model = _randomized(Transformer(cfg)).eval()
+    idx = torch.randint(0, cfg.vocab_size, (2, 12))
+    seen, hooks = {}, []
+    for i, block in enumerate(model.blocks):
+        for position in canon_set:
+            canon = block.get_submodule(CANON_LAYERS[position])
+            for name, module in [("before", block.get_submodule(CANON_INPUTS[position])), ("canon", canon)] + (
+                    [("after", block.get_submodule(CANON_OUTPUTS[position]))] if position in CANON_OUTPUTS else []):
+                key = (i, position, name)
+                hooks.append(module.register_forward_hook(
+                    lambda m, args, out, key=key: seen.__setitem__(key, (args[0], out))))
+    with torch.no_grad():
+        logits = model(idx)
+    for hook in hooks:
+        hook.remove()
+    for i, block in enumerate(model.blocks):
+        for position in canon_set:
+            canon_in, canon_out = seen[i, position, "canon"]
+            assert torch.equal(canon_in, seen[i, position, "before"][1])
+            weight = block.get_submodule(CANON_LAYERS[position]).conv.weight
+            torch.testing.assert_close(canon_out, _causal_mix(canon_in, weight), rtol=1e-5, atol=1e-6)
+            if position in CANON_OUTPUTS:
+                assert torch.equal(seen[i, position, "after"][0], canon_out)
+
+    later = idx.clone()
+    later[:, 6:] = (later[:, 6:] + 1) % cfg.vocab_size
+    with torch.no_grad():
+        torch.testing.assert_close(model(later)[:, :6], logits[:, :6], rtol=1e-6, atol=1e-6)
+        plain = Transformer(ModelConfig(**TINY, mlp=mlp)).eval()
+        plain.load_state_dict({k: v for k, v in model.state_dict().items() if ".canon_" not in k})
+        assert not torch.equal(plain(idx), logits)
+        for name, p in model.named_parameters():
+            if ".canon_" in name:
+                p.zero_()
+        assert torch.equal(plain(idx), model(idx))
+    _train_step(cfg)
 
 
 def test_untied_embeddings_and_sharing():

@@ -1,4 +1,4 @@
-"""slm-train's start-up stays lean (issue 16 §2; bench/startup.py times it).
+"""slm-train's start-up stays lean (bench/startup.py times it).
 
 `import slm.cli.train`, composing the default config and the default eval suite's preflight (eval=offline:
 the tasks shipped in slm/eval/tasks) import none of the packages below: lm-eval (with pandas and datasets,

@@ -96,8 +96,14 @@ def test_sweep_files_compose_as_documented(tmp_path):
     seeds = slm(tmp_path, "-m", "sweep=[families_70m,seeds]", "hydra.sweeper.dry_run=true")
     assert seeds.returncode == 0, seeds.stderr[-3000:]
     keys = re.findall(r"^(model=\w+,train\.seed=\d)\s", seeds.stdout, re.M)
-    assert len(keys) == 21 and "runs/families_70m/" in seeds.stdout
-    assert len({k.split(",")[0] for k in keys}) == 7
+    assert len(keys) == 18 and "runs/families_70m/" in seeds.stdout
+    assert len({k.split(",")[0] for k in keys}) == 6  # and gpt2, whose key names its unpadded vocabulary:
+    gpt2 = re.findall(r"^model=gpt2,tokenizer\.pad_vocab_multiple=1,train\.seed=\d\s+32\s+384\s+([\d,]+)", seeds.stdout,
+                      re.M)
+    assert gpt2 == ["76,475,520"] * 3  # the study's 76.48M (padded to 50,304 rows: 76,493,568)
+    dllm_canon = re.findall(r"^model=dllm_canon,tokenizer\.pad_vocab_multiple=1,train\.objective=mdlm,train\.seed=\d"
+                            r"\s+32\s+384\s+([\d,]+)", seeds.stdout, re.M)
+    assert dllm_canon == ["76,045,440"] * 3  # the study's 76.05M
     # every dense family at the shared 32 x 384 shape; the MoE at its own 24 layers, 67M active of 327M
     assert set(re.findall(r"^model=\w+,train\.seed=\d\s+(\d+)\s+(\d+)", seeds.stdout, re.M)) == {("32", "384")}
     moe = re.findall(r"^model\.n_layers=24,model=moe,train\.seed=\d\s+24\s+384\s+([\d,]+)\s+[\d,]+\s+([\d,]+)",

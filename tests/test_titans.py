@@ -54,7 +54,7 @@ def token_by_token(weights, momentum, k, v, theta, eta, alpha, chunk, budget=Non
 
 def random_memory(B=2, H=2, N=12, d=5, hidden=7, depth=2, dtype=torch.float64):
     g = torch.Generator().manual_seed(1)
-    shapes = memory.layer_shapes(SimpleNamespace(d_model=d, memory_heads=1, memory_hidden=hidden, memory_depth=depth))
+    shapes = memory.layer_shapes(SimpleNamespace(d_model=d, memory=SimpleNamespace(heads=1, hidden=hidden, depth=depth)))
     weights = [torch.randn(B, H, i, o, generator=g, dtype=dtype) for i, o in shapes]
     momentum = [0.1 * torch.randn(B, H, i, o, generator=g, dtype=dtype) for i, o in shapes]
     k = F.normalize(torch.randn(B, H, N, d, generator=g, dtype=dtype), dim=-1) * d**0.5
@@ -96,9 +96,10 @@ def test_strong_decay_over_a_long_chunk_stays_finite():
 
 
 def tiny_cfg(**kw) -> ModelConfig:
-    base = dict(n_layers=2, d_model=8, n_heads=2, n_kv_heads=1, vocab_size=11, context_length=16, memory_layers=[0],
-                memory_segment=3, memory_heads=2, memory_hidden=3, persistent_tokens=2)
-    return ModelConfig(**{**base, **kw})
+    """A tiny model with a mac layer; `memory=dict(...)` changes fields of model.memory, the rest model fields."""
+    base = dict(n_layers=2, d_model=8, n_heads=2, n_kv_heads=1, vocab_size=11, context_length=16)
+    memory = dict(layers=[0], segment=3, heads=2, hidden=3, persistent_tokens=2)
+    return ModelConfig(**{**base, **kw, "memory": {**memory, **kw.get("memory", {})}})
 
 
 def test_gradcheck_of_the_whole_memory_layer():
@@ -133,8 +134,10 @@ def test_memory_carries_information_across_segments_and_nothing_leaks_backward()
     assert torch.equal(model(late)[0, :10], b[0, :10])
 
 
-def test_cache_prefill_then_steps_and_padded_rows_match_the_whole_sequence():
-    cfg = tiny_cfg(n_layers=3, memory_layers=[0, 2], d_model=16, memory_chunk=1, context_length=24)
+@pytest.mark.parametrize("activation", ["none", "silu"])
+def test_cache_prefill_then_steps_and_padded_rows_match_the_whole_sequence(activation):
+    cfg = tiny_cfg(n_layers=3, memory=dict(layers=[0, 2], chunk=1, qkv_activation=activation), d_model=16,
+                   context_length=24)
     model = Transformer(cfg).eval()
     idx = torch.randint(0, 11, (2, 20))
     with torch.no_grad():
@@ -170,25 +173,25 @@ def test_generation_runs_on_the_eager_cache_only():
 
 
 def test_counts_breakdown_and_the_preset():
-    for kw in (dict(), dict(bias=True, memory_depth=3, memory_heads=1, memory_hidden=5), dict(memory_depth=1),
-               dict(layer_types=["attn", "conv"], memory_layers=[1], canon_set="AC")):
+    for kw in (dict(), dict(bias=True, memory=dict(depth=3, heads=1, hidden=5)), dict(memory=dict(depth=1)),
+               dict(layer_types=["attn", "conv"], memory=dict(layers=[1]), canon=dict(set="AC"))):
         cfg = tiny_cfg(**kw)
         assert count(cfg).params_total == Transformer(cfg).num_params() == sum(breakdown(cfg).values())
-    cfg = tiny_cfg(n_layers=3, layer_types=["conv"], memory_layers=[2])
+    cfg = tiny_cfg(n_layers=3, layer_types=["conv"], memory=dict(layers=[2]))
     assert cfg.layer_types == ["conv", "conv", "mac"] and ModelConfig(**cfg.to_dict()) == cfg
 
 
 @pytest.mark.parametrize("kw, match", [
-    (dict(memory_layers=[2]), "memory_layers"),
-    (dict(memory_layers=[0, 0]), "memory_layers"),
-    (dict(memory_segment=None), "memory_segment"),
-    (dict(memory_layers=[], memory_segment=3), "no mac layer"),
-    (dict(memory_chunk=2), "memory_chunk"),
-    (dict(memory_heads=3), "memory_heads"),
+    (dict(memory=dict(layers=[2])), "memory.layers"),
+    (dict(memory=dict(layers=[0, 0])), "memory.layers"),
+    (dict(memory=dict(segment=None)), "memory.segment"),
+    (dict(memory=dict(layers=[], segment=3)), "no mac layer"),
+    (dict(memory=dict(chunk=2)), "memory.chunk"),
+    (dict(memory=dict(heads=3)), "memory.heads"),
     (dict(causal=False), "causal"),
-    (dict(canon_set="B"), "Canon B"),
-    (dict(memory_lr=0), "memory_lr"),
-    (dict(memory_segment=17), "context_length"),
+    (dict(canon=dict(set="B")), "Canon B"),
+    (dict(memory=dict(lr=0)), "memory.lr"),
+    (dict(memory=dict(segment=17)), "context_length"),
 ])
 def test_bad_memory_settings_name_the_field(kw, match):
     with pytest.raises(ConfigError, match=match):
@@ -202,7 +205,7 @@ def test_lm_eval_scores_match_the_whole_sequence_forward(tmp_path):
 
     text = "\n\n".join("\n".join(s) for s in speeches())
     tok = CharTokenizer(CharTokenizer.select(CharTokenizer.fit_counts([text]), None), unk=False, eot=False)
-    cfg = tiny_cfg(d_model=32, vocab_size=tok.vocab_size, context_length=64, memory_segment=8, memory_chunk=4)
+    cfg = tiny_cfg(d_model=32, vocab_size=tok.vocab_size, context_length=64, memory=dict(segment=8, chunk=4))
     model = Transformer(cfg)
     save_model(model, tmp_path / "model")
     tok.save(tmp_path / "model")
@@ -230,9 +233,28 @@ def test_the_memory_carries_key_value_pairs_past_attentions_reach():
 
     torch.set_num_threads(2)
     task = Task(length=128, segment=32, pairs=4)
-    models = configs(task, width=64, memory_lr=0.5, memory_chunk=None, memory_depth=2)
+    models = configs(task, width=64, lr=0.5, chunk=None, depth=2)
     memory = train(models["memory"], task, steps=3000, batch=32, lr=3e-3, seed=0)
     local = train(models["local"], task, steps=3000, batch=32, lr=3e-3, seed=0)
     assert abs(memory["params"] - local["params"]) < 0.005 * local["params"]
     assert memory["accuracy"] > 0.9, memory
     assert local["accuracy"] < 0.1, local  # chance is 0.0625
+
+
+def test_the_silu_option_applies_silu_to_the_memory_projections():
+    """qkv_activation=silu reads the memory at rms(silu(x W_Q)) (arXiv 2501.00663 Sec. 4.4): the read equals
+    memory.read of that query written out here; none reads at rms(x W_Q)."""
+    from slm.components.titans import MemoryAsContext
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 8)
+    for activation, act in (("none", lambda t: t), ("silu", torch.nn.functional.silu)):
+        layer = MemoryAsContext(tiny_cfg(memory=dict(qkv_activation=activation)))
+        carry = layer._fresh(2, x)
+        q = act(layer.to_q(x)).view(2, 5, 2, 4).transpose(1, 2)
+        q = q / q.pow(2).mean(-1, keepdim=True).add(layer.eps).sqrt()
+        expected = memory.read(carry.weights, q).transpose(1, 2).reshape(2, 5, 8)
+        with torch.no_grad():
+            torch.testing.assert_close(layer._read(carry, x), expected, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ConfigError, match="model.memory.qkv_activation='gelu' is invalid: choose one of: none, silu"):
+        tiny_cfg(memory=dict(qkv_activation="gelu"))

@@ -1,4 +1,4 @@
-"""A model preset brings its training objective (issue 29 §3): `slm-train model=dllm` trains masked diffusion with
+"""A model preset brings its training objective: `slm-train model=dllm` trains masked diffusion with
 no train.objective, a contradicting train.objective is refused in one line, and the sweeps that name the objective
 keep their job keys."""
 

@@ -1,5 +1,5 @@
 """A second stop signal stops slm-train at once in every phase, even in the middle of a slow step
-(slm.training.stop_guard), and bf16-mixed is refused before any work where the CPU would emulate it (issue 29 §3).
+(slm.training.stop_guard), and bf16-mixed is refused before any work where the CPU would emulate it.
 
 The slow step is a wait in C (os.system, injected by tests/faults/sitecustomize.py), where CPython runs no Python
 signal handler, as in one long matrix product: two SIGTERMs sent then were one SIGTERM seen when the step ended."""

@@ -1,4 +1,4 @@
-"""Training talks (issue 15): the start and resume lines, progress lines where there is no terminal and a bar of
+"""Training talks: the start and resume lines, progress lines where there is no terminal and a bar of
 the run's steps where there is one, Ctrl-C / SIGTERM stopping at a step boundary with a checkpoint, the step
 checkpoints kept on request (and train.init_from taking one), and a missing wandb package named in one line."""
 

@@ -36,8 +36,8 @@ class GridSweeper(BasicSweeper):
     def __init__(self, max_batch_size: Optional[int] = None, params: Optional[Dict[str, str]] = None,
                  points: Optional[List[List[str]]] = None, dry_run: bool = False,
                  estimate: Optional[Dict[str, Any]] = None, lr_search: Optional[List[float]] = None) -> None:
-        super().__init__(max_batch_size=max_batch_size, params=dict(params or {}))
-        self.points = [[str(o) for o in point] for point in (points or [])]
+        super().__init__(max_batch_size=max_batch_size, params=J.upgrade_params(dict(params or {})))
+        self.points = [[J.upgrade(str(o)) for o in point] for point in (points or [])]
         self.lr_search = J.lr_multipliers(lr_search)
         self.dry_run = bool(dry_run)
         self.estimate = dict(estimate or {})

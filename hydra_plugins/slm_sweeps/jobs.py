@@ -18,19 +18,11 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
+from slm.runs.errors import one_line
 from slm.runs.record import FINAL, RecordError, load_record, settled
 from slm.runs.status import DIVERGED, FAILED, UNREADABLE
 
 log = logging.getLogger(__name__)
-
-
-def one_line(err: BaseException | str, limit: int = 500) -> str:
-    text = str(err).split("Config search path:")[0]  # Hydra's search-path dump is noise here
-    text = text.split("Error stream produced:")[0]  # submitit: the job's stderr follows (see its log)
-    text = " ".join(text.split())[:limit]
-    if isinstance(err, BaseException):
-        return f"{type(err).__name__}: {text}" if text else type(err).__name__
-    return text
 
 
 @dataclass
@@ -222,3 +214,22 @@ def summarize(name: str, sweep_dir: Path, outcomes: list[dict]) -> bool:
         if o["status"] in (FAILED, DIVERGED) or o["status"] not in FINAL:
             print(f"  {o['status']:9s} {o['key']}: {o['error'] or ''}")
     return any(o["status"] == FAILED for o in outcomes)
+
+
+def upgrade(override: str) -> str:
+    """A sweep file's override in today's spelling (slm.renames), with one line saying so when it was old."""
+    from slm.renames import upgrade_override
+
+    new, note = upgrade_override(override)
+    if note:
+        say(f"note: {note}")
+    return new
+
+
+def upgrade_params(params: dict) -> dict:
+    """hydra.sweeper.params with the old spellings of moved settings rewritten (their values are kept)."""
+    out = {}
+    for key, values in params.items():
+        new = upgrade(f"{key}=x").rpartition("=")[0]
+        out[new] = values
+    return out

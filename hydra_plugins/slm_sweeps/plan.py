@@ -206,7 +206,7 @@ def print_plan(name: str, sweep_dir: Path, jobs: list[Job], estimate: dict) -> l
     if any(r.get("budget_error") is not None for r in ok):
         print("budget: params (the count model.budget_count names) / model.param_budget - 1"
               + ("; !: outside model.budget_tolerance" if any(r.get("budget_outside") for r in ok) else ""))
-        print("budget knob: d_model solved with the family's MLP, then the MLP hidden size (d_ff, or expert_d_ff when "
+        print("budget knob: d_model solved with the family's MLP, then the MLP hidden size (d_ff, or moe.expert_d_ff when "
               "set) tuned at that width in steps of model.d_ff_step within 0.5x-2x of the family's: from→to")
         outside = [r["key"] for r in ok if r.get("budget_outside")]
         if outside:

@@ -1,7 +1,7 @@
 """Where the Hydra config tree lives and how a CLI reports bad input.
 
-Bad input is one line on stderr, `<prog>: error: <message>`, and exit code 2; with HYDRA_FULL_ERROR=1
-the full traceback is shown instead.
+Bad input is one line on stderr, `<prog>: error: <message>`, and exit code 2 (slm.bad_input); with
+HYDRA_FULL_ERROR=1 the full traceback is shown instead.
 """
 
 from __future__ import annotations
@@ -16,19 +16,13 @@ from typing import Callable
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
+from slm.bad_input import fail
+
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 # Errors that mean "the user's input is wrong", as opposed to a bug in slm.
 USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, HydraException, OmegaConfBaseException)
-
-
-def fail(prog: str, message: str, code: int = 2) -> None:
-    """Print the message folded into one line and exit (Hydra's messages span several lines)."""
-    text = str(message).split("Config search path:")[0]  # Hydra's search-path dump is noise here
-    line = " ".join(part.strip() for part in text.splitlines() if part.strip())
-    print(f"{prog}: error: {line}", file=sys.stderr)
-    sys.exit(code)
 
 
 def full_errors() -> bool:
@@ -91,6 +85,20 @@ def _keys_under(parent: str, overrides: list[str]) -> list[str]:
     return keys
 
 
+def upgrade_arguments(arguments: list[str], prog: str) -> list[str]:
+    """Command-line overrides with old spellings of moved settings rewritten (slm.renames.upgrade_override), one
+    line on stderr for each."""
+    from slm.renames import upgrade_override
+
+    out = []
+    for argument in arguments:
+        new, note = upgrade_override(argument) if not argument.startswith("-") else (argument, None)
+        if note:
+            print(f"{prog}: note: {note}", file=sys.stderr)
+        out.append(new)
+    return out
+
+
 def one_line_errors(prog: str, hydra_main: Callable) -> Callable:
     """Wrap a @hydra.main function so that an error of Hydra's own (a bad override, an unknown field, a missing
     config option) is one line and exit 2, like every other bad input; HYDRA_FULL_ERROR=1 shows the traceback."""
@@ -101,6 +109,7 @@ def one_line_errors(prog: str, hydra_main: Callable) -> Callable:
         wanted = "1" if full_errors() else "0"
         os.environ["SLM_FULL_ERROR"] = wanted
         os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises instead of printing its multi-line report
+        sys.argv[1:] = upgrade_arguments(sys.argv[1:], prog)
         try:
             hydra_main()
         except USER_ERRORS as err:
@@ -237,9 +246,11 @@ class ComposeError(ValueError):
     """Overrides that do not compose; the message is `explain`'s one line."""
 
 
-def compose_config(overrides: list[str], config_name: str = "config"):
-    """Compose the run config from conf/ with command-line overrides (no run directory, no logging); an
-    override that does not compose raises ComposeError, one line naming it (HYDRA_FULL_ERROR=1: Hydra's own)."""
+def compose_config(overrides: list[str], config_name: str = "config", prog: str = "slm"):
+    """Compose the run config from conf/ with command-line overrides (no run directory, no logging; old spellings
+    rewritten with a note from `prog`); an override that does not compose raises ComposeError, one line naming it
+    (HYDRA_FULL_ERROR=1: Hydra's own)."""
+    overrides = upgrade_arguments(list(overrides), prog)
     try:
         return _compose(overrides, config_name)
     except (HydraException, OmegaConfBaseException) as err:

@@ -40,7 +40,8 @@ import sys
 import time
 from pathlib import Path
 
-from slm.cli.config import compose_config, fail, reports_user_errors
+from slm.bad_input import fail
+from slm.cli.config import compose_config, reports_user_errors
 
 PROG = "slm-coordcheck"
 DEFAULTS = {"steps": 5, "seeds": 1, "schemes": "sp,mup", "layers": 3, "context": 64, "batch": 8}

@@ -37,20 +37,12 @@ from pathlib import Path
 
 import yaml
 
-from slm.cli.config import CONF_DIR, fail, full_errors
+from slm.bad_input import OneLineParser, describe, fail
+from slm.cli.config import CONF_DIR, full_errors
 from slm.runs.record import RESULT_FILE, load_record, update_record
 
 PROG = "slm-eval"
 SUITES_DIR = CONF_DIR / "eval"
-
-
-def _fail(message: str) -> None:
-    fail(PROG, message)
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:
-        _fail(f"{message} (see {PROG} --help)")
 
 
 def _key_values(items: list[str] | None, what: str) -> dict:
@@ -59,7 +51,7 @@ def _key_values(items: list[str] | None, what: str) -> dict:
     for item in (piece for arg in items or [] for piece in arg.split(",") if piece):
         key, sep, value = item.partition("=")
         if not sep or not key:
-            _fail(f"{what}: expected key=value, got {item!r}")
+            fail(PROG, f"{what}: expected key=value, got {item!r}")
         try:
             out[key] = ast.literal_eval(value)
         except (ValueError, SyntaxError):
@@ -72,18 +64,23 @@ def _model_args(items: list[str] | None) -> dict:
     (slm.eval.lm_args)."""
     from slm.eval.lm_args import parse_model_args
 
+    def names() -> frozenset[str]:  # loads lm-eval and torch: only for a path value that names nothing on disk
+        from slm.eval.lm import model_arg_names
+
+        return model_arg_names()
+
     out = {}
     for item in items or []:
         try:
-            out.update(parse_model_args(item))
+            out.update(parse_model_args(item, names))
         except ValueError as err:
-            _fail(f"--model_args: {err}")
+            fail(PROG, f"--model_args: {err}")
     return out
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    p = _Parser(prog=PROG, description="Score an slm run or checkpoint with lm-evaluation-harness and merge "
-                "the scores into the run's result.json.")
+    p = OneLineParser(prog=PROG, description="Score an slm run or checkpoint with lm-evaluation-harness and "
+                      "merge the scores into the run's result.json.")
     p.add_argument("path", type=Path, help="run directory (with result.json and model/) or checkpoint directory: "
                    "a path, or a run under $SLM_RUNS (default runs/), or a run group of one run")
     p.add_argument("--tasks", "-t", nargs="+", default=["offline"],
@@ -159,11 +156,12 @@ def build_spec(args: argparse.Namespace):
         spec.num_fewshot = args.num_fewshot
     if args.batch_size is not None:
         if args.batch_size < 1:
-            _fail(f"--batch_size {args.batch_size}: must be >= 1")
+            fail(PROG, f"--batch_size {args.batch_size}: must be >= 1")
         spec.batch_size = args.batch_size
     if args.limit is not None:
         if not math.isfinite(args.limit) or args.limit <= 0:
-            _fail(f"--limit {args.limit}: limit must be a finite number > 0 (documents per task, a fraction if < 1)")
+            fail(PROG, f"--limit {args.limit}: limit must be a finite number > 0 (documents per task, a fraction "
+                 "if < 1)")
         spec.limit = int(args.limit) if args.limit >= 1 else args.limit
     for attr in ("device", "dtype"):
         if getattr(args, attr) is not None:
@@ -172,7 +170,7 @@ def build_spec(args: argparse.Namespace):
         spec.throughput = args.throughput
     for path in args.include_path:
         if not Path(path).is_dir():
-            _fail(f"--include_path {path}: no such directory")
+            fail(PROG, f"--include_path {path}: no such directory")
     spec.include_path = list(args.include_path)
     spec.gen_kwargs = _key_values(args.gen_kwargs, "--gen_kwargs") or None
     spec.model_args = _model_args(args.model_args)
@@ -181,7 +179,7 @@ def build_spec(args: argparse.Namespace):
     try:  # num_fewshot, limit (a suite's too), device: refused before anything loads or is written
         check_spec(spec)
     except ValueError as err:
-        _fail(str(err))
+        fail(PROG, str(err))
     return spec
 
 
@@ -213,20 +211,10 @@ def run_directory(path: Path) -> Path | None:
     return None
 
 
-def _describe(err: BaseException) -> str:
-    """One line for an error: an OSError as `<file>: <reason>`."""
-    if isinstance(err, OSError) and err.strerror:
-        return f"{err.filename}: {err.strerror}" if err.filename else err.strerror
-    return " ".join(str(err).split()) or type(err).__name__
-
-
 def _record(run_dir: Path, summary: dict, prog: str = PROG) -> None:
     """Merge the summary into <run>/result.json; a record that cannot be read or written is left as it is
     and named in one line (exit 2), after the scores went to lm-eval's results file."""
     from slm.eval.run import eval_section
-
-    def _fail(message: str) -> None:
-        fail(prog, message)
 
     record_file = run_dir / RESULT_FILE
     saved = summary.get("results_file")
@@ -238,15 +226,15 @@ def _record(run_dir: Path, summary: dict, prog: str = PROG) -> None:
         if full_errors():
             raise
         reason = str(err).removeprefix(f"{record_file}: ")
-        _fail(f"{record_file} is unreadable: {reason}; it was left as it is and {kept}; repair or restore it, "
+        fail(prog, f"{record_file} is unreadable: {reason}; it was left as it is and {kept}; repair or restore it, "
               f"then run {prog} again")
     try:
         update_record(run_dir, eval=eval_section(summary, record.get("eval")))
     except OSError as err:
         if full_errors():
             raise
-        reason = os.strerror(err.errno) if err.errno else _describe(err)  # e.g. "No space left on device"
-        _fail(f"cannot write {record_file}: {reason}; it was left as it was and {kept}")
+        reason = os.strerror(err.errno) if err.errno else describe(err)  # e.g. "No space left on device"
+        fail(prog, f"cannot write {record_file}: {reason}; it was left as it was and {kept}")
     print(f"{record_file}: eval updated")
 
 
@@ -263,7 +251,7 @@ def main(argv: list[str] | None = None) -> None:
     except (ValueError, OSError) as err:  # EvalError, CheckpointError, FileNotFoundError, a full disk, ...
         if full_errors():
             raise
-        _fail(_describe(err))
+        fail(PROG, describe(err))
     _print(summary)
     if run_dir is not None and not args.no_record:
         _record(run_dir, summary)

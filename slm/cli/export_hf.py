@@ -1,7 +1,7 @@
 """`slm-export-hf <run dir> <out dir>`: write a trained slm model as a transformers model directory, offline.
 
     slm-export-hf runs/train/model=debug exported/debug            # prints: exported/debug: LlamaForCausalLM ...
-    slm-export-hf runs/families_70m/model=gpt2 exported/gpt2 --dtype bfloat16
+    slm-export-hf runs/families_70m/model=llama3 exported/llama3 --dtype bfloat16
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
     model = AutoModelForCausalLM.from_pretrained("exported/debug")
@@ -29,7 +29,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from slm.cli.config import fail, reports_user_errors
+from slm.bad_input import OneLineParser, fail
+from slm.cli.config import reports_user_errors
 
 PROG = "slm-export-hf"
 EXPORTABLE = ("gpt2 (GPT2LMHeadModel); llama3 and the LLaMA-shaped debug, design_40m, mobilellm (LlamaForCausalLM); "
@@ -39,15 +40,10 @@ DTYPES = ("float32", "bfloat16", "float16")
 CHECK_TOLERANCE = 1e-4  # max |logit difference| allowed, relative to the largest |logit| (at least 1)
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse would print the usage first: keep it to one line
-        fail(self.prog, f"{message} (see {self.prog} --help)")
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = _Parser(prog=PROG, description=__doc__.split("\n\n")[0].split(": ", 1)[1],
-                     epilog="examples:\n" + __doc__.split("\n\n")[1] + "\n\n" + __doc__.split("\n\n")[2],
-                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0].split(": ", 1)[1],
+                           epilog="examples:\n" + __doc__.split("\n\n")[1] + "\n\n" + __doc__.split("\n\n")[2],
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run", type=Path, help="run directory or checkpoint directory: a path, or a run under "
                         "$SLM_RUNS (default runs/) such as cpu_default/<job key>, or a run group of one run")
     parser.add_argument("out_dir", type=Path, help="transformers model directory to write")

@@ -29,16 +29,12 @@ import secrets
 import sys
 from pathlib import Path
 
-from slm.cli.config import fail, reports_user_errors
+from slm.bad_input import OneLineParser
+from slm.cli.config import reports_user_errors
 
 PROG = "slm-generate"
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DIFFUSION_OPTIONS = ("steps", "block_length", "threshold")
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse would print the usage first: keep it to one line
-        fail(self.prog, f"{message} (see {self.prog} --help)")
 
 
 def _number(kind, low=None, high=None, low_open=False, what=""):
@@ -57,9 +53,9 @@ def _number(kind, low=None, high=None, low_open=False, what=""):
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = _Parser(prog=PROG, description=__doc__.split("\n\n")[0].split(": ", 1)[1],
-                     epilog="examples:\n" + __doc__.split("\n\n")[1],
-                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0].split(": ", 1)[1],
+                           epilog="examples:\n" + __doc__.split("\n\n")[1],
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run", help="run directory or checkpoint directory: a path, or a run under $SLM_RUNS "
                         "(default runs/) such as cpu_default/<job key>, or a run group of one run")
     parser.add_argument("prompt", help="the text to continue ('-': read it from stdin; '': start from nothing)")

@@ -27,6 +27,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from slm.bad_input import OneLineParser, fail
+
 PROG = "slm-import-hf"
 
 PROBE = ("Hello, world! It's 2024: naïve café, 日本語 and emoji 🙂.\n\n    indented\tcode(x) == 42  # done"
@@ -134,21 +136,9 @@ def import_tokenizer(model_dir: str | Path, spec: str = "auto", vocab_size: int 
     return tok
 
 
-def _fail(message: str) -> None:
-    """One line on stderr, exit 2 (the convention of every slm CLI)."""
-    line = " ".join(part.strip() for part in str(message).splitlines() if part.strip())
-    print(f"{PROG}: error: {line}", file=sys.stderr)
-    sys.exit(2)
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse would print the usage first: keep it to one line
-        _fail(f"{message} (see {PROG} --help)")
-
-
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = _Parser(prog=PROG, description="Convert a saved transformers causal LM (GPT-2, Llama, Qwen3, LFM2, "
-                     "Gemma2, Gemma3 text) into an slm checkpoint directory, offline.")
+    parser = OneLineParser(prog=PROG, description="Convert a saved transformers causal LM (GPT-2, Llama, Qwen3, "
+                           "LFM2, Gemma2, Gemma3 text) into an slm checkpoint directory, offline.")
     parser.add_argument("model_dir", type=Path, help="directory written by transformers' save_pretrained")
     parser.add_argument("out_dir", type=Path, help="slm checkpoint directory to write")
     parser.add_argument("--force", action="store_true", help="write into a non-empty out_dir (replacing its "
@@ -162,13 +152,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 def _check_paths(model_dir: Path, out_dir: Path, force: bool) -> None:
     """Refuse, before loading anything, what would fail or overwrite something unasked."""
     if not model_dir.is_dir():
-        _fail(f"{model_dir}: no such directory")
+        fail(PROG, f"{model_dir}: no such directory")
     if out_dir.exists() and not out_dir.is_dir():
-        _fail(f"{out_dir}: exists and is not a directory")
+        fail(PROG, f"{out_dir}: exists and is not a directory")
     if out_dir.is_dir() and out_dir.resolve() == model_dir.resolve():
-        _fail(f"{out_dir}: is the input directory; choose another out_dir")
+        fail(PROG, f"{out_dir}: is the input directory; choose another out_dir")
     if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
-        _fail(f"{out_dir}: exists and is not empty (use --force to write into it)")
+        fail(PROG, f"{out_dir}: exists and is not empty (use --force to write into it)")
 
 
 def _check_weights(model_dir: Path) -> None:
@@ -182,8 +172,8 @@ def _check_weights(model_dir: Path) -> None:
                 f.keys()
         except (SafetensorError, OSError, ValueError) as err:
             reason = " ".join(str(err).split())[:200] or type(err).__name__
-            _fail(f"{path}: not a readable safetensors file ({reason}); replace it with the model's own weights "
-                  "(save_pretrained writes them)")
+            fail(PROG, f"{path}: not a readable safetensors file ({reason}); replace it with the model's own "
+                       "weights (save_pretrained writes them)")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -213,17 +203,18 @@ def main(argv: list[str] | None = None) -> None:
                   file=sys.stderr)
         missing = sorted(info.get("missing_keys") or [])
         if missing:  # transformers would initialise them at random: an import of noise
-            _fail(f"{args.model_dir}: the weights lack {len(missing)} of the model's tensors ({', '.join(missing[:3])}"
-                  f"{', ...' if len(missing) > 3 else ''}); save the whole model with save_pretrained and import that")
+            fail(PROG, f"{args.model_dir}: the weights lack {len(missing)} of the model's tensors "
+                       f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}); save the whole model with "
+                       "save_pretrained and import that")
         model = from_hf(hf_model)
     except (OSError, ValueError, KeyError, SafetensorError) as err:  # no/invalid checkpoint, unknown model
-        _fail(f"{args.model_dir}: {err}")
+        fail(PROG, f"{args.model_dir}: {err}")
     finally:
         hf_logging.set_verbosity(verbosity)
     try:  # before anything is written
         tok = import_tokenizer(args.model_dir, args.tokenizer, vocab_size=model.cfg.vocab_size)
     except ValueError as err:
-        _fail(str(err))
+        fail(PROG, str(err))
     save_model(model, args.out_dir)
     for stale in (args.out_dir / META_FILE, args.out_dir / HF_SUBDIR):  # --force over an earlier import
         if stale.is_dir():

@@ -12,15 +12,20 @@ directory name. Two things make the same run get the same key however it was ask
   conf/config.yaml: the run group, loggers, the progress display, logging and checkpoint cadence, the
   eval suite...) are left out, each with everything under it (`eval` also drops `eval.limit=10`).
 
+- a setting that moved into a nested group keeps its flat spelling in the key (slm.renames.key_spelling:
+  `model.moe.n_experts=8` is keyed `model.n_experts=8`), so run directories made before the move are found.
+
 The overrides are then sorted, as Hydra sorts its override_dirname.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import typing
 from collections.abc import Iterable
 
+from slm.renames import key_spelling
 from slm.runs.keys import job_key
 
 
@@ -31,10 +36,14 @@ def float_fields() -> frozenset[str]:
     from slm.training.config import TrainConfig
 
     out = set()
-    for prefix, cls in (("train", TrainConfig), ("model", ModelConfig)):
+    todo = [("train", TrainConfig), ("model", ModelConfig)]
+    while todo:
+        prefix, cls = todo.pop()
         for name, hint in typing.get_type_hints(cls).items():
             if hint == float or hint == typing.Optional[float]:
                 out.add(f"{prefix}.{name}")
+            elif dataclasses.is_dataclass(hint):  # a nested group: model.moe.aux_coef
+                todo.append((f"{prefix}.{name}", hint))
     return frozenset(out)
 
 
@@ -75,7 +84,8 @@ def canonical_overrides(overrides: Iterable[str], exclude: Iterable[str] = ()) -
             continue
         prefix = "++" if override.is_force_add() else "+" if override.is_add() else ""
         package = f"@{override.package}" if override.package else ""
-        lines.append(f"{prefix}{override.key_or_group}{package}={_spelling(override)}")
+        key = key_spelling(override.key_or_group)  # model.moe.n_experts -> model.n_experts: run directories stay
+        lines.append(f"{prefix}{key}{package}={_spelling(override)}")
     return sorted(lines)
 
 

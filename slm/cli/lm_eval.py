@@ -22,7 +22,7 @@ Every flag of `lm-eval run` (and the `ls` and `validate` subcommands) works as t
     results_<time>.json; none without --output_path) and, when `pretrained` is a run directory, its scores
     are merged into the run's result.json as slm-eval merges them (eval.lm_eval: scores, metrics,
     details, results_file), unless SLM_LM_EVAL_NO_RECORD=1;
-  * quiet logs: lm-eval's lookup of a git commit for its results file no longer prints "fatal: not a git
+  * quiet logs: lm-eval's lookup of a git commit for its results file prints no "fatal: not a git
     repository", and when stderr is not a terminal each progress bar is one plain line (slm.plain_progress).
 """
 
@@ -36,7 +36,8 @@ from pathlib import Path
 
 import yaml
 
-from slm.cli.config import fail, full_errors
+from slm.bad_input import describe, fail
+from slm.cli.config import full_errors
 
 PROG = "slm-lm-eval"
 DEFAULT_MODEL = "slm"
@@ -55,6 +56,7 @@ def _keep_paths_whole(run_parser: argparse.ArgumentParser) -> None:
     object is still lm-eval's."""
     from lm_eval._cli.utils import handle_cli_value_string, try_parse_json
 
+    from slm.eval.lm import model_arg_names
     from slm.eval.lm_args import parse_model_args
 
     action = next((a for a in run_parser._actions if a.dest == "model_args"), None)
@@ -68,7 +70,7 @@ def _keep_paths_whole(run_parser: argparse.ArgumentParser) -> None:
             current = dict(getattr(namespace, self.dest, None) or {})
             for value in values:
                 try:
-                    current.update(parse_model_args(value, handle_cli_value_string))
+                    current.update(parse_model_args(value, model_arg_names, handle_cli_value_string))
                 except ValueError as err:
                     parser.error(f"argument {option_string or self.dest}: {err}")
             setattr(namespace, self.dest, current)
@@ -187,12 +189,6 @@ def _record(prog: str, pretrained: str, tasks: list[str], captured: dict) -> Non
     record_scores(run_dir, summary, prog=prog)
 
 
-def _one_line(err: BaseException) -> str:
-    if isinstance(err, OSError) and err.strerror and err.filename:
-        return f"{err.filename}: {err.strerror}"
-    return " ".join(str(err).split()) or type(err).__name__
-
-
 def main(argv: list[str] | None = None, prog: str = PROG) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     from lm_eval._cli import HarnessCLI
@@ -209,7 +205,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> None:
     def error(err: BaseException) -> None:
         if full_errors():
             raise err
-        fail(prog, _one_line(err))
+        fail(prog, describe(err))
 
     setup_logging()
     cli = HarnessCLI()

@@ -16,14 +16,12 @@ model is allocated); see slm.model.counting.
 from __future__ import annotations
 
 import sys
+from dataclasses import asdict
 
 from slm.cli.config import reports_user_errors
 
 SHAPE_FIELDS = ("family", "kind", "n_layers", "layer_repeat", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff",
                 "vocab_size", "context_length", "tie_embeddings", "layer_types", "mlp_types", "init")
-MOE_FIELDS = ("n_experts", "top_k", "expert_d_ff", "shared_expert_d_ff")
-MEMORY_FIELDS = ("memory_layers", "memory_segment", "memory_chunk", "memory_depth", "memory_hidden", "memory_heads",
-                 "persistent_tokens", "memory_lr")
 
 
 def params_report(model_node: dict) -> dict:
@@ -35,9 +33,9 @@ def params_report(model_node: dict) -> dict:
     cfg = config_from_spec(model_node)
     report = {name: getattr(cfg, name) for name in SHAPE_FIELDS}
     if "moe" in cfg.mlp_types:
-        report.update({name: getattr(cfg, name) for name in MOE_FIELDS})
+        report["moe"] = asdict(cfg.moe)
     if "mac" in cfg.layer_types:
-        report.update({name: getattr(cfg, name) for name in MEMORY_FIELDS})
+        report["memory"] = asdict(cfg.memory)
     report.update(vars(count(cfg)))
     report["params_breakdown"] = breakdown(cfg)
     budget = model_node.get("param_budget")
@@ -75,7 +73,8 @@ def shape_line(r: dict) -> str:
     else:
         mixers = ", mixers " + " + ".join(f"{types.count(t)} {t}" for t in dict.fromkeys(types))
     if "moe" in r["mlp_types"]:
-        mlp = f"{r['n_experts']} experts of {r['expert_d_ff']}, top-{r['top_k']}"
+        moe = r["moe"]
+        mlp = f"{moe['n_experts']} experts of {moe['expert_d_ff']}, top-{moe['top_k']}"
     else:
         mlp = f"d_ff {r['d_ff']}"
     return (f"{r['family']}: {layers}, d_model {r['d_model']}, {heads} of {r['head_dim']}, {mlp}{mixers}, context "
@@ -120,7 +119,7 @@ def run(argv: list[str]) -> None:
 
     from slm.cli.config import compose_config
 
-    report = params_report(OmegaConf.to_container(compose_config(overrides).model, resolve=True))
+    report = params_report(OmegaConf.to_container(compose_config(overrides, prog="slm-params").model, resolve=True))
     if as_json:
         import json
 

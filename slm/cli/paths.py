@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from slm.cli.config import fail
+from slm.bad_input import fail
 from slm.runs.paths import RUN_MARKERS, RunPathError, find_group, find_path, find_run, is_run, runs_in, runs_root
 
 __all__ = ["RUN_MARKERS", "is_run", "resolve_group", "resolve_path", "resolve_run", "runs_in", "runs_root"]
@@ -18,7 +18,6 @@ def _or_exit(find, prog: str, *args) -> Path:
         return find(*args)
     except RunPathError as err:
         fail(prog, str(err))
-        raise AssertionError from None  # fail exits
 
 
 def resolve_path(arg: str | os.PathLike, prog: str, what: str = "run or checkpoint directory") -> Path:

@@ -13,13 +13,12 @@ is not a record: the line says why). Progress is the last logged optimizer step 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 from pathlib import Path
 
-from slm.cli.config import fail
+from slm.bad_input import OneLineParser, fail
 from slm.cli.paths import resolve_group, runs_root
 from slm.runs.status import STATES, counts, sweep_states
 
@@ -30,11 +29,6 @@ def _progress(state) -> str:
     if state.max_steps is None:
         return "-"
     return f"{state.step or 0}/{state.max_steps}"
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:
-        fail(self.prog, f"{message} (see {self.prog} --help)")
 
 
 def _warn(message: str) -> None:
@@ -82,8 +76,8 @@ def overview(root: Path) -> list[str]:
 
 
 def run(argv: list[str]) -> None:
-    parser = _Parser(prog=PROG, description=__doc__.split("\n\n")[0],
-                     epilog="statuses: " + "; ".join(f"{s}: {d}" for s, d in STATES.items()))
+    parser = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0],
+                           epilog="statuses: " + "; ".join(f"{s}: {d}" for s, d in STATES.items()))
     parser.add_argument("dirs", nargs="*", help="run groups (a name under $SLM_RUNS, default runs/, or a path "
                         "runs/<run_group>) or run directories; none: every run group with its counts")
     parser.add_argument("--json", action="store_true", help="one JSON object per job (per run group without "

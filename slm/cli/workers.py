@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 
-from slm.cli.config import fail
+from slm.bad_input import OneLineParser, fail
 
 PROG = "slm-workers"
 
@@ -86,14 +86,9 @@ def run(copies: int, command: list[str], stagger: float = 2.0) -> int:
     return 128 + stopped[0] if stopped else max(codes, default=0)
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:
-        fail(PROG, message)
-
-
 def main(argv: list[str] | None = None) -> None:
-    parser = _Parser(prog=PROG, description=__doc__.split("\n\n")[0],
-                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0],
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("copies", help="how many copies of the command run at once (a positive integer)")
     parser.add_argument("--stagger", type=float, default=2.0, help="seconds between the copies' starts (default 2)")
     argv = list(sys.argv[1:] if argv is None else argv)

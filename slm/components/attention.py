@@ -105,7 +105,7 @@ class MultiHeadAttention(Mixer):
         q_dim, kv_dim = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
         self.qkv = attention_projection(nn.Linear(cfg.d_model, q_dim + 2 * kv_dim, bias=cfg.bias), "in")
         self.canon_b = make_canon(cfg, "B", q_dim + 2 * kv_dim)
-        self.canon_b_after_norm = cfg.canon_b_after_qk_norm
+        self.canon_b_after_norm = cfg.canon.b_after_qk_norm
         self.norm_heads = cfg.qk_norm_scope == "head"  # else one norm over all heads (H hd, resp. KV hd)
         if cfg.qk_norm:
             norm = NORMS.get(cfg.norm)

@@ -2,7 +2,7 @@
 
 A Canon layer mixes each channel with its previous `kernel - 1` positions: a depthwise causal conv1d
 with no bias and no activation, added residually (h + conv(h)), with PyTorch's default conv init. Where
-it sits in a block is set by `ModelConfig.canon_set` (A, B, C, D; see `slm.model.config`).
+it sits in a block is set by `model.canon.set` (A, B, C, D; `CanonSettings`).
 
 `conv` is causal, as the paper's autoregressive models need. In a bidirectional model (masked diffusion) the
 padding is a choice: `conv_centered` mixes a window centred on each position (kernel 4: two positions
@@ -11,6 +11,8 @@ future positions, so a causal model refuses it, and it has no cached (token by t
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -21,6 +23,45 @@ from slm.components.registry import Registry
 CANONS: Registry[type[nn.Module]] = Registry("canon")
 
 CANON_POSITIONS = "ABCD"
+
+
+class CanonSettingsError(ValueError):
+    """An invalid `model.canon` setting; the message names the field, the value and what is allowed."""
+
+
+@dataclass
+class CanonSettings:
+    """`model.canon`: where a model has Canon layers and of which kind."""
+
+    kind: str = "conv"
+    """Canon layer kind (CANONS): conv (depthwise causal conv1d, residual) or conv_centered (the window centred on
+    each position: a bidirectional model's choice)."""
+    set: str = ""
+    """Canon positions, any of ABCD: A before the mixer, B on attention's fused qkv, C before the MLP, D inside
+    it; empty: no Canon layer."""
+    b_after_qk_norm: bool = False
+    """Canon B on cat(q, k, v) after the qk-norm, as the Canon reference (PhysicsLM4) orders them; false: on the
+    fused projection before it. The two coincide without qk_norm."""
+    kernel: int = 4
+    """Canon convolution width (positions mixed, itself included)."""
+
+    def check(self, cfg) -> None:
+        """Check against the model `cfg` (causal, attention_block)."""
+        CANONS.check(self.kind, "model.canon.kind", CanonSettingsError)
+        if len(set(self.set)) != len(self.set) or set(self.set) - set(CANON_POSITIONS):
+            raise CanonSettingsError(f"model.canon.set={self.set!r} is invalid: distinct letters from "
+                                     f"{CANON_POSITIONS!r}, e.g. 'AC'")
+        if self.kernel < 1:
+            raise CanonSettingsError(f"model.canon.kernel={self.kernel!r} is invalid: must be a positive integer")
+        if not self.set or CANONS.get(self.kind).causal:
+            return
+        if cfg.attention_block is not None:
+            raise CanonSettingsError(f"model.canon.kind={self.kind!r} is invalid: reads the next block: "
+                                     "block-causal attention needs canon.kind=conv")
+        if cfg.causal:
+            raise CanonSettingsError(f"model.canon.kind={self.kind!r} is invalid: reads future positions: a causal "
+                                     "model needs canon.kind=conv (conv_centered is for bidirectional models, "
+                                     "model.causal=false)")
 
 
 @CANONS.register("conv")
@@ -83,11 +124,12 @@ def conv_continue(state: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
 
 def make_canon(cfg, position: str, channels: int) -> nn.Module | None:
     """The Canon layer at `position` ("A".."D") if the config asks for one there, else None."""
-    if position not in cfg.canon_set:
+    if position not in cfg.canon.set:
         return None
-    return CANONS.get(cfg.canon)(channels, cfg.canon_kernel)
+    return CANONS.get(cfg.canon.kind)(channels, cfg.canon.kernel)
 
 
 def canon_params(cfg, position: str, channels: int) -> int:
     """Parameter count of `make_canon(cfg, position, channels)`, without building it."""
-    return CANONS.get(cfg.canon).num_params(channels, cfg.canon_kernel) if position in cfg.canon_set else 0
+    canon = cfg.canon
+    return CANONS.get(canon.kind).num_params(channels, canon.kernel) if position in canon.set else 0

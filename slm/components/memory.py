@@ -36,9 +36,9 @@ import torch.nn.functional as F
 
 
 def layer_shapes(cfg) -> list[tuple[int, int]]:
-    """(d_in, d_out) of each layer of one memory head: d -> hidden -> ... -> d, d = d_model / memory_heads."""
-    width = cfg.d_model // cfg.memory_heads
-    dims = [width] + [cfg.memory_hidden] * (cfg.memory_depth - 1) + [width]
+    """(d_in, d_out) of each layer of one memory head: d -> hidden -> ... -> d, d = d_model / memory.heads."""
+    width = cfg.d_model // cfg.memory.heads
+    dims = [width] + [cfg.memory.hidden] * (cfg.memory.depth - 1) + [width]
     return list(zip(dims[:-1], dims[1:]))
 
 

@@ -5,7 +5,7 @@ routing of Qwen3-MoE / Mixtral in transformers).
     w, e = top_k(p)                              # each token's experts; w / sum(w) if norm_topk_prob
     y = sum_j w_j * expert_{e_j}(x)  (+ shared(x))
 
-Each expert is an MLP of kind `cfg.mlp` with hidden size `expert_d_ff`, stored stacked: w_in (E, [gate; up]
+Each expert is an MLP of kind `cfg.mlp` with hidden size `moe.expert_d_ff`, stored stacked: w_in (E, [gate; up]
 rows, d) and w_out (E, d, expert_d_ff), transformers' gate_up_proj / down_proj layout. Routing is dropless:
 every (token, expert) pair is computed. Tokens are sorted by expert and each expert runs one matmul over
 its tokens (a loop over experts, never over tokens); on a GPU the per-expert sizes cost one host sync per
@@ -15,23 +15,80 @@ gathers each token's experts instead, with fixed shapes.
 Auxiliary statistics go to the forward's `seq.record`; `MoE.reduce_aux` turns the layers' statistics into
   moe_balance   E * sum_i f_i * P_i (Switch Transformer, Fedus et al. 2021): f_i the fraction of routed
                 (token, slot) pairs per token that go to expert i (sums to top_k), P_i the mean router
-                probability; per layer then averaged (moe_aux_scope=layer) or over all layers' tokens at once
+                probability; per layer then averaged (moe.aux_scope=layer) or over all layers' tokens at once
                 (pooled: transformers' load_balancing_loss_func)
   moe_z         mean over tokens of logsumexp(router logits)^2 (ST-MoE, Zoph et al. 2022), averaged per layer
   moe_load      (layers, E) share of routed pairs per expert (uniform: 1 / E)
-and the training-loss terms "loss/moe_balance" = moe_aux_coef * moe_balance, "loss/moe_z" = moe_z_coef * moe_z.
+and the training-loss terms "loss/moe_balance" = moe.aux_coef * moe_balance, "loss/moe_z" = moe.z_coef * moe_z.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import nn
 
 from slm.components.mlp import FFNS, MLPS, FeedForward
 
-MOE_AUX_SCOPES = ("layer", "pooled")
+
+class MoeSettingsError(ValueError):
+    """An invalid `model.moe` setting; the message names the field, the value and what is allowed."""
+
+
+@dataclass
+class MoeSettings:
+    """`model.moe`: the mixture-of-experts layers (the `moe` entries of model.mlp_types)."""
+
+    n_experts: int = 0
+    """Experts in each moe layer; 0 when there is no moe layer."""
+    top_k: int = 2
+    """Experts each token is routed to."""
+    expert_d_ff: int | None = None
+    """Hidden size of each expert; null: the model's d_ff."""
+    shared_expert_d_ff: int = 0
+    """Hidden size of an always-on shared expert in each moe layer (DeepSeekMoE-style); 0: none."""
+    norm_topk_prob: bool = True
+    """Renormalise each token's top_k router probabilities to sum to 1 (Qwen3-MoE, Mixtral)."""
+    aux_coef: float = 0.01
+    """Weight of the load-balancing loss E * sum_i f_i * P_i (Switch Transformer) in the training loss."""
+    aux_scope: Literal["layer", "pooled"] = "layer"
+    """layer: the balancing loss per moe layer, averaged (Switch); pooled: over all layers' tokens at once
+    (transformers' load_balancing_loss_func, Qwen3-MoE / Mixtral)."""
+    z_coef: float = 0.0
+    """Weight of the router z-loss, mean logsumexp(router logits)^2 (ST-MoE); 0: off."""
+
+    def check(self, cfg) -> None:
+        """Check against the model `cfg` (its mlp_types, d_ff, bias, canon) and fill expert_d_ff."""
+        def bad(name, value, allowed):
+            return MoeSettingsError(f"model.moe.{name}={value!r} is invalid: {allowed}")
+
+        if self.expert_d_ff is None:
+            self.expert_d_ff = cfg.d_ff
+        if "moe" not in cfg.mlp_types:
+            if self.n_experts != 0:
+                raise bad("n_experts", self.n_experts, "model.mlp_types has no moe layer to use it; add one or set 0")
+            return
+        if self.n_experts < 1:
+            raise bad("n_experts", self.n_experts, f"model.mlp_types {cfg.mlp_types} has moe layers: a positive "
+                      "number of experts is needed")
+        if not 1 <= self.top_k <= self.n_experts:
+            raise bad("top_k", self.top_k, f"must be an integer in 1..n_experts={self.n_experts}")
+        if self.expert_d_ff < 1:
+            raise bad("expert_d_ff", self.expert_d_ff, "must be a positive integer (or null: d_ff)")
+        if self.shared_expert_d_ff < 0:
+            raise bad("shared_expert_d_ff", self.shared_expert_d_ff, "must be an integer >= 0 (0: none)")
+        for name in ("aux_coef", "z_coef"):
+            if getattr(self, name) < 0:
+                raise bad(name, getattr(self, name), "must be a finite number >= 0")
+        if cfg.bias:
+            raise MoeSettingsError(f"model.bias={cfg.bias!r} is invalid: moe layers have no biases (router and "
+                                   "experts); set false")
+        if "D" in cfg.canon.set:
+            raise MoeSettingsError(f"model.canon.set={cfg.canon.set!r} is invalid: Canon D sits inside a dense "
+                                   "MLP; moe layers have none")
 
 
 @FFNS.register("moe")
@@ -41,13 +98,13 @@ class MoE(FeedForward, nn.Module):
     def __init__(self, cfg):
         nn.Module.__init__(self)
         kind = MLPS.get(cfg.mlp)
-        E, d, f = cfg.n_experts, cfg.d_model, cfg.expert_d_ff
-        self.n_experts, self.top_k, self.norm_topk_prob = E, cfg.top_k, cfg.norm_topk_prob
+        E, d, f = cfg.moe.n_experts, cfg.d_model, cfg.moe.expert_d_ff
+        self.n_experts, self.top_k, self.norm_topk_prob = E, cfg.moe.top_k, cfg.moe.norm_topk_prob
         self.gated, self.activation, self.gelu_approximate = kind.gated, kind.activation, cfg.gelu_approximate
         self.router = nn.Linear(d, E, bias=False)  # (E, d)
         self.w_in = nn.Parameter(torch.empty(E, (2 if kind.gated else 1) * f, d))  # per expert: [gate; up] rows
         self.w_out = nn.Parameter(torch.empty(E, d, f))
-        self.shared = kind(cfg, d_ff=cfg.shared_expert_d_ff) if cfg.shared_expert_d_ff else None
+        self.shared = kind(cfg, d_ff=cfg.moe.shared_expert_d_ff) if cfg.moe.shared_expert_d_ff else None
         bound = 1 / math.sqrt(d)  # nn.Linear's default init, so the module is usable as built
         nn.init.uniform_(self.w_in, -bound, bound)
         nn.init.uniform_(self.w_out, -1 / math.sqrt(f), 1 / math.sqrt(f))
@@ -55,22 +112,22 @@ class MoE(FeedForward, nn.Module):
     @staticmethod
     def expert_params(cfg) -> int:
         gated = MLPS.get(cfg.mlp).gated
-        return cfg.d_model * cfg.expert_d_ff * (3 if gated else 2)
+        return cfg.d_model * cfg.moe.expert_d_ff * (3 if gated else 2)
 
     @classmethod
     def num_params(cls, cfg) -> int:
         shared = cls._shared_params(cfg)
-        return cfg.d_model * cfg.n_experts + cfg.n_experts * cls.expert_params(cfg) + shared
+        return cfg.d_model * cfg.moe.n_experts + cfg.moe.n_experts * cls.expert_params(cfg) + shared
 
     @classmethod
     def active_params(cls, cfg) -> int:
         """Router, the top_k experts a token is routed to, and the shared expert."""
-        return cfg.d_model * cfg.n_experts + cfg.top_k * cls.expert_params(cfg) + cls._shared_params(cfg)
+        return cfg.d_model * cfg.moe.n_experts + cfg.moe.top_k * cls.expert_params(cfg) + cls._shared_params(cfg)
 
     @staticmethod
     def _shared_params(cfg) -> int:
         gated = MLPS.get(cfg.mlp).gated
-        return cfg.d_model * cfg.shared_expert_d_ff * (3 if gated else 2)
+        return cfg.d_model * cfg.moe.shared_expert_d_ff * (3 if gated else 2)
 
     def init_weights(self, init) -> None:
         """Under the init scheme (slm.components.init): w_in as an input projection, w_out as a residual output."""
@@ -144,15 +201,15 @@ class MoE(FeedForward, nn.Module):
         counts = torch.stack([s[0] for s in stats])  # (L, E) routed pairs per expert
         prob_sums = torch.stack([s[1] for s in stats])  # (L, E)
         rows = torch.tensor([float(s[2]) for s in stats], device=counts.device)[:, None]  # (L, 1) tokens
-        E = cfg.n_experts
-        if cfg.moe_aux_scope == "pooled":
+        E = cfg.moe.n_experts
+        if cfg.moe.aux_scope == "pooled":
             balance = E * ((counts.sum(0) / rows.sum()) * (prob_sums.sum(0) / rows.sum())).sum()
         else:
             balance = E * ((counts / rows) * (prob_sums / rows)).sum(dim=1).mean()
         z = torch.stack([s[3] / s[2] for s in stats]).mean()
-        out = {"moe_balance": balance.detach(), "moe_z": z.detach(), "moe_load": (counts / (rows * cfg.top_k)).detach()}
-        if cfg.moe_aux_coef:
-            out["loss/moe_balance"] = cfg.moe_aux_coef * balance
-        if cfg.moe_z_coef:
-            out["loss/moe_z"] = cfg.moe_z_coef * z
+        out = {"moe_balance": balance.detach(), "moe_z": z.detach(), "moe_load": (counts / (rows * cfg.moe.top_k)).detach()}
+        if cfg.moe.aux_coef:
+            out["loss/moe_balance"] = cfg.moe.aux_coef * balance
+        if cfg.moe.z_coef:
+            out["loss/moe_z"] = cfg.moe.z_coef * z
         return out

@@ -1,6 +1,6 @@
 """Titans' memory as context (Behrouz, Zhong, Mirrokni 2025, arXiv 2501.00663, Sec. 4.1), the `mac` mixer.
 
-The sequence is cut into segments of `memory_segment` positions. For each segment, in order:
+The sequence is cut into segments of `memory.segment` positions. For each segment, in order:
 
     h   = M(q)                      q = rms(x W_Q): a read of the neural memory for every segment token
     y   = Attn([P || h || x])       persistent tokens P, the reads, the segment; causal within the segment
@@ -11,6 +11,13 @@ segment: what came before reaches it through the memory only. Keys and values of
 attention's own projections (and its qk-norm); h and x are rotated at their token's position, P not.
 
 Where this differs from the paper, and why:
+- the paper puts a depthwise causal convolution after each of the q, k and v projections (Sec. 4.4); there is
+  none here. The study's Titans-MAC count (67.76M, conf/model/titans_mac.yaml: 67,757,964 without them) leaves no
+  room for them: three width-k convolutions in each of the 4 mac layers add 3 x 384 x k x 4 parameters, 67.77M
+  already at k = 2. (A convolution over keys and values would also carry state across segment ends and into the
+  KV cache, which this layer does not keep.);
+- the paper's SiLU on q, k and v is an option, model.memory.qkv_activation=silu, off by default: the study count
+  does not tell, and the recall check (bench/titans_recall.py) was measured without it;
 - a token sees the reads of its own and earlier segment tokens only: a read is a function of its token, so
   reading later ones would show it the future (the paper's figure draws the reads as a prefix);
 - the paper's last step o = y * M*(y) is left out: it reads the memory after it has learned the whole
@@ -18,22 +25,22 @@ Where this differs from the paper, and why:
 - the memory learns from u = x + y (the layer's input plus the attention output) rather than y alone: at
   initialisation y is a near-uniform average over the segment with no token identity to key on, and on the
   synthetic recall task (bench/titans_recall.py) a memory learning from y alone did not start to learn;
-- the step size is theta_t = memory_lr * sigmoid(.), and a chunk whose steps sum to more than memory_lr is
-  scaled down to sum to memory_lr (slm.components.memory.learn's budget). A chunk's update adds up its
+- the step size is theta_t = memory.lr * sigmoid(.), and a chunk whose steps sum to more than memory.lr is
+  scaled down to sum to memory.lr (slm.components.memory.learn's budget). A chunk's update adds up its
   tokens' gradients, all taken at the chunk's first weights, so with similar keys its summed step is what
   moves each of them: with one key repeated, a linear memory with momentum 0.5 converges at a summed step
   of 0.5 and diverges over segments at 0.7 (a 2-layer one stayed bounded to 1.0). Without the budget, a
   long chunk of similar keys would sum past that. With it, every chunk stays below it whatever the keys,
   and the gates decide how the budget is shared: one token may take all of it (a strong write), filler
-  none. At initialisation every gate is equal, so each token of a chunk steps memory_lr / memory_chunk;
+  none. At initialisation every gate is equal, so each token of a chunk steps memory.lr / memory.chunk;
 - each token's gradient is clipped to the norm of the memory's initial weights (sqrt of their number, for
   N(0, 1) entries): a step cap alone does not keep an MLP memory stable, since the first layer's curvature
   grows with the second layer's weights (without the clip, a tiny 2-layer memory stepping 0.25 per token
-  overflowed within 20 tokens); with it a token moves the weights by at most memory_lr times their initial
+  overflowed within 20 tokens); with it a token moves the weights by at most memory.lr times their initial
   norm, so they grow at most linearly, never exponentially.
 The gates come from the token written: theta as above, eta = sigmoid(.), alpha = sigmoid(.), one linear
 map d -> 3 per memory head, whose zero-initialised bias is offset so that the memory starts at theta =
-0.5 memory_lr (before the budget), eta = 0.5, alpha = 0.0025 (GATE_START).
+0.5 memory.lr (before the budget), eta = 0.5, alpha = 0.0025 (GATE_START).
 
 With a KV cache, each row keeps its memory (weights and momentum), the current segment's keys and values
 and its attention outputs, which the memory learns once the segment is complete (before the next token):
@@ -44,7 +51,8 @@ prefill then one token at a time computes what the whole-sequence forward does. 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -55,8 +63,86 @@ from slm.components.attention import MultiHeadAttention
 from slm.components.mixer import MIXERS, Mixer
 from slm.components.position import apply_rotary
 
+class MemorySettingsError(ValueError):
+    """An invalid `model.memory` setting; the message names the field, the value and what is allowed."""
+
+
+@dataclass
+class MemorySettings:
+    """`model.memory`: Titans' memory-as-context layers (the `mac` mixer)."""
+
+    layers: list[int] = field(default_factory=list)
+    """Blocks (0-based) whose mixer is a mac layer whatever model.layer_types says; [] none. The study's
+    Titans-MAC: [0, 7, 14, 21]."""
+    segment: int | None = None
+    """Positions per segment: attention runs within the segment (plus the persistent and retrieved tokens), the
+    neural memory carries what came before (required when there is a mac layer)."""
+    chunk: int | None = None
+    """Tokens whose memory gradients are taken at the same weights (Titans' chunked training); divides segment
+    (1: token by token); null: segment."""
+    depth: int = 2
+    """Layers of the memory MLP (1: a linear memory)."""
+    hidden: int | None = None
+    """Hidden width of the memory MLP; null: its input width, d_model / heads."""
+    heads: int = 1
+    """Independent memories, each over d_model / heads channels."""
+    persistent_tokens: int = 0
+    """Learned tokens prepended to every segment's attention (Titans' persistent memory)."""
+    lr: float = 0.5
+    """Inner learning rate: a token's step is lr * sigmoid(gate), and a chunk whose steps sum to more than lr is
+    scaled down to sum to lr."""
+    qkv_activation: Literal["none", "silu"] = "none"
+    """Activation on the memory's query, key and value projections before the RMS norm of q and k: silu is the
+    paper's (Sec. 4.4); none (the default) is what the study count and bench/titans_recall.py were measured with."""
+
+    def check(self, cfg) -> None:
+        """Place `layers` into cfg.layer_types (one entry per block), check against the model and fill the
+        derived sizes (chunk, hidden)."""
+        def bad(name, value, allowed):
+            return MemorySettingsError(f"model.memory.{name}={value!r} is invalid: {allowed}")
+
+        layers = self.layers
+        if len(set(layers)) != len(layers) or not all(0 <= i < cfg.n_layers for i in layers):
+            raise bad("layers", layers, f"distinct block indices in 0..{cfg.n_layers - 1} (n_layers - 1)")
+        self.layers = sorted(layers)
+        if layers:
+            types = [cfg.layer_type(i) for i in range(cfg.n_layers)]
+            cfg.layer_types = ["mac" if i in layers else t for i, t in enumerate(types)]
+        if "mac" not in cfg.layer_types:
+            if self.segment is not None:
+                raise bad("segment", self.segment, "no mac layer to use it; set memory.layers or null")
+            return
+        if self.segment is None:
+            raise bad("segment", None, "mac layers need a segment length (positions per segment)")
+        for name in ("segment", "depth", "heads"):
+            if getattr(self, name) < 1:
+                raise bad(name, getattr(self, name), "must be a positive integer")
+        if self.segment > cfg.context_length:
+            raise bad("segment", self.segment, f"must be <= context_length={cfg.context_length}")
+        if self.chunk is None:
+            self.chunk = self.segment
+        if self.chunk < 1 or self.segment % self.chunk:
+            raise bad("chunk", self.chunk, f"must be a positive integer dividing segment={self.segment}")
+        if cfg.d_model % self.heads:
+            raise bad("heads", self.heads, f"must divide d_model={cfg.d_model}")
+        if self.hidden is None:
+            self.hidden = cfg.d_model // self.heads
+        if self.hidden < 1:
+            raise bad("hidden", self.hidden, "must be a positive integer")
+        if self.persistent_tokens < 0:
+            raise bad("persistent_tokens", self.persistent_tokens, "must be an integer >= 0 (0: none)")
+        if not self.lr > 0:
+            raise bad("lr", self.lr, "must be a finite number > 0")
+        if not cfg.causal:
+            raise MemorySettingsError(f"model.causal={cfg.causal!r} is invalid: mac layers (a memory learned left "
+                                      "to right) need causal=true")
+        if "B" in cfg.canon.set:
+            raise MemorySettingsError(f"model.canon.set={cfg.canon.set!r} is invalid: Canon B sits inside plain "
+                                      "attention; mac layers have none")
+
+
 GATE_START = {"theta": 0.5, "eta": 0.5, "alpha": 0.0025}
-"""Gate values at initialisation (theta as a fraction of memory_lr, before the chunk budget)."""
+"""Gate values at initialisation (theta as a fraction of memory.lr, before the chunk budget)."""
 
 
 def _wide(x: torch.Tensor) -> torch.Tensor:
@@ -91,7 +177,7 @@ class MemoryState:
     segment's keys, values and outputs (buffers for a whole segment). Eager caches only."""
 
     def __init__(self, cache, cfg, buffers: dict):
-        self.cache, self.segment = cache, cfg.memory_segment
+        self.cache, self.segment = cache, cfg.memory.segment
         self.weights, self.momentum = buffers["weights"], buffers["momentum"]
         self.keys, self.values, self.outputs = buffers["keys"], buffers["values"], buffers["outputs"]
         self.seen = [0] * cache.batch  # tokens per row
@@ -145,9 +231,10 @@ class MemoryAsContext(Mixer):
 
     def __init__(self, cfg):
         super().__init__()
-        d, heads = cfg.d_model, cfg.memory_heads
-        self.segment, self.chunk = cfg.memory_segment, cfg.memory_chunk
-        self.lr = cfg.memory_lr  # largest step of a token, and of a chunk's tokens together
+        d, heads = cfg.d_model, cfg.memory.heads
+        self.segment, self.chunk = cfg.memory.segment, cfg.memory.chunk
+        self.lr = cfg.memory.lr  # largest step of a token, and of a chunk's tokens together
+        self.act = F.silu if cfg.memory.qkv_activation == "silu" else (lambda t: t)
         self.max_norm = math.sqrt(sum(i * o for i, o in memory.layer_shapes(cfg)))  # |initial weights| of a head
         self.heads, self.width, self.eps = heads, d // heads, cfg.norm_eps
         self.attn = MultiHeadAttention(cfg)  # the segment attention (its projections also see P and the reads)
@@ -158,7 +245,7 @@ class MemoryAsContext(Mixer):
         self.register_buffer("gate_offset", torch.tensor(
             [_logit(GATE_START["theta"]), _logit(GATE_START["eta"]), _logit(GATE_START["alpha"])]), persistent=False)
         self.memory = nn.ParameterList(nn.Parameter(torch.empty(heads, i, o)) for i, o in memory.layer_shapes(cfg))
-        self.persistent = nn.Parameter(torch.empty(cfg.persistent_tokens, d)) if cfg.persistent_tokens else None
+        self.persistent = nn.Parameter(torch.empty(cfg.memory.persistent_tokens, d)) if cfg.memory.persistent_tokens else None
         self.init_weights(None)
 
     def init_weights(self, init) -> None:
@@ -172,7 +259,7 @@ class MemoryAsContext(Mixer):
     @staticmethod
     def memory_params(cfg) -> int:
         """The memory MLP's initial weights (its state has as many numbers per row)."""
-        return cfg.memory_heads * sum(i * o for i, o in memory.layer_shapes(cfg))
+        return cfg.memory.heads * sum(i * o for i, o in memory.layer_shapes(cfg))
 
     @classmethod
     def param_parts(cls, cfg) -> dict[str, int]:
@@ -180,8 +267,8 @@ class MemoryAsContext(Mixer):
         return {"attention": MultiHeadAttention.num_params(cfg),
                 "memory q/k/v projections": 3 * (d * d + (d if cfg.bias else 0)),
                 "memory MLP (initial weights)": cls.memory_params(cfg),
-                "memory gates": 3 * cfg.memory_heads * (d + 1),
-                "persistent tokens": cfg.persistent_tokens * d}
+                "memory gates": 3 * cfg.memory.heads * (d + 1),
+                "persistent tokens": cfg.memory.persistent_tokens * d}
 
     @classmethod
     def num_params(cls, cfg) -> int:
@@ -193,7 +280,7 @@ class MemoryAsContext(Mixer):
         memory beyond the 6 x its weights that 6N counts as one application: learning a token runs the MLP
         forward and back and forms two weighted gradient sums, about 4 applications, 3x for the outer
         backward: 24 - 6 = 18 per weight."""
-        keys = cfg.persistent_tokens + 2 * cfg.memory_segment
+        keys = cfg.memory.persistent_tokens + 2 * cfg.memory.segment
         return 12 * cfg.n_heads * cfg.head_dim * keys + 18 * MemoryAsContext.memory_params(cfg)
 
     @classmethod
@@ -201,7 +288,7 @@ class MemoryAsContext(Mixer):
         if cache.static:
             raise ValueError("mac layers (Titans memory) keep Python-side segment bookkeeping: they need an "
                              "eager KV cache, not a static one (no CUDA graph or compiled decoding)")
-        B, S, heads = cache.batch, cfg.memory_segment, cfg.memory_heads
+        B, S, heads = cache.batch, cfg.memory.segment, cfg.memory.heads
         wide = torch.promote_types(cache.dtype, torch.float32)
         zeros = lambda *shape: torch.zeros(shape, device=cache.device, dtype=wide)  # noqa: E731
         kv = lambda: torch.zeros(B, cfg.n_kv_heads, 2 * S, cfg.head_dim, device=cache.device, dtype=cache.dtype)  # noqa: E731
@@ -223,8 +310,8 @@ class MemoryAsContext(Mixer):
         """The memory after the current segment's outputs; the segment's keys and outputs cleared."""
         y = carry.outputs
         B, n, _ = y.shape
-        k = self._split(self.to_k(y))
-        v = _wide(self.to_v(y)).view(B, n, self.heads, self.width).transpose(1, 2)
+        k = self._split(self.act(self.to_k(y)))
+        v = _wide(self.act(self.to_v(y))).view(B, n, self.heads, self.width).transpose(1, 2)
         g = (_wide(self.gates(y)).view(B, n, 3, self.heads) + self.gate_offset[:, None]).permute(2, 0, 3, 1)
         with torch.autocast(y.device.type, enabled=False):
             theta, log_eta, log_keep = self.lr * torch.sigmoid(g[0]), F.logsigmoid(g[1]), F.logsigmoid(-g[2])
@@ -237,7 +324,7 @@ class MemoryAsContext(Mixer):
     def _read(self, carry: Carry, x: torch.Tensor) -> torch.Tensor:
         """Memory reads for tokens x (B, n, d) -> (B, n, d), in x's dtype."""
         B, n, d = x.shape
-        q = self._split(self.to_q(x))
+        q = self._split(self.act(self.to_q(x)))
         with torch.autocast(x.device.type, enabled=False):
             h = memory.read(carry.weights, q)  # (B, Hm, n, width)
         return h.transpose(1, 2).reshape(B, n, d).to(x.dtype)

@@ -13,7 +13,6 @@ from typing import Any
 
 from slm.data.errors import DataError
 
-SPLITS = ("train", "valid")
 FORMATS = ("auto", "text", "jsonl", "parquet")
 
 

@@ -6,7 +6,7 @@ subprocesses for it (pip list, lscpu, nvidia-smi, ...): 0.2-0.5 s on an idle mac
 text that does not change while a sweep runs. Inside `reused_env_info()` the report is made once per process
 and working directory and copied into every later results JSON, so in a sweep run by Hydra's basic launcher
 (`make sweep`: every job in one process) only the first job pays for it. The results JSON holds the same keys
-and values as before.
+and values as with a report made per evaluation.
 """
 
 from __future__ import annotations

@@ -100,6 +100,16 @@ def _as_bool(value) -> bool:
     return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes")
 
 
+def model_arg_names() -> frozenset[str]:
+    """The `slm` model's argument names (SLMLM's and its diffusion settings). In a model_args string, a path value
+    that names nothing on disk runs up to the first piece that starts with one of them (slm.eval.lm_args)."""
+    import inspect
+
+    params = inspect.signature(SLMLM.__init__).parameters
+    return frozenset(n for n, p in params.items() if n != "self" and p.kind is p.POSITIONAL_OR_KEYWORD) \
+        | frozenset(lm_diffusion.MODEL_ARGS)
+
+
 @register_model("slm")
 class SLMLM(TemplateLM):
     """lm-eval model over an slm checkpoint. Options (model_args): pretrained, tokenizer, batch_size,
@@ -188,7 +198,8 @@ class SLMLM(TemplateLM):
 
         from slm.eval.lm_args import parse_model_args
 
-        return cls.create_from_arg_obj(parse_model_args(arg_string, handle_arg_string), additional_config)
+        return cls.create_from_arg_obj(parse_model_args(arg_string, model_arg_names, handle_arg_string),
+                                       additional_config)
 
     @classmethod
     def create_from_arg_obj(cls, arg_dict: dict, additional_config: dict | None = None) -> SLMLM:

@@ -3,7 +3,8 @@
 A run directory is named after its job key, e.g. `runs/train/model.d_model=384,model.n_layers=32`, so
 `pretrained=runs/train/model.d_model=384,model.n_layers=32` is one path to a human and two arguments to
 lm-eval, which splits model_args at every comma. The rule here, used by `slm-lm-eval`, `python -m slm.eval`,
-`slm-eval --model_args` and `SLMLM.create_from_arg_string`:
+`slm-eval --model_args` and `SLMLM.create_from_arg_string` (each passes the model's argument names,
+slm.eval.lm.model_arg_names):
 
   * the string is split at the commas outside quotes and brackets, as lm-eval splits it;
   * the value of a path argument (`pretrained`, `tokenizer`) takes the following pieces too, as many as make
@@ -21,24 +22,12 @@ other arguments before it (`tokenizer=gpt2,pretrained=runs/g/a=1`), to mean the 
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
 PATH_ARGS = ("pretrained", "tokenizer")
 """Arguments whose values are paths (and may hold commas)."""
-
-
-def known_args() -> frozenset[str]:
-    """The `slm` model's argument names (SLMLM's and its diffusion settings)."""
-    import inspect
-
-    from slm.eval import lm_diffusion
-    from slm.eval.lm import SLMLM
-
-    params = inspect.signature(SLMLM.__init__).parameters
-    return frozenset(n for n, p in params.items() if n != "self" and p.kind is p.POSITIONAL_OR_KEYWORD) \
-        | frozenset(lm_diffusion.MODEL_ARGS)
 
 
 def split_top_level(text: str) -> list[str]:
@@ -83,7 +72,7 @@ def _key(piece: str) -> str:
     return piece.partition("=")[0].strip()
 
 
-def _path_extent(value: str, rest: list[str], names: frozenset[str]) -> int:
+def _path_extent(value: str, rest: list[str], names: Collection[str] | Callable[[], Collection[str]]) -> int:
     """How many of the pieces after a path value belong to it (see the module's docstring)."""
     extent = None
     for n in range(len(rest) + 1):
@@ -91,17 +80,20 @@ def _path_extent(value: str, rest: list[str], names: frozenset[str]) -> int:
             extent = n
     if extent is not None:
         return extent
+    if callable(names):
+        names = names()
     n = 0
     while n < len(rest) and _key(rest[n]) not in names:
         n += 1
     return n
 
 
-def parse_model_args(text: str, convert: Callable[[str], Any] = literal,
-                     names: frozenset[str] | None = None) -> dict[str, Any]:
+def parse_model_args(text: str, names: Collection[str] | Callable[[], Collection[str]],
+                     convert: Callable[[str], Any] = literal) -> dict[str, Any]:
     """{key: value} of a model_args string by the rule of this module; other values go through `convert`
-    (lm-eval's own conversion, in its CLI). `names`: the model's argument names (default: SLMLM's).
-    ValueError for a piece that is not key=value."""
+    (lm-eval's own conversion, in its CLI). `names`: the model's argument names, or a function that gives
+    them (called only for a path value that names nothing on disk). ValueError for a piece that is not
+    key=value."""
     pieces = split_top_level(text.strip())
     out: dict[str, Any] = {}
     i = 0
@@ -113,8 +105,6 @@ def parse_model_args(text: str, convert: Callable[[str], Any] = literal,
         if key in PATH_ARGS:
             inner = _unquoted(value)
             if inner is None:
-                if names is None:
-                    names = known_args()
                 extent = _path_extent(value, pieces[i + 1:], names)
                 inner = ",".join([value, *pieces[i + 1:i + 1 + extent]])
                 i += extent

@@ -38,9 +38,10 @@ def task_stderr(details: dict, metric: str | None) -> float | None:
     return _number(details.get(f"{name}_stderr,{filt}" if filt else f"{name}_stderr"))
 
 
-def near_chance(score: float, chance: float, stderr: float | None) -> bool:
-    """Whether an accuracy is within noise of its chance level: score - chance <= 1.96 stderr."""
-    return score - chance <= Z95 * (stderr or 0.0)
+def near_chance(score, chance, stderr):
+    """Whether an accuracy is within noise of its chance level: score - chance <= 1.96 stderr (no stderr: at or
+    below chance). Numbers, or numpy arrays / pandas Series elementwise (the analysis's tables)."""
+    return score - chance <= Z95 * (0.0 if stderr is None else stderr)
 
 
 def _estimator(lm: dict, details: dict) -> dict:

@@ -99,7 +99,7 @@ def common_problems(cfg: ModelConfig, mixers: tuple[str, ...] = ("attn",), qk_no
                     mlps: tuple[str, ...] = ("dense",)) -> list[str]:
     """Settings the transformers targets cannot express (the mixers, feed-forwards and qk-norm each one has)."""
     return [problem for bad, problem in (
-        (cfg.canon_set != "", f"Canon layers (canon_set={cfg.canon_set!r})"),
+        (cfg.canon.set != "", f"Canon layers (canon.set={cfg.canon.set!r})"),
         (cfg.layer_repeat > 1, f"layer_repeat={cfg.layer_repeat} (block sharing)"),
         (cfg.norm_placement != "pre", f"norm_placement={cfg.norm_placement!r} (needs 'pre')"),
         (cfg.qk_norm != qk_norm and bool({"attn", "local_attn"} & set(cfg.layer_types)),

@@ -4,7 +4,7 @@ top-k probabilities always renormalised). Both store the experts stacked, as slm
 (E, d) -> router, mlp.experts.gate_up_proj (E, 2f, d) -> w_in, mlp.experts.down_proj (E, d, f) -> w_out.
 
 Both compute the balancing loss pooled over all layers' tokens (load_balancing_loss_func), so from_hf sets
-moe_aux_scope=pooled; to_hf converts a model trained with the per-layer loss or a z-loss too (the logits do
+moe.aux_scope=pooled; to_hf converts a model trained with the per-layer loss or a z-loss too (the logits do
 not depend on them), and transformers then trains it with its own pooled loss and no z-loss.
 """
 
@@ -35,10 +35,10 @@ def qwen3_moe_config(c) -> ModelConfig:
               for i in range(c.num_hidden_layers)]
     mlp_types = repeating_unit(["moe" if r else "dense" for r in routed])
     moe = dict(n_experts=c.num_experts, top_k=c.num_experts_per_tok, expert_d_ff=c.moe_intermediate_size,
-               norm_topk_prob=bool(c.norm_topk_prob), moe_aux_coef=c.router_aux_loss_coef, moe_aux_scope="pooled")
+               norm_topk_prob=bool(c.norm_topk_prob), aux_coef=c.router_aux_loss_coef, aux_scope="pooled")
     return ModelConfig(family="qwen3_moe", **decoder_fields(c), norm="rmsnorm", mlp="swiglu", qk_norm=True,
                        rope_theta=rope_theta(c.rope_parameters, "rope_parameters"), mlp_types=mlp_types,
-                       **(moe if any(routed) else {}), **_window(c))
+                       moe=moe if any(routed) else None, **_window(c))
 
 
 def mixtral_config(c) -> ModelConfig:
@@ -50,8 +50,9 @@ def mixtral_config(c) -> ModelConfig:
     ) if bad])
     return ModelConfig(family="mixtral", **decoder_fields(c), norm="rmsnorm", mlp="swiglu",
                        rope_theta=rope_theta(c.rope_parameters, "rope_parameters"), mlp_types=["moe"],
-                       n_experts=c.num_local_experts, top_k=c.num_experts_per_tok, expert_d_ff=c.intermediate_size,
-                       norm_topk_prob=True, moe_aux_coef=c.router_aux_loss_coef, moe_aux_scope="pooled", **_window(c))
+                       moe=dict(n_experts=c.num_local_experts, top_k=c.num_experts_per_tok,
+                                expert_d_ff=c.intermediate_size, norm_topk_prob=True,
+                                aux_coef=c.router_aux_loss_coef, aux_scope="pooled"), **_window(c))
 
 
 def moe_table(cfg: ModelConfig) -> list[Entry]:
@@ -81,20 +82,20 @@ def moe_to_hf(cfg: ModelConfig):
         (cfg.position != "rope" or cfg.rotary_fraction != 1.0, "needs full RoPE (position='rope', rotary_fraction=1)"),
         (cfg.attn_scale is not None and not math.isclose(cfg.attn_scale, cfg.head_dim**-0.5, rel_tol=1e-6),
          f"attn_scale={cfg.attn_scale} (needs 1/sqrt(head_dim))"),
-        (cfg.shared_expert_d_ff > 0, f"shared_expert_d_ff={cfg.shared_expert_d_ff} (no shared expert)"),
+        (cfg.moe.shared_expert_d_ff > 0, f"moe.shared_expert_d_ff={cfg.moe.shared_expert_d_ff} (no shared expert)"),
         (len(set(cfg.layer_types)) > 1, f"layer_types={cfg.layer_types} (one sliding window for all layers or none)"),
         (not qwen and set(cfg.mlp_types) != {"moe"}, f"mlp_types={cfg.mlp_types} (Mixtral routes every layer)"),
-        (not qwen and not cfg.norm_topk_prob, "norm_topk_prob=False (Mixtral always renormalises; qk_norm=True "
+        (not qwen and not cfg.moe.norm_topk_prob, "moe.norm_topk_prob=False (Mixtral always renormalises; qk_norm=True "
                                               "converts to Qwen3-MoE instead)"),
     ) if bad])
-    common = dict(**decoder_kwargs(cfg), num_experts_per_tok=cfg.top_k, router_aux_loss_coef=cfg.moe_aux_coef)
+    common = dict(**decoder_kwargs(cfg), num_experts_per_tok=cfg.moe.top_k, router_aux_loss_coef=cfg.moe.aux_coef)
     if qwen:
         hf_cfg = Qwen3MoeConfig(
-            **common, intermediate_size=cfg.d_ff, moe_intermediate_size=cfg.expert_d_ff, num_experts=cfg.n_experts,
-            norm_topk_prob=cfg.norm_topk_prob, decoder_sparse_step=1,
+            **common, intermediate_size=cfg.d_ff, moe_intermediate_size=cfg.moe.expert_d_ff, num_experts=cfg.moe.n_experts,
+            norm_topk_prob=cfg.moe.norm_topk_prob, decoder_sparse_step=1,
             mlp_only_layers=[i for i in range(cfg.n_layers) if cfg.mlp_type(i) == "dense"],
             use_sliding_window=local, sliding_window=cfg.sliding_window if local else None)
         return Qwen3MoeForCausalLM(hf_cfg).float()
-    hf_cfg = MixtralConfig(**common, intermediate_size=cfg.expert_d_ff, num_local_experts=cfg.n_experts,
+    hf_cfg = MixtralConfig(**common, intermediate_size=cfg.moe.expert_d_ff, num_local_experts=cfg.moe.n_experts,
                            sliding_window=cfg.sliding_window if local else None)
     return MixtralForCausalLM(hf_cfg).float()

@@ -5,21 +5,21 @@ target.
 1. The width: d_model whose count with the family's own MLP (the spec's d_ff, or its rule re-derived at that
    width) is closest to the budget. Heads follow the width through head_dim (n_heads = d_model / head_dim,
    n_kv_heads kept), so a depth/width sweep stays inside one family's design.
-2. The second knob, the MLP hidden size at that width: `d_ff`, or `expert_d_ff` when the spec sets the experts'
+2. The second knob, the MLP hidden size at that width: `d_ff`, or `moe.expert_d_ff` when the spec sets the experts'
    size (experts that derive theirs from d_ff move with it). It takes the multiple of d_ff_step (or the
    family's own value) that lands closest, within KNOB_RANGE (0.5x to 2x) of the family's value at that width,
    so a LLaMA stays a LLaMA; the family's value wins a tie, so a config already on budget keeps its MLP.
 3. Only if that misses `budget_tolerance`: every width with its best MLP size, taking among those within the
    tolerance the one whose MLP moved least (the ratio to the family's value nearest 1).
 
-`d_ff_step: null` turns the second knob off (the width alone, as before issue 28). The solved config carries
+`d_ff_step: null` turns the second knob off (the width alone). The solved config carries
 a `BudgetFit` (`budget_fit(cfg)`) saying which knob moved, for slm-params, the dry run and the run record.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from slm.model.config import ConfigError, ModelConfig, upgrade_fields
 from slm.model.counting import count
@@ -30,11 +30,26 @@ KNOB_RANGE = (0.5, 2.0)
 """How far the second knob may move the MLP hidden size: this range times the family's value at the width."""
 
 BUDGET_COUNTS = ("total", "active")
-_WIDTH_ERRORS = ("model.d_model=", "model.n_kv_heads=", "model.n_heads=", "model.memory_heads=")
+_WIDTH_ERRORS = ("model.d_model=", "model.n_kv_heads=", "model.n_heads=", "model.memory.heads=")
 """ModelConfig's errors about the width and the heads it sets (the no-width message explains those)."""
 SOLVER_KEYS = {"param_budget": None, "width_step": 64, "d_ff_step": 8, "budget_count": "total",
                "budget_tolerance": 0.03}
 """The `model` node's keys that are not ModelConfig fields, with their defaults (conf/model_base/base.yaml)."""
+SOLVER_DOCS = {
+    "param_budget": "parameters to aim for; null: d_model as given",
+    "width_step": "d_model is a multiple of this",
+    "d_ff_step": "the tuned MLP size's step: 8, the alignment bf16 tensor cores want (null: width only)",
+    "budget_count": "the count the budget is for: total | active (per token: a mixture of experts' fair size)",
+    "budget_tolerance": "refuse a budget whose closest config misses it by more than this fraction (null: any)",
+}
+"""One line on each of SOLVER_KEYS (the comments of conf/model_base/base.yaml)."""
+SOLVER_LEAD = ("Budget solver (slm.model.budget): with param_budget set, d_model is chosen (a multiple of width_step, "
+               "heads = d_model / head_dim) so that the exact parameter count with the family's MLP is closest to the "
+               "budget; then the MLP hidden size at that width (d_ff, or moe.expert_d_ff when set) is tuned to the "
+               "multiple of d_ff_step that lands closest, within 0.5x-2x of the family's value (which wins a tie: a "
+               "config already on budget keeps it). Only if that misses budget_tolerance are other widths tried, each "
+               "with its best MLP.")
+"""The comment above the solver keys in conf/model_base/base.yaml."""
 PRESET_KEYS = ("objective",)
 """Keys a preset may add that are the run's, not the network's: `objective`, the training objective it brings
 (conf/model/dllm.yaml: mdlm; train.objective follows it, slm.objectives). config_from_spec leaves them out."""
@@ -88,6 +103,27 @@ def heads_follow_width(spec: dict) -> dict:
     return spec
 
 
+def _get(cfg: ModelConfig, name: str):
+    """A field of `cfg` by its dotted name (d_ff, moe.expert_d_ff)."""
+    for part in name.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+def _with(spec: dict, **changes) -> dict:
+    """`spec` with fields changed, a dotted name (moe.expert_d_ff) changing one field of a nested group."""
+    out = dict(spec)
+    for name, value in changes.items():
+        group, _, field_ = name.rpartition(".")
+        if group:
+            node = out.get(group)
+            node = dict(node) if isinstance(node, dict) else ({} if node is None else asdict(node))
+            out[group] = {**node, field_: value}
+        else:
+            out[name] = value
+    return out
+
+
 def _params(cfg: ModelConfig, counted: str) -> int:
     return getattr(count(cfg), f"params_{counted}")
 
@@ -95,9 +131,10 @@ def _params(cfg: ModelConfig, counted: str) -> int:
 def _knob(spec: dict, cfg: ModelConfig, counted: str) -> str | None:
     """The MLP size the second knob moves in `cfg` (built from `spec`), or None if the count does not depend on
     it (a network kind with no such MLP)."""
-    knob = "expert_d_ff" if "moe" in cfg.mlp_types and spec.get("expert_d_ff") is not None else "d_ff"
-    value = getattr(cfg, knob)
-    moved = ModelConfig(**{**spec, "d_model": cfg.d_model, knob: value + 1})
+    experts_set = (spec.get("moe") or {}).get("expert_d_ff") is not None
+    knob = "moe.expert_d_ff" if "moe" in cfg.mlp_types and experts_set else "d_ff"
+    value = _get(cfg, knob)
+    moved = ModelConfig(**_with(spec, d_model=cfg.d_model, **{knob: value + 1}))
     return knob if _params(moved, counted) != _params(cfg, counted) else None
 
 
@@ -106,14 +143,14 @@ def _tune(spec: dict, cfg: ModelConfig, knob: str, step: int, budget: float,
     """`cfg` with `knob` at the multiple of `step` (or the family's value) in KNOB_RANGE of the family's value
     whose count is closest to `budget`, and that count. Counts are affine in an MLP's hidden size, so the
     closest multiple is one of the two around the solution of the line; both are counted exactly."""
-    family = getattr(cfg, knob)
+    family = _get(cfg, knob)
     low = max(step, step * math.ceil(KNOB_RANGE[0] * family / step))
     high = step * math.floor(KNOB_RANGE[1] * family / step)
     at = {family: (cfg, _params(cfg, counted))}
 
     def build(value: int) -> None:
         if value not in at:
-            other = ModelConfig(**{**spec, "d_model": cfg.d_model, knob: value})
+            other = ModelConfig(**_with(spec, d_model=cfg.d_model, **{knob: value}))
             at[value] = (other, _params(other, counted))
 
     if low <= high:
@@ -200,17 +237,17 @@ def solve_budget(spec: dict, budget: float, step: int = 64, counted: str = "tota
             tuned = []
             for family_at in _widths(spec, step):
                 other, got = _tune(spec, family_at, knob, d_ff_step, budget, counted)
-                tuned.append((other, got, getattr(family_at, knob)))
+                tuned.append((other, got, _get(family_at, knob)))
                 if got > budget and not within(got):
                     break  # even its smallest MLP is past the budget: wider is further
             fits = [t for t in tuned if within(t[1])]
             if fits:
-                cfg, params, _ = min(fits, key=lambda t: (abs(math.log(getattr(t[0], knob) / t[2])),
+                cfg, params, _ = min(fits, key=lambda t: (abs(math.log(_get(t[0], knob) / t[2])),
                                                           abs(t[1] - budget)))
             else:
                 cfg, params, _ = min(tuned, key=lambda t: abs(t[1] - budget))
-    family_value = None if knob is None else getattr(ModelConfig(**{**spec, "d_model": cfg.d_model}), knob)
-    fit = BudgetFit(cfg.d_model, knob, family_value, None if knob is None else getattr(cfg, knob))
+    family_value = None if knob is None else _get(ModelConfig(**_with(spec, d_model=cfg.d_model)), knob)
+    fit = BudgetFit(cfg.d_model, knob, family_value, None if knob is None else _get(cfg, knob))
     if not within(params):
         off = params / budget - 1
         off = f"{off:+.1%}" if abs(off) < 10 else f"{params / budget:.3g}x the budget"

@@ -50,9 +50,9 @@ def bidirectional_cache_refusal(cfg: ModelConfig) -> str | None:
     global attention layers only; a short convolution, a sliding window or a Canon layer would need the
     inputs on both sides of a rerun chunk."""
     other = sorted(set(cfg.layer_types) - {"attn"})
-    if other or cfg.canon_set:
+    if other or cfg.canon.set:
         parts = [f"layer_types {other}"] if other else []
-        parts += [f"Canon layers {cfg.canon_set}"] if cfg.canon_set else []
+        parts += [f"Canon layers {cfg.canon.set}"] if cfg.canon.set else []
         return ("a bidirectional cache keeps attention keys and values only (layer_types attn); this model has "
                 + " and ".join(parts))
     return None

@@ -10,19 +10,21 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field, fields
 
-from slm.components import CANON_POSITIONS, CANONS, FFNS, INITS, MIXERS, MLPS, NORMS, POSITIONS
-from slm.components.moe import MOE_AUX_SCOPES
+from typing import Literal
+
+from slm.components import FFNS, INITS, MIXERS, MLPS, NORMS, POSITIONS
+from slm.components.canon import CanonSettings, CanonSettingsError
+from slm.components.moe import MoeSettings, MoeSettingsError
 from slm.components.parametrization import PARAMETRIZATIONS, MupSettings, ParametrizationError
 from slm.components.registry import UnknownKeyError
+from slm.components.titans import MemorySettings, MemorySettingsError
 from slm.model.networks import NETWORKS
-from slm.typecheck import check_types
+from slm.renames import RenameError, upgrade_model_fields
+from slm.typecheck import check_types, settings_from_node
 
-NORM_PLACEMENTS = ("pre", "post", "sandwich")
-QK_NORM_SCOPES = ("head", "all_heads")
 DROPOUT_SITES = ("embedding", "attention", "mixer", "mlp")
-GELU_APPROXIMATIONS = ("none", "tanh")
-REGISTRY_FIELDS = {"kind": NETWORKS, "norm": NORMS, "position": POSITIONS, "mlp": MLPS, "canon": CANONS,
-                   "init": INITS, "parametrization": PARAMETRIZATIONS}
+REGISTRY_FIELDS = {"kind": NETWORKS, "norm": NORMS, "position": POSITIONS, "mlp": MLPS, "init": INITS,
+                   "parametrization": PARAMETRIZATIONS}
 """Fields whose value is a key of a registry (layer_types and mlp_types: lists of MIXERS and FFNS keys)."""
 
 
@@ -83,11 +85,11 @@ class ModelConfig:
     """Normalisation: layernorm, rmsnorm, rmsnorm_gemma (scale by 1 + w)."""
     norm_eps: float = 1e-6
     """Epsilon of every norm."""
-    norm_placement: str = "pre"
+    norm_placement: Literal["pre", "post", "sandwich"] = "pre"
     """pre (norm before each sublayer), post (after the residual add), sandwich (before and after)."""
     qk_norm: bool = False
     """Norm (of kind `norm`) on queries and keys, before RoPE (Qwen3, Gemma3, PhysicsLM4)."""
-    qk_norm_scope: str = "head"
+    qk_norm_scope: Literal["head", "all_heads"] = "head"
     """head: one norm per head over head_dim (Qwen3, Gemma3); all_heads: one norm over all heads, H * head_dim
     for q and KV * head_dim for k (the Canon reference, PhysicsLM4)."""
     position: str = "rope"
@@ -106,24 +108,7 @@ class ModelConfig:
     """Feed-forward per layer: dense (one `mlp`), moe (experts of kind `mlp`); given like layer_types."""
     mlp: str = "swiglu"
     """MLP kind (of the dense layers and of every expert): gelu, relu (two matrices), swiglu, geglu (gated)."""
-    n_experts: int = 0
-    """Experts in each moe layer (mlp_types); 0 when there is no moe layer."""
-    top_k: int = 2
-    """Experts each token is routed to in a moe layer."""
-    expert_d_ff: int | None = None
-    """Hidden size of each expert; None: d_ff."""
-    shared_expert_d_ff: int = 0
-    """Hidden size of an always-on shared expert added to each moe layer (DeepSeekMoE-style); 0: none."""
-    norm_topk_prob: bool = True
-    """Renormalise each token's top_k router probabilities to sum to 1 (Qwen3-MoE, Mixtral)."""
-    moe_aux_coef: float = 0.01
-    """Weight of the load-balancing loss E * sum_i f_i * P_i (Switch Transformer) in the training loss."""
-    moe_aux_scope: str = "layer"
-    """layer: the balancing loss per moe layer, averaged (Switch); pooled: over all layers' tokens at once
-    (transformers' load_balancing_loss_func, Qwen3-MoE / Mixtral)."""
-    moe_z_coef: float = 0.0
-    """Weight of the router z-loss, mean logsumexp(router logits)^2 (ST-MoE); 0: off."""
-    gelu_approximate: str = "tanh"
+    gelu_approximate: Literal["none", "tanh"] = "tanh"
     """GELU form for gelu/geglu: tanh (GPT-2's gelu_new, Gemma) or none (exact erf)."""
     causal: bool = True
     """Causal (autoregressive) or bidirectional attention."""
@@ -141,36 +126,14 @@ class ModelConfig:
     """Soft-cap output logits as cap * tanh(z / cap); None disables."""
     conv_kernel: int = 3
     """Kernel of the conv mixer (LFM2's conv_L_cache): positions mixed, itself included."""
-    memory_layers: list[int] = field(default_factory=list)
-    """Blocks (0-based) whose mixer is Titans' memory as context (`mac`, slm.components.titans) whatever
-    layer_types says; [] none. The study's Titans-MAC: [0, 7, 14, 21]."""
-    memory_segment: int | None = None
-    """Positions per segment of a mac layer: attention runs within the segment (plus the persistent and
-    retrieved tokens), the neural memory carries what came before (required when there is a mac layer)."""
-    memory_chunk: int | None = None
-    """Tokens whose memory gradients are taken at the same weights (Titans' chunked training); divides
-    memory_segment (1: token by token); None: memory_segment."""
-    memory_depth: int = 2
-    """Layers of the memory MLP (1: a linear memory)."""
-    memory_hidden: int | None = None
-    """Hidden width of the memory MLP; None: its input width, d_model / memory_heads."""
-    memory_heads: int = 1
-    """Independent memories, each over d_model / memory_heads channels."""
-    persistent_tokens: int = 0
-    """Learned tokens prepended to every segment's attention in a mac layer (Titans' persistent memory)."""
-    memory_lr: float = 0.5
-    """Inner learning rate of a mac layer's memory: a token's step is memory_lr * sigmoid(gate), and a chunk
-    (memory_chunk tokens) whose steps sum to more than memory_lr is scaled down to sum to memory_lr."""
-    canon: str = "conv"
-    """Canon layer kind: conv (depthwise causal conv1d, residual) or conv_centered (the window centred on each
-    position: a bidirectional model's choice)."""
-    canon_set: str = ""
-    """Canon positions, any of ABCD: A before the mixer, B on attention's fused qkv, C before the MLP, D inside it."""
-    canon_b_after_qk_norm: bool = False
-    """Canon B on cat(q, k, v) after the qk-norm, as the Canon reference (PhysicsLM4) orders them; false: on the
-    fused projection before it. The two coincide without qk_norm."""
-    canon_kernel: int = 4
-    """Canon convolution width (positions mixed, itself included)."""
+    moe: MoeSettings = field(default_factory=MoeSettings)
+    """The mixture-of-experts layers (slm.components.moe), model.moe.<field>: n_experts, top_k, expert_d_ff,
+    shared_expert_d_ff, norm_topk_prob, aux_coef, aux_scope, z_coef."""
+    memory: MemorySettings = field(default_factory=MemorySettings)
+    """Titans' memory-as-context layers (slm.components.titans), model.memory.<field>: layers, segment, chunk,
+    depth, hidden, heads, persistent_tokens, lr."""
+    canon: CanonSettings = field(default_factory=CanonSettings)
+    """Canon layers (slm.components.canon), model.canon.<field>: kind, set, b_after_qk_norm, kernel."""
 
     # --- details
     bias: bool = False
@@ -214,6 +177,8 @@ class ModelConfig:
     """The base shape mup and completep scale from: base_width, base_depth, depth_alpha, base_head_dim."""
 
     def __post_init__(self) -> None:
+        for name, cls in GROUPS.items():  # a mapping from YAML or a stored config -> its settings, types checked
+            setattr(self, name, settings_from_node(cls, getattr(self, name), f"model.{name}", ConfigError))
         check_types(self, "model", ConfigError)  # a string in a numeric field, an infinite theta, ...
         self._check_keys()
         self._derive_sizes()
@@ -257,15 +222,14 @@ class ModelConfig:
             notes.append(f"sliding_window={self.sliding_window} >= context_length={self.context_length}: the "
                          "sliding window has no effect at this context (local_attn layers attend like attn layers)")
         routed = [i for i in range(self.n_layers) if self.mlp_type(i) == "moe"]
-        if routed and self.top_k == self.n_experts:
-            notes.append(f"top_k={self.top_k} = n_experts: every token uses every expert (a dense model)")
+        if routed and self.moe.top_k == self.moe.n_experts:
+            notes.append(f"moe.top_k={self.moe.top_k} = moe.n_experts: every token uses every expert (a dense model)")
         return notes
 
     @classmethod
     def from_dict(cls, fields_: dict) -> "ModelConfig":
-        """A config from stored fields, including those written before `layer_types` existed (config.json of
-        older runs): `attention: mha` is dropped and `attention_pattern` (L local, G global) becomes
-        layer_types."""
+        """A config from stored fields in any spelling ever written (slm.renames.upgrade_model_fields: flat
+        moe/memory/canon fields, the legacy attention_pattern)."""
         return cls(**upgrade_fields(fields_))
 
     @classmethod
@@ -278,12 +242,6 @@ class ModelConfig:
             registry.check(getattr(self, name), f"model.{name}", ConfigError)
         self.layer_types = self._pattern("layer_types", MIXERS)
         self.mlp_types = self._pattern("mlp_types", FFNS)
-        if self.qk_norm_scope not in QK_NORM_SCOPES:
-            raise _bad("qk_norm_scope", self.qk_norm_scope, f"choose one of: {', '.join(QK_NORM_SCOPES)}")
-        if self.norm_placement not in NORM_PLACEMENTS:
-            raise _bad("norm_placement", self.norm_placement, f"choose one of: {', '.join(NORM_PLACEMENTS)}")
-        if self.gelu_approximate not in GELU_APPROXIMATIONS:
-            raise _bad("gelu_approximate", self.gelu_approximate, f"choose one of: {', '.join(GELU_APPROXIMATIONS)}")
 
     def _pattern(self, name: str, registry) -> list[str]:
         """A per-layer pattern as a list of registry keys (a string is split at commas)."""
@@ -342,69 +300,6 @@ class ModelConfig:
         elif self.d_ff is None:
             self.d_ff = MLPS.get(self.mlp).default_d_ff(self.d_model, self.d_ff_multiple)
         self._positive("d_ff")
-        if self.expert_d_ff is None:
-            self.expert_d_ff = self.d_ff
-        self._positive("expert_d_ff")
-
-    def _check_moe(self) -> None:
-        if "moe" not in self.mlp_types:
-            if self.n_experts != 0:
-                raise _bad("n_experts", self.n_experts, "mlp_types has no moe layer to use it; add one or set 0")
-            return
-        if isinstance(self.n_experts, bool) or not isinstance(self.n_experts, int) or self.n_experts < 1:
-            raise _bad("n_experts", self.n_experts, f"mlp_types {self.mlp_types} has moe layers: a positive number "
-                       "of experts is needed")
-        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or not 1 <= self.top_k <= self.n_experts:
-            raise _bad("top_k", self.top_k, f"must be an integer in 1..n_experts={self.n_experts}")
-        self._nonnegative("shared_expert_d_ff")
-        if self.moe_aux_scope not in MOE_AUX_SCOPES:
-            raise _bad("moe_aux_scope", self.moe_aux_scope, f"choose one of: {', '.join(MOE_AUX_SCOPES)}")
-        for name in ("moe_aux_coef", "moe_z_coef"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
-                raise _bad(name, value, "must be a finite number >= 0")
-        if self.bias:
-            raise _bad("bias", self.bias, "moe layers have no biases (router and experts); set false")
-        if "D" in self.canon_set:
-            raise _bad("canon_set", self.canon_set, "Canon D sits inside a dense MLP; moe layers have none")
-
-    def _check_memory(self) -> None:
-        """Place `memory_layers` into layer_types (one entry per block) and check the mac settings."""
-        layers = self.memory_layers
-        if not isinstance(layers, (list, tuple)) or len(set(layers)) != len(layers) or not all(
-                isinstance(i, int) and not isinstance(i, bool) and 0 <= i < self.n_layers for i in layers):
-            raise _bad("memory_layers", layers, f"distinct block indices in 0..{self.n_layers - 1} (n_layers - 1)")
-        self.memory_layers = sorted(layers)
-        if layers:
-            types = [self.layer_type(i) for i in range(self.n_layers)]
-            self.layer_types = ["mac" if i in layers else t for i, t in enumerate(types)]
-        if "mac" not in self.layer_types:
-            if self.memory_segment is not None:
-                raise _bad("memory_segment", self.memory_segment, "no mac layer to use it; set memory_layers or null")
-            return
-        if self.memory_segment is None:
-            raise _bad("memory_segment", None, "mac layers need a segment length (positions per segment)")
-        self._positive("memory_segment", "memory_depth", "memory_heads")
-        if self.memory_segment > self.context_length:
-            raise _bad("memory_segment", self.memory_segment, f"must be <= context_length={self.context_length}")
-        if self.memory_chunk is None:
-            self.memory_chunk = self.memory_segment
-        self._positive("memory_chunk")
-        if self.memory_segment % self.memory_chunk:
-            raise _bad("memory_chunk", self.memory_chunk, f"must divide memory_segment={self.memory_segment}")
-        if self.d_model % self.memory_heads:
-            raise _bad("memory_heads", self.memory_heads, f"must divide d_model={self.d_model}")
-        if self.memory_hidden is None:
-            self.memory_hidden = self.d_model // self.memory_heads
-        self._positive("memory_hidden")
-        self._nonnegative("persistent_tokens")
-        if isinstance(self.memory_lr, bool) or not isinstance(self.memory_lr, (int, float)) \
-                or not 0 < self.memory_lr < math.inf:
-            raise _bad("memory_lr", self.memory_lr, "must be a finite number > 0")
-        if not self.causal:
-            raise _bad("causal", self.causal, "mac layers (a memory learned left to right) need causal=true")
-        if "B" in self.canon_set:
-            raise _bad("canon_set", self.canon_set, "Canon B sits inside plain attention; mac layers have none")
 
     def _check_kind(self) -> None:
         hidden = self.window_hidden
@@ -420,8 +315,12 @@ class ModelConfig:
             if len(getattr(self, name)) > self.n_layers:
                 raise _bad(name, getattr(self, name), f"has {len(getattr(self, name))} entries for n_layers="
                            f"{self.n_layers}: give one per layer or a shorter unit to repeat")
-        self._check_moe()
-        self._check_memory()
+        try:
+            self.canon.check(self)
+            self.moe.check(self)
+            self.memory.check(self)  # places memory.layers into layer_types
+        except (CanonSettingsError, MoeSettingsError, MemorySettingsError) as err:
+            raise ConfigError(str(err)) from None
         if "local_attn" in self.layer_types:
             if self.sliding_window is None:
                 raise _bad("sliding_window", None, f"layer_types {self.layer_types} has local_attn layers; set a window")
@@ -430,18 +329,11 @@ class ModelConfig:
                 raise _bad("sliding_window", self.sliding_window, f"must be <= context_length={self.context_length}")
         elif self.sliding_window is not None:
             raise _bad("sliding_window", self.sliding_window, "layer_types has no local_attn layer to use it; add one or set null")
-        if len(set(self.canon_set)) != len(self.canon_set) or set(self.canon_set) - set(CANON_POSITIONS):
-            raise _bad("canon_set", self.canon_set, f"distinct letters from {CANON_POSITIONS!r}, e.g. 'AC'")
-        self._positive("canon_kernel", "conv_kernel")
+        self._positive("conv_kernel")
         if self.attention_block is not None:
             self._positive("attention_block")
             if self.causal:
                 raise _bad("attention_block", self.attention_block, "block-causal attention needs model.causal=false")
-            if self.canon_set and not CANONS.get(self.canon).causal:
-                raise _bad("canon", self.canon, "reads the next block: block-causal attention needs canon=conv")
-        if self.canon_set and self.causal and not CANONS.get(self.canon).causal:
-            raise _bad("canon", self.canon, "reads future positions: a causal model needs canon=conv "
-                       "(conv_centered is for bidirectional models, model.causal=false)")
         for name in ("embedding_padding_idx", "mask_token_id", "document_end_id"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)
@@ -481,20 +373,13 @@ class ModelConfig:
             raise ConfigError(str(err)) from None
 
 
-_LEGACY_LETTERS = {"L": "local_attn", "G": "attn"}
+GROUPS = {"moe": MoeSettings, "memory": MemorySettings, "canon": CanonSettings}
+"""The nested settings of ModelConfig (model.<group>.<field>), each validated by its component (`check`)."""
 
 
 def upgrade_fields(fields_: dict) -> dict:
     """Stored ModelConfig fields brought to the current schema (see ModelConfig.from_dict)."""
-    fields_ = dict(fields_)
-    attention = fields_.pop("attention", "mha")
-    if attention != "mha":
-        raise _bad("attention", attention, "the only attention kind ever stored is 'mha'")
-    pattern = fields_.pop("attention_pattern", None)
-    if pattern is not None:
-        if "layer_types" in fields_:
-            raise _bad("attention_pattern", pattern, "set layer_types instead (not both)")
-        if not pattern or set(pattern) - set(_LEGACY_LETTERS):
-            raise _bad("attention_pattern", pattern, "a non-empty string of L (local) and G (global)")
-        fields_["layer_types"] = [_LEGACY_LETTERS[c] for c in pattern]
-    return fields_
+    try:
+        return upgrade_model_fields(fields_)
+    except RenameError as err:
+        raise ConfigError(str(err)) from None

@@ -24,6 +24,22 @@ step) and exit 128 + the signal (130, 143); a second one stops at once (slm.trai
 While it trains, a run prints what it is (the run directory, the model, the length, the optimisation, the
 parameter count), where it starts (step 0, or the step it resumed from), then a progress bar on a terminal or
 a progress line every train.print_interval steps elsewhere (slm.training.progress).
+
+train_run decides whether the run trains (its lock, its record, its checkpoint), then runs the steps in order,
+each taking what the ones before it made:
+  prepare           the config checked, the data prepared, the model's config and counts, the length, the
+                    init source: a PreparedJob; nothing is written (bad input raises here)
+  start             config.yaml, the record `running`, the lines saying what the run is
+  build             the Lightning parts (Built): the module (train.init_from's weights), data module, callbacks,
+                    loggers, Trainer
+  fit               Trainer.fit from the checkpoint or from step 0: the record's training section (on a signal
+                    the record counts the interruption and the signal goes on)
+  validate          the final validation, the best weights restored (train.restore_best), the test split
+                    (train.eval_windows)
+  record_completed  the weights saved, the record `completed` (record_diverged instead: `diverged`, no weights)
+  evaluate          the eval suite on the saved model, merged into the record (its failure leaves the run
+                    completed)
+Lightning is imported when a job trains (at the top of _train and of the steps that use it), not with this module.
 """
 
 from __future__ import annotations
@@ -31,25 +47,48 @@ from __future__ import annotations
 import errno
 import math
 import os
+import shutil
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+import torch
 import yaml
 
+import slm.data
+from slm.atomic import remove_stale
 from slm.components.parametrization import scheme_of
-from slm.model import FLOPS_CONVENTION, config_from_spec, count
-from slm.model.budget import budget_knob
-from slm.model.weights import save_model
 from slm.cpu_busy import OtherWork
+from slm.data import PreparedData
+from slm.eval import run as eval_run
+from slm.eval.score_lines import brief
+from slm.model import FLOPS_CONVENTION, ModelConfig, build_model, config_from_spec, count, weights
+from slm.model.budget import budget_knob
+from slm.model.counting import Counts
+from slm.renames import RenameError, upgrade_model_fields
+from slm.model.weights import save_model
+from slm.objectives import OBJECTIVES, tokenizer_node_for
 from slm.omp_wait import wait_settings
 from slm.runs.environment import environment
+from slm.runs.errors import one_line
 from slm.runs.record import load_record, now, settled, update_record
-from slm.runs.status import run_lock
-from slm.training.checkpoints import PREVIOUS, ResumeError, resume_checkpoint
-from slm.training.config import TrainConfig
+from slm.runs.status import lock_held, run_lock
+from slm.training.checkpoints import PREVIOUS, ResumeError, os_error_in, resume_checkpoint
+from slm.training.config import TrainConfig, TrainConfigError
 from slm.training.distributed import is_rank_zero
+from slm.training.init_from import InitSource, check_shapes, check_tokenizer, find_source, load_weights, tokenizer_meta
+from slm.training.logs import tidy_lightning_logging
+
+if TYPE_CHECKING:  # build imports them: Lightning loads when a job trains
+    import lightning as L
+
+    from slm.data.datamodule import SLMDataModule
+    from slm.training.callbacks import SignalCheckpoint, ThroughputMonitor
+    from slm.training.module import LanguageModelModule
+    from slm.training.routing import RoutingLoad
 
 CHECKPOINT = Path("checkpoints") / "last.ckpt"
 
@@ -74,45 +113,24 @@ def _model_clash(existing: dict | None, cfg: dict) -> str | None:
     asked = cfg.get("model")
     if not isinstance(recorded, dict) or not isinstance(asked, dict):
         return None
+    try:
+        recorded = upgrade_model_fields(recorded)  # flat fields of a run made before they moved into groups
+    except RenameError as err:
+        return str(err)
+    return _first_difference(recorded, asked, "model")
+
+
+def _first_difference(recorded: dict, asked: dict, prefix: str) -> str | None:
+    """The first key both mappings hold with different values (nested groups compared field by field)."""
     for key in sorted(recorded.keys() & asked.keys()):
-        if recorded[key] != asked[key]:
-            return f"model.{key}: {recorded[key]!r} recorded, {asked[key]!r} asked"
+        old, new = recorded[key], asked[key]
+        if isinstance(old, dict) and isinstance(new, dict):
+            found = _first_difference(old, new, f"{prefix}.{key}")
+            if found:
+                return found
+        elif old != new:
+            return f"{prefix}.{key}: {old!r} recorded, {new!r} asked"
     return None
-
-
-def _one_line(err: BaseException) -> str:
-    text = " ".join(str(err).split()) or type(err).__name__
-    return f"{type(err).__name__}: {text}"
-
-
-def _loggers(names: list[str], run_dir: Path):
-    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger, WandbLogger
-
-    build = {
-        "csv": lambda: CSVLogger(run_dir, name="logs", version="csv"),
-        "tensorboard": lambda: TensorBoardLogger(run_dir, name="logs", version="tensorboard"),
-        "wandb": lambda: WandbLogger(save_dir=str(run_dir), name=run_dir.name, id=run_dir.name, resume="allow"),
-    }
-    return [build[name]() for name in names]
-
-
-def _data_section(prepared, datamodule) -> dict:
-    consumed = datamodule.tokens_per_source()
-    total = sum(consumed.values())
-    return {**prepared.describe(), "tokens_per_source": consumed,
-            "token_share": {k: (v / total if total else 0.0) for k, v in consumed.items()}}
-
-
-def _bits_per_byte(prepared, val_nll: float, test_nll: float | None) -> dict:
-    """val_bpb (and test_bpb): the NLL in bits per UTF-8 byte of text, so runs with different tokenizers
-    compare on one axis (a diffusion run's NELBO gives a bound, as its val_nll is), with the bytes per token
-    used (slm.data.prepare.PreparedData.bytes_per_token)."""
-    out = {}
-    for name, nll, split in (("val", val_nll, "valid"), ("test", test_nll, "test")):
-        ratio = prepared.bytes_per_token(split) if nll is not None else None
-        if ratio:
-            out.update({f"{name}_bpb": nll / math.log(2) / ratio, f"{name}_bytes_per_token": ratio})
-    return out
 
 
 def train_run(cfg: dict, run_dir: str | os.PathLike, *, sweep: bool = False, rerun_failed: bool = False) -> dict:
@@ -155,18 +173,18 @@ def train_run(cfg: dict, run_dir: str | os.PathLike, *, sweep: bool = False, rer
         try:
             resume = resume_checkpoint(run_dir / CHECKPOINT.parent, cfg.get("bad_checkpoint", "fail"))
         except ResumeError as err:  # a damaged checkpoint: recorded failed, with what to do
-            record = update_record(run_dir, status="failed", error=_one_line(err))
+            record = update_record(run_dir, status="failed", error=one_line(err))
             if not sweep:
                 raise
             return record
         try:
-            setup = _setup(cfg, run_dir)  # validates the config and prepares the data before anything is written
+            job = prepare(cfg, run_dir)  # validates the config and prepares the data before anything is written
         except Exception as err:
             if not sweep:
                 raise
             return record_failure(run_dir, cfg, err)
         try:
-            return _train(cfg, run_dir, *setup, resume=resume)
+            return _train(job, resume)
         except Exception:
             if not sweep:
                 raise
@@ -182,11 +200,11 @@ def _follow(cfg: dict, run_dir: Path, *, sweep: bool, rerun_failed: bool) -> dic
         return existing
     try:
         resume = resume_checkpoint(run_dir / CHECKPOINT.parent, cfg.get("bad_checkpoint", "fail"), apply=False)
-        return _train(cfg, run_dir, *_setup(cfg, run_dir), resume=resume)
+        return _train(prepare(cfg, run_dir), resume)
     except Exception as err:  # rank 0 records it; a sweep goes on
         if not sweep:
             raise
-        return {"status": "failed", "error": _one_line(err)}
+        return {"status": "failed", "error": one_line(err)}
 
 
 HYDRA_LEFTOVERS = {".hydra", ".lock"}  # what Hydra (and the lock) leave in a run directory before training
@@ -196,10 +214,6 @@ def discard_unstarted(run_dir: str | os.PathLike) -> bool:
     """Remove the directory of a single run that was refused before it wrote anything (bad input): it holds
     only Hydra's .hydra/, the lock and an empty or Hydra-only log, so that `slm-status` does not list a run that
     never was. Returns whether it was removed; a directory with a record, or held by a process, is kept."""
-    import shutil
-
-    from slm.runs.status import lock_held
-
     run_dir = Path(run_dir)
     if not run_dir.is_dir() or (run_dir / "result.json").exists() or lock_held(run_dir):
         return False
@@ -212,30 +226,50 @@ def discard_unstarted(run_dir: str | os.PathLike) -> bool:
 
 def record_failure(run_dir: str | os.PathLike, cfg: dict, err: BaseException | str) -> dict:
     """Record a job that could not start (invalid config or data) as failed, with its error line."""
-    return update_record(run_dir, status="failed", error=err if isinstance(err, str) else _one_line(err), config=cfg)
+    return update_record(run_dir, status="failed", error=err if isinstance(err, str) else one_line(err), config=cfg)
 
 
-def _setup(cfg: dict, run_dir: Path) -> tuple:
-    from slm.data import prepare
-    from slm.eval.run import preflight
+# ---------------------------------------------------------------------------------------------------- prepare
+@dataclass
+class PreparedJob:
+    """What `prepare` makes of a job's config, before anything is written; the later steps read it."""
 
-    from slm.objectives import OBJECTIVES, tokenizer_node_for
+    cfg: dict
+    """The resolved config (model, tokenizer, data, train, eval, ...), as recorded."""
+    run_dir: Path
+    train_cfg: TrainConfig
+    data: PreparedData
+    """The tokenizer and the cached token shards."""
+    model_cfg: ModelConfig
+    """The model to train: the spec with the tokenizer's vocabulary (and mask / document-end ids)."""
+    counts: Counts
+    max_steps: int
+    init: InitSource | None
+    """train.init_from's weights, checked against the model; None for random weights and for a resumed run."""
 
+    @property
+    def tokens_per_step(self) -> int:
+        return self.train_cfg.batch_size * self.model_cfg.context_length
+
+
+def prepare(cfg: dict, run_dir: Path) -> PreparedJob:
+    """Check the config (settings, loggers, accelerator, eval suite, objective against model, length, memory,
+    init source) and prepare the data; raises one line for bad input, before anything is written."""
     train_cfg = TrainConfig.from_node(cfg["train"])
     train_cfg.check_loggers()  # a logger whose package is missing (wandb): one line, before the data is prepared
     train_cfg.check_accelerator()  # an accelerator or precision this machine cannot run: before the data too
-    preflight(cfg.get("eval"))  # hub tasks while offline, unknown tasks, bad fields: fail before training
-    prepared = prepare(cfg["data"], tokenizer_node_for(train_cfg.objective, cfg["tokenizer"]))
-    mask = {"mask_token_id": prepared.tokenizer.mask_id} if prepared.tokenizer.mask_id is not None else {}
-    if prepared.config.pack_documents:  # attention within documents: they end at the end-of-text id
-        mask["document_end_id"] = prepared.tokenizer.eot_id
-    spec = {**cfg["model"], "vocab_size": prepared.vocab_size, **mask}
+    eval_run.preflight(cfg.get("eval"))  # hub tasks while offline, unknown tasks, bad fields: fail before training
+    data = slm.data.prepare(cfg["data"], tokenizer_node_for(train_cfg.objective, cfg["tokenizer"]))
+    mask = {"mask_token_id": data.tokenizer.mask_id} if data.tokenizer.mask_id is not None else {}
+    if data.config.pack_documents:  # attention within documents: they end at the end-of-text id
+        mask["document_end_id"] = data.tokenizer.eot_id
+    spec = {**cfg["model"], "vocab_size": data.vocab_size, **mask}
     model_cfg = config_from_spec(spec)
     OBJECTIVES.get(train_cfg.objective)().check(model_cfg)  # e.g. causal_lm with a bidirectional model
     if train_cfg.block_curriculum is not None:
         model_cfg = config_from_spec(_curriculum_spec(spec, train_cfg.block_curriculum, model_cfg.context_length))
     if train_cfg.eval_windows is not None:
-        prepared.check_first_windows(train_cfg.eval_windows, model_cfg.context_length)
+        data.check_first_windows(train_cfg.eval_windows, model_cfg.context_length)
     counts = count(model_cfg)
     max_steps = train_cfg.max_steps(model_cfg.context_length)
     train_cfg.check_length(max_steps)
@@ -243,8 +277,8 @@ def _setup(cfg: dict, run_dir: Path) -> tuple:
     init = None
     resuming = any((run_dir / CHECKPOINT.parent / name).exists() for name in (CHECKPOINT.name, PREVIOUS))
     if train_cfg.init_from is not None and not resuming:  # a resumed run has its weights
-        init = _init_source(train_cfg.init_from, model_cfg, prepared.tokenizer)
-    return train_cfg, prepared, model_cfg, counts, max_steps, init
+        init = _init_source(train_cfg.init_from, model_cfg, data.tokenizer)
+    return PreparedJob(cfg, run_dir, train_cfg, data, model_cfg, counts, max_steps, init)
 
 
 TRAIN_BYTES_PER_PARAM = 16
@@ -256,14 +290,9 @@ def _check_memory(train_cfg, params: int, model_cfg=None) -> None:
     on: a model whose weights, gradients and optimizer state alone exceed it (a typo such as d_model=65536 would
     otherwise allocate until the kernel kills the job), or a batch whose activations alone do (batch_size=10**7
     would otherwise tokenize, sample and allocate for minutes first); see activation_bytes."""
-    import torch
-
-    from slm.model.weights import available_memory
-    from slm.training.config import TrainConfigError
-
     gpu = train_cfg.accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
     device = "cuda" if gpu else "cpu"
-    free = available_memory(device)
+    free = weights.available_memory(device)
     need = params * TRAIN_BYTES_PER_PARAM
     if free is not None and need > free:
         raise TrainConfigError(f"the model has {params:,} parameters: training needs at least {need / 2**30:,.1f} GiB "
@@ -307,8 +336,6 @@ def activation_bytes(model_cfg, rows: int) -> int:
 def _curriculum_spec(spec: dict, curriculum, context: int) -> dict:
     """The model spec under a block curriculum: attention_block is the curriculum's (its decay block, which the
     saved model keeps, or none); a model that cannot attend block-causally is refused before training."""
-    from slm.training.config import TrainConfigError
-
     if spec.get("attention_block") is not None:
         raise TrainConfigError(f"model.attention_block={spec['attention_block']} is set with train.block_curriculum, "
                                "which chooses the block of every step and the saved model's (its decay_block): "
@@ -327,11 +354,6 @@ def _curriculum_spec(spec: dict, curriculum, context: int) -> dict:
 def _init_source(path: str, model_cfg, tokenizer):
     """train.init_from resolved and checked against the model about to be built (on the meta device: shapes
     only) and the run's tokenizer; raises with one line before anything is written."""
-    import torch
-
-    from slm.model import build_model
-    from slm.training.init_from import check_shapes, check_tokenizer, find_source
-
     source = find_source(path)
     check_tokenizer(source, tokenizer)
     with torch.device("meta"):
@@ -364,36 +386,28 @@ def init_from_section(source) -> dict:
     return section
 
 
-def _train(cfg: dict, run_dir: Path, train_cfg, prepared, model_cfg, counts, max_steps, init, *,
-           resume: Path | None = None) -> dict:
-    tokens_per_step = train_cfg.batch_size * model_cfg.context_length
-    model_section = {**model_cfg.to_dict(), **vars(counts), "flops_convention": FLOPS_CONVENTION,
-                     "param_budget": cfg["model"].get("param_budget"), "budget_knob": budget_knob(model_cfg),
-                     "notes": model_cfg.notes(),
-                     "scaling": scheme_of(model_cfg).describe()}
-    training = {"max_steps": max_steps, "tokens_per_step": tokens_per_step}
-    if init is not None:  # a resumed run keeps the section written when it started
-        training["init_from"] = init_from_section(init)
-    if train_cfg.block_curriculum is not None:
-        training["attention_blocks"] = train_cfg.block_curriculum.schedule(max_steps, model_cfg.context_length)
-    started = time.time()
-    rank_zero = is_rank_zero()
-    if rank_zero:
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-        update_record(run_dir, status="running", error=None, config=cfg, model=model_section,
-                      training=training, environment={**environment(), "omp_wait": wait_settings()})
+def _train(job: PreparedJob, resume: Path | None) -> dict:
+    """The steps after prepare, in order (the module docstring). A failure is recorded `failed` with its line (a
+    full disk or no memory: RunFailed, saying what to do) and re-raised; an interruption leaves the run `running`."""
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+    started = start(job)
     try:
-        record = _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens_per_step, started, init,
-                      resume)
+        built = build(job, resume)
+        training = fit(job, built, started)
+        if built.module.diverged is not None:
+            return record_diverged(job, built, training)
+        restored = validate(job, built)
+        if not is_rank_zero():  # the validations ran on every rank (collectively); saving and scoring are rank 0's
+            return {"status": "completed", "error": None}
+        return evaluate(job.cfg, job.run_dir, record_completed(job, built, training, restored))
     except SIGTERMException:  # Lightning's own SIGTERM stop (outside the training steps) has no exit code: 0
         raise SystemExit(128 + signal.SIGTERM) from None
     except Exception as err:  # an interruption (BaseException) leaves the run `running`, to be resumed
-        problem = _machine_problem(err, run_dir, train_cfg)
-        if rank_zero:
+        problem = _machine_problem(err, job.run_dir, job.train_cfg)
+        if is_rank_zero():
             try:
-                update_record(run_dir, status="failed", error=problem or _one_line(err))
+                update_record(job.run_dir, status="failed", error=problem or one_line(err))
             except OSError as record_err:  # the disk that filled up holds the record too: it stays `running`
                 if problem is None:
                     raise
@@ -401,7 +415,6 @@ def _train(cfg: dict, run_dir: Path, train_cfg, prepared, model_cfg, counts, max
         if problem is not None:
             raise RunFailed(problem) from err
         raise
-    return record
 
 
 OUT_OF_SPACE = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
@@ -412,8 +425,6 @@ failed."""
 
 
 def _out_of_memory(err: BaseException) -> bool:
-    import torch
-
     seen = set()
     while err is not None and id(err) not in seen:
         if isinstance(err, (MemoryError, torch.OutOfMemoryError)) or (
@@ -427,8 +438,6 @@ def _out_of_memory(err: BaseException) -> bool:
 def _resume_point(run_dir: Path) -> str:
     """Where running the same command again starts: 'resumes from checkpoints/last.ckpt (step N), which is intact',
     or 'starts again from step 0 (...)'."""
-    import torch
-
     path = run_dir / CHECKPOINT
     if not path.is_file():
         return "starts again from step 0 (no checkpoint was written yet)"
@@ -442,10 +451,6 @@ def _resume_point(run_dir: Path) -> str:
 def _machine_problem(err: BaseException, run_dir: Path, train_cfg) -> str | None:
     """One line for a run stopped by its machine rather than by its config or a bug (None otherwise): a full disk
     or quota (naming the file and the free space) or an allocation that failed, with what to do."""
-    import shutil
-
-    from slm.training.checkpoints import os_error_in
-
     system = os_error_in(err)
     if system is not None and system.errno in OUT_OF_SPACE:
         name = getattr(system, "path", None) or system.filename  # a checkpoint's, or the file a write named
@@ -472,6 +477,30 @@ def _machine_problem(err: BaseException, run_dir: Path, train_cfg) -> str | None
     return None
 
 
+# ------------------------------------------------------------------------------------------------------ start
+def start(job: PreparedJob) -> float:
+    """Write config.yaml and the record `running` (its config, model and training sections), and print what the
+    run is; rank 0 only. Returns the start time (the record's wall_seconds count from it)."""
+    cfg, model_cfg, max_steps = job.cfg, job.model_cfg, job.max_steps
+    model_section = {**model_cfg.to_dict(), **vars(job.counts), "flops_convention": FLOPS_CONVENTION,
+                     "param_budget": cfg["model"].get("param_budget"), "budget_knob": budget_knob(model_cfg),
+                     "notes": model_cfg.notes(),
+                     "scaling": scheme_of(model_cfg).describe()}
+    training = {"max_steps": max_steps, "tokens_per_step": job.tokens_per_step}
+    if job.init is not None:  # a resumed run keeps the section written when it started
+        training["init_from"] = init_from_section(job.init)
+    if job.train_cfg.block_curriculum is not None:
+        training["attention_blocks"] = job.train_cfg.block_curriculum.schedule(max_steps, model_cfg.context_length)
+    started = time.time()
+    if is_rank_zero():
+        (job.run_dir / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+        update_record(job.run_dir, status="running", error=None, config=cfg, model=model_section,
+                      training=training, environment={**environment(), "omp_wait": wait_settings()})
+        for line in _banner(job):
+            print(line, flush=True)
+    return started
+
+
 def _vocab_note(configured, model_cfg) -> str:
     """' (the tokenizer's; model.vocab_size=N is replaced)' when the config asked for fewer rows than the tokenizer
     has symbols (its vocabulary always wins), else ''."""
@@ -480,29 +509,50 @@ def _vocab_note(configured, model_cfg) -> str:
     return ""
 
 
-def _banner(run_dir: Path, train_cfg, model_cfg, counts, max_steps: int, tokens_per_step: int,
-            init, configured_vocab=None) -> list[str]:
+def _banner(job: PreparedJob) -> list[str]:
     """What the run is, in three or four lines printed before training starts. The tokenizer sets the vocabulary:
-    a model.vocab_size too small for it (`configured_vocab`) is named as replaced."""
+    a model.vocab_size too small for it is named as replaced."""
+    train_cfg, model_cfg, counts, max_steps = job.train_cfg, job.model_cfg, job.counts, job.max_steps
     preset = model_cfg.family + (f" ({model_cfg.kind})" if model_cfg.kind != "transformer" else "")
     params = f"{counts.params_total:,} parameters ({counts.params_non_embedding:,} non-embedding"
     if counts.params_active != counts.params_total:
         params += f", {counts.params_active:,} active"
+    vocab_note = _vocab_note(job.cfg["model"].get("vocab_size"), model_cfg)
     model = (f"slm-train: model {preset}: {model_cfg.n_layers} layer{'' if model_cfg.n_layers == 1 else 's'}, d_model {model_cfg.d_model}, context "
-             f"{model_cfg.context_length}, vocabulary {model_cfg.vocab_size}{_vocab_note(configured_vocab, model_cfg)}; "
+             f"{model_cfg.context_length}, vocabulary {model_cfg.vocab_size}{vocab_note}; "
              f"{params})")
-    lines = [f"slm-train: run {run_dir}", model]
+    lines = [f"slm-train: run {job.run_dir}", model]
     length = (f"{max_steps:,} step{'' if max_steps == 1 else 's'} of {train_cfg.batch_size} x {model_cfg.context_length} tokens = "
-              f"{max_steps * tokens_per_step:,} tokens")
+              f"{max_steps * job.tokens_per_step:,} tokens")
     if train_cfg.epochs is not None:
         length += f" ({train_cfg.epochs} epoch{'' if train_cfg.epochs == 1 else 's'})"
     warmup = train_cfg.warmup(max_steps)
     lines.append(f"slm-train: {length}; {train_cfg.objective}, lr {train_cfg.lr:g} ({train_cfg.schedule}, warmup "
                  f"{warmup} step{'s' if warmup != 1 else ''}), precision {train_cfg.precision}, accelerator "
                  f"{train_cfg.accelerator}, seed {train_cfg.seed}")
-    if init is not None:
-        lines.append(f"slm-train: weights from {init.given}")
+    if job.init is not None:
+        lines.append(f"slm-train: weights from {job.init.given}")
     return lines
+
+
+# ------------------------------------------------------------------------------------------------------ build
+@dataclass
+class Built:
+    """What `build` makes: the Lightning parts of one attempt, and the callbacks whose results the record reads."""
+
+    module: LanguageModelModule
+    datamodule: SLMDataModule
+    trainer: L.Trainer
+    throughput: ThroughputMonitor
+    """Steps, tokens/s and MFU of this attempt."""
+    preemption: SignalCheckpoint
+    """The step a signal stopped the run at, and the signal."""
+    routing: RoutingLoad
+    """A mixture of experts' routing load."""
+    resume: Path | None
+    """The checkpoint this attempt starts from (None: step 0)."""
+    resumed_from: str | None
+    """The same relative to the run directory, as the record and the start line say it."""
 
 
 def _strategy(train_cfg) -> str:
@@ -512,43 +562,40 @@ def _strategy(train_cfg) -> str:
     return train_cfg.strategy
 
 
-def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens_per_step, started, init,
-         resume) -> dict:
+def build(job: PreparedJob, resume: Path | None) -> Built:
+    """The module (seeded; train.init_from's weights on a fresh start), the data module, the callbacks (progress,
+    checkpoints, throughput, train_log, routing load, kept steps, stop signals), the loggers and the Trainer. Only
+    rank 0's callbacks print or write files; stale temporary checkpoint files are removed."""
     import lightning as L
     from lightning.pytorch.callbacks import ModelCheckpoint
-    from lightning.pytorch.loggers import CSVLogger
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger, WandbLogger
     from lightning.pytorch.plugins.environments import SLURMEnvironment
 
-    from slm.data import SLMDataModule
+    from slm.data.datamodule import SLMDataModule
     from slm.training.callbacks import CSVHistory, KeepCheckpoints, SignalCheckpoint, StepLog, ThroughputMonitor
-    from slm.atomic import remove_stale
     from slm.training.checkpoint_io import AtomicCheckpointIO
-    from slm.training.init_from import tokenizer_meta
-    from slm.training.logs import tidy_lightning_logging
     from slm.training.module import LanguageModelModule
-    from slm.training.progress import ProgressLog, StartLine, StepsBar, duration, interactive, perplexity
+    from slm.training.progress import ProgressLog, StartLine, StepsBar, interactive
+    from slm.training.routing import RoutingLoad
 
+    run_dir, train_cfg, model_cfg, max_steps = job.run_dir, job.train_cfg, job.model_cfg, job.max_steps
     tidy_lightning_logging()
     rank_zero = is_rank_zero()
-    for line in _banner(run_dir, train_cfg, model_cfg, counts, max_steps, tokens_per_step, init,
-                        cfg["model"].get("vocab_size")) if rank_zero else []:
-        print(line, flush=True)
     L.seed_everything(train_cfg.seed, workers=True, verbose=False)
-    module = LanguageModelModule(model_cfg, train_cfg, max_steps, tokens_per_step,
-                                 checkpoint_meta={"tokenizer": tokenizer_meta(prepared.tokenizer)})
-    if init is not None:  # a fresh start (_setup leaves init None for a resumed run): weights only
-        from slm.training.init_from import load_weights
-
-        load_weights(module.model, init, model_cfg.mask_token_id)
-    datamodule = SLMDataModule(prepared, train_cfg.batch_size, model_cfg.context_length, train_cfg.seed,
+    module = LanguageModelModule(model_cfg, train_cfg, max_steps, job.tokens_per_step,
+                                 checkpoint_meta={"tokenizer": tokenizer_meta(job.data.tokenizer)})
+    if job.init is not None:  # a fresh start (prepare leaves init None for a resumed run): weights only
+        load_weights(module.model, job.init, model_cfg.mask_token_id)
+    datamodule = SLMDataModule(job.data, train_cfg.batch_size, model_cfg.context_length, train_cfg.seed,
                                train_cfg.val_batches, sampling=train_cfg.window_sampling,
                                eval_windows=train_cfg.eval_windows, micro_batch_size=train_cfg.micro_batch())
-    throughput = ThroughputMonitor(tokens_per_step, counts.flops_per_token, train_cfg.precision,
+    throughput = ThroughputMonitor(job.tokens_per_step, job.counts.flops_per_token, train_cfg.precision,
                                    train_cfg.log_interval, train_cfg.peak_flops, devices=train_cfg.world_size)
     checkpoint = ModelCheckpoint(dirpath=run_dir / CHECKPOINT.parent, save_top_k=0, save_last=True,
                                  every_n_train_steps=train_cfg.ckpt_interval)
     preemption = SignalCheckpoint(run_dir / CHECKPOINT)
     keep = KeepCheckpoints(run_dir / CHECKPOINT.parent, train_cfg.keeps)
+    routing = RoutingLoad(train_cfg.log_interval)
     bar = train_cfg.progress_bar and interactive()  # a bar only on a terminal: in a file it is a stream of \r
     resumed_from = str(Path(resume).relative_to(run_dir)) if resume is not None else None
     talk = [StartLine(resumed_from), StepsBar(throughput) if bar else
@@ -559,7 +606,12 @@ def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens
     if rank_zero:
         remove_stale(run_dir / CHECKPOINT.parent)  # temporary files of saves a kill interrupted
     val_every = train_cfg.validation_interval(max_steps)
-    loggers = _loggers(train_cfg.loggers, run_dir)
+    make_logger = {
+        "csv": lambda: CSVLogger(run_dir, name="logs", version="csv"),
+        "tensorboard": lambda: TensorBoardLogger(run_dir, name="logs", version="tensorboard"),
+        "wandb": lambda: WandbLogger(save_dir=str(run_dir), name=run_dir.name, id=run_dir.name, resume="allow"),
+    }
+    loggers = [make_logger[name]() for name in train_cfg.loggers]
     # read before the Trainer opens it; the loggers write on rank 0 only (Lightning), and so do these
     history = [CSVHistory(logger) for logger in loggers if isinstance(logger, CSVLogger)] if rank_zero else []
     step_log = [StepLog(run_dir / "train_log.jsonl")] if rank_zero else []
@@ -570,93 +622,142 @@ def _fit(cfg, run_dir, train_cfg, prepared, model_cfg, counts, max_steps, tokens
         max_steps=max_steps, max_epochs=-1, val_check_interval=min(val_every, max_steps), check_val_every_n_epoch=None,
         limit_val_batches=train_cfg.val_batches if train_cfg.eval_windows is None else None, num_sanity_val_steps=0, log_every_n_steps=train_cfg.log_interval,
         logger=loggers, plugins=plugins,
+        # routing before anything that saves a checkpoint on a step's end (its load is in the checkpoint);
         # keep before preemption: a kept step that is also interrupted is saved before the run stops
-        callbacks=[*talk, checkpoint, throughput, *step_log, *history, keep, preemption],
+        callbacks=[*talk, routing, checkpoint, throughput, *step_log, *history, keep, preemption],
         enable_progress_bar=bar, enable_model_summary=False, detect_anomaly=train_cfg.detect_anomaly,
         use_distributed_sampler=False,
     )
+    return Built(module, datamodule, trainer, throughput, preemption, routing, resume, resumed_from)
+
+
+# -------------------------------------------------------------------------------------------------------- fit
+def fit(job: PreparedJob, built: Built, started: float) -> dict:
+    """Train from the checkpoint (built.resume) or from step 0 to max_steps, a divergence or a stop signal; returns the
+    record's training section. On a signal SignalCheckpoint has saved the step: the record counts the interruption
+    (rank 0) and the exception goes on."""
+    train_cfg, module, throughput, preemption = job.train_cfg, built.module, built.throughput, built.preemption
     try:
         with OtherWork() as other:  # what else used the CPUs meanwhile: tokens/s on a shared machine reads lower
-            trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume) if resume is not None else None,
-                        weights_only=True)
+            built.trainer.fit(module, datamodule=built.datamodule,
+                              ckpt_path=str(built.resume) if built.resume is not None else None,
+                              weights_only=True)
     except BaseException:
-        if preemption.step is not None and rank_zero:  # checkpointed on a signal: a requeue (submitit) or the same command resumes
-            before = (load_record(run_dir) or {}).get("training", {}).get("interruptions", 0)
-            update_record(run_dir, training={"interruptions": before + 1, "interrupted": {
+        if preemption.step is not None and is_rank_zero():  # a requeue (submitit) or the same command resumes
+            before = (load_record(job.run_dir) or {}).get("training", {}).get("interruptions", 0)
+            update_record(job.run_dir, training={"interruptions": before + 1, "interrupted": {
                 "step": preemption.step, "signal": preemption.signal_name, "at": now()}})
-            print(f"slm-train: stopped by {preemption.signal_name} at step {preemption.step} of {max_steps}, "
+            print(f"slm-train: stopped by {preemption.signal_name} at step {preemption.step} of {job.max_steps}, "
                   f"checkpointed in {CHECKPOINT}: the same command resumes the run", file=sys.stderr, flush=True)
         raise
-
-    steps = trainer.global_step
-    totals = throughput.totals()
+    steps = built.trainer.global_step
     training = {
-        "steps": steps, "tokens": steps * tokens_per_step, "wall_seconds": time.time() - started,
-        **totals, "final_train_loss": module.last_train_loss, "diverged": module.diverged, "resumed_from": resumed_from,
-        "precision": train_cfg.precision, "other_cores_busy": other.cores,
+        "steps": steps, "tokens": steps * job.tokens_per_step, "wall_seconds": time.time() - started,
+        **throughput.totals(), "final_train_loss": module.last_train_loss, "diverged": module.diverged,
+        "resumed_from": built.resumed_from, "precision": train_cfg.precision, "other_cores_busy": other.cores,
     }
-    load = module.routing_load()
+    load = built.routing.summary()
     if load is not None:
         training["moe_load"] = load
     if train_cfg.world_size > 1:
         training.update(devices=train_cfg.devices, num_nodes=train_cfg.num_nodes, world_size=train_cfg.world_size)
     if train_cfg.accumulation() > 1:
         training.update(micro_batch_size=train_cfg.micro_batch(), accumulation=train_cfg.accumulation())
-    artifacts = {"checkpoint": str(CHECKPOINT), "train_log": "train_log.jsonl", "logs": "logs"}
-    if module.diverged is not None:
-        if not rank_zero:
-            return {"status": "diverged", "error": None}
-        d = module.diverged
-        return update_record(run_dir, status="diverged", error=f"non-finite training loss {d['loss']} at step {d['step']}",
-                             training=training, data=_data_section(prepared, datamodule), artifacts=artifacts)
-    if module.val_metrics.get("val_step") != steps:
+    return training
+
+
+# --------------------------------------------------------------------------------------------------- validate
+def validate(job: PreparedJob, built: Built) -> dict | None:
+    """The last step's validation (unless training ended on one), the best validation's weights restored
+    (train.restore_best) and the test split's first windows scored (train.eval_windows); on every rank. Returns
+    the metrics of the last validation that a restored best replaced (None when nothing was restored)."""
+    module, trainer, datamodule = built.module, built.trainer, built.datamodule
+    if module.val_metrics.get("val_step") != trainer.global_step:
         trainer.validate(module, datamodule=datamodule, verbose=False)
-    last_val = module.restore_best() if train_cfg.restore_best else None
-    if train_cfg.eval_windows is not None:  # the test split's first windows, scored by the model saved below
+    last_val = module.restore_best() if job.train_cfg.restore_best else None
+    if job.train_cfg.eval_windows is not None:  # the test split's first windows, scored by the model saved next
         module.scoring_test = True
         trainer.validate(module, dataloaders=datamodule.test_dataloader(), verbose=False)
         module.scoring_test = False
-    if not rank_zero:  # the validations above ran on every rank (collectively); saving and scoring are rank 0's
-        return {"status": "completed", "error": None}
+    return last_val
+
+
+# ----------------------------------------------------------------------------------------------------- record
+ARTIFACTS = {"checkpoint": str(CHECKPOINT), "train_log": "train_log.jsonl", "logs": "logs"}
+"""The record's artifacts of a run that trained (a completed one adds its weights)."""
+
+
+def _data_section(data: PreparedData, datamodule) -> dict:
+    consumed = datamodule.tokens_per_source()
+    total = sum(consumed.values())
+    return {**data.describe(), "tokens_per_source": consumed,
+            "token_share": {k: (v / total if total else 0.0) for k, v in consumed.items()}}
+
+
+def _bits_per_byte(data: PreparedData, val_nll: float, test_nll: float | None) -> dict:
+    """val_bpb (and test_bpb): the NLL in bits per UTF-8 byte of text, so runs with different tokenizers
+    compare on one axis (a diffusion run's NELBO gives a bound, as its val_nll is), with the bytes per token
+    used (slm.data.prepare.PreparedData.bytes_per_token)."""
+    out = {}
+    for name, nll, split in (("val", val_nll, "valid"), ("test", test_nll, "test")):
+        ratio = data.bytes_per_token(split) if nll is not None else None
+        if ratio:
+            out.update({f"{name}_bpb": nll / math.log(2) / ratio, f"{name}_bytes_per_token": ratio})
+    return out
+
+
+def record_diverged(job: PreparedJob, built: Built, training: dict) -> dict:
+    """The record `diverged` with the step and the loss (rank 0); no weights are saved."""
+    if not is_rank_zero():
+        return {"status": "diverged", "error": None}
+    d = built.module.diverged
+    return update_record(job.run_dir, status="diverged", error=f"non-finite training loss {d['loss']} at step {d['step']}",
+                         training=training, data=_data_section(job.data, built.datamodule), artifacts=dict(ARTIFACTS))
+
+
+def record_completed(job: PreparedJob, built: Built, training: dict, restored: dict | None) -> dict:
+    """Save the weights and the tokenizer (model/), print how training ended and record the run `completed` with
+    its validation (and test) metrics; rank 0. A non-finite validation NLL raises (the run is then failed)."""
+    from slm.training.progress import duration, perplexity
+
+    run_dir, module = job.run_dir, built.module
     save_model(module.model, run_dir / "model")
-    prepared.tokenizer.save(run_dir / "model")
+    job.data.tokenizer.save(run_dir / "model")
     val = module.val_metrics
     if not math.isfinite(val.get("val_nll", float("nan"))):
         raise FloatingPointError(f"validation NLL is {val.get('val_nll')}")
-    best = " (the best, restored)" if last_val else ""
-    print(f"slm-train: trained to step {steps:,} of {max_steps:,} ({totals['session_steps']:,} step{'' if totals['session_steps'] == 1 else 's'} in "
+    best = " (the best, restored)" if restored else ""
+    steps, session = training["steps"], training["session_steps"]
+    print(f"slm-train: trained to step {steps:,} of {job.max_steps:,} ({session:,} step{'' if session == 1 else 's'} in "
           f"{duration(training['wall_seconds'])}); validation "
           f"{module.objective.nll_kind} {val['val_nll']:.4f} ({perplexity(module.objective.nll_kind, val['val_ppl'])})"
           f" at step {val['val_step']}"
           f"{best}", flush=True)
-    artifacts.update(weights="model/model.safetensors", model_dir="model")
-    per_byte = _bits_per_byte(prepared, val["val_nll"], module.test_metrics.get("test_nll"))
-    record = update_record(run_dir, status="completed", error=None, training=training,
-                           data=_data_section(prepared, datamodule), artifacts=artifacts,
-                           eval={"val_nll": val["val_nll"], "val_step": val["val_step"],  # exp(a NELBO): a bound
-                                 ("val_ppl" if module.objective.nll_kind == "nll" else "val_ppl_bound"): val["val_ppl"],
-                                 "val_nll_kind": module.objective.nll_kind, **module.test_metrics, **per_byte,
-                                 **({"restored_best": True, "last_val_nll": last_val["val_nll"],
-                                     "last_val_step": last_val["val_step"]} if last_val else {}),
-                                 **({"val_attention_block": val["val_attention_block"]}
-                                    if "val_attention_block" in val else {})})
-    return _evaluate(cfg, run_dir, record)
+    artifacts = {**ARTIFACTS, "weights": "model/model.safetensors", "model_dir": "model"}
+    per_byte = _bits_per_byte(job.data, val["val_nll"], module.test_metrics.get("test_nll"))
+    return update_record(run_dir, status="completed", error=None, training=training,
+                         data=_data_section(job.data, built.datamodule), artifacts=artifacts,
+                         eval={"val_nll": val["val_nll"], "val_step": val["val_step"],  # exp(a NELBO): a bound
+                               ("val_ppl" if module.objective.nll_kind == "nll" else "val_ppl_bound"): val["val_ppl"],
+                               "val_nll_kind": module.objective.nll_kind, **module.test_metrics, **per_byte,
+                               **({"restored_best": True, "last_val_nll": restored["val_nll"],
+                                   "last_val_step": restored["val_step"]} if restored else {}),
+                               **({"val_attention_block": val["val_attention_block"]}
+                                  if "val_attention_block" in val else {})})
 
 
-def _evaluate(cfg: dict, run_dir: Path, record: dict) -> dict:
+# --------------------------------------------------------------------------------------------------- evaluate
+def evaluate(cfg: dict, run_dir: Path, record: dict) -> dict:
     """The `eval` suite (conf/eval) on the trained model, merged into the record. The run stays
     `completed` whatever happens here: a failure is recorded as eval.lm_eval_error, and
     `slm-eval <run dir> --tasks ...` can score it again."""
-    from slm.eval.run import eval_section, evaluate_config
-    from slm.eval.score_lines import brief
-
     try:
-        summary = evaluate_config(run_dir, cfg.get("eval"), log_file=run_dir / "eval" / "lm_eval.log")
+        summary = eval_run.evaluate_config(run_dir, cfg.get("eval"), log_file=run_dir / "eval" / "lm_eval.log")
     except Exception as err:
-        print(f"slm-train: evaluation failed for {run_dir}: {_one_line(err)}", file=sys.stderr)
-        return update_record(run_dir, eval={"lm_eval_error": _one_line(err)})
+        print(f"slm-train: evaluation failed for {run_dir}: {one_line(err)}", file=sys.stderr)
+        return update_record(run_dir, eval={"lm_eval_error": one_line(err)})
     if summary is None:
         return record
-    section = eval_section(summary, record.get("eval"))
+    section = eval_run.eval_section(summary, record.get("eval"))
     print(f"slm-train: evaluated {run_dir}: {brief(section.get('lm_eval') or {})}")
     return update_record(run_dir, eval=section)

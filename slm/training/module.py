@@ -39,10 +39,9 @@ class LanguageModelModule(L.LightningModule):
     trained at that point (block-causal NELBO during the warm-up and decay, plain MDLM's in the stable phase).
 
     The objective's other terms are logged as train/<name> (lm_loss, and for a mixture of experts
-    moe_balance, moe_z and their weighted *_loss). A mixture of experts' per-expert load (layers, experts)
-    is logged as each expert's share averaged over layers (moe/load_e<i>) and the largest share relative
-    to uniform (train/moe_max_load, 1 = balanced); its mean over the current logging window is kept (and
-    checkpointed) for the run record: `routing_load()`.
+    moe_balance, moe_z and their weighted *_loss). A mixture of experts' per-expert load (layers, experts) is
+    returned beside the loss, {"loss", "moe_load", "logging_step"}, for slm.training.routing.RoutingLoad, which
+    logs it and keeps it for the run record.
     """
 
     def __init__(self, model_cfg: ModelConfig, train_cfg: TrainConfig, max_steps: int, tokens_per_step: int,
@@ -67,8 +66,6 @@ class LanguageModelModule(L.LightningModule):
         self.scoring_test = False  # the validation loop is scoring the test batches (slm.runs.job, at the end)
         self._val_sums: list[tuple[torch.Tensor, int]] = []
         self._forward = self.model
-        self._load_sum: torch.Tensor | None = None  # sum of per-step routing load over the logging window
-        self._load_steps = 0
         self.curriculum = train_cfg.block_curriculum
         self.last_attention_block: int | None = None
 
@@ -117,7 +114,8 @@ class LanguageModelModule(L.LightningModule):
             # together); the non-finite gradients it gives reach every rank, and the update is skipped on all
             # of them (configure_gradient_clipping)
         load = terms.pop("moe_load", None)
-        if self.logging_step():
+        logs = self.logging_step()
+        if logs:
             self.log("train/loss", loss.detach())  # not prog_bar: Lightning would read it back every step
             self.log("train/lr", self.last_lr)
             self.log("train/tokens", float((self.global_step + 1) * self.tokens_per_step))
@@ -125,8 +123,8 @@ class LanguageModelModule(L.LightningModule):
                 self.log("train/attention_block", float(block))
             if len(terms) > 1:  # more than the LM loss alone
                 self.log_dict({f"train/{name}": value for name, value in terms.items()})
-        if load is not None:
-            self._track_load(load)
+        if load is not None:  # for RoutingLoad (slm.training.routing): the callbacks get the step's output
+            return {"loss": loss, "moe_load": load, "logging_step": logs}
         return loss
 
     def logging_step(self) -> bool:
@@ -183,29 +181,6 @@ class LanguageModelModule(L.LightningModule):
         """Whether every parameter is finite (one host read)."""
         flags = [torch.isfinite(p).all() for p in self.model.parameters()]
         return bool(torch.stack(flags).all()) if flags else True
-
-    def _track_load(self, load: torch.Tensor) -> None:
-        """Log a mixture of experts' routing load (layers, E) and add it to the logging window's mean."""
-        n_experts = load.shape[-1]
-        if self.logging_step():
-            self.log_dict({f"moe/load_e{i}": share for i, share in enumerate(load.mean(dim=0))})
-            self.log("train/moe_max_load", load.max() * n_experts)
-        if self.global_step % self.train_cfg.log_interval == 0 or self._load_sum is None:
-            self._load_sum, self._load_steps = torch.zeros_like(load), 0
-        self._load_sum += load
-        self._load_steps += 1
-
-    def routing_load(self) -> dict | None:
-        """Mean routing load of the last logging window, for the run record (None without moe layers):
-        per_layer (layers x experts shares), max_load and min_load (largest and smallest share x experts:
-        1 = balanced, 0 = an expert no token reaches), steps averaged."""
-        if self._load_sum is None or not self._load_steps:
-            return None
-        load = self._load_sum / self._load_steps
-        n_experts = load.shape[-1]
-        return {"per_layer": [[round(v, 6) for v in row] for row in load.tolist()],
-                "max_load": float(load.max()) * n_experts, "min_load": float(load.min()) * n_experts,
-                "steps": self._load_steps}
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
         max_norm = self.train_cfg.grad_clip if self.train_cfg.grad_clip is not None else float("inf")
@@ -286,7 +261,6 @@ class LanguageModelModule(L.LightningModule):
         }
         checkpoint["slm_last_train_loss"] = self.last_train_loss
         checkpoint["slm_best"] = {"metrics": self.best, "state": self.best_state}
-        checkpoint["slm_routing_load"] = (self._load_sum, self._load_steps)
         # what train.init_from needs to start another run from this file (slm.training.init_from): the model's
         # config, and whatever the job adds (the tokenizer's fingerprint)
         checkpoint["slm_meta"] = {"model_config": self.model.cfg.to_dict(), **self.checkpoint_meta}
@@ -304,4 +278,3 @@ class LanguageModelModule(L.LightningModule):
         self.last_train_loss = checkpoint.get("slm_last_train_loss")
         best = checkpoint.get("slm_best") or {}
         self.best, self.best_state = best.get("metrics"), best.get("state")
-        self._load_sum, self._load_steps = checkpoint.get("slm_routing_load", (None, 0))

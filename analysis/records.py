@@ -1,0 +1,400 @@
+"""Values out of one result.json, as the results table's columns read them: numbers, the model section in
+today's spelling, the lm-eval scores per task and per suite, and the functions analysis.schema names as the
+sources of its derived columns (each docstring says what it reads).
+
+Nothing here knows the table's layout: analysis.schema declares the columns, analysis.collect walks the runs
+and builds the table.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from slm.eval import RENAMED_TASKS
+from slm.renames import upgrade_model_fields
+from slm.runs.status import live_status
+
+KNOWN_CHANCE = {
+    "slm_shakespeare_mc": 0.25,  # the true line end and 3 distractors (slm/eval/offline_tasks.py)
+    "hellaswag": 0.25, "mmlu": 0.25,  # 4 endings / 4 letters in every document
+    "piqa": 0.5, "winogrande": 0.5,  # 2 solutions / 2 options in every document
+}
+"""Random-guess accuracy of multiple-choice tasks whose every document has the same number of choices, for
+records written before the evaluation recorded it (eval.lm_eval.details[task].chance). Tasks not listed
+(arc_challenge: 3 to 5 choices; truthfulqa_mc2: not an argmax accuracy; generation tasks) get no chance
+level unless their record has one."""
+CHANCE_METRICS = ("acc", "acc_norm")
+"""Headline metrics for which a chance level means something (argmax accuracies)."""
+
+
+def number(value):
+    """A float for numbers and the record's non-finite strings ("nan", "inf"); None for anything else."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
+def scalar(value):
+    """A list or dict as one cell: a list of names as "conv,conv,attn" (as a layer pattern is written on the
+    command line), others as JSON; anything else as it is."""
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return ",".join(value)
+    if isinstance(value, (list, tuple, dict)):
+        return json.dumps(value, sort_keys=True)
+    return value
+
+
+def get(record: dict, path: tuple[str, ...]):
+    """The value at `path` in the record (None where a section or field is missing or null); a section of the
+    wrong type (a list where an object belongs) raises AttributeError: the record is skipped, named."""
+    node = record
+    for key in path:
+        node = (node or {}).get(key)
+    return node
+
+
+# ---------------------------------------------------------------------------------------------- model section
+
+
+def model_section(record: dict) -> dict:
+    """The record's model section (its config's model node for a run that failed before writing one) in
+    today's spelling (slm.renames: flat fields of an optional part moved into its group, the legacy
+    attention_pattern made layer_types), with what records from before a field existed imply: a dense model's
+    active parameters are its total, the init scheme gpt2, the parametrization sp, the feed-forward dense.
+    Raises slm.renames.RenameError (a ValueError) for fields that cannot be read."""
+    model = record.get("model") or {}
+    config = record.get("config") or {}
+    if not model and isinstance(config.get("model"), dict):
+        model = config["model"]
+    model = upgrade_model_fields(model)
+    if "layer_types" in model:
+        model.setdefault("mlp_types", ["dense"])
+    if "params_total" in model:
+        model.setdefault("init", "gpt2")  # the one scheme before init schemes were a choice
+        model.setdefault("params_active", model["params_total"])
+        model.setdefault("parametrization", "sp")  # the only one before model.parametrization
+    return model
+
+
+# ---------------------------------------------------------------------------------------------- lm-eval scores
+
+
+def lm_eval(record: dict) -> dict:
+    """eval.lm_eval with its tasks under today's names (RENAMED_TASKS); a task recorded under both names keeps
+    the new name's entries."""
+    lm = dict(get(record, ("eval", "lm_eval")) or {})
+    for key in ("scores", "metrics", "details"):
+        entries = lm.get(key)
+        if isinstance(entries, dict) and any(name in entries for name in RENAMED_TASKS):
+            lm[key] = {RENAMED_TASKS.get(name, name): value for name, value in entries.items()
+                       if name not in RENAMED_TASKS or RENAMED_TASKS[name] not in entries}
+    return lm
+
+
+def task_stderr(details: dict, metric: str | None) -> float | None:
+    """lm-eval's standard error of a task's headline metric (details["acc_norm_stderr,none"] for
+    "acc_norm,none", or without the filter), None when it has none ("N/A")."""
+    if not metric:
+        return None
+    name, _, filt = metric.partition(",")
+    for key in (f"{name}_stderr,{filt}" if filt else f"{name}_stderr", f"{name}_stderr"):
+        value = number(details.get(key))
+        if value is not None and math.isfinite(value):
+            return value
+    return None
+
+
+def chance_of(task: str, details: dict, metric: str | None) -> float | None:
+    """The chance level of a task's headline score: the record's own (slm.eval.run.chance_level), else
+    KNOWN_CHANCE; None unless the headline metric is an argmax accuracy (acc, acc_norm)."""
+    if (metric or "").split(",")[0] not in CHANCE_METRICS:
+        return None
+    level = number(details.get("chance"))
+    if level is None or not math.isfinite(level):
+        level = KNOWN_CHANCE.get(task)
+    return level
+
+
+def average_members(lm: dict, config: dict, suite: str) -> list[str] | None:
+    """The tasks averaged into a suite: eval.lm_eval.average_tasks (written since the evaluation records it),
+    else the run's `eval` config when it names this suite; None when unknown."""
+    tasks = (lm.get("average_tasks") or {}).get(suite)
+    ev = config.get("eval") if isinstance(config.get("eval"), dict) else {}
+    average = ev.get("average")
+    if not (isinstance(tasks, list) and tasks):
+        if ev.get("name") == suite and isinstance(average, list) and average:
+            tasks = average
+        elif isinstance(average, dict) and isinstance(average.get(suite), list) and average[suite]:
+            tasks = average[suite]
+        else:
+            return None
+    return [RENAMED_TASKS.get(str(t), str(t)) for t in tasks]
+
+
+def average_stderr(stderrs) -> float | None:
+    """Standard error of the mean of k task scores, sqrt(sum se_i^2) / k, assuming the tasks' errors are
+    independent; None when any se_i is unknown."""
+    values = [number(v) for v in stderrs]
+    if not values or any(v is None or not math.isfinite(v) for v in values):
+        return None
+    return math.sqrt(sum(v * v for v in values)) / len(values)
+
+
+ABSENT = object()
+"""A source's answer for "this row has no such column" (a column only where some run has a value)."""
+
+
+class Record:
+    """One result.json as the column sources read it: the record, its model section in today's spelling
+    (analysis.records.model_section), its lm-eval section under today's task names, the run directory, and the
+    row written so far (sources may read earlier columns)."""
+
+    def __init__(self, record: dict, model: dict, run_dir: Path, root):
+        self.record, self.model, self.run_dir, self.root = record, model, run_dir, root
+        self.config = record.get("config") or {}
+        self.lm = lm_eval(record)
+        self.row: dict = {}
+        self._members: dict[str, list[str] | None] = {}
+
+    def members(self, suite: str) -> list[str] | None:
+        if suite not in self._members:
+            self._members[suite] = average_members(self.lm, self.config, suite)
+        return self._members[suite]
+
+    def details(self, task: str) -> dict:
+        return (self.lm.get("details") or {}).get(task) or {}
+
+    def metric(self, task: str) -> str | None:
+        return (self.lm.get("metrics") or {}).get(task)
+
+
+def relative(run_dir: Path, root) -> str:
+    """The run directory relative to the collected root (its name when it is not under it)."""
+    if root is None:
+        return run_dir.name
+    try:
+        rel = run_dir.resolve().relative_to(Path(root).resolve())
+    except ValueError:
+        return run_dir.name
+    text = str(rel)
+    return Path(root).resolve().name if text == "." else text
+
+
+# ---------------------------------------------------------------------------------------------- column sources
+
+
+def run(r):
+    """the run directory, relative to the collected root"""
+    return relative(r.run_dir, r.root)
+
+
+def sweep(r):
+    """the run directory's parent folder"""
+    return r.run_dir.parent.name if r.root is not None else None
+
+
+def status(r):
+    """status, or for a run recorded running: its lock (slm.runs.status.live_status)"""
+    return live_status(r.record.get("status"), r.run_dir)
+
+
+def run_dir(r):
+    """the run directory as collected"""
+    return str(r.run_dir)
+
+
+def data(r):
+    """data.name, else config.data.name"""
+    return (r.record.get("data") or {}).get("name") or (r.config.get("data") or {}).get("name")
+
+
+def tokenizer(r):
+    """data.tokenizer.name, else config.tokenizer.name"""
+    tokenizer = (r.record.get("data") or {}).get("tokenizer")
+    name = tokenizer.get("name") if isinstance(tokenizer, dict) else None
+    return name or (r.config.get("tokenizer") or {}).get("name")
+
+
+def optimizer(r):
+    """config.train.optimizer (adamw for records before train.optimizer)"""
+    return get(r.record, ("config", "train", "optimizer")) or "adamw"
+
+
+def precision(r):
+    """training.precision, else config.train.precision, as text"""
+    value = get(r.record, ("training", "precision")) or get(r.record, ("config", "train", "precision"))
+    return None if value is None else str(value)
+
+
+def train_flops(r):
+    """model.flops_per_token x training.tokens"""
+    fpt, tokens = number(r.model.get("flops_per_token")), number(get(r.record, ("training", "tokens")))
+    return fpt * tokens if fpt is not None and tokens is not None else None
+
+
+def _model_config(r) -> dict:
+    model = r.config.get("model")
+    return model if isinstance(model, dict) else {}
+
+
+def param_budget(r):
+    """model.param_budget, else config.model.param_budget"""
+    return number(r.model.get("param_budget", _model_config(r).get("param_budget")))
+
+
+def _budget(r) -> float | None:
+    budget = param_budget(r)
+    return budget if budget is not None and budget > 0 else None
+
+
+def budget_count(r):
+    """config.model.budget_count (total when unset), for a budgeted run"""
+    return ABSENT if _budget(r) is None else str(_model_config(r).get("budget_count") or "total")
+
+
+DEFAULT_BUDGET_TOLERANCE = 0.25
+"""model.budget_tolerance of a record that predates it: such runs were solved with 0.25."""
+
+
+def budget_tolerance(r):
+    """config.model.budget_tolerance (0.25 for records before it), for a budgeted run"""
+    if _budget(r) is None:
+        return ABSENT
+    model_cfg = _model_config(r)
+    return number(model_cfg["budget_tolerance"]) if "budget_tolerance" in model_cfg else DEFAULT_BUDGET_TOLERANCE
+
+
+def budget_error(r):
+    """model.params_<budget_count> / param_budget - 1, for a budgeted run"""
+    budget = _budget(r)
+    if budget is None:
+        return ABSENT
+    params = number(r.model.get(f"params_{budget_count(r)}"))
+    return params / budget - 1 if params is not None else None
+
+
+def budget_knob(r):
+    """model.budget_knob (d_model for records before the second knob), for a budgeted run"""
+    return ABSENT if _budget(r) is None else r.model.get("budget_knob") or "d_model"
+
+
+def diverged_step(r):
+    """training.diverged.step"""
+    diverged = get(r.record, ("training", "diverged"))
+    return number(diverged.get("step")) if isinstance(diverged, dict) else None
+
+
+def moe_max_load(r):
+    """training.moe_load.max_load"""
+    load = get(r.record, ("training", "moe_load"))
+    return number(load.get("max_load")) if isinstance(load, dict) else None
+
+
+def val_nll_kind(r):
+    """eval.val_nll_kind (nll for records before it)"""
+    kind = get(r.record, ("eval", "val_nll_kind"))
+    return kind or ("nll" if number(get(r.record, ("eval", "val_nll"))) is not None else None)
+
+
+def val_ppl(r):
+    """eval.val_ppl of a run whose val_nll is exact"""
+    return None if val_nll_kind(r) == "nelbo" else number(get(r.record, ("eval", "val_ppl")))
+
+
+def val_ppl_bound(r):
+    """eval.val_ppl_bound, else (records before it) eval.val_ppl, of a diffusion run"""
+    if val_nll_kind(r) != "nelbo":
+        return ABSENT
+    ev = r.record.get("eval") or {}
+    return number(ev.get("val_ppl_bound", ev.get("val_ppl")))
+
+
+def score(r, task):
+    """eval.lm_eval.scores[task]"""
+    return number(r.lm["scores"][task])
+
+
+def stderr(r, task):
+    """eval.lm_eval.details[task]["<metric>_stderr,<filter>"]"""
+    return task_stderr(r.details(task), r.metric(task))
+
+
+def metric(r, task):
+    """eval.lm_eval.metrics[task]"""
+    return r.metric(task)
+
+
+def samples(r, task):
+    """eval.lm_eval.details[task].samples"""
+    return number(r.details(task).get("samples"))
+
+
+def chance(r, task):
+    """eval.lm_eval.details[task].chance, else KNOWN_CHANCE (analysis.records)"""
+    return chance_of(task, r.details(task), r.metric(task))
+
+
+def suite_average(r, suite):
+    """eval.lm_eval.averages[suite]"""
+    return number(r.lm["averages"][suite])
+
+
+def suite_tasks(r, suite):
+    """eval.lm_eval.average_tasks[suite], else the run's eval config"""
+    members = r.members(suite)
+    return ",".join(members) if members else ABSENT
+
+
+def suite_stderr(r, suite):
+    """the members' stderr_<task>"""
+    members = r.members(suite)
+    return average_stderr([r.row.get(f"stderr_{t}") for t in members]) if members else ABSENT
+
+
+def suite_chance(r, suite):
+    """the members' chance_<task>"""
+    members = r.members(suite)
+    if not members:
+        return ABSENT
+    chances = [r.row.get(f"chance_{t}") for t in members]
+    return sum(chances) / len(chances) if all(c is not None for c in chances) else None
+
+
+def decoder(r):
+    """eval.throughput.decoder (autoregressive for records before diffusion)"""
+    tp = get(r.record, ("eval", "throughput")) or {}
+    return tp.get("decoder", "autoregressive") if tp else None
+
+
+def decode_sampler(r):
+    """eval.throughput.sampler (block_length, steps, remasking, threshold)"""
+    sampler = get(r.record, ("eval", "throughput", "sampler")) or {}
+    if not sampler:
+        return None
+    return (f"blocks of {sampler.get('block_length')}, {sampler.get('steps')} steps, {sampler.get('remasking')}"
+            + (f" {sampler['threshold']}" if sampler.get("threshold") else ""))
+
+
+def train(field: str) -> tuple[str, ...]:
+    return ("config", "train", field)
+
+
+def throughput(field: str) -> tuple[str, ...]:
+    return ("eval", "throughput", field)
+
+
+def tasks(r) -> list[str]:
+    return list((r.lm.get("scores") or {}).keys())
+
+
+def suites(r) -> list[str]:
+    return list((r.lm.get("averages") or {}).keys())

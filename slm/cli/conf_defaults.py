@@ -1,0 +1,164 @@
+"""The default config files written from the config dataclasses: one source for every default and its comment.
+
+`conf/model_base/base.yaml` (every ModelConfig field, its nested groups and the budget solver's keys) and
+`conf/train/default.yaml` (every TrainConfig field) are generated: each field's value is its dataclass default
+and its comment the first sentence of its docstring. Change a field in the dataclass, then run `make conf`
+(`python -m slm.cli.conf_defaults --write`); tests/test_conf_defaults.py fails while a file is stale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import inspect
+import re
+import sys
+import textwrap
+from pathlib import Path
+
+import yaml
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+COLUMN = 26  # comments start here (or one space after a longer `key: value`)
+WIDTH = 118  # a comment longer than this continues on `#` lines below
+
+
+def field_docs(cls) -> dict[str, str]:
+    """Each field's docstring (the string literal under its annotation), whitespace collapsed."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body
+    docs = {}
+    for node, after in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(after, ast.Expr) \
+                and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str):
+            docs[node.target.id] = " ".join(after.value.value.split())
+    return docs
+
+
+def first_sentence(doc: str) -> str:
+    """The docstring up to its first sentence end: a full stop before a capital letter (not "e.g. [x]", "et al.
+    2023"), or the end."""
+    match = re.search(r"\.(?=\s+[A-Z])", doc)
+    return doc[: match.start()] if match else doc.rstrip(".")
+
+
+def _scalar(value) -> str:
+    text = yaml.safe_dump(value, default_flow_style=True, width=10_000).strip()
+    return text[: -len("...")].strip() if text.endswith("...") else text
+
+
+def _line(indent: str, key: str, value: str | None, comment: str) -> list[str]:
+    head = f"{indent}{key}:" + (f" {value}" if value is not None else "")
+    if not comment:
+        return [head]
+    pad = max(COLUMN, len(head) + 1)
+    first, *rest = textwrap.wrap(comment, WIDTH - pad - 2) or [""]
+    lines = [f"{head.ljust(pad)}# {first}"]
+    lines += [f"{' ' * pad}# {part}" for part in rest]
+    return lines
+
+
+def default(f: dataclasses.Field):
+    """A dataclass field's default value (its factory's product), without building the class (whose checks may
+    need fields that have no default)."""
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
+def render(cls, indent: str = "", special: dict | None = None, groups: dict | None = None) -> list[str]:
+    """`key: value  # comment` for every field of the dataclass `cls` at its default (`special` gives a field's
+    raw YAML text instead, e.g. an interpolation); a nested dataclass becomes an indented block, and so does a
+    field named in `groups`, rendered from its settings class (or from {key: settings class})."""
+    special, groups = special or {}, groups or {}
+    docs = field_docs(cls)
+    lines = []
+    for f in dataclasses.fields(cls):
+        value = default(f)
+        comment = first_sentence(docs.get(f.name, ""))
+        if f.name in special:
+            lines += _line(indent, f.name, special[f.name], comment)
+        elif f.name in groups:
+            lines += _line(indent, f.name, None, comment)
+            group = groups[f.name]
+            if isinstance(group, dict):
+                for key, settings in group.items():
+                    lines += [f"{indent}  {key}:"] + render(settings, indent + "    ")
+            else:
+                lines += render(group, indent + "  ")
+        elif dataclasses.is_dataclass(value):
+            lines += _line(indent, f.name, None, comment)
+            lines += render(type(value), indent + "  ")
+        elif isinstance(value, dict) and value:
+            lines += _line(indent, f.name, None, comment)
+            lines += _mapping(value, indent + "  ")
+        else:
+            lines += _line(indent, f.name, _scalar(value), comment)
+    return lines
+
+
+def _mapping(value: dict, indent: str) -> list[str]:
+    lines = []
+    for key, item in value.items():
+        if isinstance(item, dict) and item:
+            lines += [f"{indent}{key}:"] + _mapping(item, indent + "  ")
+        else:
+            lines.append(f"{indent}{key}: {_scalar(item)}")
+    return lines
+
+
+HEADER = "# Generated from {source} by `make conf` (slm.cli.conf_defaults): edit the dataclass, not this file.\n"
+
+
+def model_base_yaml() -> str:
+    from slm.model.budget import SOLVER_DOCS, SOLVER_KEYS, SOLVER_LEAD
+    from slm.model.config import ModelConfig
+
+    lines = [HEADER.format(source="slm.model.config.ModelConfig").rstrip(),
+             "# Every model field with its default. Not a preset: the presets in conf/model/ are small deltas over it",
+             "# (defaults: /model_base@_here_: base). Sizes left null are derived.", *render(ModelConfig)]
+    lines += [f"# {line}" for line in textwrap.wrap(SOLVER_LEAD, WIDTH - 2)]
+    for key, value in SOLVER_KEYS.items():
+        lines += _line("", key, _scalar(value), SOLVER_DOCS[key])
+    return "\n".join(lines) + "\n"
+
+
+def train_default_yaml() -> str:
+    from slm.objectives.linear_ce import LossSettings
+    from slm.training.config import TrainConfig
+    from slm.training.optim import optim_settings
+
+    groups = {"optim": {name: type(s) for name, s in optim_settings({}).items()}, "loss": LossSettings}
+    lines = [HEADER.format(source="slm.training.config.TrainConfig").rstrip(),
+             "# Every training field with its default.",
+             *render(TrainConfig, special={"objective": "${oc.select:model.objective,causal_lm}"}, groups=groups)]
+    return "\n".join(lines) + "\n"
+
+
+FILES = {Path("model_base/base.yaml"): model_base_yaml, Path("train/default.yaml"): train_default_yaml}
+"""Each generated file under conf/ and the function that writes it."""
+
+
+def stale(conf_dir: Path = CONF_DIR) -> list[Path]:
+    """The generated files whose text differs from what the dataclasses give."""
+    return [path for path, make in FILES.items() if (conf_dir / path).read_text() != make()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m slm.cli.conf_defaults", description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help="rewrite the stale files (default: list them, exit 1)")
+    args = parser.parse_args(argv)
+    old = stale()
+    for path in old:
+        if args.write:
+            from slm.atomic import atomic_write
+
+            text = FILES[path]().encode()
+            atomic_write(CONF_DIR / path, lambda f: f.write(text))
+            print(f"wrote conf/{path}")
+        else:
+            print(f"conf/{path} is stale: run `make conf`")
+    return 0 if args.write or not old else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""Old spellings of config fields and how they read today: stored records, config files and command lines.
+
+Settings that belong to an optional part live in that part's nested group (`model.moe.*`, `model.memory.*`,
+`model.canon.*`, `train.schedule.*`, `train.length.*`, ...); they were once flat fields of ModelConfig and
+TrainConfig. This module maps each flat name to its group and field, so that
+
+- a stored `config.json` / `result.json` / checkpoint config with flat fields loads (`upgrade_model_fields`,
+  `upgrade_train_fields`);
+- an old command line (`model.n_experts=8`) composes, with one line naming the new spelling (`upgrade_override`);
+- a job keeps its run directory: the job key spells every moved field the flat way (`key_spelling`), so
+  `model.moe.n_experts=8` and `model.n_experts=8` name the same directory as runs made before the move.
+
+Standard library only (the analysis reads records through it without importing torch).
+"""
+
+from __future__ import annotations
+
+import copy
+
+MODEL_MOVED: dict[str, tuple[str, str]] = {
+    "n_experts": ("moe", "n_experts"),
+    "top_k": ("moe", "top_k"),
+    "expert_d_ff": ("moe", "expert_d_ff"),
+    "shared_expert_d_ff": ("moe", "shared_expert_d_ff"),
+    "norm_topk_prob": ("moe", "norm_topk_prob"),
+    "moe_aux_coef": ("moe", "aux_coef"),
+    "moe_aux_scope": ("moe", "aux_scope"),
+    "moe_z_coef": ("moe", "z_coef"),
+    "memory_layers": ("memory", "layers"),
+    "memory_segment": ("memory", "segment"),
+    "memory_chunk": ("memory", "chunk"),
+    "memory_depth": ("memory", "depth"),
+    "memory_hidden": ("memory", "hidden"),
+    "memory_heads": ("memory", "heads"),
+    "persistent_tokens": ("memory", "persistent_tokens"),
+    "memory_lr": ("memory", "lr"),
+    "canon": ("canon", "kind"),  # a string: the flat field; a mapping: the group itself
+    "canon_set": ("canon", "set"),
+    "canon_b_after_qk_norm": ("canon", "b_after_qk_norm"),
+    "canon_kernel": ("canon", "kernel"),
+}
+"""ModelConfig's flat field -> (group, field) it moved to."""
+
+TRAIN_MOVED: dict[str, tuple[str, str]] = {}
+"""TrainConfig's flat field -> (group, field) it moved to (filled as TrainConfig's groups land)."""
+
+SECTIONS = {"model": MODEL_MOVED, "train": TRAIN_MOVED}
+
+_LEGACY_LETTERS = {"L": "local_attn", "G": "attn"}
+
+
+class RenameError(ValueError):
+    """Stored fields that cannot be read (both spellings of one setting, a legacy value never written)."""
+
+
+def _move(fields_: dict, moved: dict[str, tuple[str, str]], section: str) -> dict:
+    out = copy.deepcopy(dict(fields_))
+    for old, (group, name) in moved.items():
+        if old not in out:
+            continue
+        if old == group and not isinstance(out[old], str):
+            continue  # the group itself (model.canon: {...}), not the flat field of the same name
+        value = out.pop(old)
+        node = out.get(group)
+        if node is None:
+            node = out[group] = {}
+        if not isinstance(node, dict):
+            node = out[group] = dict(node)
+        if name in node and node[name] != value:
+            raise RenameError(f"{section}.{old}={value!r} and {section}.{group}.{name}={node[name]!r} are one "
+                              f"setting: keep {section}.{group}.{name}")
+        node[name] = value
+    return out
+
+
+def upgrade_model_fields(fields_: dict) -> dict:
+    """Stored ModelConfig fields in today's schema: flat fields moved into their groups, the legacy
+    `attention_pattern` (L local, G global) turned into layer_types and `attention: mha` dropped."""
+    fields_ = dict(fields_)
+    attention = fields_.pop("attention", "mha")
+    if attention != "mha":
+        raise RenameError(f"model.attention={attention!r} is invalid: the only attention kind ever stored is 'mha'")
+    pattern = fields_.pop("attention_pattern", None)
+    if pattern is not None:
+        if "layer_types" in fields_:
+            raise RenameError(f"model.attention_pattern={pattern!r} is invalid: set layer_types instead (not both)")
+        if not pattern or set(pattern) - set(_LEGACY_LETTERS):
+            raise RenameError(f"model.attention_pattern={pattern!r} is invalid: a non-empty string of L (local) "
+                              "and G (global)")
+        fields_["layer_types"] = [_LEGACY_LETTERS[c] for c in pattern]
+    return _move(fields_, MODEL_MOVED, "model")
+
+
+def upgrade_train_fields(fields_: dict) -> dict:
+    """Stored TrainConfig fields in today's schema (flat fields moved into their groups)."""
+    return _move(fields_, TRAIN_MOVED, "train")
+
+
+def _split(key: str) -> tuple[str, str, str]:
+    """('+', 'model', 'n_experts') from '+model.n_experts'; the rest of a dotted key stays in the last part."""
+    prefix = key[: len(key) - len(key.lstrip("+~"))]
+    bare = key[len(prefix):]
+    section, _, rest = bare.partition(".")
+    return prefix, section, rest
+
+
+def upgrade_override(line: str) -> tuple[str, str | None]:
+    """A command-line override in today's spelling, and a one-line note when it was an old spelling
+    (`model.n_experts=8` -> `model.moe.n_experts=8`); other overrides come back unchanged with None."""
+    key, eq, value = line.partition("=")
+    prefix, section, rest = _split(key)
+    moved = SECTIONS.get(section, {})
+    if rest not in moved or "@" in rest:
+        return line, None
+    group, name = moved[rest]
+    if rest == group and value.lstrip().startswith("{"):
+        return line, None  # model.canon={kind: conv, ...}: the group itself
+    new = f"{prefix}{section}.{group}.{name}{eq}{value}"
+    return new, f"{section}.{rest} is now spelt {section}.{group}.{name}; read {line!r} as {new!r}"
+
+
+def key_spelling(key: str) -> str:
+    """The spelling of an override key in a job key: a moved field keeps its flat name, so that run
+    directories made before the move are found again (`model.moe.n_experts` -> `model.n_experts`)."""
+    prefix, section, rest = _split(key)
+    for old, (group, name) in SECTIONS.get(section, {}).items():
+        if rest == f"{group}.{name}":
+            return f"{prefix}{section}.{old}"
+    return key
