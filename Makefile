@@ -15,7 +15,7 @@ help:
 	@echo "make conf       rewrite conf/model_base/base.yaml and conf/train/default.yaml from the config dataclasses"
 	@echo "make sweep      the default study (12 runs): cpu_default sweep, offline eval, results table, plots, report"
 	@echo "                ARGS=\"...\": Hydra overrides for every job, e.g. a shrunk copy into runs/cpu_quick/:"
-	@echo "                make sweep ARGS=\"train.steps=20 run_group=cpu_quick\""
+	@echo "                make sweep ARGS=\"train.length.steps=20 run_group=cpu_quick\""
 	@echo "make claims     the study's claims judged at CPU scale (135 jobs, 5 lrs, 3 seeds): claims.md, report"
 	@echo "make smoke      the CI smoke sweep (4 tiny runs); run again, it skips the runs already done"
 	@echo "make sweep-dry SWEEP=name   a sweep's jobs, parameter counts, tokens and GPU-hours; trains nothing"
@@ -65,7 +65,7 @@ conf: install
 # The main job: the cpu_default sweep (12 runs, embedded corpus, offline eval after each), then the
 # results table, the seven plots and the report. Started again, it trains only what is missing.
 # ARGS are Hydra overrides for every job of the sweep, e.g. a shrunk or varied copy of the study:
-#   make sweep ARGS="train.steps=20 run_group=cpu_quick"   (20 steps a job, into runs/cpu_quick/: a first look)
+#   make sweep ARGS="train.length.steps=20 run_group=cpu_quick"   (20 steps a job, into runs/cpu_quick/: a first look)
 #   make sweep ARGS="train.lr=1e-3"                          (the study at another lr, into runs/cpu_default/)
 # An override is part of every job key, so such a job never resumes or skips one of the full study's; but the table,
 # plots and report cover every run of the run group, so give a variant its own run_group= to report it apart.

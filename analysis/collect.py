@@ -33,7 +33,7 @@ import pandas as pd
 from analysis.records import RENAMED_TASKS  # noqa: F401 (the table's task names, for analysis.paired)
 from analysis.records import ABSENT, Record, model_section, relative
 from analysis.schema import ANALYSIS, COLUMNS, LEADING_AXES, MODEL, PLACEHOLDERS, SWEEP, block, model_cells
-from slm.renames import MODEL_MOVED
+from slm.renames import MODEL_MOVED, TRAIN_MOVED
 from slm.runs.record import RESULT_FILE, RecordError, load_record
 from slm.runs.status import ORDER, PENDING, listed_jobs, live_status, sweep_lr_multipliers
 
@@ -99,7 +99,8 @@ def override_column(key: str) -> str | None:
         group, name = MODEL_MOVED.get(rest, (None, rest))
         name = f"{group}_{name}" if group else rest.replace(".", "_")
     elif section == "train":
-        name = rest.split(".")[-1]
+        old = next((o for o, (g, f) in TRAIN_MOVED.items() if rest == f"{g}.{f}"), None)
+        name = old or rest.split(".")[-1]  # train.schedule.kind -> schedule, train.length.epochs -> epochs
     else:
         return None
     return name if name in LEADING_AXES else None

@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 
 from slm.eval import RENAMED_TASKS
-from slm.renames import upgrade_model_fields
+from slm.renames import TRAIN_MOVED, RenameError, upgrade_model_fields, upgrade_train_fields
 from slm.runs.status import live_status
 
 KNOWN_CHANCE = {
@@ -159,6 +159,7 @@ class Record:
     row written so far (sources may read earlier columns)."""
 
     def __init__(self, record: dict, model: dict, run_dir: Path, root):
+        record = _train_upgraded(record)
         self.record, self.model, self.run_dir, self.root = record, model, run_dir, root
         self.config = record.get("config") or {}
         self.lm = lm_eval(record)
@@ -175,6 +176,19 @@ class Record:
 
     def metric(self, task: str) -> str | None:
         return (self.lm.get("metrics") or {}).get(task)
+
+
+def _train_upgraded(record: dict) -> dict:
+    """The record with its config.train in today's spelling (slm.renames: flat length and schedule fields of
+    runs made before they moved into groups); a train section that cannot be read is left as it is."""
+    config = record.get("config")
+    if not isinstance(config, dict) or not isinstance(config.get("train"), dict):
+        return record
+    try:
+        train_ = upgrade_train_fields(config["train"])
+    except RenameError:
+        return record
+    return {**record, "config": {**config, "train": train_}}
 
 
 def relative(run_dir: Path, root) -> str:
@@ -385,7 +399,10 @@ def decode_sampler(r):
 
 
 def train(field: str) -> tuple[str, ...]:
-    return ("config", "train", field)
+    """The path of a training setting in the record (config.train, in today's spelling: a moved field, e.g.
+    `epochs`, is read from its group, config.train.length.epochs)."""
+    group, name = TRAIN_MOVED.get(field, (None, field))
+    return ("config", "train", group, name) if group else ("config", "train", field)
 
 
 def throughput(field: str) -> tuple[str, ...]:

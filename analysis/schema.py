@@ -210,9 +210,9 @@ COLUMNS: tuple[Column, ...] = (
            "sources weighted)", ("eval", "val_bytes_per_token")),
     Column("test_bytes_per_token", "metric", "UTF-8 bytes of text per token of the test split",
            ("eval", "test_bytes_per_token")),
-    Column("epochs", "config", "training length in epochs (train.epochs; empty: steps or tokens)", read.train("epochs"),
+    Column("epochs", "config", "training length in epochs (train.length.epochs; empty: steps or tokens)", read.train("epochs"),
            "integer"),
-    Column("windows_per_epoch", "config", "training windows per epoch (train.windows_per_epoch)",
+    Column("windows_per_epoch", "config", "training windows per epoch (train.length.windows_per_epoch)",
            read.train("windows_per_epoch"), "integer"),
     # lm-eval, per task and per suite
     Column("score_<task>", "metric", "headline lm-eval value of the task (metric_<task> names it)", read.score),

@@ -97,13 +97,13 @@ def main() -> None:
     print(f"bench/conversion.py: AR {args.ar_steps} steps, then {args.steps} diffusion steps converted and from "
           f"scratch ({args.threads} threads per run)")
     ar = train(runs, "ar", ["model=llama3_canon", *SHAPE, *COMMON, "tokenizer.mask=true",
-                            f"train.steps={args.ar_steps}", "train.val_interval=0"], args.threads)
+                            f"train.length.steps={args.ar_steps}", "train.val_interval=0"], args.threads)
     diffusion = ["model=dhara", *SHAPE, *COMMON, "train.objective=mdlm", f"train.val_interval={args.val_every}",
                  f"train.lr={args.lr}"]
-    converted = train(runs, "converted", [*diffusion, f"train.steps={args.steps}", f"train.init_from='{ar}'",
+    converted = train(runs, "converted", [*diffusion, f"train.length.steps={args.steps}", f"train.init_from='{ar}'",
                                           f"+train.block_curriculum.warmup_fraction={args.warmup}"], args.threads)
     scratch_steps = args.scratch_steps or args.steps
-    scratch = train(runs, "scratch", [*diffusion, f"train.steps={scratch_steps}"], args.threads)
+    scratch = train(runs, "scratch", [*diffusion, f"train.length.steps={scratch_steps}"], args.threads)
 
     ar_record = json.loads((ar / "result.json").read_text())
     curves = {"converted": curve(converted), "scratch": curve(scratch)}

@@ -104,7 +104,7 @@ cli.main()
 
 def sweep_args(points: list[str], tokens: float) -> list[str]:
     listed = ",".join("[" + ",".join(f'"{o}"' for o in POINTS[p]) + "]" for p in points)
-    return ["-m", "sweep=cpu_default", f"train.tokens={tokens:g}", f"hydra.sweeper.points=[{listed}]"]
+    return ["-m", "sweep=cpu_default", f"train.length.tokens={tokens:g}", f"hydra.sweeper.points=[{listed}]"]
 
 
 def phases_of(stamps: dict, spawned: float, records: list[dict]) -> list[dict]:

@@ -6,10 +6,10 @@ line slm-train prints when training starts, Lightning's on_train_start: the star
   torch        python -c "import torch"                         the floor: any PyTorch program pays it
   import       python -c "import slm.cli.train"                 slm-train's own imports (Hydra; no torch)
   compose      slm-train --cfg job                              + Hydra composing the config; trains nothing
-  run_none     slm-train train.steps=1 ... eval=none            a 1-step run end to end: torch, Lightning (with
+  run_none     slm-train train.length.steps=1 ... eval=none            a 1-step run end to end: torch, Lightning (with
                                                                 the torchmetrics it imports), data, model, one
                                                                 step, validation, the final save
-  run_offline  slm-train train.steps=1 ... (eval=offline)       the default eval suite: its preflight before
+  run_offline  slm-train train.length.steps=1 ... (eval=offline)       the default eval suite: its preflight before
                                                                 training; timed to the first step only (the
                                                                 scoring after training is not start-up)
 
@@ -36,7 +36,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 STEP_LINE = "slm-train: training on"  # slm.training.progress.StartLine, Lightning's on_train_start
-ONE_STEP = ["train.steps=1", "train.val_interval=0", "train.val_batches=1"]
+ONE_STEP = ["train.length.steps=1", "train.val_interval=0", "train.val_batches=1"]
 HEAVY = ["lm_eval", "datasets", "pandas", "pyarrow", "analysis", "transformers", "matplotlib", "scipy",
          "tensorboard", "wandb", "torchmetrics", "lightning", "torch"]
 # Run inside the interpreter for the module list: slm-train's main, reporting sys.modules at the first step.

@@ -31,7 +31,6 @@ from slm.model import Transformer, config_from_spec
 from slm.objectives import OBJECTIVES
 from slm.training.config import TrainConfig
 from slm.training.optim import build_optimizer
-from slm.training.schedules import SCHEDULES
 
 COMMON = ["train.batch_size=16", "train.val_interval=0", "train.val_batches=1", "train.progress_bar=false",
           "train.ckpt_interval=100000", "train.log_interval=10", "eval=none", "train.accelerator=cpu"]
@@ -45,19 +44,19 @@ SIZES = {
 def config(size: str, steps: int) -> dict:
     from omegaconf import OmegaConf
 
-    return OmegaConf.to_container(compose_config(SIZES[size] + COMMON + [f"train.steps={steps}"]), resolve=True)
+    return OmegaConf.to_container(compose_config(SIZES[size] + COMMON + [f"train.length.steps={steps}"]), resolve=True)
 
 
 def bare_loop(cfg: dict, steps: int) -> float:
     """Seconds for `steps` optimizer steps of a plain loop (same pieces as LanguageModelModule)."""
-    train = TrainConfig(**cfg["train"])
+    train = TrainConfig.from_node(cfg["train"])
     prepared = prepare(cfg["data"], cfg["tokenizer"])
     model_cfg = config_from_spec({**cfg["model"], "vocab_size": prepared.vocab_size})
     torch.manual_seed(train.seed)
     model = Transformer(model_cfg)
     objective = OBJECTIVES.get(train.objective)()
     optimizer = build_optimizer(model, train)
-    schedule = SCHEDULES.get(train.schedule)(steps, train.warmup(steps), train.min_lr_ratio, train.decay_fraction)
+    schedule = train.schedule.build(steps)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     dm = SLMDataModule(prepared, train.batch_size, model_cfg.context_length, train.seed, train.val_batches)
     batches = iter(dm.train_dataloader())
@@ -84,7 +83,7 @@ def slm_train(cfg: dict, steps: int) -> float:
 
 
 def loader_share(cfg: dict, steps: int, step_seconds: float) -> float:
-    train = TrainConfig(**cfg["train"])
+    train = TrainConfig.from_node(cfg["train"])
     prepared = prepare(cfg["data"], cfg["tokenizer"])
     dm = SLMDataModule(prepared, train.batch_size, cfg["model"]["context_length"], train.seed, 1)
     batches = iter(dm.train_dataloader())

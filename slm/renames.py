@@ -41,8 +41,18 @@ MODEL_MOVED: dict[str, tuple[str, str]] = {
 }
 """ModelConfig's flat field -> (group, field) it moved to."""
 
-TRAIN_MOVED: dict[str, tuple[str, str]] = {}
-"""TrainConfig's flat field -> (group, field) it moved to (filled as TrainConfig's groups land)."""
+TRAIN_MOVED: dict[str, tuple[str, str]] = {
+    "tokens": ("length", "tokens"),
+    "steps": ("length", "steps"),
+    "epochs": ("length", "epochs"),
+    "windows_per_epoch": ("length", "windows_per_epoch"),
+    "schedule": ("schedule", "kind"),  # a string: the flat field; a mapping: the group itself
+    "warmup_fraction": ("schedule", "warmup_fraction"),
+    "warmup_steps": ("schedule", "warmup_steps"),
+    "decay_fraction": ("schedule", "decay_fraction"),
+    "min_lr_ratio": ("schedule", "min_lr_ratio"),
+}
+"""TrainConfig's flat field -> (group, field) it moved to."""
 
 SECTIONS = {"model": MODEL_MOVED, "train": TRAIN_MOVED}
 
@@ -127,3 +137,18 @@ def key_spelling(key: str) -> str:
         if rest == f"{group}.{name}":
             return f"{prefix}{section}.{old}"
     return key
+
+
+def closest(section: str, name: str, known) -> str:
+    """' (did you mean <section>.<field>?)' for the field closest to a misspelt `name` among `known` and the
+    moved fields' old names (suggested in today's spelling: `train.tokns` -> train.length.tokens), or ''."""
+    import difflib
+
+    moved = SECTIONS.get(section, {})
+    candidates = [str(k) for k in known] + [old for old in moved if old not in known]
+    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
+    if not close:
+        return ""
+    hit = close[0]
+    spelt = f"{moved[hit][0]}.{moved[hit][1]}" if hit in moved and hit not in known else hit
+    return f" (did you mean {section}.{spelt}?)"

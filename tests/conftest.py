@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 import torch
@@ -11,6 +12,9 @@ from omegaconf import OmegaConf
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:  # started in the background (nohup, `&` in a script): the
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # signal tests need Ctrl-C, here and in their children
 
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _WORKERS > 1:  # `make test` runs -n 2: each worker (and the commands it starts) gets its share of the cores

@@ -122,8 +122,8 @@ def _records(root, law=TRUE, sizes=(64, 96, 128, 192), tokens=(1e5, 2e5, 4e5, 8e
             record = make_record(d_model=d, tokens=t)
             n = record["model"]["params_non_embedding"]
             record["eval"]["val_nll"] = float(predict(law, n * 1e2, t * 1e3) * np.exp(rng.normal(0, noise)))
-            write_record(root / f"model.d_model={d},train.tokens={t}", record)
-    write_record(root / "model.d_model=32,train.tokens=1e5", make_record("diverged", d_model=32, tokens=1e5))
+            write_record(root / f"model.d_model={d},train.length.tokens={t}", record)
+    write_record(root / "model.d_model=32,train.length.tokens=1e5", make_record("diverged", d_model=32, tokens=1e5))
 
 
 def test_fit_main_writes_fit_json_and_png_from_a_results_csv(tmp_path, capsys):

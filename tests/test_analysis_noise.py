@@ -271,7 +271,7 @@ def test_dry_run_lists_how_far_each_job_landed_from_its_budget(tmp_path, capsys)
     from hydra_plugins.slm_sweeps.plan import plan_row, print_plan
     from slm.cli.config import compose_config
 
-    cfg = compose_config(["model=gpt2", "model.n_layers=2", "model.param_budget=5e5", "train.tokens=1e5"])
+    cfg = compose_config(["model=gpt2", "model.n_layers=2", "model.param_budget=5e5", "train.length.tokens=1e5"])
     row = plan_row(Job([], tmp_path / "job", cfg), {"mfu": 0.4, "peak_flops": 1e15})
     assert row["budget_error"] == pytest.approx(row["params"] / 5e5 - 1) and not row["budget_outside"]
     print_plan("t", tmp_path, [Job([], tmp_path / "job", cfg)], {"mfu": 0.4, "peak_flops": 1e15})

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-RUN = ["model=debug", "train.steps=2", "eval=none", "train.progress_bar=false", "train.val_batches=2"]
+RUN = ["model=debug", "train.length.steps=2", "eval=none", "train.progress_bar=false", "train.val_batches=2"]
 
 
 def _train(argv):
@@ -67,8 +67,8 @@ CLIS = {"slm-train": _train, "slm-params": _params, "slm-status": _status, "slm-
 CASES = [
     # Hydra's own errors: the override named, the closest valid name offered
     ("slm-train", [*RUN, "model.n_layer=4"], "model.n_layer=4: model has no field 'n_layer' (did you mean model.n_layers?)"),
-    ("slm-train", [*RUN, "train.tokns=1e5"], "did you mean train.tokens?"),
-    ("slm-train", [*RUN, "+train.tokns=1e5"], "train.tokns is not a training field (did you mean train.tokens?)"),
+    ("slm-train", [*RUN, "train.tokns=1e5"], "did you mean train.length.tokens?"),
+    ("slm-train", [*RUN, "+train.tokns=1e5"], "train.tokns is not a training field (did you mean train.length.tokens?)"),
     ("slm-train", [*RUN, "+model.n_layer=4"], "model.n_layer is not a model field (did you mean model.n_layers?)"),
     ("slm-train", ["modle=debug"], "modle=debug: there is no config group or field 'modle' (did you mean model?)"),
     ("slm-train", ["model=debg"], "model=debg: there is no conf/model/debg.yaml (did you mean model=debug?)"),
@@ -81,11 +81,11 @@ CASES = [
     ("slm-train", [*RUN, "train.batch_size=abc"], "train.batch_size='abc' is invalid: expected an integer"),
     ("slm-train", [*RUN, "train.lr=inf"], "train.lr=inf is invalid: expected a finite number"),
     ("slm-train", [*RUN, "train.lr=0"], "train.lr=0 is invalid: must be > 0"),
-    ("slm-train", ["model=debug", "eval=none", "train.tokens=inf"], "train.tokens=inf is invalid"),
-    ("slm-train", ["model=debug", "eval=none", "train.tokens=100"], "train.tokens=100 is invalid: smaller than one batch"),
+    ("slm-train", ["model=debug", "eval=none", "train.length.tokens=inf"], "train.length.tokens=inf is invalid"),
+    ("slm-train", ["model=debug", "eval=none", "train.length.tokens=100"], "train.length.tokens=100 is invalid: smaller than one batch"),
     ("slm-train", [*RUN, "train.grad_clip=-1"], "train.grad_clip=-1 is invalid: a norm > 0, or null"),
-    ("slm-train", [*RUN, "train.warmup_steps=-1"], "train.warmup_steps=-1 is invalid"),
-    ("slm-train", [*RUN, "train.warmup_steps=100"], "train.warmup_steps=100 is invalid: longer than the run (2 steps)"),
+    ("slm-train", [*RUN, "train.schedule.warmup_steps=-1"], "train.schedule.warmup_steps=-1 is invalid"),
+    ("slm-train", [*RUN, "train.schedule.warmup_steps=100"], "train.schedule.warmup_steps=100 is invalid: longer than the run (2 steps)"),
     ("slm-train", [*RUN, "train.betas=[2,0.9]"], "train.betas=[2, 0.9] is invalid: two numbers in [0, 1)"),
     ("slm-train", [*RUN, "train.betas=abc"], "train.betas='abc' is invalid: expected a list of finite numbers"),
     ("slm-train", [*RUN, "train.eps=0"], "train.eps=0 is invalid: must be > 0"),

@@ -204,7 +204,7 @@ def _key(*overrides: str) -> str:
 
 
 def test_grid_sweep_skips_the_job_with_a_corrupt_record_and_runs_the_other(tmp_path):
-    args = ["run_group=bad", *TINY, "train.steps=2"]
+    args = ["run_group=bad", *TINY, "train.length.steps=2"]
     sweep = tmp_path / "runs" / "bad"
     corrupt = sweep / _key(*args, "train.lr=0.002") / "result.json"
     corrupt.parent.mkdir(parents=True)
@@ -226,10 +226,10 @@ def test_optuna_trial_with_a_corrupt_record_fails_and_the_study_goes_on(tmp_path
     import optuna
     from optuna.trial import TrialState
 
-    args = ["hydra/sweeper=optuna", "~hydra.sweeper.params", "run_group=opt", *TINY, "train.steps=2",
+    args = ["hydra/sweeper=optuna", "~hydra.sweeper.params", "run_group=opt", *TINY, "train.length.steps=2",
             "hydra.sweeper.n_trials=3", "hydra.sweeper.sampler.name=random", "hydra.sweeper.sampler.seed=0"]
     sweep = tmp_path / "runs" / "opt"
-    corrupt = sweep / _key(*TINY, "train.steps=2", "train.lr=0.002") / "result.json"
+    corrupt = sweep / _key(*TINY, "train.length.steps=2", "train.lr=0.002") / "result.json"
     corrupt.parent.mkdir(parents=True)
     corrupt.write_text("[]")
     out = slm(tmp_path, "-m", *args, "train.lr=choice(0.001,0.002)")

@@ -34,5 +34,5 @@ def test_variant_and_sweep_arguments():
     for bad in ("spin1k", "=A=1", "x=A"):
         with pytest.raises(argparse.ArgumentTypeError, match="expected NAME=VAR=VALUE"):
             variant(bad)
-    assert sweep_args(["gpt2-2"], 5e4) == ["-m", "sweep=cpu_default", "train.tokens=50000",
+    assert sweep_args(["gpt2-2"], 5e4) == ["-m", "sweep=cpu_default", "train.length.tokens=50000",
                                            'hydra.sweeper.points=[["model=gpt2","model.n_layers=2"]]']

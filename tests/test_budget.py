@@ -197,7 +197,7 @@ def test_slm_params_and_the_dry_run_show_the_knob(tmp_path, monkeypatch, capsys)
     assert fit["knob"] == "d_ff" and fit["moved"] == f"d_model, d_ff {fit['family_value']}→{report['d_ff']}"
     assert abs(report["budget_error"]) <= 0.03
     monkeypatch.setenv("SLM_RUNS", str(tmp_path / "runs"))
-    jobs = [Job([name], tmp_path / "plan" / name, compose_config([*overrides, "tokenizer=gpt2", "train.tokens=1e6"]))
+    jobs = [Job([name], tmp_path / "plan" / name, compose_config([*overrides, "tokenizer=gpt2", "train.length.tokens=1e6"]))
             for name, overrides in (("solved", ["model=gpt2", "model.n_layers=4", "model.param_budget=30e6"]),
                                     ("given", ["model=gpt2", "model.n_layers=2", "model.d_model=128"]))]
     rows = {r["key"]: r for r in print_plan("t", tmp_path / "plan", jobs, ESTIMATE)}

@@ -27,11 +27,11 @@ def make_n(*args: str) -> str:
 def test_make_sweep_passes_args_and_reports_their_run_group():
     plain = make_n()
     assert "slm-train -m sweep=cpu_default ;" in plain and "slm-collect runs/cpu_default -o" in plain
-    shrunk = make_n('ARGS=train.steps=20 run_group=cpu_quick')
-    assert "slm-train -m sweep=cpu_default train.steps=20 run_group=cpu_quick;" in shrunk
+    shrunk = make_n('ARGS=train.length.steps=20 run_group=cpu_quick')
+    assert "slm-train -m sweep=cpu_default train.length.steps=20 run_group=cpu_quick;" in shrunk
     assert "slm-collect runs/cpu_quick -o runs/cpu_quick/results.parquet" in shrunk
     assert "slm-report runs/cpu_quick/results.parquet -o runs/cpu_quick/report" in shrunk
-    assert "(train.steps=20 run_group=cpu_quick)" in shrunk  # the report's title says what was changed
+    assert "(train.length.steps=20 run_group=cpu_quick)" in shrunk  # the report's title says what was changed
 
 
 def test_the_help_counts_the_default_studys_jobs():

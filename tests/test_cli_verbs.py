@@ -294,7 +294,7 @@ def test_default_model_is_the_laptop_sized_one_and_every_sweep_names_its_model()
 
     cfg = compose_config([])
     model = config_from_spec(OmegaConf.to_container(cfg.model, resolve=True) | {"vocab_size": 65})
-    assert model.family == "debug" and count(model).params_total < 200_000 and cfg.train.tokens == 1e6
+    assert model.family == "debug" and count(model).params_total < 200_000 and cfg.train.length.tokens == 1e6
     register_resolvers()
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         for path in sorted((ROOT / "sweeps").glob("*.yaml")):

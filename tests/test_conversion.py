@@ -159,11 +159,11 @@ def test_stage_two_starts_from_stage_one_run_directory(monkeypatch):
         ar, cv = (compose("config", overrides=[f"sweep={name}"], return_hydra_config=True)
                   for name in ("dhara_conversion_ar", "dhara_conversion"))
     (point,) = OmegaConf.to_container(ar.hydra.sweeper.points)
-    assert point == ["model=llama3_canon"] and ar.train.objective == "causal_lm" and ar.train.tokens == 1e9
-    train = TrainConfig(**OmegaConf.to_container(cv.train, resolve=True))
+    assert point == ["model=llama3_canon"] and ar.train.objective == "causal_lm" and ar.train.length.tokens == 1e9
+    train = TrainConfig.from_node(OmegaConf.to_container(cv.train, resolve=True))
     assert train.init_from == f"/study/runs/{ar.run_group}/{job_key(','.join(point))}"
     assert OmegaConf.to_container(cv.hydra.sweeper.points) == [["model=dhara"]] and cv.run_group == ar.run_group
-    assert train.objective == "mdlm" and train.tokens == 1e8 and ar.tokenizer.pad_vocab_multiple == 64
+    assert train.objective == "mdlm" and train.length.tokens == 1e8 and ar.tokenizer.pad_vocab_multiple == 64
     blocks = train.block_curriculum.schedule(train.max_steps(1024), 1024)
     assert blocks[0] == (0, 1) and blocks[-2][1] == 1024 and blocks[-1][1] == 32
 
@@ -193,7 +193,7 @@ def test_bad_init_from_is_one_line_exit_2_and_writes_nothing(tmp_path, monkeypat
     # a char-level source without the mask token: the diffusion model's vocabulary has one row more
     char = config_from_spec(compose_model_node("model=llama3_canon", *TINY_RUN[:5], "model.vocab_size=65"))
     save_model(Transformer(char), tmp_path / "ckpt")
-    args = [*TINY_RUN, "model=dhara", "train.objective=mdlm", "train.steps=5"]
+    args = [*TINY_RUN, "model=dhara", "train.objective=mdlm", "train.length.steps=5"]
     out = slm_train(tmp_path, *args, f"train.init_from={tmp_path / 'ckpt'}")
     _one_line_exit_2(out.returncode, out.stderr, "tensor lm_head.weight is [65, 32] in the source and [66, 32] in "
                      "this model: this run's mask token adds a row to the vocabulary; train the source with "
@@ -211,7 +211,7 @@ def test_bad_init_from_is_one_line_exit_2_and_writes_nothing(tmp_path, monkeypat
 def ar_run(tmp_path_factory) -> Path:
     """A tiny llama3_canon AR run on the embedded corpus, its vocabulary with the mask token's row."""
     tmp = tmp_path_factory.mktemp("ar")
-    out = slm_train(tmp, "model=llama3_canon", *TINY_RUN, "tokenizer.mask=true", "train.steps=20", group="ar")
+    out = slm_train(tmp, "model=llama3_canon", *TINY_RUN, "tokenizer.mask=true", "train.length.steps=20", group="ar")
     assert out.returncode == 0, out.stderr[-2000:]
     (path,) = (tmp / "runs" / "ar").iterdir()
     return path
@@ -219,7 +219,7 @@ def ar_run(tmp_path_factory) -> Path:
 
 def _convert_args(ar: Path) -> list[str]:
     return ["model=dhara", *TINY_RUN, "train.objective=mdlm", f"train.init_from='{ar}'", *CURRICULUM,
-            "train.steps=40", "train.ckpt_interval=10", "train.val_interval=20", "train.lr=3e-3"]
+            "train.length.steps=40", "train.ckpt_interval=10", "train.val_interval=20", "train.lr=3e-3"]
 
 
 @pytest.fixture(scope="module")

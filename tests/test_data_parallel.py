@@ -25,7 +25,7 @@ from slm.runs.record import load_record, update_record
 from slm.training.config import TrainConfig, TrainConfigError
 from slm.training.distributed import is_rank_zero, started_by_launcher
 
-RUN = ["model=debug", "model.n_layers=1", "model.context_length=32", "train.steps=6", "train.batch_size=4",
+RUN = ["model=debug", "model.n_layers=1", "model.context_length=32", "train.length.steps=6", "train.batch_size=4",
        "train.val_interval=3", "train.val_batches=1", "eval=none", "train.progress_bar=false", "train.accelerator=cpu",
        "train.lr=3e-3"]
 
@@ -127,7 +127,7 @@ def test_diffusion_noise_of_a_part_is_the_whole_batch_noise():
 ])
 def test_bad_parallel_settings_are_one_line(fields, message):
     with pytest.raises(TrainConfigError, match=message.replace("(", r"\(").replace("[", r"\[")):
-        TrainConfig(**fields)
+        TrainConfig.from_node(fields)
 
 
 def test_accumulation_counts():

@@ -1,4 +1,4 @@
-"""Every registry-backed setting names itself when its value is unknown (`train.schedule=linear: unknown schedule
+"""Every registry-backed setting names itself when its value is unknown (`train.schedule.kind=linear: unknown schedule
 'linear'; choose one of: ...`), through slm-train in one line, exit 2 and no run directory; and a model.vocab_size
 the tokenizer overrides is said to be replaced."""
 
@@ -14,7 +14,7 @@ from slm.training.config import TrainConfig, TrainConfigError
 from tests.test_bad_input import RUN, _train, snapshot, workdir  # noqa: F401 - workdir is a fixture
 
 CASES = [  # (override, how the one line starts after "slm-train: error: ")
-    ("train.schedule=linear", "train.schedule=linear: unknown schedule 'linear'; choose one of: constant, cosine, wsd"),
+    ("train.schedule.kind=linear", "train.schedule.kind=linear: unknown schedule 'linear'; choose one of: constant, cosine, wsd"),
     ("train.objective=mlm", "train.objective=mlm: unknown objective 'mlm'; choose one of: causal_lm,"),
     ("train.optimizer=adam", "train.optimizer=adam: unknown optimizer 'adam'; choose one of: adamw,"),
     ("model.norm=batchnorm", "model.norm=batchnorm: unknown norm 'batchnorm'; choose one of: layernorm,"),
@@ -52,10 +52,11 @@ def test_every_registry_field_of_the_model_is_checked_by_name(name):
         ModelConfig(n_heads=2, **{name: "nope"})
 
 
-@pytest.mark.parametrize("name", ["objective", "schedule", "optimizer"])
-def test_every_registry_field_of_training_is_checked_by_name(name):
-    with pytest.raises(TrainConfigError, match=rf"^train\.{name}=nope: unknown .* 'nope'; choose one of: "):
-        TrainConfig(**{name: "nope"})
+@pytest.mark.parametrize("name, spelt", [("objective", "objective"), ("schedule", "schedule.kind"),
+                                         ("optimizer", "optimizer")])
+def test_every_registry_field_of_training_is_checked_by_name(name, spelt):
+    with pytest.raises(TrainConfigError, match=rf"^train\.{spelt}=nope: unknown .* 'nope'; choose one of: "):
+        TrainConfig.from_node({name: "nope"})
 
 
 def test_the_registry_itself_keeps_its_plain_message():
@@ -70,6 +71,6 @@ def test_the_registry_itself_keeps_its_plain_message():
 def test_a_vocab_size_smaller_than_the_tokenizers_is_said_to_be_replaced(workdir):  # noqa: F811
     out = io.StringIO()
     with redirect_stdout(out):
-        _train([*RUN, "train.steps=1", "model.vocab_size=10"])
+        _train([*RUN, "train.length.steps=1", "model.vocab_size=10"])
     model_line = next(line for line in out.getvalue().splitlines() if line.startswith("slm-train: model "))
     assert "vocabulary 65 (the tokenizer's; model.vocab_size=10 is replaced);" in model_line, model_line

@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 from slm.runs import job as steps
 from slm.runs.record import load_record
 
-TINY = ["model=debug", "eval=none", "train.steps=6", "train.val_interval=3", "train.ckpt_interval=3",
+TINY = ["model=debug", "eval=none", "train.length.steps=6", "train.val_interval=3", "train.ckpt_interval=3",
         "train.val_batches=1", "train.print_interval=0", "train.progress_bar=false", "train.log_interval=2"]
 MOE = ["model=moe", "model.n_layers=2", "model.d_model=32", "model.head_dim=16", "model.n_kv_heads=1",
        "model.moe.n_experts=4", "model.moe.expert_d_ff=32", "model.context_length=32", "train.batch_size=4",
@@ -93,8 +93,8 @@ TIMED = {"wall_seconds", "train_seconds", "tokens_per_s", "mfu", "other_cores_bu
 def test_prepare_refuses_bad_input_before_anything_is_written(tmp_path, cache):
     from slm.training.config import TrainConfigError
 
-    with pytest.raises(TrainConfigError, match="train.warmup_steps"):
-        steps.prepare(compose([*TINY, "train.warmup_steps=100"]), tmp_path / "run")
+    with pytest.raises(TrainConfigError, match="train.schedule.warmup_steps"):
+        steps.prepare(compose([*TINY, "train.schedule.warmup_steps=100"]), tmp_path / "run")
     assert not (tmp_path / "run").exists()
 
 
@@ -106,7 +106,7 @@ def metrics_rows(run: Path) -> list[dict]:
 def test_moe_routing_load_is_logged_recorded_and_resumed_from_the_checkpoint(tmp_path, cache):
     """log_interval 3 over 6 steps: the windows start at steps 0 and 3, the record's load is the mean over steps
     3-5, and a run resumed from the step-4 checkpoint (inside that window) records the same load."""
-    cfg = compose([*MOE, "train.steps=6", "train.log_interval=3", "train.val_interval=6", "train.ckpt_interval=6",
+    cfg = compose([*MOE, "train.length.steps=6", "train.log_interval=3", "train.val_interval=6", "train.ckpt_interval=6",
                    "train.keep_steps=[4]"])
     whole = steps.train_run(cfg, tmp_path / "whole")
     load = whole["training"]["moe_load"]

@@ -185,11 +185,11 @@ def test_liger_without_the_package_is_refused():
 def test_settings_reach_the_objective():
     from slm.training.module import LanguageModelModule
 
-    cfg = TrainConfig(loss={"impl": "plain", "chunk_tokens": 32}, steps=2)
+    cfg = TrainConfig(loss={"impl": "plain", "chunk_tokens": 32}, length={"steps": 2})
     module = LanguageModelModule(ModelConfig(**TINY), cfg, max_steps=2, tokens_per_step=64)
     assert module.objective.loss_settings == LossSettings(impl="plain", chunk_tokens=32)
     assert cfg.to_dict()["loss"] == {"impl": "plain", "chunk_tokens": 32}
-    compiled = LanguageModelModule(ModelConfig(**TINY), TrainConfig(compile=True, steps=2), max_steps=2,
+    compiled = LanguageModelModule(ModelConfig(**TINY), TrainConfig(compile=True, length={"steps": 2}), max_steps=2,
                                    tokens_per_step=64)
     compiled.configure_model()  # train.compile: the model, and the objective's forward + head + loss with it
     assert compiled._forward is not compiled.model

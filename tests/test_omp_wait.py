@@ -69,7 +69,7 @@ def test_an_slm_command_runs_torch_with_the_short_spin():
 def _train_and_score(runs: Path, **env: str) -> dict:
     """A tiny run trained and scored by slm-train on two threads: its record's numbers, per-document scores and
     the wait settings it records."""
-    cmd = [sys.executable, "-m", "slm.cli.train", "model=debug", "model.n_layers=1", "train.steps=6",
+    cmd = [sys.executable, "-m", "slm.cli.train", "model=debug", "model.n_layers=1", "train.length.steps=6",
            "train.batch_size=32", "train.val_batches=2", "train.progress_bar=false", "eval.limit=12",
            "eval.throughput.enabled=false", "run_group=wait"]  # batches large enough for both threads to work
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,

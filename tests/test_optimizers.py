@@ -105,7 +105,7 @@ def test_lion_is_the_papers_update():
 ])
 def test_bad_optimizer_settings_are_one_line(fields, message):
     with pytest.raises(ValueError, match=message) as err:
-        TrainConfig(**fields)
+        TrainConfig.from_node(fields)
     assert "\n" not in str(err.value)
     if "unknown optimizer" not in message:
         assert isinstance(err.value, TrainConfigError)
@@ -117,7 +117,7 @@ def test_bad_optimizer_settings_are_one_line(fields, message):
                  marks=pytest.mark.slow),  # ~25 s each; make test keeps the Combined (Muon + AdamW) one
 ])
 def test_resume_after_sigkill_is_exact_for_each_optimizer(tmp_path, setup):
-    args = [*FAST, "model.n_layers=2", "model.context_length=32", "train.batch_size=8", "train.steps=20",
+    args = [*FAST, "model.n_layers=2", "model.context_length=32", "train.batch_size=8", "train.length.steps=20",
             "train.ckpt_interval=5", "train.val_interval=10", *setup]
     ref_dir, cut_dir = tmp_path / "ref", tmp_path / "cut"
     done = slm_train(ref_dir, *args)

@@ -133,7 +133,7 @@ def _corpus(tmp_path):
 def test_training_with_packed_documents_end_to_end(tmp_path):
     corpus = _corpus(tmp_path)
     data = ["data=local", f"data.sources.0.paths=[{corpus}]", "tokenizer.eot=true"]
-    out = slm_train(tmp_path, *FAST, *data, "data.pack_documents=true", "train.steps=6", "train.val_interval=6")
+    out = slm_train(tmp_path, *FAST, *data, "data.pack_documents=true", "train.length.steps=6", "train.val_interval=6")
     assert out.returncode == 0, out.stderr[-2000:]
     path = run_dir(tmp_path)
     r = record(path)
@@ -141,7 +141,7 @@ def test_training_with_packed_documents_end_to_end(tmp_path):
     eot = r["data"]["tokenizer"]["eot_id"]
     assert eot is not None and json.loads((path / "model" / "config.json").read_text())["document_end_id"] == eot
     out = slm_train(tmp_path, *FAST, "data=local", f"data.sources.0.paths=[{corpus}]", "data.pack_documents=true",
-                    "train.steps=6", group="refused")
+                    "train.length.steps=6", group="refused")
     assert out.returncode == 2
     assert out.stderr.strip().splitlines()[-1] == (
         "slm-train: error: data.pack_documents=true needs tokenizer.eot=true (documents are told apart by the "

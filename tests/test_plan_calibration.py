@@ -30,7 +30,7 @@ def run(root: Path, name: str, family: str = "gpt2", mfu=0.2, status: str = "com
 def plan(tmp_path, monkeypatch, capsys, *models: str, estimate: dict = ESTIMATE) -> tuple[dict, str]:
     monkeypatch.setenv("SLM_RUNS", str(tmp_path / "runs"))
     jobs = [Job([m], tmp_path / "plan" / m, compose_config([f"model={m}", "model.n_layers=2", "model.d_model=384",
-                                                            "tokenizer=gpt2", "train.tokens=1e7"])) for m in models]
+                                                            "tokenizer=gpt2", "train.length.tokens=1e7"])) for m in models]
     rows = print_plan("t", tmp_path / "plan", jobs, estimate)
     return {r["family"]: r for r in rows}, capsys.readouterr().out
 

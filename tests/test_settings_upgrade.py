@@ -117,3 +117,33 @@ def test_a_run_directory_made_before_the_move_is_found_and_resumed_exactly(tmp_p
     # and the old spelling names the same directory: the job is complete, nothing runs
     again = slm_train(cut, *RUN_ARGS, *OLD_ARGS)
     assert again.returncode == 0 and "already completed" in again.stdout, again.stderr[-2000:]
+
+
+def test_training_settings_moved_into_length_and_schedule():
+    from slm.training.config import TrainConfig, TrainConfigError
+
+    old = TrainConfig.from_node({"tokens": 2e5, "steps": 7, "schedule": "wsd", "warmup_steps": 2,
+                                 "decay_fraction": 0.3, "min_lr_ratio": 0.0})
+    new = TrainConfig(length={"tokens": 2e5, "steps": 7},
+                      schedule={"kind": "wsd", "warmup_steps": 2, "decay_fraction": 0.3, "min_lr_ratio": 0.0})
+    assert old == new and old.max_steps(128) == 7 and old.warmup(7) == 2
+    assert [round(old.schedule.build(7)(s), 6) for s in range(7)] == [0.5, 1.0, 1.0, 1.0, 1.0, 0.5, 0.0]
+    assert upgrade_override("train.steps=20") == ("train.length.steps=20", "train.steps is now spelt "
+                                                  "train.length.steps; read 'train.steps=20' as 'train.length.steps=20'")
+    assert upgrade_override("train.schedule=wsd")[0] == "train.schedule.kind=wsd"
+    assert key_spelling("train.length.tokens") == "train.tokens" and key_spelling("train.schedule.kind") == \
+        "train.schedule"
+    with pytest.raises(TrainConfigError, match=r"train.tokns is not a training field \(did you mean "
+                                               r"train.length.tokens\?\)"):
+        TrainConfig.from_node({"tokns": 1})
+
+
+def test_a_config_file_with_an_old_key_is_one_line_naming_the_new_spelling():
+    """A user's preset or sweep file is not rewritten: composing it fails, and the line says what to write."""
+    from slm.cli.config import _compose, explain
+
+    for overrides, line in ((["model=moe", "model.n_experts=4"], "model.n_experts is now spelt model.moe.n_experts"),
+                            (["train.tokens=5"], "train.tokens is now spelt train.length.tokens")):
+        with pytest.raises(Exception) as err:
+            _compose(overrides)  # as Hydra meets a flat key in a YAML file (the command line is upgraded first)
+        assert line in explain(err.value, overrides)

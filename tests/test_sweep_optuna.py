@@ -44,7 +44,7 @@ def _trials(storage: str, name: str):
 
 @pytest.mark.slow  # ~30 s; make test-slow runs it (make test: under ~10 min on 2 cores)
 def test_interrupted_study_resumes_to_exactly_n_trials(tmp_path):
-    args = ["-m", "hydra/sweeper=optuna", "run_group=study", *TINY, "train.steps=4", "hydra.sweeper.n_trials=6"]
+    args = ["-m", "hydra/sweeper=optuna", "run_group=study", *TINY, "train.length.steps=4", "hydra.sweeper.n_trials=6"]
     sweep = tmp_path / "runs" / "study"
     storage = f"sqlite:///{sweep / 'optuna.db'}"
     env = {**os.environ, "SLM_RUNS": str(tmp_path / "runs"), "SLM_CACHE": str(tmp_path.parent / "slm-cache")}
@@ -80,7 +80,7 @@ def test_interrupted_study_resumes_to_exactly_n_trials(tmp_path):
 
 
 def test_failed_trials_are_marked_failed_and_the_study_goes_on(tmp_path):
-    out = slm(tmp_path, "-m", "hydra/sweeper=optuna", "run_group=fails", *TINY, "train.steps=3",
+    out = slm(tmp_path, "-m", "hydra/sweeper=optuna", "run_group=fails", *TINY, "train.length.steps=3",
               "hydra.sweeper.n_trials=4", "hydra.sweeper.sampler.name=random", "hydra.sweeper.sampler.seed=3",
               "train.lr=interval(-0.01,0.01)")  # a negative learning rate is an invalid config
     assert out.returncode == 0, out.stderr[-3000:]

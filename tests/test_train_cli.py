@@ -41,7 +41,7 @@ def record(path: Path) -> dict:
 
 
 def test_trains_and_records(tmp_path):
-    out = slm_train(tmp_path, *FAST, "train.steps=12", "train.val_interval=6")
+    out = slm_train(tmp_path, *FAST, "train.length.steps=12", "train.val_interval=6")
     assert out.returncode == 0, out.stderr[-2000:]
     path = run_dir(tmp_path)
     r = record(path)
@@ -53,12 +53,12 @@ def test_trains_and_records(tmp_path):
     assert r["training"]["other_cores_busy"] >= 0  # what else used the CPUs meanwhile (slm.cpu_busy)
     assert r["eval"]["val_step"] == 12 and 0 < r["eval"]["val_nll"] < 5
     assert r["data"]["tokens_per_source"] == {"tiny_shakespeare": 12 * 16 * 128}
-    assert r["environment"]["packages"]["torch"] and r["config"]["train"]["steps"] == 12
+    assert r["environment"]["packages"]["torch"] and r["config"]["train"]["length"]["steps"] == 12
     assert load_tokenizer(path / "model").vocab_size == 65
     assert (path / "checkpoints" / "last.ckpt").exists() and (path / "config.yaml").exists()
     assert (path / "logs" / "csv" / "metrics.csv").exists()
     # running the same command again trains nothing
-    again = slm_train(tmp_path, *FAST, "train.steps=12", "train.val_interval=6")
+    again = slm_train(tmp_path, *FAST, "train.length.steps=12", "train.val_interval=6")
     assert again.returncode == 0 and "already completed" in again.stdout
     assert record(path)["updated_at"] == r["updated_at"]
 
@@ -93,7 +93,7 @@ def assert_same_run(ref: Path, cut: Path) -> None:
 
 
 def test_resume_after_sigkill_is_exact(tmp_path):
-    args = [*FAST, "model.d_model=128", "model.head_dim=32", "train.steps=30", "train.ckpt_interval=10",
+    args = [*FAST, "model.d_model=128", "model.head_dim=32", "train.length.steps=30", "train.ckpt_interval=10",
             "train.val_interval=15", "train.seed=3"]
     ref_dir, cut_dir = tmp_path / "ref", tmp_path / "cut"
     assert slm_train(ref_dir, *args).returncode == 0
@@ -122,7 +122,7 @@ def test_a_full_disk_during_a_checkpoint_keeps_the_last_good_one(tmp_path, monke
     """The second checkpoint save fails with ENOSPC (tests/faults): the run is recorded failed with one line
     naming the file, the step-10 checkpoint is intact, and running the command again resumes from it to
     the weights of an uninterrupted run."""
-    args = [*FAST, "train.steps=30", "train.ckpt_interval=10", "train.val_interval=30", "train.seed=3"]
+    args = [*FAST, "train.length.steps=30", "train.ckpt_interval=10", "train.val_interval=30", "train.seed=3"]
     ref_dir, cut_dir = tmp_path / "ref", tmp_path / "cut"
     assert slm_train(ref_dir, *args).returncode == 0
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent / "faults"))
@@ -147,7 +147,7 @@ def test_a_damaged_checkpoint_stops_the_run_and_previous_resumes_it_exactly(tmp_
     """Killed after its step-20 checkpoint, the run's last.ckpt is then damaged: the same command stops with one
     line (recorded failed, nothing moved); with bad_checkpoint=previous it resumes from the step-10 checkpoint
     to the weights of an uninterrupted run."""
-    args = [*FAST, "train.steps=30", "train.ckpt_interval=10", "train.val_interval=30", "train.seed=3"]
+    args = [*FAST, "train.length.steps=30", "train.ckpt_interval=10", "train.val_interval=30", "train.seed=3"]
     ref_dir, cut_dir = tmp_path / "ref", tmp_path / "cut"
     assert slm_train(ref_dir, *args).returncode == 0
     cut = kill_at_step(cut_dir, args, 22)
@@ -171,7 +171,7 @@ def test_a_damaged_checkpoint_stops_the_run_and_previous_resumes_it_exactly(tmp_
 
 
 def test_divergence_is_recorded(tmp_path):
-    out = slm_train(tmp_path, *FAST, "train.steps=30", "train.lr=1e4", "train.grad_clip=null", "train.warmup_steps=0")
+    out = slm_train(tmp_path, *FAST, "train.length.steps=30", "train.lr=1e4", "train.grad_clip=null", "train.schedule.warmup_steps=0")
     assert out.returncode == 0, out.stderr[-2000:]
     r = record(run_dir(tmp_path))
     assert r["status"] == "diverged" and r["error"].startswith("non-finite training loss")
@@ -182,7 +182,7 @@ def test_divergence_is_recorded(tmp_path):
     "setup, overrides, message",
     [  # through the console script; tests/test_bad_input.py runs the whole battery in-process
         (None, ["model.n_layer=4"], "model.n_layer=4: model has no field 'n_layer' (did you mean model.n_layers?)"),
-        (None, ["train.tokens=100"], "train.tokens=100 is invalid: smaller than one batch"),
+        (None, ["train.length.tokens=100"], "train.length.tokens=100 is invalid: smaller than one batch"),
         ("binary", ["data=local"], "invalid UTF-8 at byte 10"),
     ],
 )
@@ -208,7 +208,7 @@ SCORED = [o for o in FAST if o != "eval=none"]  # the default eval=offline
 
 
 def test_scores_the_offline_suite_after_training(tmp_path):
-    out = slm_train(tmp_path, *SCORED, "train.steps=6", "train.val_interval=6", "eval.limit=8",
+    out = slm_train(tmp_path, *SCORED, "train.length.steps=6", "train.val_interval=6", "eval.limit=8",
                     "eval.throughput.prompt_tokens=8", "eval.throughput.new_tokens=8")
     assert out.returncode == 0, out.stderr[-2000:]
     path = run_dir(tmp_path)
@@ -267,7 +267,7 @@ def test_new_families_train_resume_exactly_and_are_scored(tmp_path, family):
     """LFM2 (conv state), MoE (routing, auxiliary losses, per-expert load) and Titans-MAC (a memory learned in the
     forward pass) through slm-train: a run killed mid-way resumes to the weights, loss curve and record of an
     uninterrupted one, and is scored by lm-eval."""
-    args = [*[o for o in FAST if o not in ("model=debug", "eval=none")], *NEW_FAMILIES[family], "train.steps=24",
+    args = [*[o for o in FAST if o not in ("model=debug", "eval=none")], *NEW_FAMILIES[family], "train.length.steps=24",
             "train.ckpt_interval=8", "train.val_interval=12", "eval.limit=4", "eval.throughput.prompt_tokens=8",
             "eval.throughput.new_tokens=8"]
     ref_dir, cut_dir = tmp_path / "ref", tmp_path / "cut"
@@ -300,7 +300,7 @@ DLLM = ["model=dllm", "model.n_layers=2", "model.d_model=64", "model.head_dim=16
 def test_a_diffusion_model_trains_its_bound_falls_and_resume_is_exact(tmp_path):
     """A tiny dLLM (MDLM) on the embedded corpus: the validation NELBO falls, the record says it is a bound,
     and a run killed mid-way resumes to the same weights, loss curve and bound."""
-    args = [*FAST[1:], *DLLM, "train.steps=60", "train.ckpt_interval=10", "train.val_interval=20", "train.lr=3e-3"]
+    args = [*FAST[1:], *DLLM, "train.length.steps=60", "train.ckpt_interval=10", "train.val_interval=20", "train.lr=3e-3"]
     ref_dir, cut_dir = tmp_path / "ref", tmp_path / "cut"
     out = slm_train(ref_dir, *args)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -320,7 +320,7 @@ def test_a_diffusion_model_trains_its_bound_falls_and_resume_is_exact(tmp_path):
 
 
 def test_a_bidirectional_model_is_refused_by_the_causal_objective(tmp_path):
-    out = slm_train(tmp_path, *FAST, "model.causal=false", "train.steps=5")
+    out = slm_train(tmp_path, *FAST, "model.causal=false", "train.length.steps=5")
     assert out.returncode == 2
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("slm-train: error: train.objective=causal_lm needs a causal model"), last
@@ -332,10 +332,10 @@ def test_the_ladder_models_train_on_the_token_after_the_window(tmp_path):
     of random windows, validation on the first windows at each epoch's end, constant lr, the best validation
     restored, the test split scored): the loss falls, the record holds the count, validation and test NLL,
     the saved model loads; causal_lm refuses the window model."""
-    short = ["eval=none", "train.progress_bar=false", "train.objective=last_token", "train.epochs=2",
-             "train.windows_per_epoch=320", "train.window_sampling=random", "train.batch_size=16",
-             "train.eval_windows=40", "train.restore_best=true", "train.lr=3e-4", "train.schedule=constant",
-             "train.warmup_steps=0", "model.context_length=32"]
+    short = ["eval=none", "train.progress_bar=false", "train.objective=last_token", "train.length.epochs=2",
+             "train.length.windows_per_epoch=320", "train.window_sampling=random", "train.batch_size=16",
+             "train.eval_windows=40", "train.restore_best=true", "train.lr=3e-4", "train.schedule.kind=constant",
+             "train.schedule.warmup_steps=0", "model.context_length=32"]
     for model, params in (("ladder_linear", 8_320 + 32 * 128 * 65 + 65), ("ladder_transformer", None)):
         out = slm_train(tmp_path, f"model={model}", *short, group=model)
         assert out.returncode == 0, out.stderr[-2000:]
@@ -353,12 +353,12 @@ def test_the_ladder_models_train_on_the_token_after_the_window(tmp_path):
         assert 0 < e["val_nll"] < 10 and 0 < e["test_nll"] < 10 and e["test_targets"] == 40
         assert e["restored_best"] and e["val_nll"] <= e["last_val_nll"] and e["last_val_step"] == 40
         assert e["val_step"] in (20, 40)
-    out = slm_train(tmp_path, "model=ladder_linear", "eval=none", "train.steps=5", "train.objective=causal_lm",
+    out = slm_train(tmp_path, "model=ladder_linear", "eval=none", "train.length.steps=5", "train.objective=causal_lm",
                     group="refused")  # the preset brings last_token: causal_lm contradicts it
     assert out.returncode == 2
     assert "train.objective=causal_lm contradicts the model preset (ladder_linear), which trains with last_token" \
         in out.stderr.strip().splitlines()[-1]
-    out = slm_train(tmp_path, "model=ladder_linear", "model.objective=causal_lm", "eval=none", "train.steps=5",
+    out = slm_train(tmp_path, "model=ladder_linear", "model.objective=causal_lm", "eval=none", "train.length.steps=5",
                     group="refused")  # the preset's objective set aside: the objective's own check still refuses
     assert out.returncode == 2
     assert "train.objective=causal_lm scores every position" in out.stderr.strip().splitlines()[-1]
@@ -382,7 +382,7 @@ def test_the_word_level_ladder_runs_from_a_local_directory(tmp_path):
         lines = (" " + " ".join(rng.choice(words) for _ in range(10)) + " " for _ in range(n_lines))
         (corpus / f"{split}.txt").write_text("\n".join(lines) + "\n")
     vocab = len(set((corpus / "train.txt").read_text().split()))
-    short = ["sweep=ladder_word", "train.progress_bar=false", "train.epochs=1", "train.windows_per_epoch=64",
+    short = ["sweep=ladder_word", "train.progress_bar=false", "train.length.epochs=1", "train.length.windows_per_epoch=64",
              "train.batch_size=16", "train.eval_windows=50", "model.context_length=16", "data.token_budget=2000"]
     out = slm_train(tmp_path, *short, f"data.sources.0.dir={corpus}")
     assert out.returncode == 0, out.stderr[-2000:]
@@ -408,9 +408,9 @@ def test_resume_with_the_ladder_protocol_is_exact(tmp_path):
     AVX2 kernels and with MKL_CBWR set), so an uninterrupted run is not always bit-identical to itself there.
     A resume bug is deterministic and fails both attempts."""
     args = ["model=ladder_transformer", "model.context_length=32", "model.n_layers=1", "eval=none",
-            "train.progress_bar=false", "train.objective=last_token", "train.epochs=3", "train.windows_per_epoch=320",
+            "train.progress_bar=false", "train.objective=last_token", "train.length.epochs=3", "train.length.windows_per_epoch=320",
             "train.window_sampling=random", "train.batch_size=16", "train.eval_windows=40", "train.restore_best=true",
-            "train.lr=3e-3", "train.schedule=constant", "train.warmup_steps=0", "train.ckpt_interval=10",
+            "train.lr=3e-3", "train.schedule.kind=constant", "train.schedule.warmup_steps=0", "train.ckpt_interval=10",
             "train.log_interval=5", "train.seed=5"]
     for attempt in (1, 2):
         ref_dir, cut_dir = tmp_path / f"ref{attempt}", tmp_path / f"cut{attempt}"

@@ -58,7 +58,7 @@ def test_a_step_between_logging_steps_reads_nothing_back(tmp_path, monkeypatch):
             return _real(self, *args, **kwargs)
 
         monkeypatch.setattr(torch.Tensor, name, counted)
-    record, run = train_here(tmp_path, [*TINY, "train.steps=30", "train.log_interval=10", "train.val_interval=30",
+    record, run = train_here(tmp_path, [*TINY, "train.length.steps=30", "train.log_interval=10", "train.val_interval=30",
                                         "train.ckpt_interval=30"], io.StringIO())
     assert record["status"] == "completed"
     logging_steps = {9, 19, 29}  # global_step + 1 a multiple of log_interval; 29 also ends the run
@@ -70,8 +70,8 @@ def test_a_step_between_logging_steps_reads_nothing_back(tmp_path, monkeypatch):
 
 def _diverging(tmp_path, name: str, log_interval: int) -> tuple[dict, object]:
     """A run that diverges (lr 1e4, no clipping), checkpointing every 3 steps."""
-    return train_here(tmp_path, [*TINY, "train.steps=40", "train.lr=1e4", "train.grad_clip=null",
-                                 "train.warmup_steps=0", "train.ckpt_interval=3", "train.val_interval=40",
+    return train_here(tmp_path, [*TINY, "train.length.steps=40", "train.lr=1e4", "train.grad_clip=null",
+                                 "train.schedule.warmup_steps=0", "train.ckpt_interval=3", "train.val_interval=40",
                                  f"train.log_interval={log_interval}"], io.StringIO(), name=name)
 
 

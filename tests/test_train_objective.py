@@ -58,7 +58,7 @@ def test_the_diffusion_sweeps_keep_their_job_keys():
 
 
 TINY_DLLM = ["model=dllm", "model.n_layers=2", "model.d_model=64", "model.head_dim=16", "model.n_kv_heads=2",
-             "model.context_length=32", "train.steps=3", "train.batch_size=4"]
+             "model.context_length=32", "train.length.steps=3", "train.batch_size=4"]
 
 
 def test_slm_train_model_dllm_trains_masked_diffusion_as_it_is(tmp_path):

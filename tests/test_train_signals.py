@@ -47,7 +47,7 @@ def test_two_sigterms_stop_slm_train_during_a_slow_step(tmp_path):
     env = {**os.environ, "SLM_RUNS": str(tmp_path / "runs"), "SLM_CACHE": str(tmp_path.parent / "slm-cache"),
            "PYTHONPATH": str(ROOT / "tests" / "faults"), "SLM_FAULT_SLOW_STEP": "2", "SLM_FAULT_SLOW_MARK": str(mark),
            "SLM_FAULT_SLOW_SECONDS": str(SLOW_S), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "slm.cli.train", "run_group=t", *FAST, "train.steps=6"], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "slm.cli.train", "run_group=t", *FAST, "train.length.steps=6"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 180
@@ -170,7 +170,7 @@ def test_slm_train_refuses_bf16_on_such_a_cpu_before_any_work(tmp_path, monkeypa
     monkeypatch.setattr(slm.data, "prepare", lambda *a, **k: pytest.fail("data prepared before the precision check"))
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("SLM_RUNS", str(tmp_path / "runs"))
-    monkeypatch.setattr(sys, "argv", ["slm-train", "model=debug", "eval=none", "train.steps=2",
+    monkeypatch.setattr(sys, "argv", ["slm-train", "model=debug", "eval=none", "train.length.steps=2",
                                       "train.precision=bf16-mixed"])
     with pytest.raises(SystemExit) as exit_:
         main()

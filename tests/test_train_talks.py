@@ -36,7 +36,7 @@ from tests.test_train_cli import FAST, assert_same_run, record, run_dir, slm_tra
 )
 def test_invalid_talk_and_keep_settings(bad, message):
     with pytest.raises(TrainConfigError, match=message):
-        TrainConfig(**bad)
+        TrainConfig.from_node(bad)
 
 
 def test_print_cadence_and_kept_steps():
@@ -74,7 +74,7 @@ def test_slm_train_refuses_a_missing_wandb_before_preparing_data(tmp_path, monke
     monkeypatch.setattr(slm.data, "prepare", lambda *a, **k: pytest.fail("data prepared before the logger check"))
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("SLM_RUNS", str(tmp_path / "runs"))
-    monkeypatch.setattr(sys, "argv", ["slm-train", "model=debug", "eval=none", "train.steps=2",
+    monkeypatch.setattr(sys, "argv", ["slm-train", "model=debug", "eval=none", "train.length.steps=2",
                                       "train.loggers=[csv,wandb]"])
     with pytest.raises(SystemExit) as exit_:
         main()
@@ -88,7 +88,7 @@ def test_slm_train_refuses_a_missing_wandb_before_preparing_data(tmp_path, monke
 
 
 # ---------------------------------------------------------------- a run in a file: lines, kept checkpoints
-KEPT = ["model=debug", "eval=none", "train.val_batches=2", "train.steps=12", "train.val_interval=6",
+KEPT = ["model=debug", "eval=none", "train.val_batches=2", "train.length.steps=12", "train.val_interval=6",
         "train.print_interval=4", "train.keep_every=5", "train.keep_steps=[12]",
         "train.progress_bar=true"]  # a bar asked for, but stdout is not a terminal: lines
 
@@ -178,7 +178,7 @@ def test_init_from_takes_a_kept_checkpoint(kept_run, tmp_path):
     with pytest.raises(InitFromError, match=r"damaged.ckpt: not a complete checkpoint"):
         find_source(damaged)
 
-    rec, _ = train_here(tmp_path, ["model=debug", "eval=none", "train.progress_bar=false", "train.steps=2",
+    rec, _ = train_here(tmp_path, ["model=debug", "eval=none", "train.progress_bar=false", "train.length.steps=2",
                                    "train.val_batches=1", f"train.init_from='{ckpt}'"], io.StringIO())
     init = rec["training"]["init_from"]
     assert rec["status"] == "completed" and init["checkpoint"] == str(ckpt) and init["checkpoint_step"] == 5
@@ -232,7 +232,7 @@ def test_the_bar_counts_the_runs_steps_from_a_resumed_step(monkeypatch):
 def test_a_bar_on_a_terminal_and_no_progress_lines(tmp_path):
     """In this process with stdout a terminal: the bar of the run's steps, and none of the progress lines."""
     screen = Terminal()
-    rec, _ = train_here(tmp_path, ["model=debug", "eval=none", "train.steps=6", "train.val_batches=1",
+    rec, _ = train_here(tmp_path, ["model=debug", "eval=none", "train.length.steps=6", "train.val_batches=1",
                                    "train.print_interval=1"], screen)
     assert rec["status"] == "completed"
     shown = screen.getvalue()
@@ -290,7 +290,7 @@ def test_an_ignored_stop_signal_stays_ignored(tmp_path):
 
 
 # ---------------------------------------------------------------- signals through slm-train
-STOPPED = [*FAST, "model.d_model=128", "model.head_dim=32", "train.steps=60", "train.ckpt_interval=1000",
+STOPPED = [*FAST, "model.d_model=128", "model.head_dim=32", "train.length.steps=60", "train.ckpt_interval=1000",
            "train.val_interval=30", "train.seed=3", "train.print_interval=10"]
 
 

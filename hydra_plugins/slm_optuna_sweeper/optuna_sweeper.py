@@ -11,7 +11,7 @@ sweep overrides on the command line, e.g. 'train.lr=interval(1e-4,1e-2)', are di
     train.lr: tag(log, interval(1e-4, 1e-2))    float, log scale        interval(a, b): uniform
     train.batch_size: choice(8, 16, 32)         categorical (also "8,16,32")
     model.n_layers: range(2, 8, 2)              integers 2, 4, 6 (int distribution with a step)
-    train.warmup_steps: int(interval(0, 500))   integers 0..500 (also tag(int, interval(0, 500)))
+    train.schedule.warmup_steps: int(interval(0, 500))   integers 0..500 (also tag(int, interval(0, 500)))
 
 The study lives in `storage` (default: SQLite at <sweep dir>/optuna.db; a path ending in .journal uses
 Optuna's JournalFileBackend; any RDB URL, e.g. postgresql://... on a cluster). `n_trials` is the size of

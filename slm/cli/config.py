@@ -62,10 +62,25 @@ def explain(err: BaseException, overrides: list[str]) -> str:
         full_key = cause.full_key
         given = next((o for o in overrides if o.split("=")[0].lstrip("+~") == full_key), full_key)
         parent, _, leaf = full_key.rpartition(".")
+        moved = _moved(full_key)
+        if moved:  # a YAML file (a user's preset or sweep) with a setting's old flat spelling
+            return f"{given}: {full_key} is now spelt {moved} (slm/renames.py); write it so in the config file"
         known = _keys_under(parent, overrides)
         where = f"{parent} has no field {leaf!r}" if parent else f"there is no config group or field {leaf!r}"
+        if parent in ("model", "train"):
+            from slm.renames import closest
+
+            return f"{given}: {where}{closest(parent, leaf, known)}"
         return f"{given}: {where}{did_you_mean(leaf, known, f'{parent}.' if parent else '')}"
     return " ".join(part.strip() for part in str(err).split("Config search path:")[0].splitlines() if part.strip())
+
+
+def _moved(full_key: str) -> str | None:
+    """Today's spelling of a setting that moved into a nested group (`model.n_experts` -> `model.moe.n_experts`)."""
+    from slm.renames import upgrade_override
+
+    new, note = upgrade_override(f"{full_key}=x")
+    return new.rpartition("=")[0] if note else None
 
 
 def _keys_under(parent: str, overrides: list[str]) -> list[str]:

@@ -1,6 +1,6 @@
 """`slm-train <hydra overrides>`: train one model; `-m` runs a sweep (one job per combination).
 
-    slm-train model=debug train.tokens=2e5
+    slm-train model=debug train.length.tokens=2e5
     slm-train model=gpt2 model.n_layers=4 model.d_model=256 tokenizer=gpt2 train.precision=bf16-mixed
     slm-train -m sweep=smoke                       # an experiment file of sweeps/ (see README: Sweeps)
 

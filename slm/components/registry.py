@@ -42,7 +42,7 @@ class Registry(Generic[T]):
 
     def check(self, key, setting: str, error: type[ValueError] = UnknownKeyError) -> T:
         """`get` for a config setting: an unknown key raises `error`, led by the setting and its value, e.g.
-        "train.schedule=linear: unknown schedule 'linear'; choose one of: constant, cosine, wsd"."""
+        "train.schedule.kind=linear: unknown schedule 'linear'; choose one of: constant, cosine, wsd"."""
         if not isinstance(key, str) or key not in self._entries:
             shown = key if isinstance(key, str) else repr(key)
             raise error(f"{setting}={shown}: unknown {self.kind} {key!r}; choose one of: {', '.join(self.keys())}")

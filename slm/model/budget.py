@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 
 from slm.model.config import ConfigError, ModelConfig, upgrade_fields
 from slm.model.counting import count
-from slm.typecheck import did_you_mean
+from slm.renames import closest
 
 MAX_WIDTH = 16384
 KNOB_RANGE = (0.5, 2.0)
@@ -286,7 +286,7 @@ def config_from_spec(spec: dict) -> ModelConfig:
     tolerance = spec.pop("budget_tolerance", SOLVER_KEYS["budget_tolerance"])
     unknown = sorted(set(spec) - set(ModelConfig.field_names()))
     if unknown:
-        hint = did_you_mean(unknown[0], [*ModelConfig.field_names(), *SOLVER_KEYS], "model.")
+        hint = closest("model", unknown[0], [*ModelConfig.field_names(), *SOLVER_KEYS])
         raise ConfigError(f"model.{unknown[0]} is not a model field{hint}; see conf/model_base/base.yaml for the fields")
     if budget is None:
         return ModelConfig(**spec)

@@ -524,10 +524,11 @@ def _banner(job: PreparedJob) -> list[str]:
     lines = [f"slm-train: run {job.run_dir}", model]
     length = (f"{max_steps:,} step{'' if max_steps == 1 else 's'} of {train_cfg.batch_size} x {model_cfg.context_length} tokens = "
               f"{max_steps * job.tokens_per_step:,} tokens")
-    if train_cfg.epochs is not None:
-        length += f" ({train_cfg.epochs} epoch{'' if train_cfg.epochs == 1 else 's'})"
+    epochs = train_cfg.length.epochs
+    if epochs is not None:
+        length += f" ({epochs} epoch{'' if epochs == 1 else 's'})"
     warmup = train_cfg.warmup(max_steps)
-    lines.append(f"slm-train: {length}; {train_cfg.objective}, lr {train_cfg.lr:g} ({train_cfg.schedule}, warmup "
+    lines.append(f"slm-train: {length}; {train_cfg.objective}, lr {train_cfg.lr:g} ({train_cfg.schedule.kind}, warmup "
                  f"{warmup} step{'s' if warmup != 1 else ''}), precision {train_cfg.precision}, accelerator "
                  f"{train_cfg.accelerator}, seed {train_cfg.seed}")
     if job.init is not None:

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 
-from slm.training.curriculum import BlockCurriculum, CurriculumError
-from slm.typecheck import check_types, did_you_mean
+from typing import Literal
 
-PRECISIONS = ("32", "bf16-mixed")
-STRATEGIES = ("auto", "ddp")
+from slm.renames import RenameError, closest, upgrade_train_fields
+from slm.training.curriculum import BlockCurriculum, CurriculumError
+from slm.training.length import LengthSettings, LengthSettingsError
+from slm.training.schedules import ScheduleSettings, ScheduleSettingsError
+from slm.typecheck import check_types, settings_from_node
+
 LOGGERS = ("csv", "tensorboard", "wandb")
-ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
+GROUPS = {"length": LengthSettings, "schedule": ScheduleSettings}
+"""TrainConfig's nested settings (train.<group>.<field>), each checked by its own class."""
 
 
 class TrainConfigError(ValueError):
@@ -41,8 +45,6 @@ def cpu_bf16() -> bool:
         return False
 
 
-WINDOW_SAMPLINGS = ("tiled", "random")
-"""Keys of slm.data.mix.SAMPLINGS (named here so that the config does not import the data layer)."""
 
 @dataclass
 class TrainConfig:
@@ -53,15 +55,9 @@ class TrainConfig:
     window only) or mdlm (masked diffusion)."""
     batch_size: int = 16
     """Sequences per optimizer step (each context_length tokens)."""
-    tokens: float | None = 1.0e6
-    """Training length as a token budget; steps = tokens // (batch_size * context_length)."""
-    steps: int | None = None
-    """Training length in optimizer steps; overrides `tokens` when set."""
-    epochs: int | None = None
-    """Training length in epochs of `windows_per_epoch` windows (arXiv 2512.20877's protocol): steps = epochs x
-    ceil(windows_per_epoch / batch_size), validation at the end of each epoch. Overrides steps and tokens."""
-    windows_per_epoch: int | None = None
-    """Training windows (sequences) per epoch; needs `epochs`."""
+    length: LengthSettings = field(default_factory=LengthSettings)
+    """How long the run trains (slm.training.length), train.length.<field>: tokens, steps, epochs,
+    windows_per_epoch."""
     eval_windows: int | None = None
     """Validate on the first eval_windows windows of the validation split at stride 1 (starts 0, 1, 2, ...:
     arXiv 2512.20877's protocol), and after training score the same windows of the test split (eval.test_nll);
@@ -69,21 +65,14 @@ class TrainConfig:
     restore_best: bool = False
     """At the end, restore the weights of the best validation (the model saved, tested and scored is that one;
     arXiv 2512.20877's protocol)."""
-    window_sampling: str = "tiled"
+    window_sampling: Literal["tiled", "random"] = "tiled"
     """How training windows are drawn (slm.data.mix): tiled (each epoch a shuffled tiling of the tokens) or
     random (every window at a uniformly random start, with replacement: arXiv 2512.20877's sampler)."""
     lr: float = 1.0e-3
     """Peak learning rate."""
-    min_lr_ratio: float = 0.1
-    """Final learning rate as a fraction of lr (cosine and wsd)."""
-    schedule: str = "cosine"
-    """Learning-rate schedule: cosine, wsd (warmup-stable-decay) or constant; all with linear warmup."""
-    warmup_fraction: float = 0.05
-    """Warmup length as a fraction of the steps."""
-    warmup_steps: int | None = None
-    """Warmup length in steps; overrides warmup_fraction when set."""
-    decay_fraction: float = 0.2
-    """wsd: fraction of the steps spent in the final (linear) decay."""
+    schedule: ScheduleSettings = field(default_factory=ScheduleSettings)
+    """The learning-rate schedule (slm.training.schedules), train.schedule.<field>: kind (cosine, wsd, constant),
+    warmup_fraction, warmup_steps, decay_fraction, min_lr_ratio."""
     weight_decay: float = 0.1
     """AdamW decoupled weight decay on matrices."""
     decay_embeddings: bool = False
@@ -103,7 +92,7 @@ class TrainConfig:
     plain, chunked, liger) and chunk_tokens."""
     grad_clip: float | None = 1.0
     """Clip the global gradient norm to this value; None disables clipping (the norm is still logged)."""
-    precision: str = "32"
+    precision: Literal["32", "bf16-mixed"] = "32"
     """32 or bf16-mixed (a GPU's, or a CPU's with bfloat16 instructions: refused on a CPU without, where it would
     crawl)."""
     compile: bool = False
@@ -128,7 +117,7 @@ class TrainConfig:
     """Steps whose checkpoint is kept as checkpoints/step-<N>.ckpt (with keep_every's), e.g. [1000, 5000]."""
     loggers: list[str] = field(default_factory=lambda: ["csv"])
     """Any of csv, tensorboard, wandb."""
-    accelerator: str = "auto"
+    accelerator: Literal["auto", "cpu", "gpu", "cuda", "mps"] = "auto"
     """Lightning accelerator: auto (a GPU if one is visible, else the CPU), cpu, gpu / cuda, mps; one that is not
     available here is refused before the run starts."""
     devices: int = 1
@@ -136,7 +125,7 @@ class TrainConfig:
     batch (data parallel); the batch, the data order and the result do not depend on the device count."""
     num_nodes: int = 1
     """Nodes of the job (devices x num_nodes processes in all: Slurm tasks, or torchrun's)."""
-    strategy: str = "auto"
+    strategy: Literal["auto", "ddp"] = "auto"
     """Lightning strategy: auto (DDP when devices x num_nodes > 1) or ddp."""
     micro_batch_size: int | None = None
     """Sequences per forward/backward on one device; batch_size / (devices x num_nodes) must be a multiple of it,
@@ -165,13 +154,19 @@ class TrainConfig:
 
         if isinstance(self.precision, int) and not isinstance(self.precision, bool):
             self.precision = str(self.precision)  # `train.precision=32` on the command line is a number
+        try:
+            for name, cls in GROUPS.items():
+                setattr(self, name, settings_from_node(cls, getattr(self, name), f"train.{name}", TrainConfigError))
+                getattr(self, name).check()
+        except (LengthSettingsError, ScheduleSettingsError) as err:
+            raise TrainConfigError(str(err)) from None
         check_types(self, "train", TrainConfigError)  # a string in a numeric field, lr=inf, tokens=nan, ...
         if isinstance(self.loggers, str):
             self.loggers = [name.strip() for name in self.loggers.split(",") if name.strip()]
         from slm.training.optim import OPTIMIZERS, OptimSettingsError, optim_settings
 
-        for name, registry in (("objective", OBJECTIVES), ("schedule", SCHEDULES), ("optimizer", OPTIMIZERS)):
-            registry.check(getattr(self, name), f"train.{name}", TrainConfigError)  # train.schedule=x: unknown ...
+        for name, registry in (("objective", OBJECTIVES), ("optimizer", OPTIMIZERS)):
+            registry.check(getattr(self, name), f"train.{name}", TrainConfigError)  # train.schedule.kind=x: unknown ...
         try:
             self.optim = optim_settings(self.optim)
         except OptimSettingsError as err:
@@ -186,20 +181,10 @@ class TrainConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise TrainConfigError(f"train.{name}={value!r} is invalid: must be a positive integer")
-        if self.steps is None and self.tokens is None and self.epochs is None:
-            raise TrainConfigError("train.tokens=None is invalid: set a token budget (train.tokens), train.steps or "
-                                   "train.epochs")
-        if self.steps is not None and (not isinstance(self.steps, int) or self.steps <= 0):
-            raise TrainConfigError(f"train.steps={self.steps!r} is invalid: must be a positive integer")
-        if self.tokens is not None and not self.tokens > 0:
-            raise TrainConfigError(f"train.tokens={self.tokens!r} is invalid: must be > 0")
         if not self.lr > 0:
             raise TrainConfigError(f"train.lr={self.lr!r} is invalid: must be > 0")
         if self.grad_clip is not None and not self.grad_clip > 0:
             raise TrainConfigError(f"train.grad_clip={self.grad_clip!r} is invalid: a norm > 0, or null (no clipping)")
-        if self.warmup_steps is not None and self.warmup_steps < 0:
-            raise TrainConfigError(f"train.warmup_steps={self.warmup_steps!r} is invalid: an integer >= 0, or null "
-                                   "(train.warmup_fraction)")
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
             raise TrainConfigError(f"train.betas={self.betas!r} is invalid: two numbers in [0, 1), e.g. [0.9, 0.95]")
         if not self.eps > 0:
@@ -211,20 +196,9 @@ class TrainConfig:
         if self.peak_flops is not None and not self.peak_flops > 0:
             raise TrainConfigError(f"train.peak_flops={self.peak_flops!r} is invalid: FLOP/s > 0, or null (look the "
                                    "device up)")
-        if self.accelerator not in ACCELERATORS:
-            raise TrainConfigError(f"train.accelerator={self.accelerator!r} is invalid: choose one of: "
-                                   f"{', '.join(ACCELERATORS)}")
-        if self.precision not in PRECISIONS:
-            raise TrainConfigError(f"train.precision={self.precision!r} is invalid: choose one of: {', '.join(PRECISIONS)}")
         for logger in self.loggers:
             if logger not in LOGGERS:
                 raise TrainConfigError(f"train.loggers has {logger!r}: choose from: {', '.join(LOGGERS)}")
-        if not 0 <= self.warmup_fraction < 1:
-            raise TrainConfigError(f"train.warmup_fraction={self.warmup_fraction!r} is invalid: must be in [0, 1)")
-        if not 0 < self.decay_fraction <= 1:
-            raise TrainConfigError(f"train.decay_fraction={self.decay_fraction!r} is invalid: must be in (0, 1]")
-        if not 0 <= self.min_lr_ratio <= 1:
-            raise TrainConfigError(f"train.min_lr_ratio={self.min_lr_ratio!r} is invalid: must be in [0, 1]")
         if self.print_interval is not None and self.print_interval < 0:
             raise TrainConfigError(f"train.print_interval={self.print_interval!r} is invalid: an integer >= 0 (0: no "
                                    "progress lines), or null (about every 1% of the run)")
@@ -234,16 +208,8 @@ class TrainConfig:
         if any(step <= 0 for step in self.keep_steps):
             raise TrainConfigError(f"train.keep_steps={self.keep_steps!r} is invalid: positive step numbers, e.g. "
                                    "[1000, 5000]")
-        for name in ("epochs", "windows_per_epoch", "eval_windows"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise TrainConfigError(f"train.{name}={value!r} is invalid: a positive integer, or null")
-        if (self.epochs is None) != (self.windows_per_epoch is None):
-            raise TrainConfigError(f"train.epochs={self.epochs!r} with train.windows_per_epoch="
-                                   f"{self.windows_per_epoch!r}: set both (a run of epochs) or neither")
-        if self.window_sampling not in WINDOW_SAMPLINGS:
-            raise TrainConfigError(f"train.window_sampling={self.window_sampling!r} is invalid: choose one of: "
-                                   f"{', '.join(WINDOW_SAMPLINGS)}")
+        if self.eval_windows is not None and self.eval_windows < 1:
+            raise TrainConfigError(f"train.eval_windows={self.eval_windows!r} is invalid: a positive integer, or null")
         self._check_parallel()
         if self.val_interval < 0:
             raise TrainConfigError(f"train.val_interval={self.val_interval!r} is invalid: must be >= 0")
@@ -263,8 +229,6 @@ class TrainConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise TrainConfigError(f"train.{name}={value!r} is invalid: must be a positive integer")
-        if self.strategy not in STRATEGIES:
-            raise TrainConfigError(f"train.strategy={self.strategy!r} is invalid: choose one of: {', '.join(STRATEGIES)}")
         world = self.world_size
         if self.batch_size % world:
             raise TrainConfigError(f"train.batch_size={self.batch_size} is invalid with {world} devices in all "
@@ -290,19 +254,22 @@ class TrainConfig:
 
     @classmethod
     def from_node(cls, node: dict) -> "TrainConfig":
-        """The config from the `train` node of a run config; an unknown key is one line naming it."""
+        """The config from the `train` node of a run config (or a stored one, in any spelling ever written:
+        slm.renames); an unknown key is one line naming it."""
+        try:
+            node = upgrade_train_fields(node)
+        except RenameError as err:
+            raise TrainConfigError(str(err)) from None
         names = [f.name for f in fields(cls)]
         for key in node:
             if key not in names:
-                raise TrainConfigError(f"train.{key} is not a training field{did_you_mean(key, names, 'train.')}; "
+                raise TrainConfigError(f"train.{key} is not a training field{closest('train', key, names)}; "
                                        "see conf/train/default.yaml for the fields")
         return cls(**node)
 
     def steps_per_epoch(self) -> int | None:
         """Optimizer steps per epoch when the run is measured in epochs, else None."""
-        if self.epochs is None:
-            return None
-        return -(-self.windows_per_epoch // self.batch_size)
+        return self.length.steps_per_epoch(self.batch_size)
 
     def validation_interval(self, max_steps: int) -> int:
         """Steps between validations: each epoch's end when measured in epochs, else val_interval (0: the end)."""
@@ -310,24 +277,17 @@ class TrainConfig:
 
     def max_steps(self, context_length: int) -> int:
         """Optimizer steps of the run: epochs of windows, `steps`, or the token budget in whole batches."""
-        if self.epochs is not None:
-            return self.epochs * self.steps_per_epoch()
-        if self.steps is not None:
-            return self.steps
-        per_step = self.batch_size * context_length
-        steps = int(self.tokens // per_step)
-        if steps < 1:
-            raise TrainConfigError(
-                f"train.tokens={self.tokens:g} is invalid: smaller than one batch "
-                f"(batch_size {self.batch_size} x context {context_length} = {per_step} tokens)"
-            )
-        return steps
+        try:
+            return self.length.max_steps(self.batch_size, context_length)
+        except LengthSettingsError as err:
+            raise TrainConfigError(str(err)) from None
 
     def check_length(self, max_steps: int) -> None:
         """Settings that only make sense against the run's length (a warmup longer than the run, a checkpoint kept
         at a step the run never reaches)."""
-        if self.warmup_steps is not None and self.warmup_steps > max_steps:
-            raise TrainConfigError(f"train.warmup_steps={self.warmup_steps} is invalid: longer than the run "
+        warmup_steps = self.schedule.warmup_steps
+        if warmup_steps is not None and warmup_steps > max_steps:
+            raise TrainConfigError(f"train.schedule.warmup_steps={warmup_steps} is invalid: longer than the run "
                                    f"({max_steps} step{'' if max_steps == 1 else 's'})")
         beyond = [step for step in self.keep_steps if step > max_steps]
         if beyond:
@@ -374,7 +334,8 @@ class TrainConfig:
                                    "for GPUs, and CPUs with AVX512-BF16 or AMX)")
 
     def warmup(self, max_steps: int) -> int:
-        return self.warmup_steps if self.warmup_steps is not None else int(self.warmup_fraction * max_steps)
+        """Warmup steps of a run of max_steps (train.schedule)."""
+        return self.schedule.warmup(max_steps)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -13,7 +13,6 @@ from slm.objectives import OBJECTIVES
 from slm.training.checkpoint_io import NOT_WRITTEN
 from slm.training.config import TrainConfig
 from slm.training.optim import build_optimizer
-from slm.training.schedules import SCHEDULES
 
 
 def step_seed(seed: int, step: int) -> int:
@@ -199,8 +198,7 @@ class LanguageModelModule(L.LightningModule):
     def configure_optimizers(self):
         optimizer = build_optimizer(self.model, self.train_cfg)
         cfg = self.train_cfg
-        self.schedule = SCHEDULES.get(cfg.schedule)(self.max_steps, cfg.warmup(self.max_steps), cfg.min_lr_ratio,
-                                                    cfg.decay_fraction)
+        self.schedule = cfg.schedule.build(self.max_steps)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, self.schedule)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from slm.components.registry import Registry
 
@@ -51,3 +52,41 @@ class WarmupStableDecay(Schedule):
             return 1.0
         progress = (step - start + 1) / decay_steps
         return 1.0 - (1 - self.min_ratio) * min(1.0, progress)
+
+
+class ScheduleSettingsError(ValueError):
+    """An invalid `train.schedule` setting; the message names the field, the value and what is allowed."""
+
+
+@dataclass
+class ScheduleSettings:
+    """`train.schedule`: the learning-rate schedule, a multiplier of train.lr at each step."""
+
+    kind: str = "cosine"
+    """Schedule (SCHEDULES): cosine, wsd (warmup-stable-decay) or constant; all with linear warmup."""
+    warmup_fraction: float = 0.05
+    """Warmup length as a fraction of the steps."""
+    warmup_steps: int | None = None
+    """Warmup length in steps; overrides warmup_fraction when set."""
+    decay_fraction: float = 0.2
+    """wsd: fraction of the steps spent in the final (linear) decay."""
+    min_lr_ratio: float = 0.1
+    """Final learning rate as a fraction of train.lr (cosine and wsd)."""
+
+    def check(self) -> None:
+        SCHEDULES.check(self.kind, "train.schedule.kind", ScheduleSettingsError)
+        for name, ok, rule in (("warmup_fraction", 0 <= self.warmup_fraction < 1, "must be in [0, 1)"),
+                               ("decay_fraction", 0 < self.decay_fraction <= 1, "must be in (0, 1]"),
+                               ("min_lr_ratio", 0 <= self.min_lr_ratio <= 1, "must be in [0, 1]"),
+                               ("warmup_steps", self.warmup_steps is None or self.warmup_steps >= 0,
+                                "an integer >= 0, or null (train.schedule.warmup_fraction)")):
+            if not ok:
+                raise ScheduleSettingsError(f"train.schedule.{name}={getattr(self, name)!r} is invalid: {rule}")
+
+    def warmup(self, max_steps: int) -> int:
+        """Warmup steps of a run of max_steps."""
+        return self.warmup_steps if self.warmup_steps is not None else int(self.warmup_fraction * max_steps)
+
+    def build(self, max_steps: int) -> Schedule:
+        """The schedule of a run of max_steps."""
+        return SCHEDULES.get(self.kind)(max_steps, self.warmup(max_steps), self.min_lr_ratio, self.decay_fraction)

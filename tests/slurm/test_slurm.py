@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slurm
 LAUNCHER = ["hydra/launcher=slurm", "hydra.launcher.gpus_per_node=null", "hydra.launcher.cpus_per_task=1",
             "hydra.launcher.mem_gb=null", "hydra.launcher.timeout_min=20",
             "hydra.launcher.setup=['export OMP_NUM_THREADS=1']"]
-LONG = ["model=debug", "eval=none", "train.steps=600", "train.ckpt_interval=1000", "train.val_interval=200", "train.val_batches=2",
+LONG = ["model=debug", "eval=none", "train.length.steps=600", "train.ckpt_interval=1000", "train.val_interval=200", "train.val_batches=2",
         "train.log_interval=10", "train.progress_bar=false"]
 
 
@@ -176,7 +176,7 @@ def test_failing_jobs_are_reported_failed_and_the_others_complete(tmp_path):
 def test_optuna_trials_run_as_slurm_jobs(tmp_path):
     import optuna
 
-    out = sweep(tmp_path, "hydra/sweeper=optuna", "run_group=opt", "model=debug", "eval=none", "train.steps=10",
+    out = sweep(tmp_path, "hydra/sweeper=optuna", "run_group=opt", "model=debug", "eval=none", "train.length.steps=10",
                 "train.val_batches=1", "train.progress_bar=false", "hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2")
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
     sweep_dir = tmp_path / "runs" / "opt"
@@ -192,7 +192,7 @@ def test_optuna_trials_run_as_slurm_jobs(tmp_path):
 def test_a_two_task_job_trains_data_parallel_like_one_process(tmp_path):
     """hydra/launcher=slurm_multigpu with train.devices=2 on the CPU: one Slurm job of 2 tasks (gloo); rank 0
     alone writes the record and the per-step log, whose losses follow a single-process run of the same batch."""
-    tiny = ["model=debug", "model.n_layers=1", "model.context_length=32", "eval=none", "train.steps=8",
+    tiny = ["model=debug", "model.n_layers=1", "model.context_length=32", "eval=none", "train.length.steps=8",
             "train.batch_size=4", "train.val_batches=1", "train.progress_bar=false", "train.accelerator=cpu"]
     launcher = [a.replace("hydra/launcher=slurm", "hydra/launcher=slurm_multigpu") for a in LAUNCHER]
     out = subprocess.run([sys.executable, "-m", "slm.cli.train", "-m", "run_group=dp", *tiny, "train.devices=2",
