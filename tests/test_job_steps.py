@@ -154,3 +154,26 @@ def test_routing_load_reads_the_checkpoint_entry_the_module_wrote():
     fresh = RoutingLoad(log_interval=10)
     fresh.on_load_checkpoint(None, None, {"state_dict": {}})  # written before the routing load was kept
     assert fresh.summary() is None
+
+
+def test_a_logging_window_keeps_every_micro_batch_of_its_steps():
+    """With gradient accumulation a step has several micro-batches: the window restarts at the first of a step
+    that is a multiple of log_interval, and the mean is over all the window's micro-batches."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from slm.training.routing import RoutingLoad
+
+    cb, module = RoutingLoad(log_interval=2), SimpleNamespace(log_dict=lambda *a, **k: None, log=lambda *a, **k: None)
+    loads = []
+    for step in range(5):  # steps 0..4, two micro-batches each: windows {0, 1}, {2, 3}, {4}
+        for micro in range(2):
+            load = torch.full((1, 2), float(10 * step + micro))
+            loads.append((step, load))
+            cb.on_train_batch_start(SimpleNamespace(global_step=step), module, None, 2 * step + micro)
+            cb.on_train_batch_end(SimpleNamespace(global_step=step), module, {"moe_load": load}, None, 2 * step + micro)
+        if step == 3:
+            window = [l for s, l in loads if s in (2, 3)]
+            assert cb.steps == 4 and torch.equal(cb.load_sum, sum(window))
+    assert cb.steps == 2 and torch.equal(cb.load_sum / cb.steps, torch.full((1, 2), 40.5))

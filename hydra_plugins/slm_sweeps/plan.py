@@ -32,7 +32,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from hydra_plugins.slm_sweeps.jobs import Job, one_line
+from hydra_plugins.slm_sweeps.jobs import Job
+from slm.runs.errors import one_line
 from slm.runs.status import COMPLETED
 
 

@@ -24,6 +24,7 @@ class RoutingLoad(L.Callback):
         self.load_sum: torch.Tensor | None = None
         self.steps = 0  # micro-batches in the window
         self._step = 0  # the optimizer step of the batch being trained
+        self._window: int | None = None  # the step whose first micro-batch began the window (None: resumed)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self._step = trainer.global_step  # the step training_step sees (on_train_batch_end comes after the update)
@@ -36,8 +37,9 @@ class RoutingLoad(L.Callback):
             n_experts = load.shape[-1]
             pl_module.log_dict({f"moe/load_e{i}": share for i, share in enumerate(load.mean(dim=0))})
             pl_module.log("train/moe_max_load", load.max() * n_experts)
-        if self._step % self.log_interval == 0 or self.load_sum is None:
-            self.load_sum, self.steps = torch.zeros_like(load), 0
+        starts = self._step % self.log_interval == 0 and self._step != self._window  # its first micro-batch only
+        if starts or self.load_sum is None:
+            self.load_sum, self.steps, self._window = torch.zeros_like(load), 0, self._step
         self.load_sum += load
         self.steps += 1
 
