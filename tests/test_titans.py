@@ -134,10 +134,10 @@ def test_memory_carries_information_across_segments_and_nothing_leaks_backward()
     assert torch.equal(model(late)[0, :10], b[0, :10])
 
 
-@pytest.mark.parametrize("activation", ["none", "silu"])
-def test_cache_prefill_then_steps_and_padded_rows_match_the_whole_sequence(activation):
-    cfg = tiny_cfg(n_layers=3, memory=dict(layers=[0, 2], chunk=1, qkv_activation=activation), d_model=16,
-                   context_length=24)
+@pytest.mark.parametrize("activation, conv", [("none", 0), ("silu", 0), ("silu", 3), ("none", 1)])
+def test_cache_prefill_then_steps_and_padded_rows_match_the_whole_sequence(activation, conv):
+    cfg = tiny_cfg(n_layers=3, memory=dict(layers=[0, 2], chunk=1, qkv_activation=activation, qkv_conv=conv),
+                   d_model=16, context_length=24)
     model = Transformer(cfg).eval()
     idx = torch.randint(0, 11, (2, 20))
     with torch.no_grad():
@@ -174,6 +174,7 @@ def test_generation_runs_on_the_eager_cache_only():
 
 def test_counts_breakdown_and_the_preset():
     for kw in (dict(), dict(bias=True, memory=dict(depth=3, heads=1, hidden=5)), dict(memory=dict(depth=1)),
+               dict(memory=dict(qkv_conv=4)),
                dict(layer_types=["attn", "conv"], memory=dict(layers=[1]), canon=dict(set="AC"))):
         cfg = tiny_cfg(**kw)
         assert count(cfg).params_total == Transformer(cfg).num_params() == sum(breakdown(cfg).values())
@@ -255,6 +256,48 @@ def test_the_silu_option_applies_silu_to_the_memory_projections():
         q = q / q.pow(2).mean(-1, keepdim=True).add(layer.eps).sqrt()
         expected = memory.read(carry.weights, q).transpose(1, 2).reshape(2, 5, 8)
         with torch.no_grad():
-            torch.testing.assert_close(layer._read(carry, x), expected, rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(layer._read(carry, x)[0], expected, rtol=1e-5, atol=1e-6)
     with pytest.raises(ConfigError, match="model.memory.qkv_activation='gelu' is invalid: choose one of: none, silu"):
         tiny_cfg(memory=dict(qkv_activation="gelu"))
+
+
+def test_the_qkv_convolution_is_causal_over_the_sequence_and_across_segments():
+    """memory.qkv_conv=K: the memory's query at token t is sum_j w_j * (x W_Q)_{t-j} over j < K (zeros before the
+    start), written out here from the layer's weights over the whole sequence, across a segment end; and a token
+    changes no earlier output."""
+    from slm.components.titans import MemoryAsContext
+
+    torch.manual_seed(0)
+    layer = MemoryAsContext(tiny_cfg(memory=dict(qkv_conv=3, segment=3)))
+    x = torch.randn(2, 7, 8)
+    carry = layer._fresh(2, x)
+    with torch.no_grad():
+        first, tails = layer._read(carry, x[:, :4])
+        carry.tails = tails
+        second, _ = layer._read(carry, x[:, 4:])
+        proj = layer.to_q(x)  # (2, 7, 8)
+        w = layer.qkv_conv[0].weight[:, 0, :]  # (8, 3)
+        padded = torch.cat([torch.zeros(2, 2, 8), proj], dim=1)
+        q = torch.stack([sum(padded[:, t + j] * w[:, j] for j in range(3)) for t in range(7)], dim=1)
+        q = q.view(2, 7, 2, 4).transpose(1, 2)
+        q = q / q.pow(2).mean(-1, keepdim=True).add(layer.eps).sqrt()
+        expected = memory.read(carry.weights, q).transpose(1, 2).reshape(2, 7, 8)
+        torch.testing.assert_close(torch.cat([first, second], dim=1), expected, rtol=1e-5, atol=1e-6)
+    model = Transformer(tiny_cfg(memory=dict(qkv_conv=3), context_length=16)).eval()
+    idx = torch.randint(0, 11, (1, 12))
+    changed = idx.clone()
+    changed[0, 8] = (idx[0, 8] + 1) % 11
+    with torch.no_grad():
+        assert torch.equal(model(idx)[0, :8], model(changed)[0, :8])
+
+
+def test_the_study_count_leaves_no_room_for_the_papers_convolutions():
+    """titans_mac is the study's 67.76M without the q/k/v convolutions; each width k adds 3 x 384 x k per mac
+    layer (4 of them), and already k = 2 rounds to 67.77M: why memory.qkv_conv defaults to 0."""
+    from slm.model import config_from_spec
+    from tests.conftest import compose_model_node
+
+    counts = {k: count(config_from_spec(compose_model_node("model=titans_mac", f"model.memory.qkv_conv={k}")))
+              .params_total for k in (0, 2, 4)}
+    assert counts[0] == 67_757_964 and round(counts[0] / 1e6, 2) == 67.76
+    assert all(counts[k] == counts[0] + 3 * 384 * k * 4 for k in (2, 4)) and round(counts[2] / 1e6, 2) == 67.77

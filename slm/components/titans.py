@@ -11,11 +11,12 @@ segment: what came before reaches it through the memory only. Keys and values of
 attention's own projections (and its qk-norm); h and x are rotated at their token's position, P not.
 
 Where this differs from the paper, and why:
-- the paper puts a depthwise causal convolution after each of the q, k and v projections (Sec. 4.4); there is
-  none here. The study's Titans-MAC count (67.76M, conf/model/titans_mac.yaml: 67,757,964 without them) leaves no
-  room for them: three width-k convolutions in each of the 4 mac layers add 3 x 384 x k x 4 parameters, 67.77M
-  already at k = 2. (A convolution over keys and values would also carry state across segment ends and into the
-  KV cache, which this layer does not keep.);
+- the paper puts a depthwise causal convolution after each of the q, k and v projections (Sec. 4.4); here it is
+  an option, model.memory.qkv_conv=<width>, off by default. The study's Titans-MAC count (67.76M,
+  conf/model/titans_mac.yaml: 67,757,964 without them) leaves no room for them: three width-k convolutions in
+  each of the 4 mac layers add 3 x 384 x k x 4 parameters, 67.77M already at k = 2. With it, q is convolved over
+  the tokens and k, v over the written tokens u, both across segment ends (the carry and the KV cache keep the
+  last width - 1 projections);
 - the paper's SiLU on q, k and v is an option, model.memory.qkv_activation=silu, off by default: the study count
   does not tell, and the recall check (bench/titans_recall.py) was measured without it;
 - a token sees the reads of its own and earlier segment tokens only: a read is a function of its token, so
@@ -91,6 +92,9 @@ class MemorySettings:
     lr: float = 0.5
     """Inner learning rate: a token's step is lr * sigmoid(gate), and a chunk whose steps sum to more than lr is
     scaled down to sum to lr."""
+    qkv_conv: int = 0
+    """Width of a depthwise causal convolution after each of the memory's q, k and v projections (the paper's,
+    Sec. 4.4, width not given; 4 is Mamba's); 0 (the default): none, as the study count has (67.76M)."""
     qkv_activation: Literal["none", "silu"] = "none"
     """Activation on the memory's query, key and value projections before the RMS norm of q and k: silu is the
     paper's (Sec. 4.4); none (the default) is what the study count and bench/titans_recall.py were measured with."""
@@ -131,6 +135,8 @@ class MemorySettings:
             raise bad("hidden", self.hidden, "must be a positive integer")
         if self.persistent_tokens < 0:
             raise bad("persistent_tokens", self.persistent_tokens, "must be an integer >= 0 (0: none)")
+        if self.qkv_conv < 0:
+            raise bad("qkv_conv", self.qkv_conv, "must be an integer >= 0 (0: no convolution)")
         if not self.lr > 0:
             raise bad("lr", self.lr, "must be a finite number > 0")
         if not cfg.causal:
@@ -170,6 +176,9 @@ class Carry:
     """Their values, likewise."""
     outputs: torch.Tensor
     """The current segment's attention outputs y (B, n, d): what the memory learns when the segment ends."""
+    tails: torch.Tensor | None = None
+    """With memory.qkv_conv = K: the last K - 1 projections before the convolution, (B, 3, K - 1, d) for q (of
+    the tokens read) and k, v (of the tokens learned); zeros at the start. None without a convolution."""
 
 
 class MemoryState:
@@ -180,6 +189,7 @@ class MemoryState:
         self.cache, self.segment = cache, cfg.memory.segment
         self.weights, self.momentum = buffers["weights"], buffers["momentum"]
         self.keys, self.values, self.outputs = buffers["keys"], buffers["values"], buffers["outputs"]
+        self.tails = buffers.get("tails")  # (B, 3, K - 1, d) with a q/k/v convolution, else None
         self.seen = [0] * cache.batch  # tokens per row
 
     def load(self, rows: slice, initial: list[torch.Tensor]) -> Carry:
@@ -193,8 +203,9 @@ class MemoryState:
             momentum = [torch.zeros_like(w) for w in weights]
         else:
             weights, momentum = [w[rows] for w in self.weights], [s[rows] for s in self.momentum]
+        tails = None if self.tails is None else (self.tails[rows] if seen else torch.zeros_like(self.tails[rows]))
         return Carry(weights, momentum, seen, self.keys[rows, :, :2 * n], self.values[rows, :, :2 * n],
-                     self.outputs[rows, :n])
+                     self.outputs[rows, :n], tails)
 
     def store(self, rows: slice, carry: Carry) -> None:
         n = carry.outputs.shape[1]
@@ -203,6 +214,8 @@ class MemoryState:
         self.keys[rows, :, :2 * n] = carry.keys
         self.values[rows, :, :2 * n] = carry.values
         self.outputs[rows, :n] = carry.outputs
+        if self.tails is not None:
+            self.tails[rows] = carry.tails
         self.seen[rows] = [carry.seen] * (rows.stop - rows.start)
 
     def select(self, cache, rows: torch.Tensor) -> "MemoryState":
@@ -211,6 +224,7 @@ class MemoryState:
         pick = lambda t: t.index_select(0, rows)  # noqa: E731
         out.weights, out.momentum = [pick(w) for w in self.weights], [pick(s) for s in self.momentum]
         out.keys, out.values, out.outputs = pick(self.keys), pick(self.values), pick(self.outputs)
+        out.tails = None if self.tails is None else pick(self.tails)
         out.seen = [self.seen[i] for i in rows.tolist()]
         return out
 
@@ -218,7 +232,8 @@ class MemoryState:
         self.seen = [0] * len(self.seen)
 
     def tensors(self) -> tuple[torch.Tensor, ...]:
-        return (*self.weights, *self.momentum, self.keys, self.values, self.outputs)
+        tails = () if self.tails is None else (self.tails,)
+        return (*self.weights, *self.momentum, self.keys, self.values, self.outputs, *tails)
 
 
 @MIXERS.register("mac")
@@ -246,6 +261,8 @@ class MemoryAsContext(Mixer):
             [_logit(GATE_START["theta"]), _logit(GATE_START["eta"]), _logit(GATE_START["alpha"])]), persistent=False)
         self.memory = nn.ParameterList(nn.Parameter(torch.empty(heads, i, o)) for i, o in memory.layer_shapes(cfg))
         self.persistent = nn.Parameter(torch.empty(cfg.memory.persistent_tokens, d)) if cfg.memory.persistent_tokens else None
+        K = cfg.memory.qkv_conv  # depthwise causal convolutions after the q, k, v projections (PyTorch's conv init)
+        self.qkv_conv = nn.ModuleList(nn.Conv1d(d, d, K, groups=d, bias=False) for _ in range(3)) if K else None
         self.init_weights(None)
 
     def init_weights(self, init) -> None:
@@ -268,7 +285,8 @@ class MemoryAsContext(Mixer):
                 "memory q/k/v projections": 3 * (d * d + (d if cfg.bias else 0)),
                 "memory MLP (initial weights)": cls.memory_params(cfg),
                 "memory gates": 3 * cfg.memory.heads * (d + 1),
-                "persistent tokens": cfg.memory.persistent_tokens * d}
+                "persistent tokens": cfg.memory.persistent_tokens * d,
+                "memory q/k/v convolutions": 3 * d * cfg.memory.qkv_conv}
 
     @classmethod
     def num_params(cls, cfg) -> int:
@@ -296,7 +314,9 @@ class MemoryAsContext(Mixer):
             "weights": [zeros(B, heads, i, o) for i, o in memory.layer_shapes(cfg)],
             "momentum": [zeros(B, heads, i, o) for i, o in memory.layer_shapes(cfg)],
             "keys": kv(), "values": kv(),
-            "outputs": torch.zeros(B, S, cfg.d_model, device=cache.device, dtype=cache.dtype)})
+            "outputs": torch.zeros(B, S, cfg.d_model, device=cache.device, dtype=cache.dtype),
+            **({"tails": torch.zeros(B, 3, cfg.memory.qkv_conv - 1, cfg.d_model, device=cache.device,
+                                     dtype=cache.dtype)} if cfg.memory.qkv_conv else {})})
 
     # ------------------------------------------------------------------ pieces
     def _split(self, x: torch.Tensor) -> torch.Tensor:
@@ -310,8 +330,9 @@ class MemoryAsContext(Mixer):
         """The memory after the current segment's outputs; the segment's keys and outputs cleared."""
         y = carry.outputs
         B, n, _ = y.shape
-        k = self._split(self.act(self.to_k(y)))
-        v = _wide(self.act(self.to_v(y))).view(B, n, self.heads, self.width).transpose(1, 2)
+        (k, v), tails = self._convolve(carry.tails, (1, 2), self.to_k(y), self.to_v(y))
+        k = self._split(self.act(k))
+        v = _wide(self.act(v)).view(B, n, self.heads, self.width).transpose(1, 2)
         g = (_wide(self.gates(y)).view(B, n, 3, self.heads) + self.gate_offset[:, None]).permute(2, 0, 3, 1)
         with torch.autocast(y.device.type, enabled=False):
             theta, log_eta, log_keep = self.lr * torch.sigmoid(g[0]), F.logsigmoid(g[1]), F.logsigmoid(-g[2])
@@ -319,15 +340,32 @@ class MemoryAsContext(Mixer):
                                              self.chunk, budget=self.lr,
                                              max_norm=self.max_norm)
         empty = carry.keys[:, :, :0]
-        return Carry(weights, momentum, carry.seen, empty, empty, y[:, :0])
+        return Carry(weights, momentum, carry.seen, empty, empty, y[:, :0], tails)
 
-    def _read(self, carry: Carry, x: torch.Tensor) -> torch.Tensor:
-        """Memory reads for tokens x (B, n, d) -> (B, n, d), in x's dtype."""
+    def _read(self, carry: Carry, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Memory reads for tokens x (B, n, d) -> (B, n, d), in x's dtype, and the carry's tails after them."""
         B, n, d = x.shape
-        q = self._split(self.act(self.to_q(x)))
+        (q,), tails = self._convolve(carry.tails, (0,), self.to_q(x))
+        q = self._split(self.act(q))
         with torch.autocast(x.device.type, enabled=False):
             h = memory.read(carry.weights, q)  # (B, Hm, n, width)
-        return h.transpose(1, 2).reshape(B, n, d).to(x.dtype)
+        return h.transpose(1, 2).reshape(B, n, d).to(x.dtype), tails
+
+    def _convolve(self, tails, which: tuple[int, ...], *projections: torch.Tensor):
+        """The projections (B, n, d) each through its causal convolution (memory.qkv_conv; `which`: 0 q, 1 k,
+        2 v), continuing the sequence whose last K - 1 projections are tails[:, i], and the tails after them.
+        Without a convolution: the projections as they are, tails None."""
+        if self.qkv_conv is None:
+            return projections, None
+        tails = tails.clone()
+        out = []
+        for i, p in zip(which, projections):
+            n, K = p.shape[1], self.qkv_conv[i].kernel_size[0]
+            full = torch.cat([tails[:, i].to(p.dtype), p], dim=1)  # (B, K - 1 + n, d)
+            weight = self.qkv_conv[i].weight[:, 0, :]  # (d, K): position t sees t - K + 1 .. t
+            out.append(sum(full[:, j:j + n] * weight[:, j] for j in range(K)))
+            tails[:, i] = full[:, n:]
+        return out, tails
 
     def initial(self) -> list[torch.Tensor]:
         """The memory's learned initial weights, in float32 (the memory runs in float32 or wider)."""
@@ -349,7 +387,8 @@ class MemoryAsContext(Mixer):
             local = carry.seen % S
             n = min(T - at, S - local)
             part = slice(at, at + n)
-            _, hk, hv = self.attn.project(self._read(carry, x[:, part]))
+            reads, tails = self._read(carry, x[:, part])
+            _, hk, hv = self.attn.project(reads)
             qi, ki = q[:, :, part], k[:, :, part]
             if rotary is not None:
                 rot = tuple(t[..., part, :] for t in rotary)
@@ -365,7 +404,7 @@ class MemoryAsContext(Mixer):
             y = self.attn.proj(self.attn.attend(qi, all_keys, all_values, mask, causal=False))  # (B, n, d)
             written = x[:, part] + y  # what the memory learns: the token after attention (see module docstring)
             carry = Carry(carry.weights, carry.momentum, carry.seen + n, keys, values,
-                          torch.cat([carry.outputs, written], dim=1))
+                          torch.cat([carry.outputs, written], dim=1), tails)
             out.append(y)
             at += n
         return torch.cat(out, dim=1), carry
@@ -374,7 +413,9 @@ class MemoryAsContext(Mixer):
         weights = [w.expand(batch, *w.shape) for w in self.initial()]
         H, hd = self.attn.n_kv_heads, self.attn.head_dim
         empty = x.new_zeros(batch, H, 0, hd)
-        return Carry(weights, [torch.zeros_like(w) for w in weights], 0, empty, empty, x[:, :0])
+        tails = None if self.qkv_conv is None else x.new_zeros(batch, 3, self.qkv_conv[0].kernel_size[0] - 1,
+                                                                 x.shape[-1])
+        return Carry(weights, [torch.zeros_like(w) for w in weights], 0, empty, empty, x[:, :0], tails)
 
     def forward(self, x: torch.Tensor, seq, kv=None) -> torch.Tensor:
         rotary = seq.rotary(False)
