@@ -410,4 +410,5 @@ def test_other_work_is_the_machine_s_busy_time_less_this_process_s(tmp_path, mon
     if os.path.exists(cpu_busy.STAT):  # the real file parses, and the result is a sane number of cores
         with cpu_busy.OtherWork() as real:
             sum(i * i for i in range(200_000))
-        assert real.cores is not None and 0 <= real.cores <= real.cpus + 1
+        host = sum(line[3:4].isdigit() for line in open(cpu_busy.STAT) if line.startswith("cpu"))
+        assert real.cores is not None and 0 <= real.cores <= host + 1  # /proc/stat counts every CPU of the host
