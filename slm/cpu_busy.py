@@ -34,6 +34,15 @@ def busy_seconds(stat: str = STAT) -> float | None:
         return None
 
 
+def host_cpus(stat: str = STAT) -> int:
+    """The CPUs /proc/stat counts (the whole machine's, which may be more than this process may use)."""
+    try:
+        with open(stat) as f:
+            return sum(line.startswith("cpu") and line[3:4].isdigit() for line in f) or (os.cpu_count() or 1)
+    except OSError:
+        return os.cpu_count() or 1
+
+
 def own_seconds() -> float:
     """CPU seconds this process (all its threads) has used."""
     t = os.times()
@@ -57,7 +66,10 @@ class OtherWork:
         busy0, own0, wall0 = self._start
         if busy is None or busy0 is None or wall <= wall0:
             return
-        self.cores = round(max(0.0, (busy - busy0) - (own - own0)) / (wall - wall0), 2)
+        # /proc/stat and os.times count in clock ticks (10 ms): over a short block the difference can overshoot,
+        # so it is held to what the machine's CPUs can do
+        other = max(0.0, (busy - busy0) - (own - own0)) / (wall - wall0)
+        self.cores = round(min(other, host_cpus(self.stat)), 2)
 
     def as_dict(self) -> dict:
         """The fields a record keeps: other_cores_busy (None: unknown) and cpus (this process may use)."""
