@@ -55,6 +55,7 @@ class OtherWork:
     def __init__(self, stat: str = STAT) -> None:
         self.stat = stat
         self.cores: float | None = None
+        self.host = host_cpus(stat)  # the most cores anything can keep busy here
         self.cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
     def __enter__(self) -> OtherWork:
@@ -69,7 +70,7 @@ class OtherWork:
         # /proc/stat and os.times count in clock ticks (10 ms): over a short block the difference can overshoot,
         # so it is held to what the machine's CPUs can do
         other = max(0.0, (busy - busy0) - (own - own0)) / (wall - wall0)
-        self.cores = round(min(other, host_cpus(self.stat)), 2)
+        self.cores = round(min(other, self.host), 2)
 
     def as_dict(self) -> dict:
         """The fields a record keeps: other_cores_busy (None: unknown) and cpus (this process may use)."""

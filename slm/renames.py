@@ -142,13 +142,8 @@ def key_spelling(key: str) -> str:
 def closest(section: str, name: str, known) -> str:
     """' (did you mean <section>.<field>?)' for the field closest to a misspelt `name` among `known` and the
     moved fields' old names (suggested in today's spelling: `train.tokns` -> train.length.tokens), or ''."""
-    import difflib
+    from slm.typecheck import did_you_mean
 
-    moved = SECTIONS.get(section, {})
-    candidates = [str(k) for k in known] + [old for old in moved if old not in known]
-    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
-    if not close:
-        return ""
-    hit = close[0]
-    spelt = f"{moved[hit][0]}.{moved[hit][1]}" if hit in moved and hit not in known else hit
-    return f" (did you mean {section}.{spelt}?)"
+    known = [str(k) for k in known]
+    moved = {old: f"{group}.{field}" for old, (group, field) in SECTIONS.get(section, {}).items() if old not in known}
+    return did_you_mean(name, known + list(moved), f"{section}.", spelt=moved)

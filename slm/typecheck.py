@@ -70,12 +70,13 @@ def check_types(obj, section: str, error: type[Exception] = ValueError) -> None:
             raise error(f"{section}.{f.name}={value!r} is invalid: {verb} {wanted}")
 
 
-def did_you_mean(name: str, options, prefix: str = "") -> str:
-    """' (did you mean <prefix><closest>?)' for the option closest to a misspelt `name`, or '' if none is close."""
+def did_you_mean(name: str, options, prefix: str = "", spelt: dict | None = None) -> str:
+    """' (did you mean <prefix><closest>?)' for the option closest to a misspelt `name`, or '' if none is close;
+    `spelt` maps an option to how it is written today (an old field name to its new place)."""
     import difflib
 
     close = difflib.get_close_matches(name, [str(o) for o in options], n=1, cutoff=0.6)
-    return f" (did you mean {prefix}{close[0]}?)" if close else ""
+    return f" (did you mean {prefix}{(spelt or {}).get(close[0], close[0])}?)" if close else ""
 
 
 def settings_from_node(cls, node, section: str, error: type[Exception] = ValueError):

@@ -49,7 +49,7 @@ BAD_CURRICULA = {
     "growth": (dict(growth=1), "train.block_curriculum.growth=1 is invalid"),
     "too_long": (dict(warmup_fraction=0.8, decay_fraction=0.3, decay_block=8),
                  "warmup_fraction 0.8 + decay_fraction 0.3"),
-    "typo": (dict(strat=1), "train.block_curriculum has unknown key 'strat': choose from start, growth"),
+    "typo": (dict(strat=1), "train.block_curriculum has unknown key 'strat' (did you mean start?): choose from start, growth"),
 }
 
 

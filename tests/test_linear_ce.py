@@ -166,8 +166,8 @@ def test_only_transformers_head_is_fused_and_auto_is_chunked_on_a_cpu():
     ({"impl": "fused"}, "train.loss.impl='fused' is invalid: choose one of: auto, plain, chunked, liger"),
     ({"chunk_tokens": 0}, "train.loss.chunk_tokens=0 is invalid: a positive integer"),
     ({"chunk_tokens": "big"}, "train.loss.chunk_tokens='big' is invalid: expected an integer"),
-    ({"chunk": 512}, "train.loss.chunk is not a loss setting: choose from impl, chunk_tokens"),
-    ("chunked", "train.loss='chunked' is invalid: a mapping of impl and chunk_tokens"),
+    ({"chunk": 512}, "train.loss has unknown key 'chunk': choose from impl, chunk_tokens"),
+    ("chunked", "train.loss='chunked' is invalid: a mapping of impl, chunk_tokens"),
 ])
 def test_bad_settings_are_one_line(loss, message):
     with pytest.raises(TrainConfigError) as err:

@@ -99,7 +99,7 @@ def test_lion_is_the_papers_update():
     (dict(optim={"muon": {"lr": -1.0}}), "train.optim.muon.lr=-1.0 is invalid: must be > 0"),
     (dict(optim={"muon": {"momentum": 1.0}}), "train.optim.muon.momentum=1.0 is invalid"),
     (dict(optim={"muon": {"adjust_lr": "spectral"}}), "train.optim.muon.adjust_lr='spectral' is invalid"),
-    (dict(optim={"muon": {"learning_rate": 0.1}}), "train.optim.muon.learning_rate is not a setting of muon"),
+    (dict(optim={"muon": {"learning_rate": 0.1}}), "train.optim.muon has unknown key 'learning_rate'"),
     (dict(optim={"adam": {"lr": 0.1}}), "train.optim.adam is invalid: only these optimizers have settings"),
     (dict(optim={"lion": {"betas": [0.9]}}), r"train.optim.lion.betas=\[0.9\] is invalid"),
 ])

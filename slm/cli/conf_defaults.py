@@ -88,21 +88,8 @@ def render(cls, indent: str = "", special: dict | None = None, groups: dict | No
         elif dataclasses.is_dataclass(value):
             lines += _line(indent, f.name, None, comment)
             lines += render(type(value), indent + "  ")
-        elif isinstance(value, dict) and value:
-            lines += _line(indent, f.name, None, comment)
-            lines += _mapping(value, indent + "  ")
         else:
             lines += _line(indent, f.name, _scalar(value), comment)
-    return lines
-
-
-def _mapping(value: dict, indent: str) -> list[str]:
-    lines = []
-    for key, item in value.items():
-        if isinstance(item, dict) and item:
-            lines += [f"{indent}{key}:"] + _mapping(item, indent + "  ")
-        else:
-            lines.append(f"{indent}{key}: {_scalar(item)}")
     return lines
 
 

@@ -40,14 +40,13 @@ by `check`.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from slm.components.registry import Registry
-from slm.typecheck import check_types
+from slm.typecheck import check_types, settings_from_node
 
 PARAMETRIZATIONS: Registry[type["Parametrization"]] = Registry("parametrization")
 
@@ -85,16 +84,7 @@ class MupSettings:
     @classmethod
     def from_node(cls, node) -> "MupSettings":
         """From a config mapping (None: the defaults); an unknown key is one line naming the known ones."""
-        if node is None or isinstance(node, cls):
-            return node or cls()
-        if not isinstance(node, Mapping):
-            raise ParametrizationError(f"model.mup={node!r} is invalid: a mapping of "
-                                       f"{', '.join(f.name for f in fields(cls))}")
-        known = [f.name for f in fields(cls)]
-        unknown = sorted(set(node) - set(known))
-        if unknown:
-            raise ParametrizationError(f"model.mup has unknown key {unknown[0]!r}: choose from {', '.join(known)}")
-        return cls(**dict(node))
+        return settings_from_node(cls, node, "model.mup", ParametrizationError)
 
 
 @dataclass(frozen=True)

@@ -177,8 +177,11 @@ class ModelConfig:
     """The base shape mup and completep scale from: base_width, base_depth, depth_alpha, base_head_dim."""
 
     def __post_init__(self) -> None:
-        for name, cls in GROUPS.items():  # a mapping from YAML or a stored config -> its settings, types checked
-            setattr(self, name, settings_from_node(cls, getattr(self, name), f"model.{name}", ConfigError))
+        try:
+            for name, cls in GROUPS.items():  # a mapping from YAML or a stored config -> its settings, types checked
+                setattr(self, name, settings_from_node(cls, getattr(self, name), f"model.{name}", ConfigError))
+        except ParametrizationError as err:  # model.mup's own checks
+            raise ConfigError(str(err)) from None
         check_types(self, "model", ConfigError)  # a string in a numeric field, an infinite theta, ...
         self._check_keys()
         self._derive_sizes()
@@ -367,13 +370,12 @@ class ModelConfig:
                 raise _bad("dropout_at", self.dropout_at, f"'{site}' may appear once (only mixer and mlp may repeat)")
         self.dropout_at = list(sites)
         try:
-            self.mup = MupSettings.from_node(self.mup)
             PARAMETRIZATIONS.get(self.parametrization).check(self)
         except ParametrizationError as err:
             raise ConfigError(str(err)) from None
 
 
-GROUPS = {"moe": MoeSettings, "memory": MemorySettings, "canon": CanonSettings}
+GROUPS = {"moe": MoeSettings, "memory": MemorySettings, "canon": CanonSettings, "mup": MupSettings}
 """The nested settings of ModelConfig (model.<group>.<field>), each validated by its component (`check`)."""
 
 

@@ -23,13 +23,12 @@ logits; the others (the window models) take the plain path whatever `impl` says.
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
 
-from slm.typecheck import check_types
+from slm.typecheck import check_types, settings_from_node
 
 IMPLS = ("auto", "plain", "chunked", "liger")
 IGNORE_INDEX = -100  # F.cross_entropy's: a target that is not scored
@@ -74,15 +73,7 @@ class LossSettings:
 
 def loss_settings(node) -> LossSettings:
     """`train.loss` as LossSettings (defaults filled in); an unknown field or a bad value is one line."""
-    if node is None or isinstance(node, LossSettings):
-        return node or LossSettings()
-    if not isinstance(node, Mapping):
-        raise LossSettingsError(f"train.loss={node!r} is invalid: a mapping of impl and chunk_tokens")
-    known = [f.name for f in fields(LossSettings)]
-    bad = sorted(set(node) - set(known))
-    if bad:
-        raise LossSettingsError(f"train.loss.{bad[0]} is not a loss setting: choose from {', '.join(known)}")
-    return LossSettings(**dict(node))
+    return settings_from_node(LossSettings, node, "train.loss", LossSettingsError)
 
 
 def loss_defaults() -> dict:

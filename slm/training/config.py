@@ -150,7 +150,6 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         from slm.objectives import OBJECTIVES
-        from slm.training.schedules import SCHEDULES
 
         if isinstance(self.precision, int) and not isinstance(self.precision, bool):
             self.precision = str(self.precision)  # `train.precision=32` on the command line is a number

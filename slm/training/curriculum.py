@@ -17,8 +17,9 @@ trains with exactly the blocks of an uninterrupted one. A block >= the context i
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
+
+from slm.typecheck import settings_from_node
 
 
 class CurriculumError(ValueError):
@@ -65,17 +66,7 @@ class BlockCurriculum:
     @classmethod
     def from_node(cls, node) -> "BlockCurriculum | None":
         """From a config mapping (None stays None); an unknown key is an error naming the known ones."""
-        if node is None or isinstance(node, cls):
-            return node
-        if not isinstance(node, Mapping):
-            raise CurriculumError(f"train.block_curriculum={node!r} is invalid: a mapping of "
-                                  f"{', '.join(f.name for f in fields(cls))}, or null")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(node) - known)
-        if unknown:
-            raise CurriculumError(f"train.block_curriculum has unknown key {unknown[0]!r}: choose from "
-                                  f"{', '.join(f.name for f in fields(cls))}")
-        return cls(**dict(node))
+        return None if node is None else settings_from_node(cls, node, "train.block_curriculum", CurriculumError)
 
     def check(self, context: int) -> None:
         """Raise CurriculumError if the curriculum does not fit a model of this context length."""

@@ -20,7 +20,7 @@ learning-rate schedule scales every group's lr by the same factor (LambdaLR over
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
@@ -28,7 +28,7 @@ from torch import nn
 
 from slm.components.parametrization import GroupScale, roles, scheme_of
 from slm.components.registry import Registry
-from slm.typecheck import check_types
+from slm.typecheck import check_types, settings_from_node
 
 if TYPE_CHECKING:
     from slm.training.config import TrainConfig
@@ -287,18 +287,7 @@ def optim_settings(node) -> dict:
                                  f"{', '.join(owners)}")
     out = {}
     for name, Settings in owners.items():
-        value = node.get(name)
-        if value is None or isinstance(value, Settings):
-            out[name] = value or Settings()
-            continue
-        if not isinstance(value, Mapping):
-            raise OptimSettingsError(f"train.optim.{name}={value!r} is invalid: a mapping of its settings")
-        known = [f.name for f in fields(Settings)]
-        bad = sorted(set(value) - set(known))
-        if bad:
-            raise OptimSettingsError(f"train.optim.{name}.{bad[0]} is not a setting of {name}: choose from "
-                                     f"{', '.join(known)}")
-        out[name] = Settings(**dict(value))
+        out[name] = settings_from_node(Settings, node.get(name), f"train.optim.{name}", OptimSettingsError)
     return out
 
 
