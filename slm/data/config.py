@@ -110,7 +110,9 @@ class SourceConfig:
     test_paths: list[str] = field(default_factory=list)
     """local: files or globs of the test split (scored after training with train.eval_windows); empty: none."""
     valid_fraction: float = 0.05
-    """local without valid_paths: share held out for validation (bytes of text/jsonl, rows of parquet), from the end."""
+    """local without valid_paths: share held out for validation, from the end: of the characters of text files,
+    the records of jsonl, the rows of parquet (rounded to a whole one; a text split moves to the nearest point
+    where tokenization is exact, within a quarter of the held-out part)."""
     format: str = "auto"
     """local: text (a file is one document), jsonl or parquet (a record is one); auto picks by file extension."""
     text_field: str = "text"

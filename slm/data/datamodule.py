@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_in
 
 from slm.data.errors import DataError
 from slm.data.mix import TrainSampler, first_windows, validation_batches
-from slm.data.prepare import PreparedData
+from slm.data.prepare import SPLIT_LABELS, PreparedData
 
 
 class TrainBatches(IterableDataset):
@@ -87,10 +87,11 @@ class SLMDataModule(pl.LightningDataModule):
             prepared.check_first_windows(eval_windows, context_length)
         need = context_length + 1
         for s in prepared.sources:
-            for split, shard, needed in (("training", s.train, True), ("validation", s.valid, val_batches > 0)):
+            for split, shard, needed in (("train", s.train, True), ("valid", s.valid, val_batches > 0)):
                 if needed and shard.n_tokens < need:
-                    raise DataError(f"source {s.name!r} has {shard.n_tokens} {split} tokens; it needs at least "
-                                    f"context_length + 1 = {need} (use a shorter context or more data)")
+                    origin = f"{s.origin(split)}; " if s.origin(split) else ""
+                    raise DataError(f"source {s.name!r} has {shard.n_tokens} {SPLIT_LABELS[split]} tokens; it needs at "
+                                    f"least context_length + 1 = {need} ({origin}use a shorter context or more data)")
         self.names = [s.name for s in prepared.sources]
         self.weights = [s.weight for s in prepared.sources]
         self.sampler = TrainSampler.of(prepared.sources, batch_size, context_length, seed, sampling)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +20,9 @@ from slm.data.errors import DataError
 from slm.data.shards import Shard, build_shard, damaged_meta, read_meta, shard_dtype
 from slm.data.sources import Source, Stream, build_source
 from slm.data.tokenizers import Tokenizer, tokenizer_class
+
+
+SPLIT_LABELS = {"train": "training", "valid": "validation", "test": "test"}
 
 
 def _hash(value) -> str:
@@ -42,6 +45,13 @@ class PreparedSource:
     """Validation tokens."""
     test: Shard | None = None
     """Test tokens, where the source has a test split."""
+    origins: dict[str, str] = field(default_factory=dict)
+    """Where each split's text comes from (Stream.origin), for messages."""
+
+    def origin(self, split: str) -> str:
+        """Where a split's text comes from, as "validation text: <files>" (split: train, valid, test); "" if unknown."""
+        where = self.origins.get(split)
+        return f"{SPLIT_LABELS[split]} text: {where}" if where else ""
 
     def describe(self) -> dict:
         shards = {"train": self.train, "valid": self.valid, **({"test": self.test} if self.test else {})}
@@ -77,15 +87,18 @@ class PreparedData:
             if s.test is None:
                 raise DataError(f"train.eval_windows={n_windows}: source {s.name!r} has no test split (give its "
                                 f"files: data.sources.N.test_paths), or set train.eval_windows=null")
-            for split, shard in (("validation", s.valid), ("test", s.test)):
+            for split, shard in (("valid", s.valid), ("test", s.test)):
                 if shard.n_tokens - context_length < n:
-                    raise DataError(f"train.eval_windows={n_windows}: source {s.name!r} has {shard.n_tokens} {split} "
-                                    f"tokens, fewer than its {n} windows of {context_length + 1} need")
+                    origin = f" ({s.origin(split)})" if s.origin(split) else ""
+                    raise DataError(f"train.eval_windows={n_windows}: source {s.name!r} has {shard.n_tokens} "
+                                    f"{SPLIT_LABELS[split]} tokens, fewer than its {n} windows of "
+                                    f"{context_length + 1} need{origin}")
 
     def bytes_per_token(self, split: str, limit: int = 1 << 20) -> float | None:
         """UTF-8 bytes of text per token of a split ("valid" or "test"), over the mix: the sources' ratios
         (decoded text of up to `limit` tokens from each split's start) weighted by their share of the scored
         windows, so that bits per byte = NLL / ln 2 / this. None when a source lacks the split or it is empty.
+        The end-of-text (and mask) ids count as tokens but not as text: their "<eot>" is no byte of the documents.
         Exact for byte-level BPE and characters; for a word tokenizer the decoded text's whitespace is its own."""
         ratios, weights = [], []
         for s in self.sources:
@@ -93,7 +106,9 @@ class PreparedData:
             if shard is None or shard.n_tokens == 0:
                 return None
             ids = shard.tokens()[:limit]
-            ratios.append(len(self.tokenizer.decode(ids.tolist()).encode("utf-8")) / len(ids))
+            markers = [i for i in (self.tokenizer.eot_id, self.tokenizer.mask_id) if i is not None]
+            text = ids[~np.isin(ids, markers)] if markers else ids
+            ratios.append(len(self.tokenizer.decode(text.tolist()).encode("utf-8")) / len(ids))
             weights.append(s.weight)
         return sum(r * w for r, w in zip(ratios, weights)) / sum(weights) if ratios else None
 
@@ -138,7 +153,7 @@ def _prepare(data_node: dict, tokenizer_node: dict) -> PreparedData:
         shards = {split: build_shard(root, shard_key(stream, tokenizer, dtype), stream, tokenizer, dtype, cfg.num_proc)
                   for split, stream in st.items()}
         prepared.append(PreparedSource(src.cfg.name, src.cfg.weight / total_weight, src, shards["train"], shards["valid"],
-                                       shards.get("test")))
+                                       shards.get("test"), {split: stream.origin for split, stream in st.items()}))
     return PreparedData(tokenizer, tok_cfg.padded(tokenizer.vocab_size), prepared, cfg, tok_cfg, root)
 
 

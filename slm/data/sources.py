@@ -1,14 +1,16 @@
 """Data sources (a registry): tiny_shakespeare, local, hub, splits.
 
-A source turns its `SourceConfig` into two `Stream`s, train and valid: a function yielding the pieces of
-text to tokenize, a `key` that identifies that content (hashed into the shard's cache key), and a token cap
-(the source's training budget; validation is never capped).
+A source turns its `SourceConfig` into two `Stream`s, train and valid (and test where it has one): a function
+yielding the pieces of text to tokenize, a `key` that identifies that content (hashed into the shard's cache
+key), a token cap (the source's training budget; validation is never capped) and `origin`, the text's
+whereabouts for messages.
 """
 
 from __future__ import annotations
 
 import glob
 import hashlib
+import math
 import os
 from dataclasses import dataclass, replace
 from importlib import resources
@@ -22,6 +24,11 @@ from slm.data.errors import DataError
 from slm.data.readers import Piece
 
 CORPORA = "corpora"
+HOLDOUT_VERSION = 2
+"""Bumped when the held-out split of local files changes (2: measured in characters/records/rows, not bytes);
+part of its cache key, so a shard of an older split is never reused."""
+MAX_REACH = 1 << 16
+"""Characters a held-out text split may move to reach a point where tokenization is exact (readers.cut)."""
 
 
 @dataclass
@@ -40,6 +47,8 @@ class Stream:
     """Stop after this many tokens; None: the whole stream."""
     remote: bool = False
     """Read over the network (the hub): check reachability first."""
+    origin: str = ""
+    """Where the text comes from, for messages: the files (and which part of them), the shipped corpus, the hub."""
 
 
 class Source:
@@ -65,6 +74,12 @@ def build_source(cfg: SourceConfig, budget: int | None) -> Source:
     except UnknownKeyError as err:
         raise DataError(f"{cfg.where}.kind: {err}") from None
     return cls(cfg, budget)
+
+
+def _names(files: list[Path]) -> str:
+    """The files for a message: all of up to three, else the first two and how many more."""
+    shown = [str(p) for p in files] if len(files) <= 3 else [str(p) for p in files[:2]] + [f"{len(files) - 2} more"]
+    return ", ".join(shown)
 
 
 def sha256_file(path: Path) -> str:
@@ -96,7 +111,8 @@ class TinyShakespeare(Source):
                     yield from readers.read(path, "text", "text")
 
             out[split] = Stream(self.cfg.name, split, {"kind": self.kind, "sha256": digest}, pieces,
-                                self.budget if split == "train" else None)
+                                self.budget if split == "train" else None,
+                                origin=f"the shipped slm/data/{CORPORA}/tiny_shakespeare/{split}.txt")
         return out
 
     def describe(self) -> dict:
@@ -105,7 +121,7 @@ class TinyShakespeare(Source):
 
 @SOURCES.register("local")
 class LocalFiles(Source):
-    """Local text, jsonl or parquet files (globs), with validation files or a held-out tail."""
+    """Local text, jsonl or parquet files (globs), with validation files or a held-out tail (`_held_out`)."""
 
     kind = "local"
 
@@ -147,43 +163,58 @@ class LocalFiles(Source):
         return files
 
     def _key(self, split: str, files: list[Path], **extra) -> dict:
+        pieces = {"pieces": readers.PIECES_VERSION} if self.format == "text" else {}
         return {"kind": self.kind, "split": split, "format": self.format, "text_field": self.cfg.text_field,
-                "sha256": [sha256_file(p) for p in files], **extra}
+                "sha256": [sha256_file(p) for p in files], **pieces, **extra}
 
-    def _stream(self, split: str, ranges: list[tuple[Path, int, int]], key: dict) -> Stream:
+    def _stream(self, split: str, ranges: list[tuple[Path, int, int]], key: dict, origin: str) -> Stream:
         fmt, field = self.format, self.cfg.text_field
 
         def pieces() -> Iterator[Piece]:
             for path, start, stop in ranges:
                 yield from readers.read(path, fmt, field, start, stop)
 
-        return Stream(self.cfg.name, split, key, pieces, self.budget if split == "train" else None)
+        return Stream(self.cfg.name, split, key, pieces, self.budget if split == "train" else None, origin=origin)
 
     def streams(self) -> dict[str, Stream]:
-        whole = lambda files: [(p, 0, readers.units(p, self.format)) for p in files]  # noqa: E731
-        test = {"test": self._stream("test", whole(self.test_files), self._key("test", self.test_files))} \
-            if self.test_files else {}
+        whole = lambda files: [(p, 0, readers.size(p, self.format)) for p in files]  # noqa: E731
+        test = {"test": self._stream("test", whole(self.test_files), self._key("test", self.test_files),
+                                     _names(self.test_files))} if self.test_files else {}
         if self.valid_files:
-            return {"train": self._stream("train", whole(self.train_files), self._key("train", self.train_files)),
-                    "valid": self._stream("valid", whole(self.valid_files), self._key("valid", self.valid_files)),
+            return {"train": self._stream("train", whole(self.train_files), self._key("train", self.train_files),
+                                          _names(self.train_files)),
+                    "valid": self._stream("valid", whole(self.valid_files), self._key("valid", self.valid_files),
+                                          _names(self.valid_files)),
                     **test}
-        # held out: the last valid_fraction of all units, cut at a point that keeps tokenization exact
-        ranges = whole(self.train_files)
-        target = int(sum(stop for _, _, stop in ranges) * (1 - self.cfg.valid_fraction))
+        train, valid = self._held_out()
+        key = self._key("all", self.train_files, valid_fraction=self.cfg.valid_fraction, holdout=HOLDOUT_VERSION)
+        f, unit = self.cfg.valid_fraction, readers.UNITS[self.format]
+        return {"train": self._stream("train", train, {**key, "split": "train"},
+                                      f"the first {100 * (1 - f):.4g}% of the {unit} of {_names(self.train_files)}"),
+                "valid": self._stream("valid", valid, {**key, "split": "valid"},
+                                      f"the last {100 * f:.4g}% of the {unit} of {_names(self.train_files)}"),
+                **test}
+
+    def _held_out(self) -> tuple[list[tuple[Path, int, int]], list[tuple[Path, int, int]]]:
+        """(train, valid) ranges: the last valid_fraction of all the files' text in readers.UNITS (characters,
+        records, rows), rounded to a whole unit; a text file is cut at the exact cut nearest that point within a
+        quarter of the held-out amount (readers.cut), so each side tokenizes as it does in the whole file."""
+        amounts = [readers.count(p, self.format) for p in self.train_files]
+        held = math.floor(sum(amounts) * self.cfg.valid_fraction + 0.5)
+        target, reach = sum(amounts) - held, min(MAX_REACH, held // 4)
         train, valid, seen = [], [], 0
-        for path, _, size in ranges:
-            if seen + size <= target:
-                train.append((path, 0, size))
+        for path, n in zip(self.train_files, amounts):
+            end = readers.size(path, self.format)
+            if seen + n <= target:
+                train.append((path, 0, end))
             elif seen >= target:
-                valid.append((path, 0, size))
+                valid.append((path, 0, end))
             else:
-                point = readers.cut(path, self.format, target - seen)
+                point = readers.cut(path, self.format, target - seen, reach)
                 train += [(path, 0, point)] if point > 0 else []
-                valid += [(path, point, size)] if point < size else []
-            seen += size
-        key = self._key("all", self.train_files, valid_fraction=self.cfg.valid_fraction)
-        return {"train": self._stream("train", train, {**key, "split": "train"}),
-                "valid": self._stream("valid", valid, {**key, "split": "valid"}), **test}
+                valid += [(path, point, end)] if point < end else []
+            seen += n
+        return train, valid
 
     def describe(self) -> dict:
         out = {**super().describe(), "format": self.format, "paths": [str(p) for p in self.train_files]}
@@ -222,8 +253,10 @@ class HubDataset(Source):
                 for text in hub.documents(c, skip=skip, take=take):
                     yield text, True
 
+            origin = (f"the first {c.valid_documents} documents of hub dataset {c.dataset!r}" if split == "valid"
+                      else f"hub dataset {c.dataset!r} after its first {c.valid_documents} documents")
             out[split] = Stream(c.name, split, {**key, "part": split}, pieces,
-                                self.budget if split == "train" else None, remote=True)
+                                self.budget if split == "train" else None, remote=True, origin=origin)
         return out
 
     def describe(self) -> dict:
@@ -271,7 +304,8 @@ class SplitCorpus(Source):
 
             key = {"kind": self.kind, "dataset": c.dataset, "subset": c.subset, "split": hub_split,
                    "revision": c.revision, "text_field": c.text_field}
-            out[split] = Stream(c.name, split, key, pieces, self.budget if split == "train" else None, remote=True)
+            out[split] = Stream(c.name, split, key, pieces, self.budget if split == "train" else None, remote=True,
+                                origin=f"split {hub_split!r} of hub dataset {c.dataset!r}")
         return out
 
     def describe(self) -> dict:
