@@ -11,7 +11,8 @@ Layout of a run directory:
   checkpoints/step-<N>.ckpt  the checkpoints train.keep_every / train.keep_steps keep (never deleted; a full
                            training state, and a train.init_from source)
   model/                   final weights (model.safetensors), config.json and the tokenizer
-  train_log.jsonl          one line per optimizer step: step, loss, lr
+  train_log.jsonl          one line per optimizer step: step, loss, lr; a damaged line past the checkpoint's step is
+                           written again on resume, one before it refuses the resume (slm.training.train_log)
   logs/                    CSV (and TensorBoard / W&B) logger output
   .lock                    held (flock) by the process training the run; `slm-status` reads it
 
@@ -76,11 +77,13 @@ from slm.runs.environment import environment
 from slm.runs.errors import one_line
 from slm.runs.record import load_record, now, settled, update_record
 from slm.runs.status import lock_held, run_lock
-from slm.training.checkpoints import PREVIOUS, ResumeError, os_error_in, resume_checkpoint
+from slm.training.checkpoints import PREVIOUS, ResumeError, checkpoint_step, os_error_in, resume_checkpoint
 from slm.training.config import TrainConfig, TrainConfigError
 from slm.training.distributed import is_rank_zero
 from slm.training.init_from import InitSource, check_shapes, check_tokenizer, find_source, load_weights, tokenizer_meta
 from slm.training.logs import tidy_lightning_logging
+from slm.training.train_log import NAME as TRAIN_LOG
+from slm.training.train_log import TrainLogError, kept_lines
 
 if TYPE_CHECKING:  # build imports them: Lightning loads when a job trains
     import lightning as L
@@ -137,7 +140,8 @@ def train_run(cfg: dict, run_dir: str | os.PathLike, *, sweep: bool = False, rer
     """Train (or resume, or skip if completed) the run described by the resolved config `cfg`.
 
     Returns the final record. A single run (sweep=False) trains again a run recorded failed or diverged;
-    bad input raises before anything is written; a failure during the run is recorded as `failed` with
+    bad input (and a train_log.jsonl that a resume cannot keep exact, TrainLogError) raises before anything is
+    written (a sweep job says so and skips the run); a failure during the run is recorded as `failed` with
     its error line and re-raised; a divergence is recorded as `diverged`.
     A sweep job (sweep=True) skips a run recorded failed or diverged unless `rerun_failed`, and raises
     nothing: bad input and failures are recorded as `failed` (with the error line) and returned, so that
@@ -170,13 +174,22 @@ def train_run(cfg: dict, run_dir: str | os.PathLike, *, sweep: bool = False, rer
             else:
                 print(f"slm-train: {run_dir} is recorded {status}; skipped (rerun_failed=true runs it again)")
             return existing
+        policy = cfg.get("bad_checkpoint", "fail")
         try:
-            resume = resume_checkpoint(run_dir / CHECKPOINT.parent, cfg.get("bad_checkpoint", "fail"))
+            chosen = resume_checkpoint(run_dir / CHECKPOINT.parent, policy, apply=False)  # nothing moved yet
         except ResumeError as err:  # a damaged checkpoint: recorded failed, with what to do
             record = update_record(run_dir, status="failed", error=one_line(err))
             if not sweep:
                 raise
             return record
+        try:
+            check_train_log(run_dir, chosen)
+        except TrainLogError as err:  # refused before anything is written: the record and the files stay as they are
+            if not sweep:
+                raise
+            print(f"slm-train: {err}; skipped", file=sys.stderr)
+            return existing
+        resume = resume_checkpoint(run_dir / CHECKPOINT.parent, policy)  # the same answer, its notes and file moves
         try:
             job = prepare(cfg, run_dir)  # validates the config and prepares the data before anything is written
         except Exception as err:
@@ -200,11 +213,19 @@ def _follow(cfg: dict, run_dir: Path, *, sweep: bool, rerun_failed: bool) -> dic
         return existing
     try:
         resume = resume_checkpoint(run_dir / CHECKPOINT.parent, cfg.get("bad_checkpoint", "fail"), apply=False)
+        check_train_log(run_dir, resume)
         return _train(prepare(cfg, run_dir), resume)
     except Exception as err:  # rank 0 records it; a sweep goes on
         if not sweep:
             raise
         return {"status": "failed", "error": one_line(err)}
+
+
+def check_train_log(run_dir: Path, resume: Path | None) -> None:
+    """Refuse a resume from `resume` (None: step 0) whose train_log.jsonl has a damaged line among the checkpoint's
+    steps (TrainLogError, naming the file, the line and what to do), before anything is written; damaged lines past
+    them are dropped with a note when training starts (slm.training.train_log)."""
+    kept_lines(run_dir / TRAIN_LOG, checkpoint_step(resume) if resume is not None else 0)
 
 
 HYDRA_LEFTOVERS = {".hydra", ".lock"}  # what Hydra (and the lock) leave in a run directory before training
@@ -568,12 +589,12 @@ def build(job: PreparedJob, resume: Path | None) -> Built:
     checkpoints, throughput, train_log, routing load, kept steps, stop signals), the loggers and the Trainer. Only
     rank 0's callbacks print or write files; stale temporary checkpoint files are removed."""
     import lightning as L
-    from lightning.pytorch.callbacks import ModelCheckpoint
-    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger, WandbLogger
+    from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
     from lightning.pytorch.plugins.environments import SLURMEnvironment
 
     from slm.data.datamodule import SLMDataModule
-    from slm.training.callbacks import CSVHistory, KeepCheckpoints, SignalCheckpoint, StepLog, ThroughputMonitor
+    from slm.training.callbacks import (CSVHistory, KeepCheckpoints, KeptCSVLogger, RunCheckpoint, SignalCheckpoint,
+                                        StepLog, ThroughputMonitor)
     from slm.training.checkpoint_io import AtomicCheckpointIO
     from slm.training.module import LanguageModelModule
     from slm.training.progress import ProgressLog, StartLine, StepsBar, interactive
@@ -592,8 +613,7 @@ def build(job: PreparedJob, resume: Path | None) -> Built:
                                eval_windows=train_cfg.eval_windows, micro_batch_size=train_cfg.micro_batch())
     throughput = ThroughputMonitor(job.tokens_per_step, job.counts.flops_per_token, train_cfg.precision,
                                    train_cfg.log_interval, train_cfg.peak_flops, devices=train_cfg.world_size)
-    checkpoint = ModelCheckpoint(dirpath=run_dir / CHECKPOINT.parent, save_top_k=0, save_last=True,
-                                 every_n_train_steps=train_cfg.ckpt_interval)
+    checkpoint = RunCheckpoint(run_dir / CHECKPOINT.parent, train_cfg.ckpt_interval)
     preemption = SignalCheckpoint(run_dir / CHECKPOINT)
     keep = KeepCheckpoints(run_dir / CHECKPOINT.parent, train_cfg.keeps)
     routing = RoutingLoad(train_cfg.log_interval)
@@ -608,14 +628,14 @@ def build(job: PreparedJob, resume: Path | None) -> Built:
         remove_stale(run_dir / CHECKPOINT.parent)  # temporary files of saves a kill interrupted
     val_every = train_cfg.validation_interval(max_steps)
     make_logger = {
-        "csv": lambda: CSVLogger(run_dir, name="logs", version="csv"),
+        "csv": lambda: KeptCSVLogger(run_dir, name="logs", version="csv"),
         "tensorboard": lambda: TensorBoardLogger(run_dir, name="logs", version="tensorboard"),
         "wandb": lambda: WandbLogger(save_dir=str(run_dir), name=run_dir.name, id=run_dir.name, resume="allow"),
     }
     loggers = [make_logger[name]() for name in train_cfg.loggers]
-    # read before the Trainer opens it; the loggers write on rank 0 only (Lightning), and so do these
-    history = [CSVHistory(logger) for logger in loggers if isinstance(logger, CSVLogger)] if rank_zero else []
-    step_log = [StepLog(run_dir / "train_log.jsonl")] if rank_zero else []
+    # the loggers write on rank 0 only (Lightning), and so do these
+    history = [CSVHistory(logger) for logger in loggers if isinstance(logger, KeptCSVLogger)] if rank_zero else []
+    step_log = [StepLog(run_dir / TRAIN_LOG)] if rank_zero else []
     trainer = L.Trainer(
         default_root_dir=run_dir, accelerator=train_cfg.accelerator, devices=train_cfg.devices,
         num_nodes=train_cfg.num_nodes, strategy=_strategy(train_cfg), precision=train_cfg.precision,

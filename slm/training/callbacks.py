@@ -1,11 +1,12 @@
-"""Callbacks: throughput and MFU, the per-step training log used for exact loss curves, the CSV log's rows
-kept across a resume, the checkpoint taken on a Slurm preemption signal or a stop signal (Ctrl-C, SIGTERM), and
-the step checkpoints kept on request (train.keep_every, train.keep_steps)."""
+"""Callbacks: the rolling last.ckpt wherever the run directory lives, throughput and MFU, the per-step training log
+used for exact loss curves, the CSV log's rows kept across a resume, the checkpoint taken on a Slurm preemption
+signal or a stop signal (Ctrl-C, SIGTERM), and the step checkpoints kept on request (train.keep_every,
+train.keep_steps)."""
 
 from __future__ import annotations
 
-import contextlib
 import csv
+import io
 import json
 import os
 import signal
@@ -15,8 +16,52 @@ from pathlib import Path
 
 import lightning as L
 import torch
+from lightning.fabric.loggers.logger import rank_zero_experiment
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
+from slm.atomic import atomic_write
+from slm.training.checkpoints import LAST
 from slm.training.hardware import peak_flops
+from slm.training.train_log import kept_lines
+
+
+class RunCheckpoint(ModelCheckpoint):
+    """Lightning's ModelCheckpoint for a run's rolling checkpoints/last.ckpt (save_last only, every `interval` steps),
+    which keeps writing that file wherever the run directory now lives.
+
+    Lightning's keeps absolute paths in its checkpointed state (dirpath, last_model_path, best_model_path): after a
+    run directory is copied or moved and resumed, it no longer recognises its last.ckpt, writes last-v1.ckpt beside it
+    (its version counter) and leaves last.ckpt stale, so a later kill resumes from old progress. Here the state holds
+    file names only, read back into the current directory, and the file is always last.ckpt (no version counter).
+    The state key is ModelCheckpoint's, so the state of checkpoints written before reads in too."""
+
+    def __init__(self, dirpath: str | os.PathLike, interval: int):
+        super().__init__(dirpath=dirpath, save_top_k=0, save_last=True, every_n_train_steps=interval,
+                         enable_version_counter=False)
+
+    def _generate_state_key(self, **kwargs) -> str:
+        return f"{ModelCheckpoint.__qualname__}{kwargs!r}"
+
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        del state["dirpath"]
+        for key in ("best_model_path", "kth_best_model_path", "last_model_path"):
+            state[key] = Path(state[key]).name if state[key] else ""
+        state["best_k_models"] = {Path(path).name: score for path, score in state["best_k_models"].items()}
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        def here(path: str) -> str:  # a name, or an absolute path of wherever the run was (older checkpoints)
+            return os.path.join(self.dirpath, Path(path).name) if path else ""
+
+        self.best_model_score = state_dict.get("best_model_score")
+        self.best_model_path = here(state_dict.get("best_model_path", ""))
+        self.kth_best_model_path = here(state_dict.get("kth_best_model_path", ""))
+        self.kth_value = state_dict.get("kth_value", self.kth_value)
+        self.best_k_models = {here(path): score for path, score in (state_dict.get("best_k_models") or {}).items()}
+        self.last_model_path = here(LAST) if state_dict.get("last_model_path") else ""
 
 
 def step_ended(trainer, batch_idx: int) -> bool:
@@ -96,21 +141,14 @@ class ThroughputMonitor(L.Callback):
                 "peak_flops": self.peak}
 
 
-def _step_of(line: str) -> int | None:
-    """The step of a train_log.jsonl line, or None for a blank or partly written one."""
-    try:
-        return int(json.loads(line)["step"])
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
 class StepLog(L.Callback):
     """Appends one JSON line per optimizer step (step, loss, lr; attention_block with a block curriculum) to `path`.
 
-    On resume the lines past the restored step are dropped first, so the file always holds exactly one
-    line per completed step: the loss curve of a resumed run equals an uninterrupted one. Rows arrive as the
-    module reads its losses back (on the logging cadence, and before every checkpoint, so a checkpoint's steps
-    are always in the file); a diverged run's file ends at the last finite step.
+    On resume the lines past the restored step (and damaged lines a kill or an accident left past it) are dropped
+    first (slm.training.train_log, which names them in a note), so the file always holds exactly one line per
+    completed step: the loss curve of a resumed run equals an uninterrupted one. Rows arrive as the module reads
+    its losses back (on the logging cadence, and before every checkpoint, so a checkpoint's steps are always in the
+    file); a diverged run's file ends at the last finite step.
     """
 
     def __init__(self, path: Path):
@@ -118,12 +156,11 @@ class StepLog(L.Callback):
         self._file = None
 
     def on_train_start(self, trainer, pl_module) -> None:
-        step = trainer.global_step
-        lines = self.path.read_text().splitlines() if self.path.exists() else []
-        kept = [line for line in lines if (_step_of(line) or step + 1) <= step]  # a line a kill cut short: dropped
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text("".join(line + "\n" for line in kept))
-        tmp.replace(self.path)
+        kept = kept_lines(self.path, trainer.global_step)  # TrainLogError: slm.runs.job refuses such a run first
+        if kept.note:
+            print(f"slm-train: note: {kept.note}", flush=True)
+        text = "".join(line + "\n" for line in kept.lines).encode("utf-8")
+        atomic_write(self.path, lambda f: f.write(text))
         self._file = self.path.open("a")
 
     def _write(self, pl_module, settle: bool = False) -> None:
@@ -156,33 +193,74 @@ class StepLog(L.Callback):
             self._file = None
 
 
+class KeptCSVLogger(CSVLogger):
+    """Lightning's CSVLogger, except that opening a log directory that exists leaves its metrics.csv in place
+    (Lightning's removes it): CSVHistory rewrites it once training starts from the restored step, so a resume that
+    fails or is refused before its first step keeps every row."""
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> _KeptWriter:
+        if self._experiment is None:
+            self._fs.makedirs(self.root_dir, exist_ok=True)
+            self._experiment = _KeptWriter(log_dir=self.log_dir)
+        return self._experiment
+
+
+class _KeptWriter(ExperimentWriter):
+    """Lightning's CSV writer without the removal of an existing metrics.csv when it is made."""
+
+    def _check_log_dir_exists(self) -> None:
+        pass
+
+
+def _csv_rows(path: Path) -> tuple[list[tuple[dict, int]], list[int]]:
+    """The rows of a metrics.csv with their steps, and the line numbers of rows that are damaged (no step, a field
+    too many or too few, bytes that are not UTF-8)."""
+    if not path.exists():
+        return [], []
+    rows, damaged = [], []
+    with open(path, newline="", encoding="utf-8", errors="replace") as f:
+        reader = csv.DictReader(f)
+        for row in reader:
+            try:
+                if None in row or None in row.values() or any("\ufffd" in v for v in row.values()):
+                    raise ValueError("damaged")
+                rows.append((row, int(float(row["step"]))))
+            except (ValueError, KeyError, TypeError):
+                damaged.append(reader.line_num)
+    return rows, damaged
+
+
 class CSVHistory(L.Callback):
-    """Keeps a resumed run's logs/csv/metrics.csv rows from before the interruption.
+    """Keeps a resumed run's logs/csv/metrics.csv rows from before the restored step.
 
-    Lightning's CSVLogger deletes metrics.csv when it opens a log directory that exists, so each resume
-    lost the learning curve written so far. This reads the file when the trainer is built (before the
-    logger opens it) and, once training starts from the restored step, writes back the rows logged before
-    that step (later ones come again) and tells the logger its columns, so that it appends after them.
-    """
+    The run's CSV logger (KeptCSVLogger) leaves the file in place when it opens it; once training starts from the
+    restored step, this rewrites it (atomically) with the rows logged before that step (later ones come again; a
+    damaged row is dropped, with a note) and tells the logger its columns, so that it appends after them. Until then
+    the file is untouched."""
 
-    def __init__(self, logger):
+    def __init__(self, logger: KeptCSVLogger):
         self.logger = logger
-        path = Path(logger.log_dir) / "metrics.csv"
-        with open(path, newline="") if path.exists() else contextlib.nullcontext() as f:
-            self._rows = list(csv.DictReader(f)) if f is not None else []
 
     def on_train_start(self, trainer, pl_module) -> None:
-        kept = [row for row in self._rows if row.get("step") and int(float(row["step"])) < trainer.global_step]
-        self._rows = []
+        writer = self.logger.experiment
+        path = Path(writer.metrics_file_path)
+        rows, damaged = _csv_rows(path)
+        if damaged:
+            where = ", ".join(map(str, damaged[:3])) + (f" and {len(damaged) - 3} more" if len(damaged) > 3 else "")
+            print(f"slm-train: note: {path}: damaged row{'s' if len(damaged) > 1 else ''} at line"
+                  f"{'s' if len(damaged) > 1 else ''} {where} dropped", flush=True)
+        kept = [row for row, step in rows if step < trainer.global_step]
+        writer.metrics_keys = sorted(set().union(*kept)) if kept else []
         if not kept:
+            path.unlink(missing_ok=True)  # the logger writes a new file, header first
             return
-        writer = self.logger.experiment  # opening it removes the old file, whose rows are held here
-        keys = sorted(set().union(*kept))
-        with open(writer.metrics_file_path, "w", newline="") as f:
-            out = csv.DictWriter(f, fieldnames=keys)
-            out.writeheader()
-            out.writerows(kept)
-        writer.metrics_keys = keys
+        text = io.StringIO()
+        out = csv.DictWriter(text, fieldnames=writer.metrics_keys)
+        out.writeheader()
+        out.writerows(kept)
+        atomic_write(path, lambda f: f.write(text.getvalue().encode("utf-8")))
 
 
 STOP_SIGNALS = ("INT", "TERM")

@@ -10,12 +10,16 @@ fsync, rename): the old file is never touched until the new one is complete, and
 Before a resume, `resume_checkpoint` checks `last.ckpt` (every record's CRC, then a weights-only load: a
 truncated, overwritten or foreign file is caught here rather than as a traceback inside Lightning) and
 applies the run's `bad_checkpoint` choice: fail (one line saying what to do), previous, or restart.
+
+Nothing in a checkpoint names the run directory (slm.training.callbacks.RunCheckpoint), so a run directory copied or
+moved elsewhere resumes and keeps checkpointing into its own last.ckpt.
 """
 
 from __future__ import annotations
 
 import os
 import pickle
+import re
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -25,6 +29,8 @@ from slm.atomic import atomic_write
 
 LAST = "last.ckpt"
 PREVIOUS = "previous.ckpt"
+LEFTOVER = re.compile(r"last-v(\d+)\.ckpt")
+"""A last.ckpt Lightning wrote beside another under a new name (see _leftovers)."""
 BAD_CHECKPOINT = ("fail", "previous", "restart")
 """What a resume does when last.ckpt is damaged: fail (say so), previous (resume from previous.ckpt), restart
 (train from step 0); the damaged file is kept as last.ckpt.bad either way."""
@@ -96,12 +102,60 @@ def inspect_checkpoint(path: str | os.PathLike) -> tuple[int | None, str | None]
     return ckpt["global_step"], None
 
 
+def checkpoint_step(path: str | os.PathLike) -> int:
+    """The global step of a checkpoint `inspect_checkpoint` passed (the pickle only: the tensors stay unread)."""
+    return torch.load(path, map_location="cpu", weights_only=True, mmap=True)["global_step"]
+
+
+def _leftovers(directory: Path) -> list[tuple[Path, int | None, str | None]]:
+    """The last-v<N>.ckpt files in `directory`, by version, each with its step (or None and what is wrong with it).
+    Lightning's ModelCheckpoint wrote them, beside a last.ckpt it no longer recognised, when a run trained before
+    slm.training.callbacks.RunCheckpoint was resumed after its directory had been copied or moved."""
+    if not directory.is_dir():
+        return []
+    found = sorted((int(match.group(1)), path) for path in directory.iterdir()
+                   if (match := LEFTOVER.fullmatch(path.name)) is not None)
+    return [(path, *inspect_checkpoint(path)) for _, path in found]
+
+
+def _newer_leftover(last: Path, leftovers: list, apply: bool) -> Path | None:
+    """The newest good leftover (`_leftovers`) when it is newer than last.ckpt (or last.ckpt is missing or damaged),
+    else None. Either way one line says which file is used and which are ignored (apply=False: nothing said, no file
+    moved); a damaged last.ckpt passed over is kept as last.ckpt.bad, so no later save keeps it as previous.ckpt."""
+    last_step, last_problem = inspect_checkpoint(last) if last.exists() else (None, "there is none")
+    good = [(step, version, path) for version, (path, step, problem) in enumerate(leftovers) if problem is None]
+    step, _, newest = max(good) if good else (None, None, None)
+    use = newest is not None and (last_step is None or step > last_step)
+    if not apply:
+        return newest if use else None
+    where = last.parent.name
+    others = [f"{path.name} ({f'step {found}' if problem is None else 'damaged'})"
+              for path, found, problem in leftovers if path != newest or not use]
+    them = "it" if len(others) == 1 else "them"
+    if use:
+        if last.exists() and last_problem is not None:
+            os.replace(last, last.with_name(LAST + ".bad"))
+        was = f"step {last_step}" if last_step is not None else last_problem
+        left = (f"; also left there: {', '.join(others)}, older or damaged: delete {them} to free space"
+                if others else "")
+        print(f"slm-train: resuming from {where}/{newest.name} (step {step}), newer than {where}/{LAST} ({was}): "
+              f"Lightning wrote it there after the run directory was copied or moved; the run checkpoints into "
+              f"{LAST} from now on, and {newest.name} can be deleted once it has{left}", flush=True)
+        return newest
+    why = f"none is newer than {LAST} (step {last_step})" if last_step is not None else "none can be resumed from"
+    print(f"slm-train: ignoring {', '.join(others)} in {where}/, left by a resume after the run directory was copied "
+          f"or moved: {why}; delete {them} to free space", flush=True)
+    return None
+
+
 def resume_checkpoint(directory: str | os.PathLike, policy: str = "fail", apply: bool = True) -> Path | None:
     """The checkpoint a run resumes from (None: a fresh start), after checking it.
 
     A damaged last.ckpt raises ResumeError under policy `fail`; under `previous` the run resumes from
     previous.ckpt (if that one is good), under `restart` from step 0; both keep the damaged file as
     last.ckpt.bad, and say what they did on stdout.
+    A good last-v<N>.ckpt newer than last.ckpt (left by a resume of a moved run directory before the fix, see
+    _leftovers) is resumed from, and said so; older or damaged ones are ignored with a note, never used silently.
     apply=False (the other ranks of a data-parallel job): the same answer, with no file moved and nothing said;
     a last.ckpt.bad without a last.ckpt is taken as rank 0's doing under `previous`.
     """
@@ -109,6 +163,11 @@ def resume_checkpoint(directory: str | os.PathLike, policy: str = "fail", apply:
         raise ResumeError(f"bad_checkpoint={policy!r} is invalid: choose one of: {', '.join(BAD_CHECKPOINT)}")
     directory = Path(directory)
     last, previous = directory / LAST, directory / PREVIOUS
+    leftovers = _leftovers(directory)
+    if leftovers:
+        newer = _newer_leftover(last, leftovers, apply)
+        if newer is not None:
+            return newer
     if not last.exists():
         moved = last.with_name(LAST + ".bad")
         if not apply and policy == "previous" and moved.exists() and previous.exists():
