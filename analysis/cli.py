@@ -11,8 +11,9 @@
     slm-plan gpu_hours=184 gpu=v100 n_gpus=8 params=40e6              # tokens, loss, N*, D* for a budget
 
 RESULTS may also be a runs directory (collected on the fly). Bad input (no such path, no runs found, an
-unknown column or plot kind) is one line on stderr, `<prog>: error: ...`, and exit code 2; warnings
-(an unreadable result.json, a plot drawn as a placeholder) are `<prog>: warning: ...` lines.
+unknown column or plot kind, a damaged file: analysis.readers.BadFile names it and what is wrong) is one line
+on stderr, `<prog>: error: ...`, and exit code 2; warnings (an unreadable result.json, skipped; a plot drawn
+as a placeholder) are `<prog>: warning: ...` lines.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import sys
 from pathlib import Path
 
 from slm.bad_input import OneLineParser, fail  # standard library only: no Hydra, no torch
+from slm.pipes import quiet_on_closed_pipe
 
 
 def _logging(prog: str, verbose: bool = False) -> None:
@@ -52,6 +54,8 @@ def _where(prog: str, arg: str, what: str = "results table or runs directory") -
 
 
 def _load(prog: str, path: str):
+    """The results table at `path` (a table file or a runs directory), or one line and exit 2: a file that is not
+    a results table (analysis.readers.BadFile names it and what is wrong), or no runs in it."""
     from analysis.collect import load_results
 
     path = _where(prog, path)
@@ -59,13 +63,32 @@ def _load(prog: str, path: str):
         table = load_results(path)
     except (FileNotFoundError, ValueError, OSError) as err:
         fail(prog, f"{path}: {err}" if str(path) not in str(err) else str(err))
-    except Exception as err:  # noqa: BLE001 - a corrupt parquet/csv file is bad input, not a bug
-        fail(prog, f"cannot read {path}: {type(err).__name__}: {err}")
     if table.empty:
-        fail(prog, f"{path}: no runs in it")
+        fail(prog, f"{path}: no runs in it" + (" (no result.json files and no Hydra job folders under it)"
+                                              if Path(path).is_dir() else ""))
     return table
 
 
+def _bad_files_fail(prog: str):
+    """Decorator of a command: a file it reads that cannot be used (analysis.readers.BadFile, one line naming
+    the file and what is wrong) ends it as bad input, `<prog>: error: <path>: ...`, exit 2."""
+    import functools
+
+    def wrap(main):
+        @functools.wraps(main)
+        def run(argv: list[str] | None = None) -> None:
+            from analysis.readers import BadFile
+
+            try:
+                return main(argv)
+            except BadFile as err:
+                fail(prog, str(err))
+        return run
+    return wrap
+
+
+@_bad_files_fail("slm-collect")
+@quiet_on_closed_pipe
 def collect_main(argv: list[str] | None = None) -> None:
     prog = "slm-collect"
     p = OneLineParser(prog=prog, description="Collect every run's result.json under the given directories into one "
@@ -94,6 +117,8 @@ def collect_main(argv: list[str] | None = None) -> None:
     print(f"{prog}: {len(table)} run{'' if len(table) == 1 else 's'} ({summary}) -> {path}")
 
 
+@_bad_files_fail("slm-plot")
+@quiet_on_closed_pipe
 def plot_main(argv: list[str] | None = None) -> None:
     from analysis.plots import KINDS
 
@@ -111,8 +136,13 @@ def plot_main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     _logging(prog, args.verbose)
     from analysis.plots import draw
+    from analysis.report import check_table
 
     table = _load(prog, args.results)
+    try:
+        check_table(table)
+    except ValueError as err:
+        fail(prog, f"{args.results}: {err}")
     formats = [f.strip().lower() for f in args.format.split(",") if f.strip()]
     bad = [f for f in formats if f not in ("png", "svg", "pdf")]
     if bad or not formats:
@@ -127,6 +157,8 @@ def plot_main(argv: list[str] | None = None) -> None:
         print(f"{prog}: {kind}: {', '.join(str(p) for p in paths)}")
 
 
+@_bad_files_fail("slm-report")
+@quiet_on_closed_pipe
 def report_main(argv: list[str] | None = None) -> None:
     prog = "slm-report"
     p = OneLineParser(prog=prog, description="Write the Markdown and HTML report (tables, tiers, threshold, best "
@@ -161,6 +193,8 @@ def report_main(argv: list[str] | None = None) -> None:
     print(f"{prog}: wrote {path.with_name('report.md')} and {path}")
 
 
+@_bad_files_fail("slm-ladder")
+@quiet_on_closed_pipe
 def ladder_main(argv: list[str] | None = None) -> None:
     prog = "slm-ladder"
     p = OneLineParser(prog=prog, description="arXiv 2512.20877 side by side: the ladder runs' test NLL next to the "
@@ -180,6 +214,8 @@ def ladder_main(argv: list[str] | None = None) -> None:
     print(f"{prog}: wrote {path} and {Path(args.out_dir) / 'figures' / 'ladder_nll_flops.png'}")
 
 
+@_bad_files_fail("slm-lr-transfer")
+@quiet_on_closed_pipe
 def lr_transfer_main(argv: list[str] | None = None) -> None:
     prog = "slm-lr-transfer"
     p = OneLineParser(prog=prog, description="Learning-rate transfer: for each run group that sweeps train.lr "
@@ -202,6 +238,8 @@ def lr_transfer_main(argv: list[str] | None = None) -> None:
     print(f"{prog}: wrote {path} and its figures in {Path(args.out_dir) / 'figures'}")
 
 
+@_bad_files_fail("slm-compare")
+@quiet_on_closed_pipe
 def compare_main(argv: list[str] | None = None) -> None:
     prog = "slm-compare"
     p = OneLineParser(prog=prog, description="Paired comparison of two runs on the same lm-eval documents, per "
@@ -243,6 +281,8 @@ def compare_main(argv: list[str] | None = None) -> None:
         print(f"{prog}: warning: {reason}", file=sys.stderr)
 
 
+@_bad_files_fail("slm-fit")
+@quiet_on_closed_pipe
 def fit_main(argv: list[str] | None = None) -> None:
     prog = "slm-fit"
     p = OneLineParser(prog=prog, description="Scaling-law fit of the completed runs' validation NLL, L(N, D) = "
@@ -279,6 +319,8 @@ def fit_main(argv: list[str] | None = None) -> None:
     print(f"{prog}: wrote {path} and {png}")
 
 
+@_bad_files_fail("slm-plan")
+@quiet_on_closed_pipe
 def plan_main(argv: list[str] | None = None) -> None:
     prog = "slm-plan"
     from analysis.planning import USAGE, PlanError, format_plan, parse, plan
@@ -294,6 +336,8 @@ def plan_main(argv: list[str] | None = None) -> None:
     print(format_plan(result))
 
 
+@_bad_files_fail("slm-claims")
+@quiet_on_closed_pipe
 def claims_main(argv: list[str] | None = None) -> None:
     prog = "slm-claims"
     p = OneLineParser(prog=prog, description="slm's verdict on a depth x width study's claims (two tiers, a width "

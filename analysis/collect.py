@@ -11,9 +11,10 @@ sweep whose folder was never created is a row with status `pending`: the jobs th
 sweep.json, or, for a sweep from before sweep.json, those of a basic-sweeper `multirun.yaml` when the
 collector can expand it exactly (simple `key=a,b,c` overrides; anything else is not guessed). Statuses are
 slm.runs.status's vocabulary, the same words as slm-status. A result.json that cannot be read or parsed, is no
-JSON object, or has a status or section of the wrong type (slm.runs.record.load_record), and a
-multirun.yaml that cannot be read, are each named in one warning line (logger `analysis.collect`) with
-the reason, and skipped.
+JSON object, or has a status or section of the wrong type (slm.runs.record.load_record) or a field of the
+wrong kind (a string where a number belongs: analysis.schema, and a model field whose kind differs from the
+other runs'), and a multirun.yaml that cannot be read (analysis.readers), are each named in one warning line
+(logger `analysis.collect`) with the reason, and skipped. A results table file that is not one is a BadFile.
 
 Columns: analysis.schema declares each one (name, role, kind, where the record holds it, what it is; the list
 is docs/results_table.md) and row_from_record writes them; records from before a field moved or was renamed
@@ -25,14 +26,17 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
 import pandas as pd
 
 from analysis.records import RENAMED_TASKS  # noqa: F401 (the table's task names, for analysis.paired)
+from analysis.readers import BadFile, read_table, read_yaml, shown
 from analysis.records import ABSENT, Record, model_section, relative
-from analysis.schema import ANALYSIS, COLUMNS, LEADING_AXES, MODEL, PLACEHOLDERS, SWEEP, block, model_cells
+from analysis.schema import (ANALYSIS, COLUMNS, LEADING_AXES, MODEL, PLACEHOLDERS, SWEEP, block, declared,
+                             model_cells)
 from slm.renames import MODEL_MOVED, TRAIN_MOVED
 from slm.runs.record import RESULT_FILE, RecordError, load_record
 from slm.runs.status import ORDER, PENDING, listed_jobs, live_status, sweep_lr_multipliers
@@ -167,24 +171,15 @@ def expected_jobs(multirun_yaml: str | os.PathLike) -> dict[str, dict] | None:
     if listed:
         return {key: dict(str(o).split("=", 1) for o in overrides if "=" in str(o)) for key, overrides in listed.items()}
     try:
-        import yaml
-
         from slm.runs.keys import job_key
     except ImportError:
         return None
     try:
-        cfg = yaml.safe_load(Path(multirun_yaml).read_text())
-        problem = None if isinstance(cfg, dict) and isinstance(cfg.get("hydra"), dict) else "no hydra: section"
-    except UnicodeDecodeError:
-        problem = "not UTF-8 text"
-    except OSError as err:
-        problem = err.strerror or type(err).__name__
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        problem = f"not valid YAML: {getattr(err, 'problem', None) or type(err).__name__}" + \
-            (f" at line {mark.line + 1}" if mark else "")
-    if problem:
-        log.warning("cannot read %s: %s; jobs it lists that never started are not shown", multirun_yaml, problem)
+        cfg = read_yaml(multirun_yaml)
+        if not isinstance(cfg, dict) or not isinstance(cfg.get("hydra"), dict):
+            raise BadFile(f"{multirun_yaml}: no hydra: section")
+    except BadFile as err:
+        log.warning("cannot read %s; jobs it lists that never started are not shown", err)
         return None
     try:
         hydra = cfg["hydra"]
@@ -226,6 +221,9 @@ def _row(record: dict, run_dir: Path, root) -> dict | None:
     """row_from_record, or None (one warning line) for a record whose nested fields have unexpected types."""
     try:
         return row_from_record(record, run_dir, root)
+    except BadFile as err:  # a field of the wrong kind, named (analysis.schema.Column.read)
+        log.warning("cannot read %s; skipped", err)
+        return None
     except (AttributeError, TypeError, ValueError) as err:
         log.warning("cannot read %s: unexpected content (%s: %s); skipped", run_dir / RESULT_FILE,
                     type(err).__name__, " ".join(str(err).split()))
@@ -247,7 +245,7 @@ def collect(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> pd.DataFr
     FileNotFoundError for a path that does not exist."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    rows, seen = [], set()
+    rows, not_started, seen = [], [], set()
     multipliers: dict[Path, dict[str, float]] = {}
     for path in map(Path, paths):
         if not path.exists():
@@ -272,7 +270,7 @@ def collect(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> pd.DataFr
         for job_dir in bare:
             if job_dir.resolve() not in seen:
                 seen.add(job_dir.resolve())
-                rows.append(_not_started_row(job_dir, root, "job folder without result.json",
+                not_started.append(_not_started_row(job_dir, root, "job folder without result.json",
                                              live_status(None, job_dir)))
         for multirun in sweeps:
             jobs = expected_jobs(multirun)
@@ -280,9 +278,40 @@ def collect(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> pd.DataFr
                 job_dir = multirun.parent / name
                 if job_dir.resolve() not in seen:
                     seen.add(job_dir.resolve())
-                    rows.append(_not_started_row(job_dir, root, "a job of the sweep with no job folder", PENDING,
-                                                 overrides))
-    return tidy(pd.DataFrame(rows))
+                    not_started.append(_not_started_row(job_dir, root, "a job of the sweep with no job folder",
+                                                        PENDING, overrides))
+    return tidy(pd.DataFrame(_kinds_agree(rows) + not_started))
+
+
+_KINDS = ((bool, "true or false"), ((int, float), "a number"), (str, "a string"))
+
+
+def _kind(value) -> str | None:
+    """What a cell holds: "a number", "a string", "true or false", "other" (None: empty)."""
+    if value is None:
+        return None
+    return next((word for types, word in _KINDS if isinstance(value, types)), "other")
+
+
+def _kinds_agree(rows: list[dict]) -> list[dict]:
+    """The records' rows whose every cell is of the kind most runs have in that column (ties: a number, true or
+    false, a string): a record whose model field holds a string where the other runs have a number (which no
+    table column can hold) is skipped with one warning line naming it."""
+    order = [word for _, word in _KINDS] + ["other"]
+    odd: dict[int, str] = {}
+    for column in dict.fromkeys(c for row in rows for c in row):
+        counts = Counter(_kind(row.get(column)) for row in rows)
+        counts.pop(None, None)
+        if len(counts) < 2:
+            continue
+        usual = min(counts, key=lambda word: (-counts[word], order.index(word)))
+        for i, row in enumerate(rows):
+            if i not in odd and _kind(row.get(column)) not in (None, usual):
+                odd[i] = (f"{column} is {shown(row[column])} where {counts[usual]} other "
+                          f"run{'s have' if counts[usual] > 1 else ' has'} {usual}")
+    for i, why in odd.items():
+        log.warning("cannot read %s: %s; skipped", Path(rows[i]["run_dir"]) / RESULT_FILE, why)
+    return [row for i, row in enumerate(rows) if i not in odd]
 
 
 def tidy(table: pd.DataFrame) -> pd.DataFrame:
@@ -317,20 +346,37 @@ def tidy(table: pd.DataFrame) -> pd.DataFrame:
 
 def load_results(path: str | os.PathLike) -> pd.DataFrame:
     """The results table from a .parquet or .csv file written by `slm-collect`, or collected afresh
-    from a runs directory (or a result.json)."""
+    from a runs directory (or a result.json). FileNotFoundError for a path that does not exist; BadFile
+    (analysis.readers, one line naming the file) for a file that is not such a table."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no such file or directory: {path}")
     if path.is_dir() or path.name == RESULT_FILE:
         return collect([path])
-    suffix = path.suffix.lower()
-    if suffix in (".parquet", ".pq"):
-        return pd.read_parquet(path)
-    if suffix == ".csv":
-        return pd.read_csv(path)
-    if suffix == ".json":
-        return tidy(pd.read_json(path, orient="records"))
-    raise ValueError(f"{path}: expected a .parquet or .csv results table, or a runs directory")
+    table = read_table(path)
+    check_numbers(table, path)
+    return tidy(table) if path.suffix.lower() == ".json" else table
+
+
+def check_numbers(table: pd.DataFrame, path: str | os.PathLike) -> None:
+    """BadFile naming the file, column and run where a table holds text in a column of numbers: one the schema
+    declares a number or an integer (val_nll, tokens, score_<task>, ...), or a model field whose other cells
+    are numbers (n_layers)."""
+    for column in table.columns:
+        cells = table[column]
+        if pd.api.types.is_numeric_dtype(cells) or pd.api.types.is_bool_dtype(cells):
+            continue
+        numbers = pd.to_numeric(cells, errors="coerce")
+        text = cells.notna() & numbers.isna() & (cells.astype(str).str.strip() != "")
+        if not text.any():
+            continue
+        column_ = declared(str(column))
+        kind = column_.kind if column_ is not None else None
+        if kind in ("number", "integer") or kind is None and numbers.notna().sum() > text.sum():
+            first = text.to_numpy().nonzero()[0][0]
+            run = f"run {table['run'].iloc[first]}" if "run" in table else f"row {first + 1}"
+            raise BadFile(f"{path}: column {column}: {run} has {shown(cells.iloc[first])}, not a number"
+                          + (f" ({text.sum()} such cells)" if text.sum() > 1 else ""))
 
 
 def save_results(table: pd.DataFrame, path: str | os.PathLike) -> Path:

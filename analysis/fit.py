@@ -45,7 +45,6 @@ percentiles of the successful draws. fit.json keeps up to `keep` draws of the co
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import os
 import warnings
@@ -58,6 +57,7 @@ from matplotlib.ticker import FuncFormatter
 from scipy.optimize import minimize
 
 from analysis import plot_style as style
+from analysis.readers import BadFile, is_number, read_json, shown
 
 LAW = "L(N, D) = E + A / N^alpha + B / D^beta"
 NAMES = ("E", "A", "B", "alpha", "beta")
@@ -110,8 +110,10 @@ class FitData:
 
 
 def fit_data(table: pd.DataFrame, params: str = "non_embedding") -> FitData:
-    """The runs to fit: completed, with a finite exact val_nll, N > 0 and D > 0. Raises FitError (one line) when
-    there are none, or fewer than MIN_RUNS, or fewer than MIN_DISTINCT distinct N or D values."""
+    """The runs to fit: completed, with a finite exact val_nll, N > 0 and D > 0 (the others are left out, counted
+    in `skipped` by what is wrong: missing or NaN, not a number, infinite, <= 0). Raises FitError (one line) when
+    there are none, or fewer than MIN_RUNS (naming the runs left out and why), or fewer than MIN_DISTINCT
+    distinct N or D values."""
     if params not in PARAMS:
         raise FitError(f"params={params}: choose one of {', '.join(PARAMS)}")
     column = PARAMS[params]
@@ -133,18 +135,26 @@ def fit_data(table: pd.DataFrame, params: str = "non_embedding") -> FitData:
         if bound.any():
             skipped["NELBO bound, not an NLL"] = int(bound.sum())
         rows = rows[~bound]
-    L = pd.to_numeric(rows[LOSS], errors="coerce").to_numpy(float)
-    N = pd.to_numeric(rows[column], errors="coerce").to_numpy(float)
-    D = pd.to_numeric(rows["tokens"], errors="coerce").to_numpy(float)
-    ok = np.isfinite(L) & (L > 0) & np.isfinite(N) & (N > 0) & np.isfinite(D) & (D > 0)
-    if (~ok).any():
-        skipped[f"no finite {LOSS}, {column} or tokens"] = int((~ok).sum())
-    rows, L, N, D = rows[ok], L[ok], N[ok], D[ok]
-    if not len(rows):
-        raise FitError(f"no completed run with a validation NLL ({LOSS}) and {column}, tokens to fit")
+    names = rows["run"].astype(str).tolist() if "run" in rows else [str(i) for i in rows.index]
+    numeric, ok, bad = {}, np.ones(len(rows), bool), {}
+    for name in (LOSS, column, "tokens"):
+        numeric[name] = pd.to_numeric(rows[name], errors="coerce").to_numpy(float)
+        for reason, where in _bad_values(rows[name], numeric[name]).items():
+            bad[f"{name} {reason}"] = [n for n, w in zip(names, where & ok) if w]
+            ok &= ~where
+    bad = {reason: runs for reason, runs in bad.items() if runs}
+    skipped.update({reason: len(runs) for reason, runs in bad.items()})
+    rows, names = rows[ok], [n for n, keep in zip(names, ok) if keep]
+    L, N, D = numeric[LOSS][ok], numeric[column][ok], numeric["tokens"][ok]
     if len(rows) < MIN_RUNS:
+        need = f"{LAW} needs {LOSS}, {column} and tokens finite and > 0"
+        why = "; ".join(f"{len(runs)} run{' has' if len(runs) == 1 else 's have'} {reason}: {_names(runs)}"
+                        for reason, runs in bad.items())
+        if not len(rows):
+            raise FitError(f"no completed run to fit: {need}; {why}" if bad else
+                           f"no completed run with a validation NLL ({LOSS}) and {column}, tokens to fit")
         raise FitError(f"{len(rows)} completed run{'' if len(rows) == 1 else 's'} with {LOSS}: the fit needs at least "
-                       f"{MIN_RUNS} (five constants)")
+                       f"{MIN_RUNS} (five constants)" + (f"; left out, as {need}: {why}" if bad else ""))
     for name, values, what in ((column, N, "model sizes"), ("tokens", D, "token counts")):
         distinct = len(np.unique(values))
         if distinct < MIN_DISTINCT:
@@ -158,10 +168,22 @@ def fit_data(table: pd.DataFrame, params: str = "non_embedding") -> FitData:
     source = ("train_flops (flops_per_token x tokens, PaLM convention)" if measured.all() else
               "6 N D (no run has train_flops)" if not measured.any() else
               f"train_flops where recorded, else {k:.3g} N D")
-    names = rows["run"].astype(str).tolist() if "run" in rows else [str(i) for i in rows.index]
     mixed = {name: sorted(rows[name].dropna().astype(str).unique()) for name in MIXED_COLUMNS if name in rows}
     mixed = {name: values for name, values in mixed.items() if len(values) > 1}
     return FitData(names, N, D, L, C, column, k, source, skipped, mixed)
+
+
+def _bad_values(raw: pd.Series, numbers: np.ndarray) -> dict[str, np.ndarray]:
+    """{what is wrong: mask} of a column the fit needs finite and > 0: missing (empty or NaN), not a number,
+    infinite, <= 0."""
+    missing = raw.isna().to_numpy()
+    text = ~missing & np.isnan(numbers)  # a value pandas cannot read as a number ("NaN" text reads as NaN)
+    return {"missing or NaN": missing, "not a number": text, "infinite": np.isinf(numbers),
+            "<= 0": np.isfinite(numbers) & (numbers <= 0)}
+
+
+def _names(runs: list[str], limit: int = 5) -> str:
+    return ", ".join(runs[:limit]) + (f", ... ({len(runs) - limit} more)" if len(runs) > limit else "")
 
 
 # ---------------------------------------------------------------------------------------------- approach 3
@@ -457,6 +479,12 @@ def allocation(result: FitResult, computes=None) -> list[dict]:
     return rows
 
 
+def _share(exponent: float, law: dict) -> float:
+    """exponent / (alpha + beta): the compute-optimal exponents a and b; NaN when both exponents are 0 (no optimum)."""
+    total = law["alpha"] + law["beta"]
+    return exponent / total if total > 0 else math.nan
+
+
 def to_json(result: FitResult, keep: int = 200) -> dict:
     """fit.json's content."""
     draws = result.samples[np.all(np.isfinite(result.samples), axis=1)][:keep]
@@ -466,7 +494,7 @@ def to_json(result: FitResult, keep: int = 200) -> dict:
     approach3 = {
         "law": LAW, "constants": law,
         "intervals": {name: result.interval(result.samples[:, i]) for i, name in enumerate(NAMES)},
-        "a": law["beta"] / (law["alpha"] + law["beta"]), "b": law["alpha"] / (law["alpha"] + law["beta"]),
+        "a": _share(law["beta"], law), "b": _share(law["alpha"], law),
         "a_interval": result.interval(a_draws), "b_interval": result.interval(b_draws),
         "objective": result.objective, "at_bound": result.at_bound,
         "draws": int(len(result.samples)), "failed_draws": int((~np.all(np.isfinite(result.samples), axis=1)).sum()),
@@ -622,7 +650,7 @@ def plot(result: FitResult):
 
     # 3: N_opt against compute
     ax = axes[2]
-    ax.plot(c_grid, n_opt, color=style.PALETTE[0], lw=1.6, label=f"approach 3: a = {law['beta'] / (law['alpha'] + law['beta']):.3f}")
+    ax.plot(c_grid, n_opt, color=style.PALETTE[0], lw=1.6, label=f"approach 3: a = {_share(law['beta'], law):.3f}")
     if len(draws["E"]):
         band(ax, c_grid, ns, style.PALETTE[0])
     if minima:
@@ -669,16 +697,36 @@ def write(result: FitResult, out_dir: str | os.PathLike, keep: int = 200) -> tup
 
 
 def load_fit(path: str | os.PathLike) -> dict:
-    """A fit.json written by slm-fit (its directory also accepted). Raises ValueError with one line."""
+    """A fit.json written by slm-fit (its directory also accepted): FileNotFoundError when there is none, else
+    BadFile (a ValueError, one line naming the file and the field) for one that cannot be read or planned
+    with: approach3.constants finite numbers, approach3.samples lists of numbers (null: a failed draw),
+    flops_per_param_token a positive number when present."""
     path = Path(path)
     if path.is_dir():
         path = path / "fit.json"
     if not path.exists():
         raise FileNotFoundError(f"no such file: {path}")
-    try:
-        content = json.loads(path.read_text())
-    except (OSError, ValueError) as err:
-        raise ValueError(f"{path}: not a JSON file ({err})") from err
-    if not isinstance(content, dict) or content.get("kind") != "slm-fit" or "approach3" not in content:
-        raise ValueError(f"{path}: not a fit.json written by slm-fit")
+    content = read_json(path, dict)
+    if content.get("kind") != "slm-fit" or "approach3" not in content:
+        raise BadFile(f"{path}: not a fit.json written by slm-fit (no \"kind\": \"slm-fit\" with an approach3)")
+
+    def bad(field: str, value, what: str) -> BadFile:
+        return BadFile(f"{path}: {field} is {shown(value)}, not {what}")
+
+    a3 = content["approach3"]
+    if not isinstance(a3, dict) or not isinstance(a3.get("constants"), dict):
+        field, value = ("approach3", a3) if not isinstance(a3, dict) else ("approach3.constants", a3.get("constants"))
+        raise bad(field, value, f"an object with {', '.join(NAMES)}")
+    for name in NAMES:
+        if not is_number(a3["constants"].get(name), finite=True):
+            raise bad(f"approach3.constants.{name}", a3["constants"].get(name), "a finite number")
+    samples = a3.get("samples") or {}
+    if not isinstance(samples, dict):
+        raise bad("approach3.samples", samples, f"an object of {', '.join(NAMES)} -> draws")
+    for name, draws in samples.items():
+        if not isinstance(draws, list) or not all(v is None or is_number(v) for v in draws):
+            raise bad(f"approach3.samples.{name}", draws, "a list of numbers")
+    k = content.get("flops_per_param_token")
+    if k is not None and not (is_number(k, finite=True) and k > 0):
+        raise bad("flops_per_param_token", k, "a positive number")
     return content

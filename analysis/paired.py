@@ -28,7 +28,6 @@ Reads result files only.
 from __future__ import annotations
 
 import functools
-import json
 import math
 import warnings
 from dataclasses import asdict, dataclass, field, replace
@@ -37,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from analysis.collect import RENAMED_TASKS
+from analysis.readers import BadFile, is_number, json_type, read_json_lines, shown
 
 ALPHA = 0.05
 DRAWS = 2000
@@ -134,27 +134,32 @@ def _read_file(path: Path, mtime_ns: int = 0, size: int = 0) -> dict[str, TaskDo
     tasks: dict[str, TaskDocuments] = {}
     groups: dict[str, list[str]] = {}
     try:
-        lines = path.read_text().splitlines()
-    except OSError as err:
-        raise PairedError(f"{path}: cannot read the per-document file: {err.strerror or err}") from None
-    for number, text in enumerate(lines, 1):
-        if not text.strip():
-            continue
-        try:
-            line = json.loads(text)
-            task = RENAMED_TASKS.get(line["task"], line["task"])  # a file written under a task's former name
-            key = (task, line["doc_id"]) if "doc_id" in line else None
-            hash(key)
-        except (ValueError, KeyError, TypeError):
-            raise PairedError(f"{path}: line {number} is not a per-document line (JSON with a task)") from None
-        if key is not None:
+        lines = read_json_lines(path, "a per-document line")
+    except BadFile as err:
+        raise PairedError(str(err)) from None
+    for number, line in lines:
+        if not isinstance(line, dict) or not isinstance(line.get("task"), str):
+            raise PairedError(f"{path}: line {number} is not a per-document line (a JSON object with a task name)")
+        task = RENAMED_TASKS.get(line["task"], line["task"])  # a file written under a task's former name
+        if "doc_id" in line:
+            key = (task, line["doc_id"])
+            if not isinstance(line["doc_id"], (int, float, str)) or isinstance(line["doc_id"], bool):
+                raise PairedError(f"{path}: line {number}: doc_id is {json_type(line['doc_id'])}, not a number "
+                                  "or a string")
             entry = tasks.setdefault(task, TaskDocuments(task, {}, {}, path))
             entry.documents[key] = line
         elif "group" in line:
-            groups[task] = [RENAMED_TASKS.get(t, t) for t in line["group"]]
+            members = line["group"]
+            if not isinstance(members, list) or not all(isinstance(t, str) for t in members):
+                raise PairedError(f"{path}: line {number}: \"group\" is {shown(members)}, not a list of task names")
+            groups[task] = [RENAMED_TASKS.get(t, t) for t in members]
         else:
+            metrics = line.get("metrics") or {}
+            if not isinstance(metrics, dict) or not all(isinstance(info, dict) for info in metrics.values()):
+                raise PairedError(f"{path}: line {number}: \"metrics\" is {shown(metrics)}, not an object of "
+                                  "metric -> {aggregation, higher_is_better}")
             entry = tasks.setdefault(task, TaskDocuments(task, {}, {}, path))
-            entry.metrics = dict(line.get("metrics") or {})
+            entry.metrics = dict(metrics)
     for group, members in groups.items():
         members = [tasks[t] for t in members if t in tasks]
         if not members:
@@ -180,6 +185,9 @@ def load_documents(run_dir: str | Path) -> RunDocuments:
     if record is None:
         raise PairedError(f"{run_dir}: no {RESULT_FILE} (not a run directory)")
     lm = (record.get("eval") or {}).get("lm_eval") or {}
+    if not isinstance(lm, dict) or not isinstance(lm.get("metrics") or {}, dict):
+        name, value = ("eval.lm_eval", lm) if not isinstance(lm, dict) else ("eval.lm_eval.metrics", lm["metrics"])
+        raise PairedError(f"{run_dir / RESULT_FILE}: {name} is {json_type(value)}, not an object")
     details = lm.get("details") if isinstance(lm.get("details"), dict) else {}
     details = {RENAMED_TASKS.get(t, t): d for t, d in details.items()}
     pinned = {task: d["documents_file"] for task, d in details.items()
@@ -193,7 +201,7 @@ def load_documents(run_dir: str | Path) -> RunDocuments:
     parsed = {}
     for name in names:
         path = Path(name) if Path(name).is_absolute() else run_dir / name
-        if not path.is_file():
+        if not path.exists():
             raise PairedError(f"{path}: the per-document file named in {run_dir / RESULT_FILE} is missing; "
                               f"re-run `slm-eval {run_dir} --tasks ...`")
         stat = path.stat()
@@ -335,7 +343,11 @@ def _paired(task: str, side_a: list[RunDocuments], side_b: list[RunDocuments], m
 
     def numbers(d: TaskDocuments, k: tuple):
         value = d.documents[k].get(key)
-        return (value, 1.0) if not isinstance(value, list) else (value[0], value[1])
+        pair = isinstance(value, list) and len(value) == 2
+        if not (value is None or is_number(value) or pair and all(v is None or is_number(v) for v in value)):
+            raise PairedError(f"{d.file}: task {k[0]} doc_id {shown(k[1])}: {key} is {shown(value)}, not a number "
+                              "or [log-likelihood, count]")
+        return (value, 1.0) if not pair else (value[0], value[1])
 
     rows = [[numbers(d, k) for d in docs] for k in keys]
     ok = [all(v is not None and w is not None for v, w in row) for row in rows]

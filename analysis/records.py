@@ -12,8 +12,10 @@ import json
 import math
 from pathlib import Path
 
+from analysis.readers import BadFile, shown
 from slm.eval import RENAMED_TASKS
 from slm.renames import TRAIN_MOVED, RenameError, upgrade_model_fields, upgrade_train_fields
+from slm.runs.record import RESULT_FILE
 from slm.runs.status import live_status
 
 KNOWN_CHANCE = {
@@ -332,9 +334,17 @@ def val_ppl_bound(r):
     return number(ev.get("val_ppl_bound", ev.get("val_ppl")))
 
 
+def _measured(r, value, where: str) -> float | None:
+    """number(value), or BadFile naming the record and `where` for a value that is no number (a string, a list)."""
+    cell = number(value)
+    if cell is None and value is not None:
+        raise BadFile(f"{r.run_dir / RESULT_FILE}: {where} is {shown(value)}, not a number")
+    return cell
+
+
 def score(r, task):
     """eval.lm_eval.scores[task]"""
-    return number(r.lm["scores"][task])
+    return _measured(r, r.lm["scores"][task], f"eval.lm_eval.scores.{task}")
 
 
 def stderr(r, task):
@@ -359,7 +369,7 @@ def chance(r, task):
 
 def suite_average(r, suite):
     """eval.lm_eval.averages[suite]"""
-    return number(r.lm["averages"][suite])
+    return _measured(r, r.lm["averages"][suite], f"eval.lm_eval.averages.{suite}")
 
 
 def suite_tasks(r, suite):

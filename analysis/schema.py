@@ -34,7 +34,9 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import records as read
+from analysis.readers import BadFile, is_number, shown
 from analysis.records import ABSENT, Record, get, number, scalar
+from slm.runs.record import RESULT_FILE
 from slm.runs.status import ORDER
 
 MODEL = "the model section"
@@ -47,6 +49,8 @@ ANALYSIS = "added by the analysis"
 KINDS = {"number": "a float (missing: NaN)", "integer": "an integer as recorded", "text": "a string",
          "flag": "true / false (empty: not recorded)", "value": "as recorded"}
 """What the values of a column are."""
+KIND_WORDS = {"number": "a number", "integer": "an integer", "flag": "true or false", "text": "a string"}
+"""What a record must hold where a column of the kind is read (anything else: the record is skipped, named)."""
 ROLE_DOCS = {
     "identity": "which run", "config": "what was trained; runs with equal config columns are one configuration",
     "nuisance": "what varies between runs of one configuration: seeds are pooled, lrs searched (analysis.tuning)",
@@ -81,15 +85,23 @@ class Column:
         return self.name.split("<")[0] if "<" in self.name else None
 
     def read(self, view: Record, key: str | None = None):
-        """This column's value in the record (ABSENT: not written)."""
+        """This column's value in the record (ABSENT: not written); BadFile for a value of another kind where the
+        record holds it at a path (a string where a number belongs)."""
         if callable(self.source):
             return self.source(view, key) if key is not None else self.source(view)
         value = get(view.record, self.source)
+        if value is None or self.kind not in KIND_WORDS:
+            return value
         if self.kind == "number":
-            return number(value)
-        if self.kind == "flag":
-            return value if isinstance(value, bool) else None
-        return value
+            cell = number(value)
+        elif self.kind == "integer":
+            cell = value if is_number(value) else None
+        else:
+            cell = value if isinstance(value, bool if self.kind == "flag" else str) else None
+        if cell is None:  # BadFile: the collector skips the record with one warning line
+            raise BadFile(f"{view.run_dir / RESULT_FILE}: {'.'.join(self.source)} is {shown(value)}, not "
+                          f"{KIND_WORDS[self.kind]}")
+        return cell
 
     def where(self) -> str:
         """The source, as the documentation says it."""

@@ -233,7 +233,7 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
-LIGHT_SLM = ("slm.runs", "slm.bad_input", "slm.renames", "slm.eval", "slm.eval.score_lines")
+LIGHT_SLM = ("slm.runs", "slm.bad_input", "slm.pipes", "slm.renames", "slm.eval", "slm.eval.score_lines")
 """What analysis may import of slm: modules that load neither torch nor lightning (slm.eval: its __init__ only)."""
 
 

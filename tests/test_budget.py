@@ -25,7 +25,10 @@ FAMILIES = {  # cpu_default's points (LLaMA-style families with 2 KV heads; the 
 
 
 def spec(family: str, layers: int, *more: str) -> dict:
-    return compose_model_node(*FAMILIES[family], *TINY, f"model.n_layers={layers}", *more)
+    """The family at `layers`, TINY unless `more` sets the same field (a setting is given once)."""
+    given = {m.split("=")[0] for m in more}
+    return compose_model_node(*FAMILIES[family], *[t for t in TINY if t.split("=")[0] not in given],
+                              f"model.n_layers={layers}", *more)
 
 
 def family_config(node: dict, width: int):

@@ -34,8 +34,8 @@ def finished_run(tmp_path):
     (["--limit", "nan"], ["--limit nan", "limit must be a finite number > 0"]),
     (["--limit", "inf"], ["--limit inf", "finite"]),
     (["--limit", "0"], ["--limit 0.0", "> 0"]),
-    (["--device", "cuda"], ["device=cuda", "no CUDA device is visible"]),
-    (["--device", "cuda:1x"], ["device=cuda:1x"]),
+    (["--device", "cuda"], ["device='cuda'", "no CUDA device is visible"]),
+    (["--device", "cuda:1x"], ["device='cuda:1x'"]),
 ], ids=["num_fewshot", "limit_nan", "limit_inf", "limit_0", "cuda", "cuda_index"])
 def test_eval_bad_argument_is_refused_before_the_record_changes(finished_run, capsys, argv, needles):
     from slm.cli.eval import main

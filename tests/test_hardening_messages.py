@@ -71,6 +71,6 @@ def test_the_registry_itself_keeps_its_plain_message():
 def test_a_vocab_size_smaller_than_the_tokenizers_is_said_to_be_replaced(workdir):  # noqa: F811
     out = io.StringIO()
     with redirect_stdout(out):
-        _train([*RUN, "train.length.steps=1", "model.vocab_size=10"])
+        _train([*(a for a in RUN if not a.startswith("train.length.steps=")), "train.length.steps=1", "model.vocab_size=10"])
     model_line = next(line for line in out.getvalue().splitlines() if line.startswith("slm-train: model "))
     assert "vocabulary 65 (the tokenizer's; model.vocab_size=10 is replaced);" in model_line, model_line

@@ -96,7 +96,7 @@ class OptunaSweeper(Sweeper):
         self.study_name, self.storage, self.direction = study_name, storage, direction
         self.n_trials, self.n_jobs, self.objective = n_trials, n_jobs, objective
         self.sampler_cfg = dict(sampler or {"name": "tpe"})
-        self.params = {str(k): v for k, v in (params or {}).items()}
+        self.params = J.upgrade_params({str(k): v for k, v in (params or {}).items() if v is not None})
         self.config: Optional[DictConfig] = None
         self.hydra_context: Optional[HydraContext] = None
         self.launcher = None
@@ -132,7 +132,7 @@ class OptunaSweeper(Sweeper):
 
     def _space(self, arguments: List[str]):
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
-        lines = [f"{k}={v}" for k, v in self.params.items() if v is not None] + list(arguments)
+        lines = [f"{k}={v}" for k, v in self.params.items()] + list(arguments)
         space, fixed = {}, []
         for override in parser.parse_overrides(lines):
             if override.is_sweep_override():

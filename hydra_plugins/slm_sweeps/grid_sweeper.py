@@ -37,7 +37,7 @@ class GridSweeper(BasicSweeper):
                  points: Optional[List[List[str]]] = None, dry_run: bool = False,
                  estimate: Optional[Dict[str, Any]] = None, lr_search: Optional[List[float]] = None) -> None:
         super().__init__(max_batch_size=max_batch_size, params=J.upgrade_params(dict(params or {})))
-        self.points = [[J.upgrade(str(o)) for o in point] for point in (points or [])]
+        self.points = [J.upgrade_point(point, i) for i, point in enumerate(points or [])]
         self.lr_search = J.lr_multipliers(lr_search)
         self.dry_run = bool(dry_run)
         self.estimate = dict(estimate or {})
@@ -49,14 +49,16 @@ class GridSweeper(BasicSweeper):
         for point in self.points:
             if any(o.is_sweep_override() for o in parser.parse_overrides(point)):
                 raise HydraException(f"hydra.sweeper.points: {point} sweeps; a point holds single values only")
-        return [combo + point for combo in crossed for point in (self.points or [[]])]
+        return [J.with_point(combo, point, i) for combo in crossed for i, point in enumerate(self.points or [[]])]
 
     def sweep(self, arguments: List[str]) -> Any:
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
         loader = self.hydra_context.config_loader
+        # the sweep's own settings (run group, top-level keys, a config file's old spellings) are checked as the
+        # sweep directory is named: a refusal comes before any job is composed or any directory made
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
         jobs = J.unique([J.compose_job(loader, self.config, o) for o in self.job_overrides(arguments)])
         jobs, multipliers = J.search_lr(loader, self.config, jobs, self.lr_search)
-        sweep_dir = Path(str(self.config.hydra.sweep.dir))
         name = str(self.config.get("run_group", sweep_dir.name))
         if self.dry_run:
             from hydra_plugins.slm_sweeps.plan import print_plan

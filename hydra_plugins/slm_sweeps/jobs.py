@@ -216,20 +216,42 @@ def summarize(name: str, sweep_dir: Path, outcomes: list[dict]) -> bool:
     return any(o["status"] == FAILED for o in outcomes)
 
 
-def upgrade(override: str) -> str:
-    """A sweep file's override in today's spelling (slm.renames), with one line saying so when it was old."""
-    from slm.renames import upgrade_override
+def _settings_once(lines: list[str], where) -> list[str]:
+    """slm.cli.config.settings_once for a sweep file's overrides: its notes on stderr, once per sweep; a setting
+    given two values is a HydraException (one line, before any job directory is made)."""
+    from slm.cli.config import SettingGivenTwice, settings_once
 
-    new, note = upgrade_override(override)
-    if note:
-        say(f"note: {note}")
-    return new
+    try:
+        out, notes = settings_once(lines, where)
+    except SettingGivenTwice as err:
+        raise HydraException(str(err)) from None
+    for note in notes:
+        if note not in _NOTED:
+            _NOTED.add(note)
+            say(f"note: {note}")
+    return out
+
+
+_NOTED: set[str] = set()
+
+
+def upgrade_point(point: list, index: int) -> list[str]:
+    """One of hydra.sweeper.points in today's spelling, each setting once (a setting given two values in it is
+    refused)."""
+    return _settings_once([str(o) for o in point], lambda i: f"hydra.sweeper.points[{index}]")
 
 
 def upgrade_params(params: dict) -> dict:
-    """hydra.sweeper.params with the old spellings of moved settings rewritten (their values are kept)."""
-    out = {}
-    for key, values in params.items():
-        new = upgrade(f"{key}=x").rpartition("=")[0]
-        out[new] = values
-    return out
+    """hydra.sweeper.params with the old spellings of moved settings rewritten (their values are kept); two
+    spellings of one setting are one axis when their values agree, else refused."""
+    lines = _settings_once([f"{k}={v}" for k, v in params.items()], lambda i: "hydra.sweeper.params")
+    return dict(line.split("=", 1) for line in lines)  # as Hydra's basic sweeper writes them: key=value
+
+
+def with_point(combo: list[str], point: list[str], index: int) -> list[str]:
+    """A job's overrides: the crossed ones (command line and hydra.sweeper.params), then the point's. A setting
+    in both is kept once when its values agree; with two values the sweep is refused (HydraException, one line),
+    since the point's would silently win."""
+    return _settings_once(list(combo) + list(point),
+                          lambda i: "command line or hydra.sweeper.params" if i < len(combo)
+                          else f"hydra.sweeper.points[{index}]")

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import yaml
 
+from slm.pipes import quiet_on_closed_pipe
+
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 COLUMN = 26  # comments start here (or one space after a longer `key: value`)
 WIDTH = 118  # a comment longer than this continues on `#` lines below
@@ -130,6 +132,7 @@ def stale(conf_dir: Path = CONF_DIR) -> list[Path]:
     return [path for path, make in FILES.items() if (conf_dir / path).read_text() != make()]
 
 
+@quiet_on_closed_pipe
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m slm.cli.conf_defaults", description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="rewrite the stale files (default: list them, exit 1)")

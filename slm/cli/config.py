@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from hydra.errors import HydraException
+from hydra.errors import HydraException, InstantiationException
 from omegaconf.errors import OmegaConfBaseException
 
 from slm.bad_input import fail
@@ -41,6 +41,8 @@ def explain(err: BaseException, overrides: list[str]) -> str:
     cause = setting_error(err)
     if cause is not None:  # raised by a resolver of conf/config.yaml (slm_run_group): its own line
         return str(cause)
+    if isinstance(err, InstantiationException) and isinstance(err.__cause__, HydraException):
+        return explain(err.__cause__, overrides)  # a sweeper's own refusal (hydra.sweeper.lr_search=...): its line
     if isinstance(err, OverrideParseException):
         reason = " ".join(line.strip() for line in err.message.splitlines() if not line.startswith("See https"))
         reason = reason.replace(f"Error parsing override '{err.override}' ", "")
@@ -100,17 +102,82 @@ def _keys_under(parent: str, overrides: list[str]) -> list[str]:
     return keys
 
 
-def upgrade_arguments(arguments: list[str], prog: str) -> list[str]:
-    """Command-line overrides with old spellings of moved settings rewritten (slm.renames.upgrade_override), one
-    line on stderr for each."""
+class SettingGivenTwice(ValueError):
+    """One setting given twice with two values (in one spelling or in its old and new spelling); one line."""
+
+
+@functools.lru_cache(maxsize=65536)  # a sweep asks again for every job
+def setting_of(line: str):
+    """(key, value) of an override as Hydra parses it: the key without its +/++ prefix (with @package when there
+    is one), the value parsed (`5` and `5.0` are one value); None for a deletion (`~key`) or a line Hydra cannot
+    parse (composing it says why)."""
+    try:
+        override = _parser().parse_override(line)
+    except HydraException:
+        return None
+    if override.is_delete():
+        return None
+    key = override.key_or_group + (f"@{override.package}" if override.package else "")
+    return key, override.value()
+
+
+@functools.cache
+def _parser():
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return OverridesParser.create()
+
+
+def same_value(a, b) -> bool:
+    """Whether two parsed override values are one value (1e6 and 1000000 are; True and 1 are not)."""
+    try:
+        return bool((type(a) is type(b) or (_number(a) and _number(b))) and a == b)
+    except Exception:  # noqa: BLE001 - values that cannot be compared are different values
+        return False
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def settings_once(lines: list[str], where=None) -> tuple[list[str], list[str]]:
+    """Overrides in today's spelling with each setting once, and the notes to print: an old spelling of a moved
+    setting is rewritten (slm.renames.upgrade_override: one note); a setting given twice with one value is kept
+    once, where it was first given (one note naming both); a setting given twice with two values raises
+    SettingGivenTwice naming both spellings and values. `where(i)` says where line i came from, for the messages
+    (e.g. the sweep file's points); lines starting with '-' (command-line flags) pass through."""
     from slm.renames import upgrade_override
 
-    out = []
-    for argument in arguments:
-        new, note = upgrade_override(argument) if not argument.startswith("-") else (argument, None)
+    out, notes, first = [], {}, {}
+    for i, line in enumerate(lines):
+        line = str(line)
+        if line.startswith("-"):
+            out.append(line)
+            continue
+        new, note = upgrade_override(line)
+        given = f"{line!r}" + (f" ({where(i)})" if where else "")
+        setting = setting_of(new)
+        if setting is not None and setting[0] in first:
+            key, value = setting
+            before, before_value, kept = first[key]
+            if not same_value(value, before_value):
+                raise SettingGivenTwice(f"{before} and {given} are one setting, {key}, given two values: give it once")
+            notes[key] = f"{before} and {given} are one setting, {key}: read once as {kept!r}"
+            continue
+        if setting is not None:
+            first[setting[0]] = (given, setting[1], new)
         if note:
-            print(f"{prog}: note: {note}", file=sys.stderr)
+            notes[setting[0] if setting else new] = note
         out.append(new)
+    return out, list(notes.values())
+
+
+def upgrade_arguments(arguments: list[str], prog: str) -> list[str]:
+    """Command-line overrides in today's spelling, each setting once (settings_once), one note line on stderr for
+    each old spelling or repeated setting; SettingGivenTwice for one setting given two values."""
+    out, notes = settings_once(list(arguments))
+    for note in notes:
+        print(f"{prog}: note: {note}", file=sys.stderr)
     return out
 
 
@@ -124,8 +191,8 @@ def one_line_errors(prog: str, hydra_main: Callable) -> Callable:
         wanted = "1" if full_errors() else "0"
         os.environ["SLM_FULL_ERROR"] = wanted
         os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises instead of printing its multi-line report
-        sys.argv[1:] = upgrade_arguments(sys.argv[1:], prog)
         try:
+            sys.argv[1:] = upgrade_arguments(sys.argv[1:], prog)
             hydra_main()
         except USER_ERRORS as err:
             if wanted == "1":
@@ -210,6 +277,11 @@ def check_run_settings(root) -> None:
                                f"{did_you_mean(str(key), allowed, '')}; the settings are: "
                                f"{', '.join(k for k in allowed if k != 'hydra')} (a field goes under its group, "
                                "e.g. +train.<field>=...)")
+    for section in ("model", "train"):
+        stale = old_spelling(OmegaConf.select(root, section, default=None), section)
+        if stale:
+            raise SettingError(f"{stale}: a config file (a preset or sweep of your own) sets it under its old name "
+                               "(slm/renames.py); write it so in the file")
     rerun = OmegaConf.select(root, "rerun_failed", default=False)
     if not isinstance(rerun, bool):
         raise SettingError(f"rerun_failed={rerun!r} is invalid: expected true or false")
@@ -226,6 +298,22 @@ def check_run_settings(root) -> None:
     problem = problem or directory_problem(cache, setting, "the data cache")
     if problem:
         raise SettingError(problem)
+
+
+def old_spelling(node, section: str) -> str | None:
+    """'<section>.<old> is now spelt <section>.<group>.<field>' for the first flat field of a config node that
+    moved into a nested group, or None. A command line's old spellings are rewritten before composing, so one
+    found here comes from a YAML file."""
+    from omegaconf import OmegaConf
+
+    from slm.renames import SECTIONS
+
+    if not OmegaConf.is_dict(node):
+        return None
+    for old, (group, name) in SECTIONS[section].items():
+        if old in node and not (old == group and not isinstance(OmegaConf.select(node, old, default=None), str)):
+            return f"{section}.{old} is now spelt {section}.{group}.{name}"
+    return None
 
 
 def _run_group(value, *, _root_) -> str:

@@ -42,6 +42,7 @@ from pathlib import Path
 
 from slm.bad_input import fail
 from slm.cli.config import compose_config, reports_user_errors
+from slm.pipes import quiet_on_closed_pipe
 
 PROG = "slm-coordcheck"
 DEFAULTS = {"steps": 5, "seeds": 1, "schemes": "sp,mup", "layers": 3, "context": 64, "batch": 8}
@@ -282,6 +283,7 @@ def run(argv: list[str]) -> None:
     print(f"wrote {out / 'coordcheck.json'} and {out / 'coordcheck.png'}")
 
 
+@quiet_on_closed_pipe
 def main() -> None:
     run(sys.argv[1:])
 

@@ -40,6 +40,7 @@ import yaml
 from slm.bad_input import OneLineParser, describe, fail
 from slm.cli.config import CONF_DIR, full_errors
 from slm.runs.record import RESULT_FILE, load_record, update_record
+from slm.pipes import quiet_on_closed_pipe
 
 PROG = "slm-eval"
 SUITES_DIR = CONF_DIR / "eval"
@@ -152,6 +153,7 @@ def build_spec(args: argparse.Namespace):
         spec.throughput_new_tokens = suite.throughput_new_tokens
         spec.throughput_compile = suite.throughput_compile
         spec.throughput_cpu_threads = suite.throughput_cpu_threads
+        spec.throughput_diffusion = dict(suite.throughput_diffusion)
     if args.num_fewshot is not None:
         spec.num_fewshot = args.num_fewshot
     if args.batch_size is not None:
@@ -238,6 +240,7 @@ def _record(run_dir: Path, summary: dict, prog: str = PROG) -> None:
     print(f"{record_file}: eval updated")
 
 
+@quiet_on_closed_pipe
 def main(argv: list[str] | None = None) -> None:
     args = _parse(argv)
     from slm.cli.paths import resolve_run

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from slm.bad_input import OneLineParser, fail
 from slm.cli.config import reports_user_errors
+from slm.pipes import quiet_on_closed_pipe
 
 PROG = "slm-export-hf"
 EXPORTABLE = ("gpt2 (GPT2LMHeadModel); llama3 and the LLaMA-shaped debug, design_40m, mobilellm (LlamaForCausalLM); "
@@ -198,6 +199,7 @@ def run(argv: list[str] | None = None) -> Path:
     return args.out_dir
 
 
+@quiet_on_closed_pipe
 def main() -> None:
     run(sys.argv[1:])
 

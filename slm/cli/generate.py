@@ -31,6 +31,7 @@ from pathlib import Path
 
 from slm.bad_input import OneLineParser
 from slm.cli.config import reports_user_errors
+from slm.pipes import quiet_on_closed_pipe
 
 PROG = "slm-generate"
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -272,6 +273,7 @@ def run(argv: list[str] | None = None) -> list[str]:
     return texts
 
 
+@quiet_on_closed_pipe
 def main() -> None:
     try:
         run(sys.argv[1:])

@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 
 from slm.bad_input import OneLineParser, fail
+from slm.pipes import quiet_on_closed_pipe
 
 PROG = "slm-import-hf"
 
@@ -176,6 +177,7 @@ def _check_weights(model_dir: Path) -> None:
                        "weights (save_pretrained writes them)")
 
 
+@quiet_on_closed_pipe
 def main(argv: list[str] | None = None) -> None:
     args = _parse(argv)
     _check_paths(args.model_dir, args.out_dir, args.force)

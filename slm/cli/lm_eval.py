@@ -38,6 +38,7 @@ import yaml
 
 from slm.bad_input import describe, fail
 from slm.cli.config import full_errors
+from slm.pipes import quiet_on_closed_pipe
 
 PROG = "slm-lm-eval"
 DEFAULT_MODEL = "slm"
@@ -189,6 +190,7 @@ def _record(prog: str, pretrained: str, tasks: list[str], captured: dict) -> Non
     record_scores(run_dir, summary, prog=prog)
 
 
+@quiet_on_closed_pipe
 def main(argv: list[str] | None = None, prog: str = PROG) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     from lm_eval._cli import HarnessCLI

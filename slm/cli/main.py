@@ -16,6 +16,8 @@ import importlib
 import sys
 from pathlib import Path
 
+from slm.pipes import quiet_on_closed_pipe
+
 PROG = "slm"
 
 VERBS: dict[str, tuple[str, str]] = {
@@ -55,6 +57,7 @@ def _bad(message: str) -> None:
     sys.exit(2)
 
 
+@quiet_on_closed_pipe
 def main(argv: list[str] | None = None):
     """Run the verb's command; returns what its entry point returns (the console script exits with it)."""
     args = list(sys.argv[1:] if argv is None else argv)

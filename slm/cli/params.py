@@ -19,6 +19,7 @@ import sys
 from dataclasses import asdict
 
 from slm.cli.config import reports_user_errors
+from slm.pipes import quiet_on_closed_pipe
 
 SHAPE_FIELDS = ("family", "kind", "n_layers", "layer_repeat", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff",
                 "vocab_size", "context_length", "tie_embeddings", "layer_types", "mlp_types", "init")
@@ -128,6 +129,7 @@ def run(argv: list[str]) -> None:
         print("\n".join(summary(report)))
 
 
+@quiet_on_closed_pipe
 def main() -> None:
     run(sys.argv[1:])
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from slm.bad_input import OneLineParser, fail
 from slm.cli.paths import resolve_group, runs_root
 from slm.runs.status import STATES, counts, sweep_states
+from slm.pipes import quiet_on_closed_pipe
 
 PROG = "slm-status"
 
@@ -104,6 +105,7 @@ def run(argv: list[str]) -> None:
             print("\n".join(report(d)))
 
 
+@quiet_on_closed_pipe
 def main() -> None:
     try:
         run(sys.argv[1:])

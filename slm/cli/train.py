@@ -25,6 +25,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from slm.cli.config import CONF_DIR, USER_ERRORS, one_line_errors, register_resolvers, reports_user_errors
+from slm.pipes import quiet_on_closed_pipe
 
 register_resolvers()
 
@@ -65,7 +66,7 @@ def single_run(cfg: DictConfig, run_dir: str) -> dict:
     return outcome(record, run_dir)
 
 
-main = one_line_errors("slm-train", hydra_main)  # the console entry point
+main = quiet_on_closed_pipe(one_line_errors("slm-train", hydra_main))  # the console entry point
 
 REFUSED_LEFTOVERS = {".hydra", ".lock", "result.json", "config.yaml", "checkpoints", "logs"}
 """What a fresh single run refused by bad input (data too short for a window...) after its record was written may

@@ -27,6 +27,7 @@ import threading
 import time
 
 from slm.bad_input import OneLineParser, fail
+from slm.pipes import quiet_on_closed_pipe
 
 PROG = "slm-workers"
 
@@ -86,6 +87,7 @@ def run(copies: int, command: list[str], stagger: float = 2.0) -> int:
     return 128 + stopped[0] if stopped else max(codes, default=0)
 
 
+@quiet_on_closed_pipe
 def main(argv: list[str] | None = None) -> None:
     parser = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0],
                            formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -56,6 +56,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from slm.eval import TASKS_DIR
+from slm.eval.checks import EvalError, check_for_model, check_spec  # noqa: F401 (EvalError: part of this API)
 
 
 class _DropCustomDatasetNotice(logging.Filter):
@@ -67,10 +68,6 @@ class _DropCustomDatasetNotice(logging.Filter):
 
 
 logging.getLogger("lm_eval.api.task").addFilter(_DropCustomDatasetNotice())
-
-
-class EvalError(ValueError):
-    """Bad evaluation input (path, task, option); the message is one line."""
 
 
 @dataclass
@@ -125,48 +122,31 @@ def spec_from_config(node: dict, name: str | None = None) -> EvalSpec:
     known = set(EvalSpec.__dataclass_fields__)
     throughput = node.pop("throughput", True)
     if isinstance(throughput, dict):
-        node["throughput_prompt_tokens"] = throughput.get("prompt_tokens", 128)
-        node["throughput_new_tokens"] = throughput.get("new_tokens", 128)
-        node["throughput_compile"] = bool(throughput.get("compile", False))
-        node["throughput_cpu_threads"] = throughput.get("cpu_threads", 1)
-        node["throughput_diffusion"] = dict(throughput.get("diffusion") or {})
-        throughput = throughput.get("enabled", True)
+        throughput = dict(throughput)
+        for key in ("prompt_tokens", "new_tokens", "compile", "cpu_threads", "diffusion"):
+            if key in throughput:
+                node[f"throughput_{key}"] = throughput.pop(key)
+        if node.get("throughput_diffusion") is None:
+            node.pop("throughput_diffusion", None)
+        enabled = throughput.pop("enabled", True)
+        if throughput:
+            raise EvalError(f"eval.throughput has unknown key {sorted(throughput)[0]!r}: choose from enabled, "
+                            "prompt_tokens, new_tokens, compile, cpu_threads, diffusion")
+        throughput = enabled
     average = node.pop("average", None)
     if isinstance(average, list):
         average = {name: average} if average else {}
     unknown = sorted(set(node) - known)
     if unknown:
         raise EvalError(f"eval config: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    node["include_path"] = list(node.get("include_path") or [])
-    node["metrics"] = dict(node.get("metrics") or {})
-    node["tasks"] = list(node.get("tasks") or [])
-    if node.get("limit") is not None and node["limit"] >= 1:
-        node["limit"] = int(node["limit"])
-    return EvalSpec(**node, throughput=bool(throughput), average=average or {})
-
-
-def check_spec(spec: EvalSpec) -> None:
-    """Refuse options no evaluation can honour, before a model loads or a file is written (EvalError, one line
-    naming the field): num_fewshot < 0 or not an integer, limit not a finite number > 0, a CUDA device where
-    none is visible."""
-    few = spec.num_fewshot
-    if few is not None and (isinstance(few, bool) or not isinstance(few, int) or few < 0):
-        raise EvalError(f"num_fewshot={few!r}: expected an integer >= 0 (or leave it out: each task's default)")
-    limit = spec.limit
-    if limit is not None:
-        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not math.isfinite(limit) or limit <= 0:
-            raise EvalError(f"limit={limit!r}: expected a finite number > 0 (documents per task, a fraction if < 1)")
-    device = spec.device
-    if device is not None and str(device).startswith("cuda"):
-        import torch  # only here: a preflight with the default device loads nothing heavy
-
-        if not torch.cuda.is_available():
-            raise EvalError(f"device={device}: no CUDA device is visible here; use device=cpu (or leave it out: "
-                            "cuda when available, else cpu)")
-        index = str(device).partition(":")[2]
-        if index and (not index.isdigit() or int(index) >= torch.cuda.device_count()):
-            raise EvalError(f"device={device}: there are {torch.cuda.device_count()} CUDA device(s) "
-                            f"(cuda:0 to cuda:{torch.cuda.device_count() - 1})")
+    for key in ("include_path", "tasks"):  # a string: comma-separated (eval.tasks=a,b on a command line is a sweep)
+        value = node.get(key) or []
+        node[key] = [p.strip() for p in value.split(",") if p.strip()] if isinstance(value, str) else value
+    node["metrics"] = node.get("metrics") or {}
+    limit = node.get("limit")
+    if isinstance(limit, (int, float)) and not isinstance(limit, bool) and math.isfinite(limit) and limit >= 1:
+        node["limit"] = int(limit)
+    return EvalSpec(**node, throughput=throughput, average=average or {})
 
 
 def task_manager(tasks: list[str], include_path: list[str]):
@@ -269,21 +249,16 @@ def evaluate(path: str | os.PathLike, spec: EvalSpec, output_path: str | os.Path
         model_dir = resolve_model_dir(path)
     except FileNotFoundError as err:
         raise EvalError(str(err)) from None
-    from slm.model.networks import NETWORKS
     from slm.model.weights import check_checkpoint
 
     # config, weights header and memory checked before tasks load or anything is allocated (CheckpointError)
     model_cfg = check_checkpoint(model_dir, *resolve_device(spec.device, spec.dtype))
-    kind = model_cfg.kind
     model_args = dict(spec.model_args)
     if suite_model_args and model_cfg.causal:
         from slm.eval.lm_diffusion import MODEL_ARGS
 
         model_args = {k: v for k, v in model_args.items() if k not in MODEL_ARGS}
-    if not NETWORKS.get(kind).every_position:
-        raise EvalError(f"model.kind={kind!r} predicts only the token after one whole window: lm-eval and decoding "
-                        "need a model that scores every position (its validation NLL is in the record; eval=none "
-                        "skips this step)")
+    check_for_model(spec, model_cfg)
     path = Path(path)
     summary: dict = {}
     lm = None
@@ -566,14 +541,30 @@ def preflight(eval_cfg: dict | None) -> None:
 
     Tasks shipped in slm/eval/tasks alone (eval=offline, the default) need no network and their data is in
     the package: they are only named here, and lm-eval (1.5-2 s to import, plus pandas and datasets) loads
-    when the evaluation runs, after training, instead of before the first step."""
-    if not eval_cfg or eval_cfg.get("enabled", True) is False:
+    when the evaluation runs, after training, instead of before the first step (unless eval.model_args is
+    set: its names are the `slm` lm-eval model's, read from lm-eval's registered class)."""
+    if not eval_cfg or _enabled(eval_cfg) is False:
         return
     spec = spec_from_config(eval_cfg)
-    check_spec(spec)
+    check_spec(spec, "eval.")
     if not spec.tasks or (not spec.include_path and set(spec.tasks) <= shipped_tasks() and _lm_eval_installed()):
         return
     load_tasks(task_manager(spec.tasks, spec.include_path), spec.tasks)
+
+
+def check_model(eval_cfg: dict | None, model_cfg) -> None:
+    """Check what of an `eval` config node depends on the model (slm.eval.checks.check_for_model), once the model's
+    config is known and before training. Raises EvalError."""
+    if not eval_cfg or _enabled(eval_cfg) is False:
+        return
+    check_for_model(spec_from_config(eval_cfg), model_cfg, "eval.")
+
+
+def _enabled(eval_cfg: dict) -> bool:
+    enabled = eval_cfg.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise EvalError(f"eval.enabled={enabled!r} is invalid: expected true or false")
+    return enabled
 
 
 @functools.lru_cache(maxsize=1)
@@ -603,7 +594,7 @@ def evaluate_config(path: str | os.PathLike, eval_cfg: dict | None,
     The node's diffusion model_args apply to diffusion models only (evaluate's suite_model_args).
     With `log_file`, lm-eval's progress bars (each as one plain line, slm.plain_progress) and INFO lines go
     there instead of the console."""
-    if not eval_cfg or eval_cfg.get("enabled", True) is False:
+    if not eval_cfg or _enabled(eval_cfg) is False:
         return None
     spec = spec_from_config(eval_cfg)
     if not spec.tasks and not spec.throughput:

@@ -36,9 +36,8 @@ import torch
 from slm.cpu_busy import OtherWork
 from slm.model.diffusion import DiffusionSampler, is_diffusion
 from slm.model.generate import Decoder
+from slm.sampler_settings import SAMPLER_DEFAULTS as DIFFUSION_DEFAULTS
 from slm.model.transformer import Transformer
-
-DIFFUSION_DEFAULTS = {"block_length": 32, "steps": None, "threshold": None, "cache": "none"}
 
 
 def measure_decode(model: Transformer, prompt_tokens: int = 128, new_tokens: int = 128, warmup: int = 1,

@@ -45,10 +45,10 @@ from typing import Iterable
 
 import torch
 
-from slm.model.cache import KVCache, bidirectional_cache_refusal
+from slm.model.cache import KVCache
+from slm.sampler_settings import CACHES, check_sampler  # noqa: F401 (CACHES: part of this API)
 from slm.model.transformer import Transformer
 
-CACHES = ("none", "prefix", "dual")  # a bidirectional model's cache (module doc)
 
 
 def is_diffusion(model_cfg) -> bool:
@@ -71,20 +71,7 @@ class DiffusionSampler:
         if not is_diffusion(cfg):
             raise ValueError("diffusion sampling needs a masked diffusion model (model.causal=false and a mask "
                              f"token); {cfg.family} is causal={cfg.causal}, mask_token_id={cfg.mask_token_id}")
-        if block_length < 1:
-            raise ValueError(f"block_length={block_length}: must be >= 1")
-        if steps is not None and steps < 1:
-            raise ValueError(f"steps={steps}: must be >= 1 (None: one step per generated token)")
-        if threshold is not None and not 0 < threshold <= 1:
-            raise ValueError(f"threshold={threshold}: must be in (0, 1] (None: low-confidence remasking)")
-        if cache not in CACHES:
-            raise ValueError(f"cache={cache!r}: must be one of {', '.join(CACHES)}")
-        if cache != "none" and cfg.attention_block is not None:
-            raise ValueError(f"cache={cache!r} is for fully bidirectional models; this one is block-causal "
-                             f"(attention_block={cfg.attention_block}) and caches its committed blocks exactly: "
-                             "use cache='none'")
-        if cache != "none" and bidirectional_cache_refusal(cfg):
-            raise ValueError(f"cache={cache!r}: {bidirectional_cache_refusal(cfg)}; use cache='none'")
+        check_sampler(block_length, steps, threshold, cache, cfg)
         self.model = model.eval()
         self.mask_id = cfg.mask_token_id
         self.block = cfg.attention_block  # None: bidirectional

@@ -50,7 +50,7 @@ class LossSettings:
     impl: str = "auto"
     """auto (liger on CUDA where liger_kernel is installed, else chunked), plain (the whole float32 logits, then
     F.cross_entropy), chunked (chunk_tokens rows at a time, gradients in the forward pass) or liger (Liger's fused
-    kernel on CUDA; chunked on other devices)."""
+    kernel on CUDA, chunked on other devices; refused where liger_kernel is not installed, unlike auto)."""
     chunk_tokens: int = 256
     """Rows (tokens) per chunk of the chunked path: its float32 buffers are a few chunk_tokens x vocab."""
 

@@ -289,6 +289,7 @@ def prepare(cfg: dict, run_dir: Path) -> PreparedJob:
     OBJECTIVES.get(train_cfg.objective)().check(model_cfg)  # e.g. causal_lm with a bidirectional model
     if train_cfg.block_curriculum is not None:
         model_cfg = config_from_spec(_curriculum_spec(spec, train_cfg.block_curriculum, model_cfg.context_length))
+    eval_run.check_model(cfg.get("eval"), model_cfg)  # e.g. a diffusion sampler's cache the saved model cannot use
     if train_cfg.eval_windows is not None:
         data.check_first_windows(train_cfg.eval_windows, model_cfg.context_length)
     counts = count(model_cfg)
