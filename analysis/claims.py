@@ -7,10 +7,13 @@ their lr grid, where the best is only a bound).
     print(markdown(verdicts))
 
 The claims (those the study reads off its tables and plots):
-  two tiers        the configurations split into two groups separated by a real gap (analysis.tiers with k=2:
-                   the gap against the spread within tiers, and against the runs' noise)
-  width threshold  a hidden size above which scores are better (analysis.thresholds on d_model; at a fixed
-                   budget width falls as depth rises, so a found threshold names that confound)
+  two tiers        the configurations split into two groups separated by a real gap: the 2-tier partition of the
+                   report's Tiers section tested on its own at 0.05 (analysis.tiers, TierResult.two_tiers: the
+                   gap against the spread within tiers, and against the runs' noise; the section searches up to
+                   4 tiers at 0.05 / the number of k tried, so it may refuse what this single test supports)
+  width threshold  a hidden size above which scores are better: the report's Hidden-size threshold result
+                   (analysis.thresholds on d_model; at a fixed budget width falls as depth rises, so a found
+                   threshold names that confound)
   optimal depth    within the design (config apart from the shape) with the most depths, a best depth strictly inside the range that beats
                    both the shallowest and the deepest beyond noise (z > 1.96 on the seeds' standard errors);
                    a best depth at an end of the range is "not supported" (the score still moves that way)
@@ -20,6 +23,8 @@ The claims (those the study reads off its tables and plots):
                    supported when none does, not supported naming the pair that does
 
 "Not testable" says what is missing (fewer than three depths, one family, no repeated seeds to measure noise).
+Every claim is judged on the runs the report compares (analysis.study: a diffusion NELBO is not ranked with exact
+NLLs), and the tiers and the threshold are read from the study's one computation of them.
 """
 
 from __future__ import annotations
@@ -30,34 +35,35 @@ import math
 import pandas as pd
 
 from analysis.collect import higher_is_better as _higher_is_better
+from analysis.headline import bounds_left_out, comparable_rows
 from analysis.schema import config_columns, config_keys
-from analysis.thresholds import find_threshold
-from analysis.tiers import find_tiers, format_p, units_of
-from analysis.tuning import at_best_lr, lr_varies, rows_at
+from analysis.thresholds import ThresholdResult
+from analysis.tiers import TierResult, format_p, units_of
+from analysis.tuning import at_best_lr, rows_at
 
 SUPPORTED, NOT_SUPPORTED, NOT_TESTABLE = "supported", "not supported", "not testable"
 Z = 1.96
 ALPHA = 0.05
 
 
-def _tiers(rows: pd.DataFrame, score: str, seed: int) -> tuple[str, str]:
-    units, _, _ = units_of(rows, score)
-    if len(units) < 4:
-        return NOT_TESTABLE, f"{len(units)} configurations: two tiers of at least 2 need 4"
-    result = find_tiers(rows, score, k=2, seed=seed, n_sim=2000, n_boot=1000)
-    if result.split:
-        gap = result.gaps[0] if result.gaps else None
-        stat = (f"2 tiers ({result.tiers[0].n} + {result.tiers[1].n} of {len(units)}); "
-                + (f"gap {format_p(gap.p_value)}" if gap is not None and getattr(gap, "p_value", None) is not None
-                   else ""))
+def _tiers(result: TierResult) -> tuple[str, str]:
+    """The claim from the study's tiers (analysis.study): the 2-tier partition tested on its own at alpha, with the
+    references and redraws of the Tiers section's search."""
+    two = result.two_tiers or result
+    n = len(two.units)
+    if n < 4:
+        return NOT_TESTABLE, f"{n} configurations: two tiers of at least 2 need 4"
+    if two.split:
+        gap = two.gaps[0] if two.gaps else None
+        stat = (f"2 tiers ({two.tiers[0].n} + {two.tiers[1].n} of {n}); "
+                + (f"gap {format_p(gap.p_value)}" if gap is not None and gap.p_value is not None else ""))
         return SUPPORTED, stat.rstrip("; ")
-    return NOT_SUPPORTED, f"{len(units)} configurations: {result.reason}"
+    return NOT_SUPPORTED, f"{n} configurations: {two.reason}"
 
 
-def _threshold(rows: pd.DataFrame, score: str) -> tuple[str, str]:
-    if "d_model" not in rows or pd.to_numeric(rows["d_model"], errors="coerce").nunique() < 3:
+def _threshold(rows: pd.DataFrame, result: ThresholdResult | None) -> tuple[str, str]:
+    if result is None or "d_model" not in rows or pd.to_numeric(rows["d_model"], errors="coerce").nunique() < 3:
         return NOT_TESTABLE, "fewer than 3 hidden sizes"
-    result = find_threshold(rows, "d_model", score)
     confound = (", confounded with " + ", ".join(f"{k} (rho {v:+.2f})" for k, v in result.confounded_with.items())
                 if result.confounded_with else "")
     if result.found:
@@ -104,7 +110,7 @@ def _depth(rows: pd.DataFrame, score: str, hib: bool) -> tuple[str, str]:
     return (SUPPORTED if min(z) > Z else NOT_SUPPORTED), stat + ("" if min(z) > Z else f" (<= {Z})")
 
 
-def _families(rows: pd.DataFrame, score: str, seed: int = 0) -> tuple[str, str]:
+def _families(rows: pd.DataFrame, score: str) -> tuple[str, str]:
     if "family" not in rows or "n_layers" not in rows or rows["family"].nunique() < 2:
         return NOT_TESTABLE, "fewer than 2 families"
     per_depth = rows.groupby("n_layers")["family"].nunique()
@@ -133,33 +139,43 @@ def _families(rows: pd.DataFrame, score: str, seed: int = 0) -> tuple[str, str]:
     return (NOT_SUPPORTED if p < level else SUPPORTED), stat
 
 
-CLAIMS = {"two tiers": _tiers, "a width threshold": _threshold, "an optimal depth": _depth,
-          "families within noise of each other": _families}
+CLAIMS = ("two tiers", "a width threshold", "an optimal depth", "families within noise of each other")
 
 
-def judge(table: pd.DataFrame, score: str = "val_nll", seed: int = 0) -> pd.DataFrame:
+def judge(table: pd.DataFrame, score: str = "val_nll", seed: int = 0, study=None) -> pd.DataFrame:
     """The claims table: claim, lr (shared | best), verdict (supported | not supported | not testable), statistic.
-    With one lr per configuration the shared and best lr are the same runs: one row per claim, lr "as run"."""
+    With one lr per configuration the shared and best lr are the same runs: one row per claim, lr "as run". The
+    tiers and the threshold are the study's (analysis.study: the report's sections and figures show the same
+    results); every claim compares the runs analysis.headline.comparable_rows keeps (exact NLLs apart from
+    diffusion bounds)."""
+    from analysis.study import AS_RUN, BEST, SHARED, analyse
+
     if score not in table:
         raise KeyError(f"no column {score!r} in the results")
+    if study is None or study.score != score:
+        study = analyse(table, score, seed)
     hib = _higher_is_better(table, score)
-    done = table[(table["status"] == "completed") & pd.to_numeric(table[score], errors="coerce").notna()] \
-        if "status" in table else table
-    views = ([("shared", rows_at(done, score, "shared")), ("best", rows_at(done, score, "tuned"))]
-             if lr_varies(done, score) else [("as run", done)])
+    done = comparable_rows(table, score)
+    if SHARED in study.views:
+        views = [(SHARED, study.view(SHARED), rows_at(done, score, "shared")),
+                 (BEST, study.view(BEST), rows_at(done, score, "tuned"))]
+    else:
+        views = [(AS_RUN, study.view(AS_RUN), done)]
     caveat = _edge_caveat(done, score, hib) if len(views) == 2 else ""
     out = []
-    for claim, test in CLAIMS.items():
-        for lr, rows in views:
+    for claim in CLAIMS:
+        for lr, view, rows in views:
             if rows.empty:
                 verdict, stat = NOT_TESTABLE, "no completed runs"
-            elif test is _depth:
-                verdict, stat = test(rows, score, hib)
-            elif test is _threshold:
-                verdict, stat = test(rows, score)
+            elif claim == "two tiers":
+                verdict, stat = _tiers(view.tiers(score))
+            elif claim == "a width threshold":
+                verdict, stat = _threshold(rows, view.threshold(score))
+            elif claim == "an optimal depth":
+                verdict, stat = _depth(rows, score, hib)
             else:
-                verdict, stat = test(rows, score, seed)
-            if lr == "best" and caveat and verdict != NOT_TESTABLE:
+                verdict, stat = _families(rows, score)
+            if lr == BEST and caveat and verdict != NOT_TESTABLE:
                 stat = f"{stat}; {caveat}"
             out.append({"claim": claim, "lr": lr, "verdict": verdict, "statistic": stat})
     return pd.DataFrame(out)
@@ -183,12 +199,15 @@ def markdown(verdicts: pd.DataFrame) -> str:
 
 
 def seeds_summary(table: pd.DataFrame, score: str = "val_nll") -> str:
-    """One line: how many runs, configurations, seeds and lrs the verdicts rest on."""
-    done = table[table["status"] == "completed"] if "status" in table else table
-    units, _, _ = units_of(done, score)
+    """One line: how many runs, configurations, seeds and lrs the verdicts rest on (the comparable runs: a
+    diffusion bound left out of exact NLLs is counted apart)."""
+    done = comparable_rows(table, score)
+    units, _, _ = units_of(done, score, by_config=True) if len(done) else (pd.DataFrame(), None, None)
     lrs = pd.to_numeric(done.get("lr"), errors="coerce").nunique() if "lr" in done else 0
     seeds = done["seed"].nunique() if "seed" in done else 0
+    bounds = len(bounds_left_out(table, score))
     return (f"{len(done)} completed runs: {len(units)} configurations, {seeds} seed(s), {lrs} learning rate(s); "
-            f"score {score}")
+            f"score {score}" + (f" ({bounds} diffusion run(s) left out: a NELBO is a bound, not an NLL)"
+                                if bounds else ""))
 
 

@@ -2,7 +2,7 @@
 
     slm-collect runs/cpu_default [more dirs] -o results.parquet     # result.json files -> one table
     slm-plot --kind pareto results.parquet -o plots/                 # one plot (PNG + SVG)
-    slm-plot --kind all results.parquet -o plots/                    # all seven
+    slm-plot --kind all results.parquet -o plots/                    # every kind that has data
     slm-report results.parquet -o report/                            # report.md + report.html + figures/
     slm-ladder runs/ladder_table1 -o report/2512.20877              # arXiv 2512.20877 side by side
     slm-lr-transfer runs/lr_transfer_width runs/lr_transfer_depth -o out   # best lr per shape, loss-vs-lr
@@ -12,8 +12,9 @@
 
 RESULTS may also be a runs directory (collected on the fly). Bad input (no such path, no runs found, an
 unknown column or plot kind, a damaged file: analysis.readers.BadFile names it and what is wrong) is one line
-on stderr, `<prog>: error: ...`, and exit code 2; warnings (an unreadable result.json, skipped; a plot drawn
-as a placeholder) are `<prog>: warning: ...` lines.
+on stderr, `<prog>: error: ...`, and exit code 2; warnings (an unreadable result.json, skipped; a plot that
+failed) are `<prog>: warning: ...` lines. A plot without data for it is not drawn: slm-plot and slm-report say
+how many were drawn and name each one not drawn, with why, in one line.
 """
 
 from __future__ import annotations
@@ -135,8 +136,9 @@ def plot_main(argv: list[str] | None = None) -> None:
     p.add_argument("-v", "--verbose", action="store_true", help="also print info lines")
     args = p.parse_args(argv)
     _logging(prog, args.verbose)
-    from analysis.plots import draw
+    from analysis.plots import draw, drawn_line
     from analysis.report import check_table
+    from analysis.study import analyse
 
     table = _load(prog, args.results)
     try:
@@ -151,10 +153,21 @@ def plot_main(argv: list[str] | None = None) -> None:
         columns = [c for c in table.columns if c.startswith(("score_", "avg_")) or c in ("val_nll", "val_ppl")]
         fail(prog, f"--score {args.score}: no such column; the results have: {', '.join(columns) or 'none'}")
     kinds = KINDS if args.kind == "all" else [args.kind]
+    study = analyse(table, args.score)  # each statistic once, as the report computes it
+    not_drawn = {}
     for kind in kinds:
-        kwargs = {"score": args.score} if args.score and kind in ("tiers", "threshold", "throughput", "heatmap") else {}
-        _, paths = draw(kind, table, args.out_dir, formats, **kwargs)
-        print(f"{prog}: {kind}: {', '.join(str(p) for p in paths)}")
+        kwargs = {"score": study.score} if study.score and kind in ("tiers", "threshold", "throughput", "heatmap",
+                                                                      "lr") else {}
+        if kind == "tiers" and study.score:
+            kwargs["result"] = study.tiers()
+        if kind == "threshold" and study.score and study.threshold() is not None:
+            kwargs["result"] = study.threshold()
+        fig, paths = draw(kind, table, args.out_dir, formats, **kwargs)
+        if paths:
+            print(f"{prog}: {kind}: {', '.join(str(p) for p in paths)}")
+        else:
+            not_drawn[kind] = fig.slm_placeholder
+    print(f"{prog}: {drawn_line(not_drawn, len(kinds))}")
 
 
 @_bad_files_fail("slm-report")
@@ -162,7 +175,7 @@ def plot_main(argv: list[str] | None = None) -> None:
 def report_main(argv: list[str] | None = None) -> None:
     prog = "slm-report"
     p = OneLineParser(prog=prog, description="Write the Markdown and HTML report (tables, tiers, threshold, best "
-                      "per family, Pareto frontier, the seven plots) from a results table.")
+                      "per family, Pareto frontier, the plots that have data) from a results table.")
     p.add_argument("results", help="results table (.parquet/.csv from slm-collect) or a runs directory (or a run group "
                    "under $SLM_RUNS: cpu_default)")
     p.add_argument("-o", "--out-dir", default="report", help="output directory (default: report)")
@@ -171,7 +184,8 @@ def report_main(argv: list[str] | None = None) -> None:
     p.add_argument("-v", "--verbose", action="store_true", help="also print info lines")
     args = p.parse_args(argv)
     _logging(prog, args.verbose)
-    from analysis.report import build_report, check_table
+    from analysis.plots import drawn_line
+    from analysis.report import check_table, write_report
 
     out_dir = Path(args.out_dir)
     if out_dir.exists() and not out_dir.is_dir():
@@ -186,11 +200,12 @@ def report_main(argv: list[str] | None = None) -> None:
     if args.score and args.score not in table:
         fail(prog, f"--score {args.score}: no such column in {args.results}")
     try:
-        path = build_report(args.results, args.out_dir, score=args.score, title=args.title, table=table)
+        path, not_drawn = write_report(args.results, args.out_dir, score=args.score, title=args.title, table=table)
     except OSError as err:  # a parent that is a file, a read-only directory, a full disk
         reason = err.strerror or str(err)
         fail(prog, f"-o {args.out_dir}: cannot write the report there ({err.filename or args.out_dir}: {reason})")
     print(f"{prog}: wrote {path.with_name('report.md')} and {path}")
+    print(f"{prog}: {drawn_line(not_drawn)}")
 
 
 @_bad_files_fail("slm-ladder")
@@ -244,7 +259,9 @@ def compare_main(argv: list[str] | None = None) -> None:
     prog = "slm-compare"
     p = OneLineParser(prog=prog, description="Paired comparison of two runs on the same lm-eval documents, per "
                       "task: each run's score, B - A with a paired bootstrap 95% interval, McNemar's exact test (0/1 "
-                      "metrics) or a paired t-test, and a verdict at 5% (analysis/paired.py).")
+                      "metrics) or a paired t-test, and a verdict at 5% (analysis/paired.py). It answers whether these "
+                      "two trained models differ on these documents; whether their architectures differ needs seeds "
+                      "(slm-report).")
     p.add_argument("run_a", help="run directory A (its result.json names its per-document results), or a run under "
                    "$SLM_RUNS (default runs/): group/key")
     p.add_argument("run_b", help="run directory B")
@@ -281,6 +298,38 @@ def compare_main(argv: list[str] | None = None) -> None:
         print(f"{prog}: warning: {reason}", file=sys.stderr)
 
 
+class _Progress:
+    """slm-fit's progress on stderr while it bootstraps: one line redrawn on a terminal; elsewhere (a log, a pipe) a
+    plain line at the full fit and at every 10% of the refits, with counts and the time so far."""
+
+    def __init__(self, prog: str, runs: int, stream=None):
+        import time
+
+        self.prog, self.runs, self.stream, self.clock = prog, runs, stream or sys.stderr, time.monotonic
+        self.started = self.clock()
+        try:
+            self.tty = bool(self.stream.isatty())
+        except (AttributeError, ValueError):
+            self.tty = False
+
+    def __call__(self, done: int, total: int) -> None:
+        step = max(1, total // 10)
+        if not self.tty and done % step and done != total:
+            return
+        seconds = self.clock() - self.started
+        if done == 0:
+            line = f"{self.prog}: fitted {self.runs} runs; bootstrap: {total} refits on resampled runs"
+        else:
+            left = seconds / done * (total - done)
+            line = (f"{self.prog}: bootstrap {done} of {total} refits ({done / total:.0%}), {seconds:.0f}s"
+                    + (f", about {left:.0f}s left" if done < total else ""))
+        if self.tty:
+            end = "\n" if done in (0, total) else ""
+            print(f"\r\033[K{line}", end=end, file=self.stream, flush=True)
+        else:
+            print(line, file=self.stream, flush=True)
+
+
 @_bad_files_fail("slm-fit")
 @quiet_on_closed_pipe
 def fit_main(argv: list[str] | None = None) -> None:
@@ -311,7 +360,8 @@ def fit_main(argv: list[str] | None = None) -> None:
     table = pd.concat([_load(prog, path) for path in args.results], ignore_index=True)
     try:
         data = fit_data(table, args.params)
-        result = fit(data, draws=args.bootstrap, seed=args.seed, tol=args.compute_tol, source=", ".join(args.results))
+        result = fit(data, draws=args.bootstrap, seed=args.seed, tol=args.compute_tol, source=", ".join(args.results),
+                     progress=_Progress(prog, len(data.L)) if args.bootstrap else None)
     except FitError as err:
         fail(prog, f"{', '.join(args.results)}: {err}")
     path, png, content = write(result, args.out_dir, keep=args.keep)

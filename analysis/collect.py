@@ -4,6 +4,11 @@
     table.to_parquet("results.parquet")
     table = load_results("results.parquet")                   # or a runs directory, or a .csv
 
+run_dir holds each run's directory as an absolute path in memory; a saved table stores it relative to the table
+file (save_results), and load_results resolves it against the file's location, so a notebook, a command or a
+copy of the folder elsewhere finds the runs (a table written before this stored paths relative to the
+working directory of slm-collect: those are still found from there).
+
 Where runs are found: every directory holding a `result.json` is one run (the walk does not descend
 into it). A Hydra job folder with no result.json (it has `.hydra/`, `config.yaml`, `checkpoints/` or a
 train log) becomes a row with status `stopped` (`running` while a process holds its lock); a job of the
@@ -112,7 +117,7 @@ def override_column(key: str) -> str | None:
 
 def _not_started_row(run_dir: Path, root, reason: str, status: str, overrides: dict | None = None) -> dict:
     row = {"run": relative(run_dir, root), "sweep": run_dir.parent.name, "status": status, "error": reason,
-           "run_dir": str(run_dir)}
+           "run_dir": os.path.abspath(run_dir)}
     for key, value in (overrides or {}).items():
         name = override_column(key)
         if name is not None:
@@ -355,7 +360,42 @@ def load_results(path: str | os.PathLike) -> pd.DataFrame:
         return collect([path])
     table = read_table(path)
     check_numbers(table, path)
-    return tidy(table) if path.suffix.lower() == ".json" else table
+    table = tidy(table) if path.suffix.lower() == ".json" else table
+    if "run_dir" in table:
+        table["run_dir"] = resolve_run_dirs(table["run_dir"], path.parent)
+    return table
+
+
+def resolve_run_dirs(run_dirs: pd.Series, base: str | os.PathLike) -> pd.Series:
+    """The run directories of a table read from a file in `base`, as paths that work from anywhere: a relative one
+    (save_results writes them relative to the table's folder) resolved against `base`; an absolute one as it is. A
+    relative path that names no directory there but does from the working directory (tables written before run
+    paths were stored relative to the table) is taken from the working directory."""
+    base = Path(os.path.abspath(base))
+
+    def one(value):
+        if not isinstance(value, str) or not value or os.path.isabs(value):
+            return value
+        beside = os.path.normpath(base / value)
+        if not os.path.isdir(beside) and os.path.isdir(value):
+            return os.path.abspath(value)
+        return beside
+    return run_dirs.map(one)
+
+
+def stored_run_dirs(run_dirs: pd.Series, base: str | os.PathLike) -> pd.Series:
+    """The run directories as a table file in `base` stores them: relative to `base`, so the table and its runs
+    move together and any reader finds them (load_results resolves them back)."""
+    base = os.path.abspath(base)
+
+    def one(value):
+        if not isinstance(value, str) or not value:
+            return value
+        try:
+            return os.path.relpath(os.path.abspath(value), base)
+        except ValueError:  # another drive (Windows): no relative path exists
+            return os.path.abspath(value)
+    return run_dirs.map(one)
 
 
 def check_numbers(table: pd.DataFrame, path: str | os.PathLike) -> None:
@@ -380,9 +420,13 @@ def check_numbers(table: pd.DataFrame, path: str | os.PathLike) -> None:
 
 
 def save_results(table: pd.DataFrame, path: str | os.PathLike) -> Path:
-    """Write the table as .parquet (default) or .csv, by the file name."""
+    """Write the table as .parquet (default) or .csv, by the file name; run_dir is stored relative to the file's
+    folder (load_results resolves it against the file's location, so any reader, from any working directory,
+    finds the runs)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    if "run_dir" in table:
+        table = table.assign(run_dir=stored_run_dirs(table["run_dir"], path.parent))
     if path.suffix.lower() == ".csv":
         table.to_csv(path, index=False)
     elif path.suffix.lower() == ".json":

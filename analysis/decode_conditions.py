@@ -9,7 +9,7 @@ and the fast paths (CUDA graph, torch.compile) are read from each run's result.j
 The load: a record keeps how many cores' worth of CPU time other processes used during the measurement
 (decode_other_cores, slm.cpu_busy). A CPU figure says "otherwise idle" when every CPU run recorded under
 IDLE_CORES, the range of that load when some ran beside other work, and "other jobs may have shared the
-machine" when some run did not record it (older records).
+machine" when some run did not record it (older records); the caption (load_caption) says the same.
 """
 
 from __future__ import annotations
@@ -52,9 +52,27 @@ class Conditions:
             return ", other jobs may have shared the machine"
         if max(known) < IDLE_CORES:
             return ", machine otherwise idle"
+        return f", beside other work (it kept {self._span(known)} cores busy)"
+
+    @staticmethod
+    def _span(known: list[float]) -> str:
         low, high = min(known), max(known)
-        span = f"{high:.1f}" if round(low, 1) == round(high, 1) else f"{low:.1f}-{high:.1f}"
-        return f", beside other work (it kept {span} cores busy)"
+        return f"{high:.1f}" if round(low, 1) == round(high, 1) else f"{low:.1f}-{high:.1f}"
+
+    def load_caption(self) -> str:
+        """The caption's sentence on the CPU load, in agreement with the subtitle's (load_text)."""
+        known = [c for c in self.other_cores if c is not None]
+        unknown = len(self.other_cores) - len(known)
+        if unknown:
+            return (f"{unknown} of {len(self.other_cores)} CPU record(s) do not say what else ran on the machine "
+                    "(older records): a CPU speed measured beside other jobs (a local sweep on shared cores) is lower "
+                    "than on an idle machine")
+        if max(known) < IDLE_CORES:
+            return (f"Each CPU speed was measured with other processes keeping under {IDLE_CORES:g} cores busy "
+                    "(recorded per run: decode_other_cores)")
+        return (f"Other processes kept {self._span(known)} cores busy while the CPU speeds were measured (recorded "
+                "per run: decode_other_cores): a speed measured beside more work is lower than on an idle machine, "
+                "so compare runs measured under similar load")
 
     def lines(self) -> list[str]:
         """Two short lines for a figure's subtitle: where and how it was measured, then each decoder's

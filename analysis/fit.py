@@ -404,8 +404,9 @@ class FitResult:
 
 
 def fit(data: FitData, draws: int = 200, seed: int = 0, tol: float = COMPUTE_TOL, delta: float = HUBER_DELTA,
-        source: str | None = None) -> FitResult:
-    """Approach 3 and approach 2 on `data`, with `draws` bootstrap resamples of the runs."""
+        source: str | None = None, progress=None) -> FitResult:
+    """Approach 3 and approach 2 on `data`, with `draws` bootstrap resamples of the runs; `progress(done, draws)`,
+    if given, is called after the full fit (done 0) and after each bootstrap refit."""
     theta, value = fit_law(data.N, data.D, data.L, delta=delta)
     at_bound = [name for name, v, (lo, hi) in zip(("E", "A", "B", "alpha", "beta"), theta, BOUNDS)
                 if min(abs(v - lo), abs(v - hi)) < 1e-6]
@@ -414,6 +415,8 @@ def fit(data: FitData, draws: int = 200, seed: int = 0, tol: float = COMPUTE_TOL
     n = len(data.L)
     samples = np.full((draws, 5), np.nan)
     a2_samples = np.full((draws, 4), np.nan)
+    if progress is not None:
+        progress(0, draws)
     for j in range(draws):
         idx = rng.integers(0, n, n)
         N, D, L, C = data.N[idx], data.D[idx], data.L[idx], data.C[idx]
@@ -426,8 +429,11 @@ def fit(data: FitData, draws: int = 200, seed: int = 0, tol: float = COMPUTE_TOL
             try:
                 b2 = approach2(N, D, L, C, tol)
             except (np.linalg.LinAlgError, ValueError):
-                continue
-        a2_samples[j] = [np.nan if b2[k] is None else b2[k] for k in ("a", "a_const", "b", "b_const")]
+                b2 = None
+        if b2 is not None:
+            a2_samples[j] = [np.nan if b2[k] is None else b2[k] for k in ("a", "a_const", "b", "b_const")]
+        if progress is not None:
+            progress(j + 1, draws)
     settings = {"loss": LOSS, "params": data.params_column, "tokens": "tokens", "compute": data.compute_source,
                 "flops_per_param_token": data.flops_per_param_token, "huber_delta": delta, "bootstrap_draws": draws,
                 "seed": seed, "confidence": CONFIDENCE, "compute_tol": tol, "grid_starts": GRID_STARTS,

@@ -22,6 +22,9 @@ eval.lm_eval.metrics):
               test is of the aggregate's difference), with Wilcoxon's signed-rank p beside it (p_wilcoxon)
   verdict     "B better" / "A better" when p < 0.05 (direction from the metric's higher_is_better), else
               "no detectable difference at 5%"
+What it answers: whether these trained models differ on these documents. Whether their architectures do is a
+question about seeds (paired_groups over several runs a side pools the seeds per document, and the report's
+verdict tests configurations over their seeds); slm-compare's output says so under its table.
 Reads result files only.
 """
 
@@ -436,7 +439,7 @@ def format_table(results: list[PairedResult], refused: dict[str, str] | None = N
     for r in results:
         test = f"McNemar {r.n01}:{r.n10}" if r.n01 is not None else r.test
         docs = str(r.n) + ("" if r.runs_a == r.runs_b == 1 else f" ({r.runs_a}v{r.runs_b} runs)")
-        rows.append([r.task, r.metric, docs, num(r.a), num(r.b), signed(r.diff),
+        rows.append([r.task, metric_name(r.metric), docs, num(r.a), num(r.b), signed(r.diff),
                      f"[{signed(r.low)}, {signed(r.high)}]", test, f"{r.p:.3g}", r.verdict])
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
@@ -448,4 +451,19 @@ def format_table(results: list[PairedResult], refused: dict[str, str] | None = N
     notes += [f"{r.task}: {r.dropped} common documents without a finite value (not compared)"
               for r in results if r.dropped]
     lines += notes + [f"refused: {reason}" for reason in (refused or {}).values()]
+    if results:
+        lines.append(QUESTION)
     return "\n".join(lines)
+
+
+QUESTION = ("What this answers: whether these two trained models differ on these documents (a test over the "
+            "documents). Whether their architectures differ needs seeds: several runs a side (slm-report's verdict "
+            "tests configurations over their seeds; paired_groups pools seeds per document).")
+"""The line under slm-compare's table: which question a per-document test answers, and which it does not."""
+
+
+def metric_name(metric: str) -> str:
+    """An lm-eval metric key as people write it: "bits_per_byte,none" -> "bits_per_byte" (a filter other than
+    lm-eval's default "none" is kept: "exact_match,strict-match")."""
+    name, _, filt = metric.partition(",")
+    return name if filt in ("", "none") else metric

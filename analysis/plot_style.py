@@ -84,6 +84,44 @@ def is_bound(table: pd.DataFrame) -> pd.Series:
     return kinds.fillna("nll") == "nelbo"
 
 
+def bound_rows(table: pd.DataFrame, column: str) -> pd.Series:
+    """Rows whose value of `column` is an upper bound, not an exact value: a masked-diffusion run's (val_nll_kind
+    nelbo) validation loss, and its perplexity-type lm-eval scores (bits per byte, byte or word perplexity: its
+    log-likelihoods are Monte Carlo ELBO estimates, slm.eval.score_lines.BOUND_METRICS). Every plot draws such a
+    point hollow."""
+    from slm.eval.score_lines import BOUND_METRICS
+
+    bound = is_bound(table)
+    if column in ("val_nll", "val_bpb", "val_ppl", "test_nll", "test_bpb"):
+        return bound
+    if column.startswith("score_") and f"metric_{column[len('score_'):]}" in table:
+        metric = table[f"metric_{column[len('score_'):]}"].astype(str).str.split(",").str[0]
+        return bound & metric.isin(BOUND_METRICS)
+    return pd.Series(False, index=table.index)
+
+
+HOLLOW = {"facecolors": "none", "linewidths": 1.4}
+"""How every plot draws a point whose value is a bound (bound_rows): hollow, its edge in its colour."""
+
+
+def scatter(ax, x, y, colour: str, marker: str, hollow=None, s: float = 55, **kwargs) -> None:
+    """Points in one colour and marker, those flagged in `hollow` (a bound) drawn hollow: the one way every plot
+    draws a bound."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    hollow = np.zeros(len(x), bool) if hollow is None else np.asarray(hollow, bool)
+    filled = {"color": colour, "edgecolors": kwargs.pop("edgecolors", "white"),
+              "linewidths": kwargs.pop("linewidths", 0.8)}
+    for flag in (False, True):
+        if (hollow == flag).any():
+            ax.scatter(x[hollow == flag], y[hollow == flag], s=s, marker=marker,
+                       **({**HOLLOW, "edgecolors": colour} if flag else filled), **kwargs)
+
+
+def bound_handle() -> tuple:
+    """The legend entry of a bound, the same in every plot."""
+    return (Line2D([], [], ls="", marker="o", mfc="none", mec="#555555", markersize=7), "hollow: a bound (NELBO)")
+
+
 def score_label(table: pd.DataFrame, column: str, direction: bool = True) -> str:
     """Axis label of a score column with its unit and which way is better; val_nll says when it holds
     masked-diffusion bounds (NELBO) rather than, or beside, exact NLLs."""
@@ -204,9 +242,9 @@ class PointKeys:
         for (c, m), part in rows.groupby([colour, marker], sort=True):
             yield self.colours.get(c, PALETTE[0]), self.markers.get(m, "o"), part
 
-    def legend(self, ax, extra: list | None = None, size_legend=None) -> None:
-        """One legend to the right of the axes: colour (family) and marker (the swept axis) each under a bold
-        heading, then `extra` (handle, label) entries; the marker-size legend, if any, below it."""
+    def entries(self, extra: list | None = None, colour_heading: str | None = None) -> tuple[list, list, list]:
+        """(handles, labels, heading positions) of the key: colour (family) and marker (the swept axis) each under
+        a bold heading, then `extra` (handle, label) entries under "also"."""
         handles, labels, heads = [], [], []
 
         def heading(text):
@@ -215,7 +253,7 @@ class PointKeys:
             labels.append(text)
 
         if self.colour and self.colours:
-            heading(f"{self.colour} (colour)")
+            heading(colour_heading or f"{self.colour} (colour)")
             for key, colour in self.colours.items():
                 handles.append(Line2D([], [], ls="", marker="o", color=colour, markersize=7))
                 labels.append(key)
@@ -229,6 +267,11 @@ class PointKeys:
             for handle, label in extra:
                 handles.append(handle)
                 labels.append(label)
+        return handles, labels, heads
+
+    def legend(self, ax, extra: list | None = None, size_legend=None) -> None:
+        """One legend to the right of the axes (entries); the marker-size legend, if any, below it."""
+        handles, labels, heads = self.entries(extra)
         first = ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8,
                           framealpha=0.9, borderaxespad=0, handletextpad=0.5)
         for i, text in enumerate(first.get_texts()):
@@ -311,7 +354,8 @@ def figure_text(fig: Figure) -> str:
 
 
 def placeholder(title: str, reason: str, size=(7.5, 3.0)) -> Figure:
-    """A figure that says which plot is missing and why (so reports keep their seven slots)."""
+    """A figure that says which plot is missing and why: analysis.plots.draw does not save it, and the report and
+    slm-plot name it in their one line of what was not drawn."""
     fig = new_figure(figsize=size, layout="constrained")
     ax = fig.add_subplot()
     ax.set_axis_off()
@@ -319,7 +363,7 @@ def placeholder(title: str, reason: str, size=(7.5, 3.0)) -> Figure:
             transform=ax.transAxes)
     set_title(fig, f"{title}: not drawn")
     fig.slm_placeholder = reason
-    log.warning("%s: not drawn: %s", title, reason)
+    log.info("%s: not drawn: %s", title, reason)
     return fig
 
 

@@ -1,8 +1,9 @@
-"""The study's seven plots, from a results table (analysis.collect). Matplotlib, no display needed.
+"""The study's plots (seven kinds), from a results table (analysis.collect). Matplotlib, no display needed.
 
     fig = plot_tiers(table)                                  # a matplotlib Figure
     paths = save(fig, "out/plots", "tiers")                  # out/plots/tiers.png and .svg
-    draw_all(table, "out/plots")                             # all seven, PNG and SVG
+    drawn = draw_all(table, "out/plots")                     # each kind that has data, PNG and SVG
+    print(drawn_line(skipped(drawn)))                        # "Figures: 6 of 7 plots drawn; not drawn: ..."
 
 KINDS:
   tiers       runs sorted by score, tiers shaded, the gap annotated (analysis.tiers; refusals say so)
@@ -18,7 +19,10 @@ KINDS:
               (analysis.tuning; a placeholder when every configuration ran at one lr)
 
 Keys: colour = family (objective where only that varies), marker = depth (or the axis the sweep varies), one
-legend for both (style.PointKeys), so a family and a depth look the same in every plot. Titles are one line
+legend for both (style.PointKeys), so a family and a depth look the same in every plot; where a plot must colour
+otherwise (the depth plot of a grid crossing depth with width, the lr plot when two configurations share a family
+and depth) its key says so. A value that is a bound (a masked-diffusion run's NELBO, or its bits per byte from a
+Monte Carlo ELBO: style.bound_rows) is drawn hollow in every plot (≤ in the heatmap's cells). Titles are one line
 and a subtitle that says how to read the figure; statistics (p-values, T, D, counts within noise of chance)
 are the figure's caption (fig.slm_caption, style.set_caption), which the report prints under it. With no
 score given, the score is the study's headline metric (style.choose_score -> analysis.headline).
@@ -30,8 +34,9 @@ choice accuracy gets its chance level as a dotted line (analysis.collect.chance_
 counts the runs within noise of it (score - chance <= 1.96 stderr).
 
 Each plot degrades instead of failing: with no lm-eval scores the score is the validation NLL (and the
-caption says so); without the columns a plot needs (no throughput measured, no d_model, no completed run)
-it draws a style.placeholder that names what is missing, and logs the reason (logger `analysis.plots`).
+caption says so); without the columns a plot needs (no throughput measured, no d_model, one lr per
+configuration, no completed run) it is not drawn: a style.placeholder names what is missing, draw saves
+nothing for it, and the report and slm-plot name it in one line (drawn_line).
 Figures are made with matplotlib.figure.Figure (no pyplot state), so this works headless (Agg) and in
 notebooks alike.
 """
@@ -69,17 +74,20 @@ FORMATS = ("png", "svg")
 # ---------------------------------------------------------------------------------------------- plots
 
 
-def plot_tiers(table: pd.DataFrame, score: str | None = None, k: int | None = None, **tier_args) -> Figure:
+def plot_tiers(table: pd.DataFrame, score: str | None = None, k: int | None = None, result=None,
+               **tier_args) -> Figure:
     """Configurations sorted by score (best at the top), 95% intervals where known, tiers shaded and the gap
-    between them annotated with its statistic; a refusal is drawn unshaded and the title gives the reason."""
+    between them annotated with its statistic; a refusal is drawn unshaded and the title gives the reason. Points
+    are keyed as in every plot (colour = family, marker = depth). `result`: the tiers already found (the report's
+    analysis.study), else found here by the same rule."""
     from analysis.headline import bounds_left_out, comparable_rows
 
     score, note = style.choose_score(table, score)
     if score is None:
         return style.placeholder("Tiers", note)
     left_out = bounds_left_out(table, score)
-    table = comparable_rows(table, score) if len(left_out) else table  # exact NLLs only, as the verdict
-    result = find_tiers(table, score, k=k, **tier_args)
+    if result is None:
+        result = find_tiers(comparable_rows(table, score), score, k=k, **tier_args)  # exact NLLs only
     units = result.units
     if units.empty:
         return style.placeholder("Tiers", f"no completed run has a value of {score}")
@@ -87,7 +95,7 @@ def plot_tiers(table: pd.DataFrame, score: str | None = None, k: int | None = No
     units = units.sort_values("value", ascending=hib, kind="stable").reset_index(drop=True)  # best last = top
     n = len(units)
     row, font = (0.32, 8.5) if n <= 40 else (0.2, 6.5) if n <= 100 else (0.13, 5)
-    fig = style.new_figure(figsize=(8.5, 1.8 + row * n), layout="constrained")
+    fig = style.new_figure(figsize=(9.5, 1.8 + row * n), layout="constrained")
     ax = fig.add_subplot()
     y = np.arange(n)
     x = units["value"].to_numpy(float)
@@ -98,24 +106,34 @@ def plot_tiers(table: pd.DataFrame, score: str | None = None, k: int | None = No
         for rank in sorted(set(tier)):
             rows = np.flatnonzero(tier == rank)
             ax.axhspan(rows.min() - 0.5, rows.max() + 0.5, color=shades[(rank - 1) % len(shades)], zorder=0)
-            ax.text(1.0, (rows.min() + rows.max()) / 2, f" tier {rank}", transform=ax.get_yaxis_transform(),
-                    va="center", ha="left", fontsize=9, fontweight="bold", color="#333333", clip_on=False)
+            ax.text(0.995, (rows.min() + rows.max()) / 2, f"tier {rank} ", transform=ax.get_yaxis_transform(),
+                    va="center", ha="right", fontsize=9, fontweight="bold", color="#333333")
     ax.errorbar(x, y, xerr=None if err is None or np.isnan(err).all() else np.nan_to_num(err), fmt="o",
-                color="#1f3b57", ecolor="#7a8ea3", elinewidth=1.2, capsize=2.5, markersize=5, zorder=3)
+                markersize=0, color="#1f3b57", ecolor="#7a8ea3", elinewidth=1.2, capsize=2.5, zorder=2)
+    keys = style.PointKeys(table)
+    first = [r[0] for r in units["runs"]] if "runs" in units else []
+    if len(first) == n and set(first) <= set(table.index):
+        for colour, marker, part in keys.groups(table.loc[first]):
+            at = [first.index(i) for i in part.index]
+            style.scatter(ax, x[at], y[at], colour, marker, s=45, zorder=3)
+    else:  # bare values (tiers_from_values): one colour
+        ax.scatter(x, y, color="#1f3b57", s=30, zorder=3)
     ax.set_yticks(y, units["label"].tolist(), fontsize=font)
     ax.set_ylim(-0.6, n - 0.4)
-    ax.set_xlabel(style.score_label(table, score))
+    ax.set_xlabel(style.score_label(comparable_rows(table, score), score))  # the runs drawn: a bound left out
     ax.set_ylabel("configuration (best at the top)")
-    ax.grid(axis="x", color="#dddddd", linewidth=0.6)
+    ax.grid(axis="x", color="#e5e5e5", linewidth=0.6)
     name = style.short_name(score)
     title = f"{name}: {result.k} tiers" if result.split else f"{name}: no significant tiers"
-    keys = ["shaded: tiers, arrows: the gaps between them"] if result.split else []
+    subtitle = ["shaded: tiers, arrows: the gaps between them"] if result.split else []
+    if keys.colour and keys.marker:
+        subtitle.append(f"colour: {keys.colour}; marker: {style.AXIS_NAMES.get(keys.marker, keys.marker)}")
     chance = style.chance_value(table, score)
     if chance is not None:
         style.draw_chance(ax, chance, vertical=True, label=False)
     captions = [_tier_statistics(result)]
     if err is not None and np.isfinite(err).any():
-        keys.append("bars: 95% intervals")
+        subtitle.append("bars: 95% intervals")
         sources = []
         if result.units_source.get("stderr"):
             sources.append("stderr propagated from the tasks' (independent tasks assumed)" if score.startswith("avg_")
@@ -125,10 +143,10 @@ def plot_tiers(table: pd.DataFrame, score: str | None = None, k: int | None = No
             sources.append("seed-to-seed spread" + pooled)
         captions.append("Bars: 95% intervals from " + (" and ".join(sources) or "the runs' uncertainty"))
     elif not result.noise_known:
-        keys.append("no bars: no per-run uncertainty known")
+        subtitle.append("no bars: no per-run uncertainty known")
         captions.append("No per-run uncertainty is known (single seed, no stderr)")
     if chance is not None:
-        keys.append(f"dotted: chance {chance:.3g}")
+        subtitle.append(f"dotted: chance {chance:.3g}")
         se = units["se"].to_numpy(float) if "se" in units else np.zeros(n)
         near = int(np.sum(near_chance(x, chance, np.nan_to_num(se))))
         captions.append(f"Dotted: chance {chance:.3g} (random guess among the choices)" + (
@@ -138,8 +156,10 @@ def plot_tiers(table: pd.DataFrame, score: str | None = None, k: int | None = No
                         "comparable with an exact NLL")
     if note:
         captions.append(f"Score: {note}")
-    style.set_title(fig, title, "; ".join(keys))
+    style.set_title(fig, title, style.wrap_text("; ".join(subtitle), 100))
     style.set_caption(fig, *captions)
+    if keys.colour:
+        keys.legend(ax)
     if result.split:
         style.settle_layout(fig)
         for gap in result.gaps:
@@ -183,9 +203,11 @@ def _annotate_gap(ax, gap, yb: float, fontsize: float = 8) -> None:
         ax.annotate(text, xy=((xmin + xmax) / 2, yb), xytext=(0, 2), ha="center", va="bottom", **text_style)
 
 
-def plot_threshold(table: pd.DataFrame, score: str | None = None, axis: str = "d_model", **threshold_args) -> Figure:
+def plot_threshold(table: pd.DataFrame, score: str | None = None, axis: str = "d_model", result=None,
+                   **threshold_args) -> Figure:
     """Score against d_model (log2 axis); colour = family, marker = depth (style.PointKeys); the threshold line
-    where analysis.thresholds finds one. Its statistics (D, permutation p) go to the caption."""
+    where analysis.thresholds finds one. Its statistics (D, permutation p) go to the caption. `result`: the
+    threshold already found (the report's analysis.study), else found here by the same rule."""
     score, note = style.choose_score(table, score)
     if score is None:
         return style.placeholder("Threshold", note)
@@ -199,7 +221,8 @@ def plot_threshold(table: pd.DataFrame, score: str | None = None, axis: str = "d
     from analysis.headline import bounds_left_out, comparable_rows
 
     left_out = bounds_left_out(table, score)
-    result = find_threshold(comparable_rows(table, score) if len(left_out) else table, axis, score, **threshold_args)
+    if result is None:
+        result = find_threshold(comparable_rows(table, score), axis, score, **threshold_args)
     fig = style.new_figure(figsize=(8.5, 5.2), layout="constrained")
     ax = fig.add_subplot()
     keys = style.PointKeys(table, exclude=(axis,))
@@ -210,12 +233,7 @@ def plot_threshold(table: pd.DataFrame, score: str | None = None, axis: str = "d
         if errors.loc[part.index].notna().any():
             ax.errorbar(x, y, yerr=style.Z95 * errors.loc[part.index].fillna(0).to_numpy(float), fmt="none",
                         ecolor=colour, alpha=0.5, elinewidth=1, capsize=2, zorder=2)
-        hollow = part.index.isin(left_out.index)
-        for flag in (False, True):
-            if (hollow == flag).any():
-                ax.scatter(x[hollow == flag], y[hollow == flag], s=55, marker=marker, alpha=0.85, zorder=3,
-                           **({"facecolors": "none", "edgecolors": colour, "linewidths": 1.4} if flag else
-                              {"color": colour, "edgecolors": "white", "linewidths": 0.8}))
+        style.scatter(ax, x, y, colour, marker, style.bound_rows(part, score), alpha=0.85, zorder=3)
     style.log2_axis(ax, pd.to_numeric(rows[axis]).to_numpy(float))
     ax.set_xlabel(style.AXIS_LABELS.get(axis, axis) + (", log scale" if ax.get_xscale() == "log" else ""))
     ax.set_ylabel(style.wrap_text(style.score_label(table, score), 48))
@@ -252,7 +270,7 @@ def plot_threshold(table: pd.DataFrame, score: str | None = None, axis: str = "d
                                 "dotted: chance" if style.chance_value(rows, score) is not None else "") if t)
     style.set_title(fig, title, sub)
     style.set_caption(fig, *captions)
-    keys.legend(ax)
+    keys.legend(ax, [style.bound_handle()] if style.bound_rows(rows, score).any() else None)
     style.pad_y(ax)
     style.draw_chance(ax, style.chance_value(rows, score))
     fig.slm_result = result
@@ -276,7 +294,8 @@ def plot_depth(table: pd.DataFrame, tasks: list[str] | None = None, max_panels: 
     nrow = math.ceil(len(columns) / ncol)
     fig = style.new_figure(figsize=(max(4.2 * ncol + 0.6, 7.5), 3.5 * nrow + 1.3), layout="constrained")
     axes = fig.subplots(nrow, ncol, squeeze=False)
-    group = style.group_column(rows)
+    keys = style.PointKeys(table)
+    group = keys.colour
     depth_values = pd.to_numeric(rows["n_layers"], errors="coerce")
     # A grid that crosses depth with width (several d_model at one depth): one line per width; otherwise
     # (e.g. a fixed parameter budget, where width follows depth) one line per family through the depth means.
@@ -291,14 +310,18 @@ def plot_depth(table: pd.DataFrame, tasks: list[str] | None = None, max_panels: 
         how = "lines: mean per " + (group or "group") + " at each depth"
     keys_sorted = sorted(series.unique(), key=lambda k: (k.split(" d")[0], float(k.rsplit("d", 1)[-1])
                                                          if crossed and k.rsplit("d", 1)[-1].isdigit() else 0))
-    colors = {k: style.PALETTE[i % len(style.PALETTE)] for i, k in enumerate(keys_sorted)}
-    markers = {k: style.MARKERS[i % len(style.MARKERS)] for i, k in enumerate(keys_sorted)}
+    colors = ({k: style.PALETTE[i % len(style.PALETTE)] for i, k in enumerate(keys_sorted)} if crossed else
+              {k: keys.colours.get(k, style.PALETTE[0]) for k in keys_sorted})  # the family's colour everywhere
+    depth_marker = (lambda v: keys.markers.get(style.format_number(v), "o")) if keys.marker == "n_layers" \
+        else (lambda v: "o")
+    any_bound = False
     for ax, column in zip(axes.flat, columns):
         part = rows[pd.to_numeric(rows[column], errors="coerce").notna() & depth_values.notna()]
+        bounds = style.bound_rows(part, column)
+        any_bound |= bool(bounds.any())
         for key in keys_sorted:
             sub = part[series.loc[part.index] == key]
             if sub.empty:
-                ax.plot([], [], color=colors[key], marker=markers[key], label=key)
                 continue
             x = pd.to_numeric(sub["n_layers"]).to_numpy(float)
             y = pd.to_numeric(sub[column]).to_numpy(float)
@@ -306,10 +329,14 @@ def plot_depth(table: pd.DataFrame, tasks: list[str] | None = None, max_panels: 
             if np.isfinite(se).any():
                 ax.errorbar(x, y, yerr=style.Z95 * np.nan_to_num(se), fmt="none", ecolor=colors[key], alpha=0.45,
                             elinewidth=1, capsize=2, zorder=2)
-            ax.scatter(x, y, color=colors[key], marker=markers[key], s=28, alpha=0.6, edgecolors="none", zorder=3)
-            mean = sub.assign(_x=x, _y=y).groupby("_x")["_y"].mean()
-            ax.plot(mean.index, mean.values, color=colors[key], lw=1.6 if len(mean) >= 2 else 0, zorder=2,
-                    marker=markers[key] if len(mean) < 2 else None, label=key)
+            for depth in sorted(set(x)):  # marker = depth, a bound hollow: as in every plot
+                at = x == depth
+                style.scatter(ax, x[at], y[at], colors[key], depth_marker(depth), bounds.loc[sub.index][at], s=34,
+                              alpha=0.8, zorder=3, linewidths=0.5)
+            exact = ~bounds.loc[sub.index].to_numpy()
+            mean = sub[exact].assign(_x=x[exact], _y=y[exact]).groupby("_x")["_y"].mean()
+            if len(mean) >= 2:  # a family's line through its exact values (a bound is not averaged in)
+                ax.plot(mean.index, mean.values, color=colors[key], lw=1.6, zorder=2, label=key)
         if part.empty:
             ax.text(0.5, 0.5, "no values", ha="center", va="center", transform=ax.transAxes, color="#777777")
         else:
@@ -322,25 +349,42 @@ def plot_depth(table: pd.DataFrame, tasks: list[str] | None = None, max_panels: 
         ax.tick_params(labelsize=8)
     for ax in list(axes.flat)[len(columns):]:
         ax.set_axis_off()
-    handles, labels = axes.flat[0].get_legend_handles_labels()
-    if len(labels) > 1:
-        fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 6), fontsize=8,
-                   frameon=False)
+    extra = [(Line2D([], [], color="#777777", lw=1.6), how.split(": ", 1)[1])]
+    if any_bound:
+        extra.append(style.bound_handle())
+    handles, labels, heads = keys.entries(extra)
+    if crossed:  # colour is a family and a width here: the key says so
+        n_colour = len(keys.colours) + 1 if keys.colour and keys.colours else 0
+        own = [Line2D([], [], ls="", marker="")] + [Line2D([], [], ls="", marker="o", color=colors[k], markersize=7)
+                                                    for k in keys_sorted]
+        handles = own + handles[n_colour:]
+        labels = [f"{group or 'group'} and width (colour)", *keys_sorted] + labels[n_colour:]
+        heads = [0] + [h - n_colour + len(own) for h in heads if h >= n_colour]
+    legend = axes[0][-1].legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8,
+                                frameon=False, borderaxespad=0)
+    for i, text in enumerate(legend.get_texts()):
+        if i in heads:
+            text.set_fontweight("bold")
     title = "Score against depth" + (" per task" if len(columns) > 1 else "") + (f" ({note})" if note else "")
-    keys = ["points: runs; " + how]
+    subtitle = ["points: runs; " + how + (f"; colour: {group}" if group and not crossed else "")
+                + ("; marker: depth" if keys.marker == "n_layers" else "")]
     captions = []
     if any(style.score_errors(rows, c).notna().any() for c in columns):
-        keys.append("bars: 95% intervals")
+        subtitle.append("bars: 95% intervals")
         captions.append("Bars: 95% intervals (1.96 x stderr; an average's propagated from its tasks', assuming "
                         "independent tasks)")
     elif columns != ["val_nll"]:
         captions.append("No error bars: no per-run standard error is recorded for these scores")
     near = {style.short_name(c): int(style.near_chance(rows, c).sum()) for c in columns}
     if any(style.chance_value(rows, c) is not None for c in columns):
-        keys.append("dotted: chance")
+        subtitle.append("dotted: chance")
         captions.append("Dotted: chance (random guess among the choices)" + "".join(
             f"; {name}: {k} run(s) within noise of chance" for name, k in near.items() if k))
-    style.set_title(fig, title, style.wrap_text("; ".join(keys), 110))
+    if any_bound:
+        subtitle.append("hollow: a bound")
+        captions.append("Hollow: a masked-diffusion run's bound (its NELBO, or bits per byte from its Monte Carlo "
+                        "ELBO), not an exact value; left out of the family's line")
+    style.set_title(fig, title, style.wrap_text("; ".join(subtitle), 110))
     style.set_caption(fig, *captions)
     return fig
 
@@ -384,34 +428,38 @@ def plot_throughput(table: pd.DataFrame, score: str | None = None) -> Figure:
     diffusion = rows["decoder"].astype(str).eq("masked_diffusion") if "decoder" in rows \
         else pd.Series(False, rows.index)
     errors = style.score_errors(rows, score)
+    bounds = style.bound_rows(rows, score)
     for colour, marker, part in keys.groups(rows):
         if errors.loc[part.index].notna().any():
             ax.errorbar(part["decode_tokens_per_s"].astype(float), part[score].astype(float),
                         yerr=style.Z95 * errors.loc[part.index].fillna(0).to_numpy(float), fmt="none",
                         ecolor=colour, alpha=0.45, elinewidth=1, capsize=2, zorder=2)
-        ax.scatter(part["decode_tokens_per_s"].astype(float), part[score].astype(float),
-                   s=[to_size(v) for v in mem.loc[part.index]], color=colour, marker=marker, alpha=0.75, zorder=3,
-                   edgecolors=["black" if diffusion[i] else "white" for i in part.index],
-                   linewidths=[1.8 if diffusion[i] else 0.8 for i in part.index])
+        for hollow, points in part.groupby(bounds[part.index]):  # a bound hollow, as in every plot
+            ax.scatter(points["decode_tokens_per_s"].astype(float), points[score].astype(float),
+                       s=[to_size(v) for v in mem.loc[points.index]], marker=marker, alpha=0.75, zorder=3,
+                       **({**style.HOLLOW, "edgecolors": colour} if hollow else
+                          {"color": colour, "edgecolors": "white", "linewidths": 0.8}))
+    ringed = rows[diffusion]  # the decoder, apart from the score: a black ring around the point
+    if len(ringed):
+        ax.scatter(ringed["decode_tokens_per_s"].astype(float), ringed[score].astype(float),
+                   s=[2.4 * to_size(v) for v in mem.loc[ringed.index]], marker="o", facecolors="none",
+                   edgecolors="black", linewidths=1.2, zorder=4)
     speeds = rows["decode_tokens_per_s"].astype(float)
     if speeds.max() / max(speeds.min(), 1e-9) >= 3:
         ax.set_xscale("log")
         style.log_ticks(ax, speeds)
     ax.set_xlabel(style.AXIS_LABELS["decode_tokens_per_s"] + (", log scale" if ax.get_xscale() == "log" else ""))
-    bounds = style.is_bound(rows) if score == "val_nll" else pd.Series(False, rows.index)
     label = style.score_label(table, score)
-    if bounds.any() and (~bounds).any():  # ringed, not hollow, here: the ring is the diffusion decoder's
-        label = "validation NLL; a diffusion run's: NELBO (an upper bound), " + label.rsplit(", ", 1)[-1]
     ax.set_ylabel(style.wrap_text(label, 48))
     ax.grid(color="#e5e5e5", linewidth=0.6)
     sized = measure[mem.notna()].dropna().astype(str).unique()
     what = {"cuda_max_memory_allocated": "GPU allocated"}
     mem_title = "peak memory\n(marker size, MiB" + (",\n" + "/".join(what.get(m, m) for m in sized)
                                                     if len(sized) else "") + ")"
-    extra = []
+    extra = [style.bound_handle()] if bounds.any() else []
     if diffusion.any():
-        extra.append((Line2D([], [], ls="", marker="o", mfc="#cccccc", mec="black", mew=1.8, markersize=7),
-                      "masked diffusion"))
+        extra.append((Line2D([], [], ls="", marker="o", mfc="none", mec="black", mew=1.2, markersize=11),
+                      "ringed: masked diffusion decoder"))
     keys.legend(ax, extra, (mem.dropna().to_numpy(), to_size, mem_title, lambda v: f"{v:,.0f}")
                 if mem.notna().any() else None)
     style.pad_y(ax)
@@ -419,7 +467,8 @@ def plot_throughput(table: pd.DataFrame, score: str | None = None) -> Figure:
     ax.margins(x=0.08)
     measured = conditions(rows)
     sub = measured.lines()
-    marks = [t for t in ("bars: 95% intervals" if errors.notna().any() else "",
+    marks = [t for t in ("hollow: a bound" if bounds.any() else "",
+                         "bars: 95% intervals" if errors.notna().any() else "",
                          "dotted: chance" if style.chance_value(rows, score) is not None else "") if t]
     if marks:
         sub[-1] += "; " + "; ".join(marks)
@@ -431,8 +480,7 @@ def plot_throughput(table: pd.DataFrame, score: str | None = None) -> Figure:
                         "model")
     captions += [style.errorbar_note(rows, score), style.chance_note(rows, score)]
     if measured.cpu:
-        captions.append("The record does not say what else ran on the machine: a CPU speed measured beside other "
-                        "jobs (a local sweep on shared cores) is lower than on an idle machine")
+        captions.append(measured.load_caption())
     if note:
         captions.append(f"Score: {note}")
     style.set_title(fig, f"{style.short_name(score)} against decode speed",
@@ -472,10 +520,8 @@ def plot_pareto(table: pd.DataFrame, x: str = "train_flops", y: str | None = Non
     for colour, px, py in paths:  # a family across the swept axis: its best configuration at each value
         ax.plot(px, py, color=colour, lw=1.0, alpha=0.45, zorder=2)
     for colour, marker, part in keys.groups(rows):
-        for hollow, sub_part in part.groupby(bound[part.index] & mixed):
-            ax.scatter(sub_part[x].astype(float), sub_part[y].astype(float), marker=marker, s=60, alpha=0.85,
-                       zorder=3, **({"facecolors": "none", "edgecolors": colour, "linewidths": 1.4} if hollow else
-                                   {"color": colour, "edgecolors": "white", "linewidths": 0.6}))
+        style.scatter(ax, part[x].astype(float), part[y].astype(float), colour, marker, bound[part.index], s=60,
+                      alpha=0.85, zorder=3, linewidths=0.6)
     fx, fy = front[x].astype(float).to_numpy(), front[y].astype(float).to_numpy()
     ax.step(fx, fy, where="post", color="#222222", lw=1.4, zorder=2)
     ax.scatter(fx, fy, facecolors="none", edgecolors="#222222", s=150, linewidths=1.2, zorder=4)
@@ -491,9 +537,8 @@ def plot_pareto(table: pd.DataFrame, x: str = "train_flops", y: str | None = Non
     if paths:
         extra.append((Line2D([], [], color="#888888", lw=1.0, alpha=0.6),
                       f"a {keys.colour}'s best at each {style.AXIS_NAMES.get(keys.marker, keys.marker)}"))
-    if mixed:
-        extra.append((Line2D([], [], ls="", marker="o", mfc="none", mec="#555555", markersize=7),
-                      "NELBO (a bound)"))
+    if bound.any():
+        extra.append(style.bound_handle())
     keys.legend(ax, extra)
     style.pad_y(ax, 0.08)
     ax.margins(x=0.08)
@@ -552,13 +597,15 @@ def plot_heatmap(table: pd.DataFrame, tasks: list[str] | None = None, score: str
         if not columns:
             return style.placeholder("Per-task heatmap", "no lm-eval scores and no validation NLL in the results")
     order_by, _ = style.choose_score(rows, score)
-    frames, errors, chance = [], [], {}
+    frames, errors, chance, bounded = [], [], {}, {}
     for column in columns:
         units, _, _ = units_of(rows, column)
         if len(units):
             frames.append(units.set_index("label")["value"].rename(column))
             errors.append(units.set_index("label")["se"].rename(column))
             chance[column] = style.chance_value(rows, column)
+            flags = style.bound_rows(rows, column)
+            bounded[column] = {label for label, runs in zip(units["label"], units["runs"]) if flags.loc[runs].all()}
     if not frames:
         return style.placeholder("Per-task heatmap", "no completed run has a score")
     grid = pd.concat(frames, axis=1)
@@ -581,14 +628,17 @@ def plot_heatmap(table: pd.DataFrame, tasks: list[str] | None = None, score: str
                            layout="constrained")
     ax = fig.add_subplot()
     image = ax.imshow(ranks.to_numpy(float), aspect="auto", cmap="viridis", vmin=0, vmax=1)
-    near_cells = 0
+    near_cells = bound_cells = 0
     for i in range(nr):
         for j in range(nc):
             value = grid.iat[i, j]
             if np.isfinite(value):
                 shade = ranks.iat[i, j]
                 se = spread.iat[i, j]
-                text = style.cell_text(value) + (f"\n±{style.cell_text(style.Z95 * se)}" if np.isfinite(se) else "")
+                bound = grid.index[i] in bounded.get(grid.columns[j], ())
+                text = ("≤" if bound else "") + style.cell_text(value) + (
+                    f"\n±{style.cell_text(style.Z95 * se)}" if np.isfinite(se) else "")
+                bound_cells += bound
                 level = chance[grid.columns[j]]
                 if level is not None and near_chance(value, level, se if np.isfinite(se) else None):
                     text += " °"
@@ -605,13 +655,16 @@ def plot_heatmap(table: pd.DataFrame, tasks: list[str] | None = None, score: str
     bar = fig.colorbar(image, ax=ax, shrink=0.8, pad=0.02)
     bar.set_label("rank within the task\n(1 = best, 0 = worst)")
     sub = "cells: value" + (" ± 95% interval" if two_lines else "") + "; colour: rank on that task" + (
-        "; °: within noise of chance" if near_cells else "")
+        "; °: within noise of chance" if near_cells else "") + (
+        "; ≤: a bound (hollow in the other plots)" if bound_cells else "")
     style.set_title(fig, "Per-task scores" + (f" ({note})" if note else ""), sub)
     style.set_caption(fig, "Cells: each task's headline value" + (" ± its 95% interval (1.96 x lm-eval stderr, "
                                                                    "where recorded)" if two_lines else ""),
                       "Colour: rank among the configurations on that task (1 = best), so tasks on different scales "
                       "share one colour bar",
-                      f"°: within noise of the task's chance level ({near_cells} cell(s))" if near_cells else "")
+                      f"°: within noise of the task's chance level ({near_cells} cell(s))" if near_cells else "",
+                      f"≤: a masked-diffusion run's bound, not an exact value ({bound_cells} cell(s))"
+                      if bound_cells else "")
     return fig
 
 
@@ -645,8 +698,10 @@ def save(fig: Figure, out_dir: str | os.PathLike, name: str, formats=FORMATS) ->
 
 def draw(kind: str, table: pd.DataFrame, out_dir: str | os.PathLike | None = None, formats=FORMATS,
          **kwargs) -> tuple[Figure, list[Path]]:
-    """Draw one plot (KINDS) and save it under out_dir if given. A plot that raises becomes a style.placeholder
-    naming the error, so one bad column never loses the others."""
+    """Draw one plot (KINDS) and save it under out_dir if given. A plot without the data it needs is a
+    style.placeholder (fig.slm_placeholder: why) and is not saved (a file of that name left by an earlier drawing
+    is removed, so the folder holds only what this table draws); a plot that raises becomes one too, naming the
+    error (logged as a warning), so one bad column never loses the others."""
     if kind not in PLOTTERS:
         raise ValueError(f"unknown plot kind {kind!r}; choose one of: {', '.join(KINDS)}, all")
     try:
@@ -656,14 +711,39 @@ def draw(kind: str, table: pd.DataFrame, out_dir: str | os.PathLike | None = Non
     except Exception as err:  # noqa: BLE001 - draw the others; say what went wrong here
         log.exception("%s plot failed", kind)
         fig = style.placeholder(TITLES[kind], f"{type(err).__name__}: {err}")
-    paths = save(fig, out_dir, FILE_NAMES[kind], formats) if out_dir is not None else []
-    return fig, paths
+    if out_dir is None:
+        return fig, []
+    if hasattr(fig, "slm_placeholder"):
+        for fmt in formats:
+            Path(out_dir, f"{FILE_NAMES[kind]}.{fmt}").unlink(missing_ok=True)
+        return fig, []
+    return fig, save(fig, out_dir, FILE_NAMES[kind], formats)
 
 
-def draw_all(table: pd.DataFrame, out_dir: str | os.PathLike, formats=FORMATS, score: str | None = None) -> dict:
-    """All the plots (KINDS) into out_dir: {kind: (figure, paths)}."""
+def draw_all(table: pd.DataFrame, out_dir: str | os.PathLike, formats=FORMATS, score: str | None = None,
+             study=None) -> dict:
+    """Every plot (KINDS) that has data into out_dir: {kind: (figure, paths)}, paths [] for one not drawn
+    (skipped(...) says why). `study` (analysis.study): its tiers and threshold are drawn, not found again."""
     out = {}
     for kind in KINDS:
         kwargs = {"score": score} if score and kind in ("tiers", "threshold", "throughput", "heatmap", "lr") else {}
+        if study is not None and study.score and kind == "tiers":
+            kwargs["result"] = study.tiers(score or study.score)
+        if study is not None and study.score and kind == "threshold" and study.threshold(score) is not None:
+            kwargs["result"] = study.threshold(score)
         out[kind] = draw(kind, table, out_dir, formats, **kwargs)
     return out
+
+
+def skipped(drawn: dict) -> dict:
+    """{kind: why} of the plots of draw_all's result that were not drawn."""
+    return {kind: fig.slm_placeholder for kind, (fig, _) in drawn.items() if hasattr(fig, "slm_placeholder")}
+
+
+def drawn_line(not_drawn: dict, total: int = len(KINDS)) -> str:
+    """One line: how many plots were drawn, and each one not drawn with why ({kind: why})."""
+    text = f"Figures: {total - len(not_drawn)} of {total} plots drawn"
+    if not_drawn:
+        text += "; not drawn: " + "; ".join(
+            f"{TITLES[kind].lower()} ({why})" for kind, why in not_drawn.items())
+    return text

@@ -1,8 +1,8 @@
 """Every file the analysis reads goes through here: results tables (.parquet, .csv, .json), fit.json, the
-per-document .jsonl files of an evaluation, multirun.yaml. Whatever is wrong with one (unreadable, a directory,
-empty, not UTF-8, not valid JSON/YAML, not a table, the wrong shape) is one BadFile, `<path>: <what is wrong>`
-on one line; the commands (analysis/cli.py) print it as `<prog>: error: ...` with exit 2, and the collector,
-which skips a damaged file and carries on, as a warning. result.json and sweep.json are read by
+per-document .jsonl files of an evaluation, multirun.yaml, a run's train_log.jsonl. Whatever is wrong with one
+(unreadable, a directory, empty, not UTF-8, not valid JSON/YAML, not a table, the wrong shape) is one BadFile,
+`<path>: <what is wrong>` on one line; the commands (analysis/cli.py) print it as `<prog>: error: ...` with exit 2,
+and the collector, which skips a damaged file and carries on, as a warning. result.json and sweep.json are read by
 slm.runs.record.read_object (RecordError, the same wording).
 """
 
@@ -88,6 +88,25 @@ def read_json_lines(path: str | os.PathLike, what: str = "a JSON value") -> list
     lines = read_text(path).splitlines()
     return [(number, _parse_json(path, text, f"line {number} is not {what}: not valid JSON"))
             for number, text in enumerate(lines, 1) if text.strip()]
+
+
+def read_train_log(path: str | os.PathLike) -> tuple[list[int], list[float], int]:
+    """(steps, losses, lines skipped) of a run's train_log.jsonl (one JSON object a line: step, loss, lr); a line
+    that is not such an object (a line being written at the end, a damaged one) is skipped and counted, not an
+    error: the log is read while training may still append to it. BadFile for a file that cannot be read."""
+    steps, losses, skipped = [], [], 0
+    for text in read_text(path).splitlines():
+        if not text.strip():
+            continue
+        try:
+            row = json.loads(text)
+            step, loss = int(row["step"]), float(row["loss"])
+        except (ValueError, KeyError, TypeError, RecursionError):
+            skipped += 1
+            continue
+        steps.append(step)
+        losses.append(loss)
+    return steps, losses, skipped
 
 
 def read_yaml(path: str | os.PathLike):

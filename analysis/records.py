@@ -8,6 +8,8 @@ and builds the table.
 
 from __future__ import annotations
 
+import os
+
 import json
 import math
 from pathlib import Path
@@ -225,7 +227,7 @@ def status(r):
 
 def run_dir(r):
     """the run directory as collected"""
-    return str(r.run_dir)
+    return os.path.abspath(r.run_dir)  # a saved table stores it relative to itself (analysis.collect.save_results)
 
 
 def data(r):

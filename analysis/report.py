@@ -1,7 +1,7 @@
 """The study report: Markdown and HTML that open with a verdict on the study's headline metric (the first metric
 on which the configurations differ beyond noise and from chance: analysis.headline, analysis.verdict), the tasks
 at chance under their own heading, then the run table, tiers, threshold, best per family, Pareto frontier and
-the seven plots (their statistics in captions), and an appendix of methods and tests. What the noise allows:
+the plots that have data (their statistics in captions), and an appendix of methods and tests. What the noise allows:
 every score's uncertainty (95% intervals; a suite average's standard error propagated from its tasks', assuming
 independent tasks), multiple-choice scores against their chance level, no "best configuration" where the
 differences are within noise, and how far runs solved for a parameter budget landed from it.
@@ -11,10 +11,11 @@ differences are within noise, and how far runs solved for a parameter budget lan
 Layout of out_dir:
   report.md, report.html     the same content; report.md links the figures, report.html embeds them (PNG
                              as data URIs, so the file is whole on its own; each links its SVG)
-  figures/<plot>.png, .svg   the seven plots (analysis.plots.draw_all)
+  figures/<plot>.png, .svg   the plots that have data (analysis.plots.draw_all; the Summary names any not drawn)
 
-Every number in the report comes from the results table; statistics are computed by analysis.headline,
-analysis.verdict, analysis.tiers and analysis.thresholds, and the appendix says how each was decided.
+Every number in the report comes from the results table; statistics are computed once per report by
+analysis.study (analysis.headline, analysis.verdict, analysis.tiers, analysis.thresholds, analysis.claims), so a
+section, a figure's caption and the claims table quote the same result; the appendix says how each was decided.
 """
 
 from __future__ import annotations
@@ -29,11 +30,13 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import plot_style as style
-from analysis.collect import ALL_STATUSES, average_members, load_results, single_task_average
-from analysis.plots import FILE_NAMES, TITLES, draw_all, score_label
-from analysis.thresholds import BEST_Z, best_per_family, find_threshold, nll_frontier
-from analysis.tiers import describe_gap, find_tiers, run_labels
-from analysis.tuning import at_best_lr, lr_labels, lr_varies, rows_at
+from analysis.collect import ALL_STATUSES, average_members, higher_is_better, load_results, single_task_average
+from analysis.plots import FILE_NAMES, TITLES, draw_all, drawn_line, score_label
+from analysis.plots import skipped as not_drawn
+from analysis.study import SHARED, Study, analyse
+from analysis.thresholds import BEST_Z, best_per_family, nll_frontier
+from analysis.tiers import describe_gap, format_p, run_labels
+from analysis.tuning import at_best_lr, lr_labels, lr_varies
 
 FIGURES = "figures"
 TIER_METHOD = ("Tiers: configurations (seeds pooled) sorted by score and cut at the largest gaps; a split is kept only "
@@ -106,10 +109,11 @@ def run_table(table: pd.DataFrame, score: str | None) -> pd.DataFrame:
                          ("val_bpb" if "val_bpb" in table and table["val_bpb"].notna().any() else None, "val bits/byte"),
                          ("val_nll_kind" if {"nelbo"} <= set(table.get("val_nll_kind", pd.Series(dtype=str)).dropna())
                           else None, "val NLL kind"),
-                         (score, score), ("decode_tokens_per_s", "decode tok/s")):
+                         (None if score in ("val_nll", "val_bpb") else score, score),
+                         ("decode_tokens_per_s", "decode tok/s")):
         if column and column in table and name not in out:
             out[name] = table[column].to_numpy()
-        if column == score and score and style.score_errors(table, score).notna().any():
+        if column and column == score and style.score_errors(table, score).notna().any():
             out["± 95%"] = (style.Z95 * style.score_errors(table, score)).to_numpy()
         if column == "train_flops" and "budget_error" in table and table["budget_error"].notna().any():
             flags = budget_flags(table)
@@ -229,9 +233,10 @@ def best_blocks(table: pd.DataFrame, score: str) -> list:
     best = best_per_family(table, score)
     if best.empty:
         return ["_(no completed run has a value of this score)_"]
+    extreme = "highest" if higher_is_better(table, score) else "lowest"
     shown = pd.DataFrame({
         "family": best["family"],
-        "best configuration": [label if clear is not False else f"no clear best (highest: {label})"
+        "best configuration": [label if clear is not False else f"no clear best ({extreme}: {label})"
                                for label, clear in zip(best["label"], best["clear"])],
         score: best[score], "± 95%": style.Z95 * pd.to_numeric(best["se"], errors="coerce"),
         "configurations": best["n_configs"], "verdict": best["verdict"]})
@@ -247,8 +252,8 @@ def best_blocks(table: pd.DataFrame, score: str) -> list:
     lines = [rule]
     tested = best[best["n_configs"] > 1]
     if len(tested) and tested["clear"].isna().all():
-        lines.append(f"No uncertainty is known for {score} (no stderr, one seed): the values below are the highest "
-                     "per family, not tested against noise.")
+        lines.append(f"No uncertainty is known for {score} (no stderr, one seed): the values below are the {extreme} "
+                     f"per family ({extreme} is best for {score}), not tested against noise.")
     elif len(tested) and not (tested["clear"] == True).any():
         lines.append("No family has a configuration that beats its others beyond noise: no best configuration is "
                      "claimed.")
@@ -268,9 +273,9 @@ def _tier_line(result) -> str:
     return "; ".join(f"tier {t.rank}: {', '.join(t.members)}" for t in result.tiers)
 
 
-def lr_blocks(table: pd.DataFrame, score: str) -> list:
+def lr_blocks(table: pd.DataFrame, score: str, study: Study | None = None) -> list:
     """The learning-rate section: each configuration at the shared lr and at its best lr, both rankings, the
-    edge flags, tiers under both, and the score-against-lr figure."""
+    edge flags, tiers under both (the study's, analysis.study), and the score-against-lr figure."""
     if not lr_varies(table, score):
         return ["Every configuration ran at one learning rate, so every comparison here is at that lr, and a shape "
                 "far from its own best lr looks worse than it is. `hydra.sweeper.lr_search=[0.25,0.5,1,2,4]` runs "
@@ -299,20 +304,22 @@ def lr_blocks(table: pd.DataFrame, score: str) -> list:
                      f"{', '.join(labels[edge])}. The optimum is not known there; widen hydra.sweeper.lr_search.")
     else:
         lines.append(f"Every configuration's best lr is inside its grid ({len(best)} configurations).")
-    shared_rows = rows_at(table, score, "shared")
-    if len(shared_rows):
-        lines.append(f"Tiers of {score} at the shared lr: {_tier_line(find_tiers(shared_rows, score))}. "
-                     f"At each configuration's best lr: {_tier_line(find_tiers(table, score))}.")
+    study = study if study is not None and study.score == score else analyse(table, score)
+    if SHARED in study.views and len(study.view(SHARED).rows):
+        lines.append(f"Tiers of {score} at the shared lr: {_tier_line(study.view(SHARED).tiers(score))}. "
+                     f"At each configuration's best lr: {_tier_line(study.tiers(score))}.")
     return [*lines, frame, ("figure", "lr")]
 
 
-def claims_blocks(table: pd.DataFrame, score: str) -> list:
-    """The study's claims judged on these runs (analysis.claims): supported, not supported or not testable."""
-    from analysis.claims import judge, seeds_summary
+def claims_blocks(table: pd.DataFrame, score: str, study: Study | None = None) -> list:
+    """The study's claims judged on these runs (analysis.claims): supported, not supported or not testable; the
+    tiers and the threshold are the sections' own results (analysis.study)."""
+    from analysis.claims import seeds_summary
 
-    verdicts = judge(table, score)
-    return ["Each claim of a depth x width study, tested on these runs (analysis/claims.py says how): "
-            + seeds_summary(table, score) + ".", verdicts]
+    study = study if study is not None and study.score == score else analyse(table, score)
+    return ["Each claim of a depth x width study, tested on these runs (analysis/claims.py says how; the tiers and "
+            "the threshold are the results of the sections above): " + seeds_summary(table, score) + ".",
+            study.claims(score)]
 
 
 def chance_blocks(table: pd.DataFrame, headline) -> list:
@@ -328,16 +335,42 @@ def chance_blocks(table: pd.DataFrame, headline) -> list:
     return lines + ([pd.DataFrame(rows)] if rows else [])
 
 
-def sections(table: pd.DataFrame, results_path: str, score: str | None = None) -> list[tuple[str, list]]:
+def _tier_blocks(study: Study, table: pd.DataFrame) -> list:
+    """The Tiers section: the study's tiers of the headline metric (and of the validation loss), and where the
+    claims' single 2-tier test reads otherwise than the search, both."""
+    blocks: list = ["How tiers are decided: appendix."]
+    for column in dict.fromkeys([study.score, style.nll_column(table)]):
+        if column not in table or table[column].notna().sum() == 0:
+            continue
+        result = study.tiers(column)  # a diffusion bound apart from exact NLLs
+        lines = [f"**{column}**: " + (f"{result.k} tiers." if result.split else f"no split — {result.reason}.")]
+        for tier in result.tiers if result.split else []:
+            lines.append(f"- tier {tier.rank} ({tier.n}): {', '.join(tier.members)} — {_fmt(tier.low)} to "
+                         f"{_fmt(tier.high)}")
+        lines += [f"- {describe_gap(g)}" for g in result.gaps]
+        two = result.two_tiers
+        if column == study.score and two is not None and two.split != result.split:
+            gap = two.gaps[0] if two.gaps else None
+            lines.append("- the 2-tier partition on its own (the Claims table's *two tiers*: one test at "
+                         f"{two.alpha:g}, not a search over k): " + (
+                             f"{two.tiers[0].n} + {two.tiers[1].n} configurations, gap {format_p(gap.p_value)}: "
+                             "supported" if two.split else f"not supported ({two.reason})"))
+        lines += [f"- note: {n}" for n in result.notes]
+        blocks.append("\n".join(lines))
+    blocks.append(("figure", "tiers"))
+    return blocks
+
+
+def sections(table: pd.DataFrame, results_path: str, score: str | None = None, study: Study | None = None,
+             skipped: dict | None = None) -> list[tuple[str, list]]:
     """[(heading, [blocks])], a block being a str (paragraph), a DataFrame (table) or ("figure", kind). The
     report opens with the verdict on the headline metric (analysis.headline, analysis.verdict; `score`: the
-    user's choice) and ends with the appendix of methods and tests."""
-    from analysis.headline import choose_headline, comparable_rows
-    from analysis.verdict import build_verdict
-
-    headline = choose_headline(table, score)
+    user's choice) and ends with the appendix of methods and tests. Every statistic comes from one
+    analysis.study.Study (`study`, else made here). `skipped`: {plot kind: why} of the figures not drawn (plots
+    draw only what has data); their blocks are left out and the Summary names them."""
+    study = study if study is not None else analyse(table, score)
+    headline, verdict = study.headline, study.verdict
     score, note = headline.column, headline.note
-    verdict = build_verdict(table, headline)
     out = [("Verdict", verdict.blocks())]
     chance = chance_blocks(table, headline)
     if chance:
@@ -351,6 +384,8 @@ def sections(table: pd.DataFrame, results_path: str, score: str | None = None) -
         intro += uncertainty_lines(table, score)
     else:
         intro.append(f"No score available: {note}.")
+    if skipped is not None:
+        intro.append(drawn_line(skipped) + ".")
     out.append(("Summary", intro))
 
     problems = table[table["status"] != "completed"] if "status" in table else table.iloc[0:0]
@@ -360,35 +395,22 @@ def sections(table: pd.DataFrame, results_path: str, score: str | None = None) -
         out.append(("Runs that did not complete", [frame]))
 
     if score:
-        blocks: list = ["How tiers are decided: appendix."]
-        for column in dict.fromkeys([score, style.nll_column(table)]):
-            if column not in table or table[column].notna().sum() == 0:
-                continue
-            result = find_tiers(comparable_rows(table, column), column)  # a diffusion bound apart from exact NLLs
-            lines = [f"**{column}**: " + (f"{result.k} tiers." if result.split else f"no split — {result.reason}.")]
-            for tier in result.tiers if result.split else []:
-                lines.append(f"- tier {tier.rank} ({tier.n}): {', '.join(tier.members)} — {_fmt(tier.low)} to "
-                             f"{_fmt(tier.high)}")
-            lines += [f"- {describe_gap(g)}" for g in result.gaps]
-            lines += [f"- note: {n}" for n in result.notes]
-            blocks.append("\n".join(lines))
-        blocks.append(("figure", "tiers"))
-        out.append(("Tiers", blocks))
-
+        out.append(("Tiers", _tier_blocks(study, table)))
         blocks = ["How the threshold is decided: appendix."]
-        if "d_model" in table:
-            blocks.append(find_threshold(comparable_rows(table, score), "d_model", score).summary())
+        threshold = study.threshold()
+        if threshold is not None:
+            blocks.append(threshold.summary())
         blocks.append(("figure", "threshold"))
         out.append(("Hidden-size threshold", blocks))
 
         out.append(("Best configuration per family", best_blocks(table, score)))
-        out.append(("Learning rate", lr_blocks(table, score)))
-        out.append(("Claims", claims_blocks(table, score)))
+        out.append(("Learning rate", lr_blocks(table, score, study)))
+        out.append(("Claims", claims_blocks(table, score, study)))
 
     out.append(("Depth against score", [("figure", "depth")]))
     blocks = [("figure", "throughput")]
     measure = table["peak_memory_measure"] if "peak_memory_measure" in table else pd.Series(dtype=object)
-    if measure.eq("process_peak_rss").any():
+    if measure.eq("process_peak_rss").any() and not (skipped or {}).get("throughput"):
         blocks.insert(0, "Peak memory is drawn (as marker size) only where it was measured per run: on a GPU, "
                          "torch.cuda.max_memory_allocated after a reset. A CPU run's peak memory is its process's "
                          "peak resident set size (ru_maxrss), which only grows over every job the process ran (a "
@@ -418,10 +440,14 @@ def sections(table: pd.DataFrame, results_path: str, score: str | None = None) -
                        "so its total is larger); training FLOPs follow the active parameters.")
     out.append(("All runs", runs))
     out.append(("Appendix: how the verdict was decided", [*verdict.appendix(), TIER_METHOD, THRESHOLD_METHOD]))
+    if skipped:  # a figure not drawn leaves no block; a section left with nothing goes
+        out = [(heading, [b for b in blocks if not (isinstance(b, tuple) and b[1] in skipped)])
+               for heading, blocks in out]
+        out = [(heading, blocks) for heading, blocks in out if blocks]
     return out
 
 
-def _markdown(title: str, parts: list, notes: dict, generated: str, captions: dict | None = None) -> str:
+def _markdown(title: str, parts: list, generated: str, captions: dict | None = None) -> str:
     captions = captions or {}
     text = [f"# {title}\n", f"_Generated {generated} by slm-report._\n"]
     for heading, blocks in parts:
@@ -432,9 +458,7 @@ def _markdown(title: str, parts: list, notes: dict, generated: str, captions: di
             elif isinstance(block, tuple):
                 kind = block[1]
                 text.append(f"![{TITLES[kind]}]({FIGURES}/{FILE_NAMES[kind]}.png)\n")
-                if notes.get(kind):
-                    text.append(f"_{TITLES[kind]} not drawn: {notes[kind]}_\n")
-                elif captions.get(kind):
+                if captions.get(kind):
                     text.append(f"_{captions[kind]}_\n")
             else:
                 text.append(block + "\n")
@@ -462,7 +486,7 @@ def _embedded(figures: Path, kind: str, caption: str = "") -> str:
             f"<figcaption class='note'>{text} (<a href='{svg}'>SVG</a>)</figcaption></figure>")
 
 
-def _html(title: str, parts: list, notes: dict, generated: str, figures: Path | None = None,
+def _html(title: str, parts: list, generated: str, figures: Path | None = None,
           captions: dict | None = None) -> str:
     import re
 
@@ -484,9 +508,6 @@ def _html(title: str, parts: list, notes: dict, generated: str, figures: Path | 
                 kind = block[1]
                 body.append(_embedded(figures, kind, captions.get(kind, "")) if figures is not None else
                             f"<img src='{FIGURES}/{FILE_NAMES[kind]}.png' alt='{html.escape(TITLES[kind])}'>")
-                if notes.get(kind):
-                    body.append(f"<p class='note'>{html.escape(TITLES[kind])} not drawn: "
-                                f"{html.escape(notes[kind])}</p>")
             else:
                 lines = block.split("\n")
                 items = [line[2:] for line in lines if line.startswith("- ")]
@@ -518,21 +539,26 @@ def check_table(table: pd.DataFrame) -> None:
 
 def build_report(results_path: str | os.PathLike, out_dir: str | os.PathLike, score: str | None = None,
                  title: str = "slm results", table: pd.DataFrame | None = None) -> Path:
-    """Draw the seven plots into out_dir/figures and write out_dir/report.md and report.html; returns the
+    """Draw the plots that have data into out_dir/figures and write out_dir/report.md and report.html; returns the
     HTML report's path. results_path: a results table (.parquet/.csv) or a runs directory; `table`: the
-    results already loaded from it (else they are loaded here)."""
-    from analysis.headline import choose_headline
+    results already loaded from it (else they are loaded here). Every statistic, in the sections and the
+    figures, is computed once (analysis.study)."""
+    return write_report(results_path, out_dir, score, title, table)[0]
 
+
+def write_report(results_path: str | os.PathLike, out_dir: str | os.PathLike, score: str | None = None,
+                 title: str = "slm results", table: pd.DataFrame | None = None) -> tuple[Path, dict]:
+    """build_report, returning (the HTML report's path, {plot kind: why it was not drawn})."""
     table = load_results(results_path) if table is None else table
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    headline = choose_headline(table, score).column  # the figures plot the verdict's metric
-    drawn = draw_all(table, out_dir / FIGURES, score=headline)
-    notes = {kind: getattr(fig, "slm_placeholder", None) for kind, (fig, _) in drawn.items()}
-    captions = {kind: style.caption(fig) for kind, (fig, _) in drawn.items()}
-    parts = sections(table, str(results_path), score)
+    study = analyse(table, score)  # the figures plot the verdict's metric
+    drawn = draw_all(table, out_dir / FIGURES, score=study.score, study=study)
+    skipped = not_drawn(drawn)
+    captions = {kind: style.caption(fig) for kind, (fig, _) in drawn.items() if kind not in skipped}
+    parts = sections(table, str(results_path), score, study=study, skipped=skipped)
     generated = datetime.now(timezone.utc).isoformat(timespec="seconds")  # the same stamp in both files
-    (out_dir / "report.md").write_text(_markdown(title, parts, notes, generated, captions))
+    (out_dir / "report.md").write_text(_markdown(title, parts, generated, captions))
     path = out_dir / "report.html"
-    path.write_text(_html(title, parts, notes, generated, out_dir / FIGURES, captions))
-    return path
+    path.write_text(_html(title, parts, generated, out_dir / FIGURES, captions))
+    return path, skipped

@@ -217,8 +217,9 @@ def best_per_family(table: pd.DataFrame, score: str, by: str = "family", higher_
             lead = sign * (float(best["value"]) - others["value"].to_numpy(float))
             if not np.isfinite(spread).all() or (spread <= 0).any():
                 row["runner_up"] = others.iloc[0]["label"]
-                row["verdict"] = (f"highest value of {len(group)}, but no uncertainty is known (no stderr, one seed): "
-                                  "not tested against noise")
+                row["verdict"] = (f"{'highest' if hib else 'lowest'} value of {len(group)} (the best: "
+                                  f"{'higher' if hib else 'lower'} is better), but no uncertainty is known (no "
+                                  "stderr, one seed): not tested against noise")
             else:
                 zs = lead / spread
                 k = int(np.argmin(zs))

@@ -114,6 +114,9 @@ class TierResult:
     alpha: float
     noise_known: bool
     notes: list[str] = field(default_factory=list)
+    two_tiers: TierResult | None = None
+    """With k chosen automatically: the 2-tier partition tested on its own at alpha, from the same units and
+    redraws (what find_tiers(k=2) gives; the claims table's "two tiers" reads it); None when k was given."""
 
     @property
     def units_source(self) -> dict:
@@ -445,7 +448,11 @@ def find_tiers(table: pd.DataFrame, score: str, test: TierTest | None = None, *,
     test = replace(test or TierTest(), **settings)
     hib = _higher_is_better(table, score) if higher_is_better is None else higher_is_better
     units, membership, notes = units_of(table, score, stderr, completed_only, by_config)
-    return _tiers_of_units(Units(units, membership, table.index, score, hib, notes), test)
+    data = Units(units, membership, table.index, score, hib, notes)
+    result = _tiers_of_units(replace(data, notes=list(notes)), test)
+    if test.k is None:  # the 2-tier partition on its own, from the same units, references and redraws
+        result.two_tiers = _tiers_of_units(replace(data, notes=list(notes)), replace(test, k=2))
+    return result
 
 
 def tiers_from_values(values, stderr=None, labels=None, test: TierTest | None = None, *,

@@ -164,7 +164,11 @@ def lr_labels(table: pd.DataFrame, best: pd.DataFrame) -> pd.Series:
 
 def plot_lr(table: pd.DataFrame, score: str | None = None):
     """Score against learning rate, one curve per configuration (mean over seeds; x: a diverged lr; *: the best
-    lr; a hollow ring: a best lr at the edge of the grid). A placeholder when no configuration has several lrs."""
+    lr; a hollow ring: a best lr at the edge of the grid), keyed as every plot (colour = family, marker = depth)
+    where that tells the configurations apart, else one colour per configuration under a key that says so. A
+    placeholder (not drawn) when no configuration has several lrs."""
+    from matplotlib.lines import Line2D
+
     from analysis import plot_style as style
 
     score, note = style.choose_score(table, score)
@@ -175,14 +179,21 @@ def plot_lr(table: pd.DataFrame, score: str | None = None):
     hib = _higher_is_better(table, score)
     curves, best = lr_curves(table, score), at_best_lr(table, score)
     labels = lr_labels(table, best)
-    colors, _ = style.group_colors(labels)
-    fig = style.new_figure(figsize=(7.5, 4.6))
+    first = table.loc[list(best["first_run"])]
+    keys = style.PointKeys(table)
+    pairs = [(keys.colour_of(r), keys.marker_of(r)) for _, r in first.iterrows()]
+    by_family = bool(keys.colour) and len(set(pairs)) == len(pairs)  # colour = family, marker = depth, as everywhere
+    colors = ({labels[i]: c for i, (c, _) in zip(best.index, pairs)} if by_family else style.group_colors(labels)[0])
+    markers = {labels[i]: (m if by_family else "o") for i, (_, m) in zip(best.index, pairs)}
+    bound = style.bound_rows(first, score).to_numpy()
+    fig = style.new_figure(figsize=(8.0, 4.8), layout="constrained")
     ax = fig.add_subplot(1, 1, 1)
     finite = curves["mean"].dropna()
-    for i, row in best.iterrows():
+    for j, (i, row) in enumerate(best.iterrows()):
         curve = curves[curves["config_key"] == row["config_key"]].sort_values("lr")
         color = colors[labels[i]]
-        ax.plot(curve["lr"], curve["mean"], marker="o", ms=3.5, color=color, label=labels[i], lw=1.2)
+        ax.plot(curve["lr"], curve["mean"], marker=markers[labels[i]], ms=4, color=color, label=labels[i], lw=1.2,
+                **({"mfc": "none"} if bound[j] else {}))  # a bound hollow, as in every plot
         dead = curve[curve["mean"].isna()]
         if len(dead) and len(finite):
             worst = finite.min() if hib else finite.max()
@@ -201,7 +212,15 @@ def plot_lr(table: pd.DataFrame, score: str | None = None):
     edges = int(best["edge"].notna().sum())
     sub = ("mean over seeds at each lr; * best lr; x diverged" + (f"; red ring: best at the edge of the grid "
                                                                     f"({edges}): widen the grid" if edges else ""))
-    style.legends_outside(ax, None)
-    style.set_title(fig, "Score against learning rate" + (f" ({note})" if note else ""), sub)
+    if by_family:
+        extra = [(Line2D([], [], ls="", marker="*", color="#777777", mec="black", ms=10), "best lr")]
+        if bound.any():
+            extra.append(style.bound_handle())
+        keys.legend(ax, extra)
+        sub = (f"colour: {keys.colour}; " + (f"marker: {style.AXIS_NAMES.get(keys.marker, keys.marker)}; "
+                                              if keys.marker else "") + sub)
+    else:  # two configurations share a family and a depth: one colour per configuration, and the key says so
+        style.legends_outside(ax, "configuration (colour)")
+    style.set_title(fig, "Score against learning rate" + (f" ({note})" if note else ""), style.wrap_text(sub, 100))
     style.settle_layout(fig)
     return fig

@@ -8,12 +8,16 @@ varies, and what the data do not settle. Plain words here; the tests behind them
 
 Pair tests. Pairs tested: the leader against each other configuration, each configuration against the next
 in the ranking, and, for the family comparison, neighbouring families at each value of the swept axis.
-Where both configurations kept per-document results for the headline task (lm-eval's documents file), the
-test is paired on the documents both scored (analysis.paired: McNemar's exact test for 0/1 scores, else a
-paired t-test; a paired bootstrap 95% interval); otherwise z = difference / sqrt(se_a^2 + se_b^2), its p and
-95% interval from Student's t with Welch-Satterthwaite degrees of freedom (an se from n seeds has n - 1, a
-pooled one the pooled count; lm-eval's stderr counts as known, so the normal values). A configuration's own
-95% interval is value ± t(df) se, df its se's degrees of freedom. A difference is beyond noise when p < 0.05 / m, m the number of pairs tested
+Two questions, answered by different tests (QUESTIONS): whether the architectures differ needs repeated seeds;
+whether these two trained models differ on these documents is a test over documents. The pair's test is
+z = difference / sqrt(se_a^2 + se_b^2), its p and 95% interval from Student's t with Welch-Satterthwaite degrees of
+freedom (an se from n seeds has n - 1, a pooled one the pooled count; lm-eval's stderr counts as known, so the
+normal values). Where both kept per-document results for the headline task (for a validation loss: its
+bits-per-byte task, document_task), the paired test on the documents both scored (analysis.paired: McNemar's exact
+test for 0/1 scores, else a paired t-test; a paired bootstrap 95% interval) is shown beside it; with one seed and a
+task score it is the pair's test instead (the documents are the only noise known), and its question says so. A
+configuration's own 95% interval is value ± t(df) se, df its se's degrees of freedom. A difference is beyond noise
+when p < 0.05 / m, m the number of pairs tested
 (Bonferroni); untested when neither is possible (no per-document results, no standard error, one seed).
 """
 
@@ -29,6 +33,12 @@ from scipy.stats import t as student_t
 from analysis.collect import higher_is_better
 from analysis.headline import ALPHA, Headline, bounds_left_out, name_of, t_crit, units, welch_df
 from analysis.plot_style import AXIS_NAMES, sweep_axis
+
+QUESTIONS = {"seeds": "the architectures (seed-to-seed spread)",
+             "documents": "these two trained models, on these documents",
+             "stderr": "these two trained models (lm-eval's standard error over documents)"}
+"""The question each kind of pair test answers: only repeated seeds say whether two architectures differ; a test
+over the documents says whether these trained weights do."""
 
 RANKED_ROWS = 15
 """Configurations listed in the verdict's ranking table (the rest are in the Tiers section and All runs)."""
@@ -48,6 +58,11 @@ class PairTest:
     alpha: float | None = None
     reversed: bool = False
     """A paired test on the common documents found the order the other way round."""
+    question: str = ""
+    """What the test asks (QUESTIONS): whether the architectures differ (seeds), or whether these two trained
+    models differ on these documents (per-document results, or lm-eval's standard error over documents)."""
+    documents: PairTest | None = None
+    """The per-document test of the same pair where it exists and is not the test itself (a second question)."""
 
     @property
     def beyond(self) -> bool | None:
@@ -85,6 +100,9 @@ class Verdict:
     family_lines: list[str] = field(default_factory=list)
     unsettled: list[str] = field(default_factory=list)
     bound_lines: list[str] = field(default_factory=list)
+    document_task: str | None = None
+    """The lm-eval task of the per-document tests (the headline task, or for a validation loss its bits-per-byte
+    task); None where no run kept per-document results of it."""
 
     @property
     def column(self) -> str | None:
@@ -122,6 +140,9 @@ class Verdict:
                    + ("; a single-seed configuration borrows the seed-to-seed spread pooled over those with several"
                       if borrowed else "") + f"): {top}" + (f", … ({k - 5} more in the table)." if k > 5 else "."))
         out.append(self._noise_line(lead))
+        documents = self._documents_line()
+        if documents:
+            out.append(documents)
         out += self.bound_lines
         if self.family_lines:
             out.append("**By family:** " + " ".join(self.family_lines))
@@ -157,6 +178,26 @@ class Verdict:
                      f"{_count(steps, 'is', 'are')} apart beyond noise.")
         return text
 
+    def _documents_line(self) -> str:
+        """Where per-document tests exist beside (or instead of) tests over seeds: which question each answers."""
+        own = [t for t in self.tests.values() if t.question == QUESTIONS["documents"]]
+        second = [t.documents for t in self.tests.values() if t.documents is not None]
+        if not own and not second:
+            return ""
+        tests = own or second
+        differ = sum(bool(t.beyond) for t in tests)
+        task = self.document_task or "the task"
+        text = (f"**Two questions.** Per-document tests on {task} (paired over the documents both runs scored) say "
+                f"whether these two trained models differ on these documents: {differ} of {len(tests)} pairs do "
+                "(appendix). Only repeated seeds say whether the architectures differ: ")
+        seeds = [t for t in self.tests.values() if t.question == QUESTIONS["seeds"]]
+        if seeds:
+            text += f"{sum(bool(t.beyond) for t in seeds)} of {len(seeds)} pairs do beyond their seed-to-seed spread."
+        else:
+            text += ("each configuration ran one seed, so that is untested; a per-document difference may not "
+                     "survive a retrained seed.")
+        return text
+
     def _why_untested(self) -> str:
         if self.column and self.column.startswith(("score_", "avg_")):
             return ("No standard error is recorded for it and each configuration ran one seed, so its noise is "
@@ -173,10 +214,15 @@ class Verdict:
         for rank, (_, r) in enumerate(shown.iterrows(), 1):
             to_lead = "" if rank == 1 else self.test(lead, r["label"])
             nxt = self.test(r["label"], labels[rank]) if rank < len(labels) else None
-            rows.append({"rank": rank, "configuration": r["label"], name_of(self.column): r["value"],
-                         "95% interval": self.interval(r), "seeds": int(r["n_seeds"]),
-                         "vs the best": to_lead.word() if to_lead else "",
-                         "vs the next": nxt.word() if nxt else ""})
+            row = {"rank": rank, "configuration": r["label"], name_of(self.column): r["value"],
+                   "95% interval": self.interval(r), "seeds": int(r["n_seeds"]),
+                   "vs the best": to_lead.word() if to_lead else "",
+                   "vs the next": nxt.word() if nxt else ""}
+            if any(t.documents is not None for t in self.tests.values()):
+                doc = nxt.documents if nxt else None
+                row["vs the next, per document (these trained models)"] = (
+                    _differ(doc) + ("" if doc.p is None else f" (p {_p(doc.p)})") if doc else "")
+            rows.append(row)
         return pd.DataFrame(rows)
 
     def appendix(self) -> list:
@@ -208,13 +254,31 @@ class Verdict:
                        "from Student's t on the Welch-Satterthwaite degrees of freedom (a standard error from n "
                        "seeds has n - 1: with few seeds the intervals are wide, as they should be). "
                        "difference = better-ranked - worse-ranked.")
+            documents = any(t.documents is not None for t in self.tests.values())
             out.append(pd.DataFrame([{
                 "better-ranked": t.better, "worse-ranked": t.worse, "difference": _num(t.diff),
                 "95% interval": "" if t.low is None else f"[{_num(t.low)}, {_num(t.high)}]", "test": t.test,
                 "p": _p(t.p),
-                "result": t.word() + (" (order reversed on the common documents)" if t.reversed else "")}
+                "result": t.word() + (" (order reversed on the common documents)" if t.reversed else ""),
+                "question": t.question,
+                **({"per-document test (these trained models)": _doc_cell(t.documents)} if documents else {})}
                 for t in self.tests.values()]))
         return out
+
+
+def _doc_cell(t: PairTest | None) -> str:
+    """A per-document test in one cell: difference, test, p and result."""
+    if t is None:
+        return ""
+    return (f"{_num(t.diff)} [{_num(t.low)}, {_num(t.high)}], {t.test}, p {_p(t.p)}: {_differ(t)}"
+            + (" (order reversed)" if t.reversed else ""))
+
+
+def _differ(t: PairTest) -> str:
+    """A per-document test's result in its own words: these weights differ on these documents, or not."""
+    if t.p is None or t.alpha is None or not math.isfinite(t.p):
+        return "untested"
+    return "differ" if t.p < t.alpha else "no difference detected"
 
 
 def _p(p: float | None) -> str:
@@ -232,21 +296,37 @@ def _names(labels: list[str], limit: int = 5) -> str:
 # ---------------------------------------------------------------------------------------------- building
 
 
+def document_task(table: pd.DataFrame, column: str) -> str | None:
+    """The lm-eval task whose per-document results test `column` pair by pair: the task of a score_<task>; for a
+    validation loss, the first task scored in bits per byte (the same quantity, the model's log-likelihood of
+    held-out text, on the task's documents); None otherwise."""
+    from analysis.collect import metric_of, task_names
+
+    if column.startswith("score_"):
+        return column[len("score_"):]
+    if column in ("val_nll", "val_bpb"):
+        return next((t for t in task_names(table)
+                     if (metric_of(table, f"score_{t}") or "").split(",")[0] == "bits_per_byte"), None)
+    return None
+
+
 def _paired(table: pd.DataFrame, column: str, better, worse) -> PairTest | None:
-    """The paired test on per-document results, or None where the runs did not keep them."""
+    """The paired test on per-document results (document_task), or None where the runs did not keep them."""
     from analysis.paired import PairedError, paired_groups
 
-    if not column.startswith("score_") or "run_dir" not in table:
+    task = document_task(table, column)
+    if task is None or "run_dir" not in table:
         return None
     dirs = [[str(table.at[i, "run_dir"]) for i in u["runs"]] for u in (worse, better)]
     try:
-        r = paired_groups(dirs[0], dirs[1], column[len("score_"):])
+        r = paired_groups(dirs[0], dirs[1], task)
     except (PairedError, OSError, ValueError):
         return None
-    hib = higher_is_better(table, column)
-    reversed_ = r.diff != 0 and (r.diff > 0) != hib
+    hib = higher_is_better(table, f"score_{task}") if f"score_{task}" in table else r.higher_is_better
+    reversed_ = r.diff != 0 and (r.diff > 0) != bool(hib)
     test = f"paired {'McNemar' if r.n01 is not None else 't'} on {r.n} documents"
-    return PairTest(better["label"], worse["label"], r.diff, r.low, r.high, test, r.p, reversed=reversed_)
+    return PairTest(better["label"], worse["label"], r.diff, r.low, r.high, test, r.p, reversed=reversed_,
+                    question=QUESTIONS["documents"])
 
 
 def _unpaired(better, worse) -> PairTest:
@@ -254,13 +334,23 @@ def _unpaired(better, worse) -> PairTest:
     spread = math.sqrt(float(better["se"]) ** 2 + float(worse["se"]) ** 2) \
         if np.isfinite(better["se"]) and np.isfinite(worse["se"]) else math.nan
     if not np.isfinite(spread) or spread <= 0:
-        return PairTest(better["label"], worse["label"], diff, test="none: no noise estimate")
+        return PairTest(better["label"], worse["label"], diff, test="none: no noise estimate",
+                        question=QUESTIONS["seeds"] + ": untested, one seed and no standard error")
     z = abs(diff) / spread
     df = float(welch_df(float(better["se"]), _df(better), float(worse["se"]), _df(worse)))
     half = float(t_crit(df)) * spread
     dof = "" if math.isinf(df) else f", t with {df:.3g} df"
     return PairTest(better["label"], worse["label"], diff, diff - half, diff + half,
-                    f"z = {z:.2f} (unpaired{dof})", float(2 * student_t.sf(z, df)))
+                    f"z = {z:.2f} (unpaired{dof})", float(2 * student_t.sf(z, df)),
+                    question=QUESTIONS["seeds" if _from_seeds(better) and _from_seeds(worse) else "stderr"])
+
+
+def _from_seeds(row) -> bool:
+    """Whether a configuration's se comes from seeds (its own several, or the pooled spread it borrows)."""
+    try:
+        return int(row["n_seeds"]) >= 2 or float(row.get("fill_sd") or 0.0) > 0
+    except (TypeError, ValueError):
+        return False
 
 
 def _df(row) -> float:
@@ -326,10 +416,19 @@ def build_verdict(table: pd.DataFrame, headline: Headline, paired: bool = True) 
         pairs += [(index[a], index[b]) for a, b in zip(best_at[value], best_at[value][1:])]
     pairs = list(dict.fromkeys(tuple(sorted(p)) for p in pairs))
     alpha = ALPHA / max(len(pairs), 1)
+    v.document_task = document_task(table, column) if paired else None
     for i, j in pairs:
         better, worse = ranked.iloc[i], ranked.iloc[j]
-        test = (_paired(table, column, better, worse) if paired else None) or _unpaired(better, worse)
-        test.alpha = alpha
+        documents = _paired(table, column, better, worse) if paired else None
+        if documents is not None and column.startswith("score_") and not (_from_seeds(better) and
+                                                                         _from_seeds(worse)):
+            test = documents  # one seed: the documents are the only noise there is; the question says so
+        else:  # seeds answer whether the architectures differ; the documents, beside them, these weights
+            test = _unpaired(better, worse)
+            test.documents = documents
+        for t in (test, test.documents):
+            if t is not None:
+                t.alpha = alpha
         v.tests[(better["label"], worse["label"])] = test
     v.family_lines = _family_lines(v, orders, best_at, others)
     v.bound_lines = _bound_lines(table, column, ranked)

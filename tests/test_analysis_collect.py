@@ -314,3 +314,28 @@ def test_the_jobs_a_sweep_listed_in_sweep_json_are_pending_rows(tmp_path):
     pending = table[table["status"] == PENDING]
     assert list(pending["run"].str.split("/").str[-1]) == ["model.d_model=128"] and list(pending["d_model"]) == [128]
     assert len(table) == 2
+
+
+def test_a_saved_table_finds_its_runs_from_anywhere(tmp_path, monkeypatch):
+    """run_dir is stored relative to the table file and resolved against its location: a table collected with a
+    relative path, read from another working directory or after the whole folder moved, still names each run's
+    directory; a table written before (paths relative to where slm-collect ran) is read from there."""
+    import shutil
+
+    write(tmp_path / "runs" / "grid" / "a", make_record(family="gpt2"))
+    write(tmp_path / "runs" / "grid" / "b", make_record(family="llama3"))
+    monkeypatch.chdir(tmp_path)
+    path = save_results(collect(Path("runs") / "grid"), Path("runs") / "grid" / "results.parquet")
+    stored = pd.read_parquet(path)["run_dir"].tolist()
+    assert sorted(stored) == ["a", "b"]  # relative to the table's folder: portable
+    monkeypatch.chdir(tmp_path.parent)
+    for move in (False, True):  # read from elsewhere; then with the whole folder moved
+        if move:
+            shutil.move(tmp_path / "runs", tmp_path / "moved")
+        table = load_results(tmp_path / ("moved" if move else "runs") / "grid" / "results.parquet")
+        assert all(Path(d).is_absolute() and (Path(d) / "result.json").is_file() for d in table["run_dir"])
+    legacy = pd.read_parquet(tmp_path / "moved" / "grid" / "results.parquet")
+    legacy["run_dir"] = ["moved/grid/" + d for d in legacy["run_dir"]]  # as an older slm-collect wrote them
+    legacy.to_parquet(tmp_path / "moved" / "grid" / "old.parquet")
+    monkeypatch.chdir(tmp_path)
+    assert all((Path(d) / "result.json").is_file() for d in load_results(Path("moved/grid/old.parquet"))["run_dir"])

@@ -132,7 +132,14 @@ def test_fit_main_writes_fit_json_and_png_from_a_results_csv(tmp_path, capsys):
     csv = save_results(table, tmp_path / "results.csv")
     out = tmp_path / "fit"
     fit_main([str(csv), "-o", str(out), "--bootstrap", "20", "--keep", "10"])
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
+    # what it is doing while it bootstraps: plain lines on stderr (not a terminal), every 10% with counts
+    progress = [line for line in captured.err.splitlines() if line.startswith("slm-fit: ")]
+    assert progress[0] == "slm-fit: fitted 16 runs; bootstrap: 20 refits on resampled runs"
+    assert [line.split(" refits")[0] for line in progress[1:]] == [f"slm-fit: bootstrap {k} of 20" for k in
+                                                                     range(2, 21, 2)]
+    assert "(100%)" in progress[-1] and "left" not in progress[-1] and "\r" not in captured.err
     assert "approach 3" in printed and "approach 2" in printed and "alpha" in printed
     assert "10x beyond the data" in printed and "16 completed runs" in printed and "1 not completed" in printed
     content = json.loads((out / "fit.json").read_text())
@@ -202,3 +209,22 @@ def test_the_shipped_cpu_scaling_records_give_the_readme_fit():
     for name in ("A", "B", "alpha", "beta"):
         assert result.law[name] == pytest.approx(shipped["approach3"]["constants"][name], rel=1e-3)
     assert 0.44 < shipped["approach3"]["a_interval"][0] < shipped["approach3"]["a"] < shipped["approach3"]["a_interval"][1]
+
+
+def test_fit_progress_is_one_redrawn_line_on_a_terminal():
+    """On a terminal the bootstrap's progress redraws one line (\\r) after every refit and ends it once."""
+    import io
+
+    from analysis.cli import _Progress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    stream = Terminal()
+    report = _Progress("slm-fit", 25, stream=stream)
+    for done in range(0, 6):
+        report(done, 5)
+    text = stream.getvalue()
+    assert text.count("\r") == 6 and text.count("\n") == 2 and text.endswith("(100%), 0s\n")
+    assert "bootstrap 3 of 5 refits (60%)" in text

@@ -24,46 +24,70 @@ def test_notebook_is_stored_with_outputs_cleared():
     assert code and all(not c.outputs and c.execution_count is None for c in code)
 
 
-def _train_logs(runs: Path) -> int:
-    """A train_log.jsonl (step, loss, lr per line, a line being written at the end) in the study's gpt2 runs."""
-    n = 0
-    for record in sorted((runs / "gpt2").glob("L*/result.json")):
+def _train_logs(table) -> int:
+    """A train_log.jsonl (step, loss, lr per line, a line being written at the end) in every completed run."""
+    done = table[table["status"] == "completed"]
+    for run_dir in done["run_dir"]:
         lines = [json.dumps({"step": s, "loss": 4.0 / s ** 0.3, "lr": 1e-3}) for s in range(1, 61)]
-        (record.parent / "train_log.jsonl").write_text("\n".join(lines) + '\n{"step": 61, "lo')
-        n += 1
-    return n
+        (Path(run_dir) / "train_log.jsonl").write_text("\n".join(lines) + '\n{"step": 61, "lo')
+    return len(done)
+
+
+def _outputs(nb, cell_id: str) -> list:
+    (cell,) = [c for c in nb.cells if c.get("id") == cell_id]
+    return cell.outputs
+
+
+def _text(outputs) -> str:
+    return "".join(o.get("text", "") for o in outputs)
+
+
+def _images(outputs) -> int:
+    return sum("image/png" in o.get("data", {}) for o in outputs)
 
 
 def test_notebook_executes(tmp_path, monkeypatch):
-    """Run as `make sweep` leaves things: the table at $SLM_RUNS/cpu_default/results.parquet (the notebook's
-    default), train_log.jsonl in the run directories."""
+    """Run as `make sweep` leaves things: the table collected from the repository root with relative paths, at
+    $SLM_RUNS/cpu_default/results.parquet (the notebook's default), train_log.jsonl in the run directories; the
+    notebook runs from its own folder, as Jupyter runs it. Every cell that should draw data draws it, and its
+    statistics are the report's (analysis.study), the diffusion bound left out of the tiers by the same rule."""
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     pytest.importorskip("ipykernel")
+    from analysis import load_results
+    from analysis.study import analyse
+
     runs = study_runs(tmp_path / "runs" / "cpu_default")
-    logged = _train_logs(runs)
     # a masked diffusion run whose NELBO (a bound) is lowest, at the least compute: an exact NLL there would
-    # dominate every run; the notebook's frontier must leave it off, as the report's does
+    # dominate every run; the notebook's frontier and tiers must leave it off, as the report's do
     bound = make_record(family="dllm", n_layers=4, d_model=64, tokens=1e5, val_nll=1.0)
     bound["eval"]["val_nll_kind"] = "nelbo"
     write(runs / "dllm" / "L4_d64", bound)
-    table = collect(runs)
-    save_results(table, runs / "results.parquet")
+    monkeypatch.chdir(tmp_path)  # slm-collect runs/cpu_default -o runs/cpu_default/results.parquet, from the root
+    save_results(collect(Path("runs") / "cpu_default"), Path("runs") / "cpu_default" / "results.parquet")
+    table = load_results(runs / "results.parquet")
+    logged = _train_logs(table)
     monkeypatch.delenv("SLM_RESULTS", raising=False)
     monkeypatch.setenv("SLM_RUNS", str(tmp_path / "runs"))
     nb = nbformat.read(NOTEBOOK, as_version=4)
     nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+                            resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
-    assert sum("image/png" in o.get("data", {}) for o in outputs) >= 7
-    assert any("tiers" in "".join(o.get("text", "")) for o in outputs)
+    assert "not drawn" not in _text(outputs)  # every plot had its data
     assert any(f"from {runs / 'results.parquet'}" in "".join(o.get("text", "")) for o in outputs)
-    # the loss curves: one figure, from the runs that have a log (not the failed or running ones' missing files)
-    (loss_cell,) = [c for c in nb.cells if c.get("id") == "loss_curves"]
-    texts = "".join(o.get("text", "") for o in loss_cell.outputs)
-    assert f"{logged} of " in texts and logged > 0
-    assert sum("image/png" in o.get("data", {}) for o in loss_cell.outputs) == 1
+    # each cell that draws, drew: one figure per plot
+    for cell_id, figures in (("tiers", 1), ("threshold", 1), ("pareto", 1), ("plots", 3), ("loss_curves", 1)):
+        assert _images(_outputs(nb, cell_id)) == figures, cell_id
+    # the loss curves: every completed run's log, found from the notebook's folder
+    assert f"{logged} of {logged} completed runs have a train_log.jsonl" in _text(_outputs(nb, "loss_curves"))
+    # the statistics are the report's: one computation (analysis.study), the dllm's bound not among the tiers
+    study = analyse(table)
+    tiers = _text(_outputs(nb, "tiers"))
+    assert study.tiers().summary() in tiers and "dllm" not in tiers
+    assert study.threshold().summary() in _text(_outputs(nb, "threshold"))
+    claims = "".join(o.get("data", {}).get("text/plain", "") for o in _outputs(nb, "pareto"))
+    assert "two tiers" in claims and "a width threshold" in claims
     # each column's role and doc, from the schema
     (columns_cell,) = [c for c in nb.cells if c.get("id") == "columns"]
     shown = "".join(o.get("data", {}).get("text/plain", "") for o in columns_cell.outputs)

@@ -177,9 +177,12 @@ def test_slm_compare_prints_a_line_per_task(tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[:2] == [f"A: {a}", f"B: {b}"]
     assert out[2].split() == ["task", "metric", "docs", "A", "B", "B-A", "95%", "interval", "test", "p", "verdict"]
-    assert out[3].split()[:6] == ["mc", "acc,none", "40", "0.2500", "1.0000", "+0.75"]
+    assert out[3].split()[:6] == ["mc", "acc", "40", "0.2500", "1.0000", "+0.75"]  # lm-eval's filter "none" off
     assert "McNemar 30:0" in out[3] and out[3].endswith("B better")
-    assert out[4].split()[:3] == ["ppl", "bits_per_byte,none", "3"] and out[4].endswith(NO_DIFFERENCE)
+    assert out[4].split()[:3] == ["ppl", "bits_per_byte", "3"] and out[4].endswith(NO_DIFFERENCE)
+    # which question a per-document test answers, and which needs seeds
+    assert any(line.startswith("What this answers: whether these two trained models differ on these documents")
+               and "architectures differ needs seeds" in line for line in out)
     compare_main([str(a), str(b), "--task", "ppl", "--json", "--draws", "200"])
     data = json.loads(capsys.readouterr().out)
     assert [r["task"] for r in data["results"]] == ["ppl"] and data["results"][0]["p"] == 1.0

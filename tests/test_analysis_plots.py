@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from analysis import collect
-from analysis.plots import FILE_NAMES, KINDS, choose_score, draw, draw_all, plot_tiers
+from analysis.plots import FILE_NAMES, KINDS, TITLES, choose_score, draw, draw_all, plot_tiers
 from tests.test_analysis_collect import make_record, write
 
 GRID = [(4, 768), (12, 512), (16, 448), (24, 384), (32, 384), (48, 320), (64, 256)]
@@ -246,18 +246,28 @@ def test_without_lm_eval_scores_the_nll_is_used_and_said(tmp_path):
         fig, paths = out[kind]
         assert not hasattr(fig, "slm_placeholder") and all(p.stat().st_size > 0 for p in paths)
         assert "validation NLL" in fig._suptitle.get_text(), kind
-    fig, paths = out["throughput"]
-    assert "no decode throughput" in fig.slm_placeholder and "not drawn" in fig._suptitle.get_text()
-    assert paths[0].stat().st_size > 0
+    fig, paths = out["throughput"]  # no data for it: not drawn, and said why
+    assert "no decode throughput" in fig.slm_placeholder and paths == []
+    assert not (tmp_path / "plots" / f"{FILE_NAMES['throughput']}.png").exists()
     assert not hasattr(out["pareto"][0], "slm_placeholder")
 
 
-def test_nearly_empty_tables_give_placeholders(tmp_path):
+def test_nearly_empty_tables_draw_nothing_and_say_why(tmp_path):
+    """Only what has data is drawn: a plot without it is not saved (an earlier drawing of it is removed), and
+    drawn_line names it with why, in one line."""
+    from analysis.plots import drawn_line, skipped
+
+    (tmp_path / "tiers.png").write_bytes(b"an earlier drawing")
     failed_only = pd.DataFrame([{"run": "a", "status": "failed", "error": "x", "family": "gpt2"}])
+    drawn = {}
     for kind in KINDS:
         fig, paths = draw(kind, failed_only, tmp_path)
-        assert hasattr(fig, "slm_placeholder"), kind
-        assert paths[0].stat().st_size > 0
+        assert hasattr(fig, "slm_placeholder") and paths == [], kind
+        drawn[kind] = (fig, paths)
+    assert list(tmp_path.iterdir()) == []
+    line = drawn_line(skipped(drawn))
+    assert "\n" not in line and line.startswith(f"Figures: 0 of {len(KINDS)} plots drawn; not drawn: ")
+    assert all(f"{TITLES[kind].lower()} (" in line for kind in KINDS)
 
 
 def test_unknown_kind_and_score(table):
@@ -286,9 +296,14 @@ def test_throughput_plot_rings_diffusion_runs_and_names_their_sampler(tmp_path):
     assert "ringed: masked diffusion" in title and "blocks of 32" in title
     from matplotlib.collections import PathCollection
 
-    edges = [tuple(float(v) for v in c[:3]) for coll in fig.axes[0].collections if isinstance(coll, PathCollection)
-             for c in coll.get_edgecolors()]  # the markers (error bars are LineCollections)
-    assert sorted(edges) == [(0.0, 0.0, 0.0), (1.0, 1.0, 1.0)]  # one ringed, one plain
+    scatters = [c for c in fig.axes[0].collections if isinstance(c, PathCollection)]  # error bars: LineCollections
+    rings = [c for c in scatters if not len(c.get_facecolors())]
+    points = [c for c in scatters if len(c.get_facecolors())]
+    assert len(rings) == 1 and [tuple(map(float, p)) for p in rings[0].get_offsets()] == [(700.0, 0.3)]
+    assert tuple(map(float, rings[0].get_edgecolors()[0][:3])) == (0.0, 0.0, 0.0)  # a black ring around the dllm
+    assert sorted(tuple(map(float, p)) for c in points for p in c.get_offsets()) == [(200.0, 0.3), (700.0, 0.3)]
+    assert {tuple(map(float, e[:3])) for c in points for e in c.get_edgecolors()} == {(1.0, 1.0, 1.0)}  # filled:
+    # an accuracy is exact even for a diffusion model, so not hollow
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -331,7 +346,7 @@ def test_the_pareto_plot_labels_every_point_of_a_small_study(tmp_path):
     labels = [t.get_text() for t in fig.axes[0].texts]
     assert sorted(labels) == sorted(run_labels_of(study))  # 12 runs: each named where it is
     entries = legend_entries(fig)
-    assert "a family's best at each depth" in entries and "NELBO (a bound)" in entries
+    assert "a family's best at each depth" in entries and "hollow: a bound (NELBO)" in entries
     # one line per family through its depths: gpt2's lies above llama3's and llama3_canon's at every depth
     lines = {tuple(np.round(ln.get_color() if isinstance(ln.get_color(), tuple) else
                             __import__("matplotlib.colors").colors.to_rgb(ln.get_color()), 3)): ln.get_ydata()

@@ -1,4 +1,4 @@
-"""The report (Markdown + HTML, six figures) and the slm-plot / slm-report entry points."""
+"""The report (Markdown + HTML, the figures that have data) and the slm-plot / slm-report entry points."""
 
 from __future__ import annotations
 
@@ -32,14 +32,23 @@ class _Images(HTMLParser):
         self.tables += tag == "table"
 
 
-def test_build_report_writes_markdown_html_and_every_figure(results, tmp_path):
+DRAWN = [k for k in KINDS if k != "lr"]  # the study ran one lr per configuration: no lr plot
+
+
+def test_build_report_writes_markdown_html_and_every_figure_with_data(results, tmp_path):
     path = build_report(results, tmp_path / "report")
     assert path == tmp_path / "report" / "report.html"
     md = (tmp_path / "report" / "report.md").read_text()
-    for kind in KINDS:
+    for kind in DRAWN:
         for fmt in ("png", "svg"):
             assert (tmp_path / "report" / "figures" / f"{FILE_NAMES[kind]}.{fmt}").stat().st_size > 0
         assert f"figures/{FILE_NAMES[kind]}.png" in md
+    # the one without data is not drawn, and one line of the Summary says so and why
+    assert not (tmp_path / "report" / "figures" / f"{FILE_NAMES['lr']}.png").exists()
+    assert FILE_NAMES["lr"] not in md and "not drawn" not in md.split("## Summary", 1)[0]
+    (line,) = [t for t in md.splitlines() if t.startswith("Figures: ")]
+    assert line.startswith(f"Figures: {len(DRAWN)} of {len(KINDS)} plots drawn; not drawn: score against learning "
+                           "rate (every configuration ran at one lr")
     for heading in ("## Summary", "## Runs that did not complete", "## Tiers", "## Hidden-size threshold",
                     "## Best configuration per family", "## NLL against training FLOPs", "## All runs"):
         assert heading in md
@@ -48,10 +57,10 @@ def test_build_report_writes_markdown_html_and_every_figure(results, tmp_path):
     assert "d_model >= 512 is better" in md
     parser = _Images()
     parser.feed(path.read_text())
-    assert len(parser.images) == len(KINDS) and parser.tables >= 3
+    assert len(parser.images) == len(DRAWN) and parser.tables >= 3
     # embedded (the report is whole on its own), not linked: each <img> carries its PNG, in the figures' order
     assert all(src.startswith("data:image/png;base64,") for src in parser.images)
-    for src, kind in zip(parser.images, KINDS):
+    for src, kind in zip(parser.images, DRAWN):
         png = (tmp_path / "report" / "figures" / f"{FILE_NAMES[kind]}.png").read_bytes()
         assert base64.b64decode(src.split(",", 1)[1]) == png
     assert "href='figures/tiers.svg'" in path.read_text()  # the vector version is linked beside it
@@ -65,6 +74,12 @@ def test_cli_plot_and_report(results, tmp_path, capsys):
     report_main([str(results), "-o", str(tmp_path / "rep")])
     out = capsys.readouterr().out
     assert "slm-plot: pareto:" in out and "slm-report: wrote" in out
+    assert f"slm-report: Figures: {len(DRAWN)} of {len(KINDS)} plots drawn; not drawn: score against" in out
+    plot_main([str(results), "-o", str(tmp_path / "all")])  # every kind: what was drawn, and one line for the rest
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert len(lines) == len(DRAWN) + 1 and lines[-1].startswith(f"slm-plot: Figures: {len(DRAWN)} of {len(KINDS)}")
+    assert "warning" not in captured.err
     assert (tmp_path / "rep" / "report.md").is_file()
 
 
@@ -110,7 +125,7 @@ def test_the_report_opens_with_the_verdict_on_a_metric_that_separates(default_re
     assert "_No threshold: no cut separates val_nll beyond chance" in md
     html_text = path.read_text()
     assert "<figcaption class='note'>Hidden-size threshold: No threshold:" in html_text
-    assert "The record does not say what else ran on the machine" in html_text
+    assert "12 of 12 CPU record(s) do not say what else ran on the machine (older records)" in html_text
     # the figures plot the verdict's metric, not the task at chance
     tiers_svg = (tmp_path / "report" / "figures" / "tiers.svg").read_text()
     assert "validation NLL" in tiers_svg and "line endings" not in tiers_svg

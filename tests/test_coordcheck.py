@@ -80,7 +80,15 @@ def test_cli_writes_record_and_figure(tmp_path, monkeypatch, capsys, one_thread)
     assert set(record["slopes_at_last_step"]) == {"sp", "mup"}
     assert (tmp_path / "cc" / "coordcheck.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     out = capsys.readouterr().out
-    assert "sp " in out and "mup " in out and "logits" in out
+    # the headline is about the layers the figure draws (2 layers: the middle block is the last), in its words
+    header = next(line for line in out.splitlines() if "logits" in line and "slope" not in line).split("  ")
+    assert [h.strip() for h in header if h.strip()] == ["embedding", "block 1 (last)", "logits"]
+    for scheme in ("sp", "mup"):
+        (line,) = [line for line in out.splitlines() if line.split()[:1] == [scheme]]
+        slopes = record["slopes_at_last_step"][scheme]
+        assert line.split()[1:] == [f"{round(slopes[layer], 2) + 0.0:+.2f}" for layer in ("embedding", "block.1",
+                                                                                           "logits")]
+    assert "block.0" not in out and "block 0" not in out  # not drawn, so not the headline
 
 
 @pytest.mark.parametrize("argv, fragment", [

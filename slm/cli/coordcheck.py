@@ -30,8 +30,8 @@ widths 48, 144, 240, 528, 1008 in under two minutes on two CPU cores.
 
 DIR/coordcheck.json holds the settings, rows {scheme, width, seed, step, layer, rms} (layers: embedding,
 block.<i>, final_norm, logits) and, per scheme and layer, the slope of log RMS against log width at the last
-step; the same slopes for the logits and the farthest block are printed. DIR/coordcheck.png: one row of panels
-per scheme (embedding, middle block, last block, logits), RMS against width, one line per step.
+step. DIR/coordcheck.png: one row of panels per scheme (embedding, middle block, last block, logits), RMS against
+width, one line per step; the printed headline gives the slopes of those same layers, one column each.
 """
 
 from __future__ import annotations
@@ -155,9 +155,29 @@ def training_batches(prepared, batch_size: int, context: int, seed: int, samplin
     return [torch.from_numpy(sampler.batch(i)) for i in range(n)]
 
 
+def plotted_layers(n_layers: int) -> dict[str, str]:
+    """{layer: its panel title} of the layers coordcheck.png draws, input to output: the embedding, the middle and
+    the last block (one column when they are the same block) and the logits; the printed headline reads the same."""
+    return {"embedding": "embedding", f"block.{n_layers // 2}": f"block {n_layers // 2} (middle)",
+            f"block.{n_layers - 1}": f"block {n_layers - 1} (last)", "logits": "logits"}
+
+
+def headline(slopes: dict, schemes: list[str], n_layers: int, steps: int) -> list[str]:
+    """The printed summary: per scheme, the slope of log RMS against log width at the last step of each layer the
+    figure draws (plotted_layers), in the figure's order and words; coordcheck.json has every layer's."""
+    names = plotted_layers(n_layers)
+    width = max(len(t) for t in names.values())
+    lines = [f"slope of log RMS against log width at step {steps} (about 0 under a correct muP), for the layers "
+             "coordcheck.png draws:", " " * 12 + "  ".join(t.rjust(width) for t in names.values())]
+    for scheme in schemes:
+        lines.append(f"  {scheme:10s}" + "  ".join(f"{round(slopes[scheme][layer], 2) + 0.0:+.2f}".rjust(width)
+                                                   for layer in names))  # + 0.0: no "-0.00"
+    return lines
+
+
 def plot(rows: list[dict], schemes: list[str], n_layers: int, title: str):
-    """One row of panels per scheme, one column per layer (embedding, middle and last block, logits; a column
-    shares its y axis, at least a decade): RMS against width, one line per step."""
+    """One row of panels per scheme, one column per layer (plotted_layers: embedding, middle and last block,
+    logits; a column shares its y axis, at least a decade): RMS against width, one line per step."""
     import math
 
     import matplotlib
@@ -165,8 +185,7 @@ def plot(rows: list[dict], schemes: list[str], n_layers: int, title: str):
     from matplotlib.figure import Figure
     from matplotlib.ticker import NullFormatter
 
-    names = {"embedding": "embedding", f"block.{n_layers // 2}": f"block {n_layers // 2} (middle)",
-             f"block.{n_layers - 1}": f"block {n_layers - 1} (last)", "logits": "logits"}
+    names = plotted_layers(n_layers)
     layers = list(names)  # one block column when the middle block is the last
     steps = sorted({r["step"] for r in rows})
     widths = sorted({r["width"] for r in rows})
@@ -275,11 +294,7 @@ def run(argv: list[str]) -> None:
         "rows": rows})
     fig = plot(means, schemes, spec["n_layers"], f"{family} coordinate check: {setup}")
     atomic_save(out / "coordcheck.png", lambda tmp: fig.savefig(tmp, format="png", dpi=120))
-    print(f"slope of log RMS against log width at step {steps} (about 0 under a correct muP):")
-    for scheme in schemes:
-        block = max((n for n in slopes[scheme] if n.startswith("block.")), key=lambda n: abs(slopes[scheme][n]))
-        print(f"  {scheme:10s} logits {slopes[scheme]['logits']:+.2f}   {block} {slopes[scheme][block]:+.2f} "
-              "(the block farthest from 0)")
+    print("\n".join(headline(slopes, schemes, spec["n_layers"], steps)))
     print(f"wrote {out / 'coordcheck.json'} and {out / 'coordcheck.png'}")
 
 
