@@ -1,18 +1,23 @@
 """What a compute budget buys under a scaling law (slm-plan): tokens, tokens per parameter, predicted loss, and the
-compute-optimal model size and token count.
+compute-optimal model size and token count; or, for a model size and a token count, the compute they take and how far
+that split is from compute-optimal.
 
     slm-plan gpu_hours=184 gpu=v100 n_gpus=8 mfu=0.35 params=40e6          # both published fits
     slm-plan gpu_hours=184 gpu=h100 params=40e6 fit=runs/cpu_scaling/fit   # your slm-fit result (fit.json), intervals
     slm-plan flops=1e21 fit=epoch                                          # a compute budget given directly
+    slm-plan params=40e6 tokens=800e6 gpu=h100                             # N and D: C = k N D, and the GPU-hours
 
 Compute: C = gpu_hours x 3600 x n_gpus x mfu x peak, with gpu_hours the hours each of the n_gpus GPUs trains (so
 gpu_hours x n_gpus GPU-hours) and peak the GPU's dense tensor-core peak (GPU_PEAK_FLOPS, or peak_flops=), or
-C = flops= as given. Tokens: D = C / (k N), k = 6 for the published fits (their convention, C = 6 N D) and, for an
+C = flops= as given, or C = k N D for params= and tokens= (then gpu=, n_gpus= and mfu= turn C into hours).
+Tokens: D = C / (k N), k = 6 for the published fits (their convention, C = 6 N D) and, for an
 slm-fit result, the runs' measured train_flops / (N D) (fit.json's flops_per_param_token; slm's train_flops and
 MFU both count PaLM's FLOPs per token: 6 N plus attention), so MFU and tokens stay in one convention.
 Predicted loss: L(N, D) = E + A / N^alpha + B / D^beta. Compute-optimal: minimise L subject to C = k N D
-(analysis.fit.optimal). For an slm-fit result each bootstrap draw kept in fit.json gives one value, and the 95%
-interval is their 2.5 and 97.5 percentiles; the published fits are point estimates here (no interval).
+(analysis.fit.optimal); for a given N and D, how far the split is from it: N / N*, D / D* and the predicted loss
+above the optimum's at the same compute. For an slm-fit result each bootstrap draw kept in fit.json gives one
+value, and the 95% interval is their 2.5 and 97.5 percentiles; the published fits are point estimates here (no
+interval).
 
 MFU, when mfu= is not given: the median `mfu` of the completed GPU runs (a `device` that is not a CPU) in runs=PATH
 (a results table or a runs directory, analysis.collect.load_results), else in $SLM_RUNS or runs/ when it exists;
@@ -67,7 +72,7 @@ GPU_PEAK_FLOPS = {
 """Peak dense FLOP/s per GPU at the usual training precision, from NVIDIA's datasheets (no 2:4 sparsity), the same
 figures as slm/training/hardware.py's MFU denominators. Other hardware: peak_flops=."""
 
-DEFAULT_MFU = 0.4
+DEFAULT_MFU = 0.153
 """MFU assumed when none is given and no completed GPU run measured one."""
 
 KEYS = {
@@ -81,13 +86,18 @@ KEYS = {
             "runs/ when it exists)",
     "peak_flops": "peak FLOP/s per GPU, for hardware not in the gpu list (overrides gpu's)",
     "flops": "the compute budget in FLOPs, instead of gpu_hours x n_gpus x mfu x peak",
+    "tokens": "training tokens D, with params=: the compute is then k N D (with gpu= also in hours), and the output "
+              "says how far the N/D split is from compute-optimal",
 }
 
 USAGE = """usage: slm-plan key=value ...   e.g. slm-plan gpu_hours=184 gpu=v100 n_gpus=8 mfu=0.35 params=40e6
+                                      or slm-plan params=40e6 tokens=800e6 [gpu=h100]
 
 What a compute budget buys under a scaling law: tokens, tokens per parameter and the predicted loss for a model of
 `params` parameters, and the compute-optimal model size and token count, under the published fits of Hoffmann et al.
-2022 and Besiroglu et al. 2024 (Epoch AI) or your own slm-fit result (with its bootstrap intervals).
+2022 and Besiroglu et al. 2024 (Epoch AI) or your own slm-fit result (with its bootstrap intervals). With params= and
+tokens= instead of a budget: the compute they take, the predicted loss, and how far that N/D split is from the
+compute-optimal one at the same compute.
 
 keys:
 """ + "\n".join(f"  {k:<11} {v}" for k, v in KEYS.items())
@@ -173,6 +183,20 @@ def choose_mfu(args: dict) -> tuple[float, str]:
     return value, note
 
 
+def hardware(args: dict) -> tuple[float, str]:
+    """(peak FLOP/s per GPU, what it is) from peak_flops= or gpu=."""
+    peak = _positive(args, "peak_flops")
+    if peak is not None:
+        return peak, f"{peak / 1e12:.4g} TFLOP/s peak (peak_flops=)"
+    name = args.get("gpu")
+    if name is None:
+        raise PlanError(f"give gpu= (one of: {', '.join(GPU_PEAK_FLOPS)}) or peak_flops=")
+    if name.lower() not in GPU_PEAK_FLOPS:
+        raise PlanError(f"gpu={name}: unknown; choose one of: {', '.join(GPU_PEAK_FLOPS)} (or give peak_flops=)")
+    peak, what = GPU_PEAK_FLOPS[name.lower()]
+    return peak, f"{what}: {peak / 1e12:.4g} TFLOP/s peak"
+
+
 def compute_budget(args: dict) -> tuple[float, list[str]]:
     """(C in FLOPs, lines saying how it was made)."""
     flops = _positive(args, "flops")
@@ -183,24 +207,34 @@ def compute_budget(args: dict) -> tuple[float, list[str]]:
         return flops, [f"compute {flops:.3g} FLOPs (as given)"]
     hours = _positive(args, "gpu_hours")
     if hours is None:
-        raise PlanError("give gpu_hours= (with gpu= or peak_flops=) or flops= (see slm-plan --help)")
+        raise PlanError("give gpu_hours= (with gpu= or peak_flops=), flops=, or params= with tokens= "
+                        "(see slm-plan --help)")
     n_gpus = _positive(args, "n_gpus", integer=True) or 1
-    peak = _positive(args, "peak_flops")
-    if peak is not None:
-        hardware = f"{peak / 1e12:.4g} TFLOP/s peak (peak_flops=)"
-    else:
-        name = args.get("gpu")
-        if name is None:
-            raise PlanError(f"give gpu= (one of: {', '.join(GPU_PEAK_FLOPS)}) or peak_flops=")
-        if name.lower() not in GPU_PEAK_FLOPS:
-            raise PlanError(f"gpu={name}: unknown; choose one of: {', '.join(GPU_PEAK_FLOPS)} (or give peak_flops=)")
-        peak, what = GPU_PEAK_FLOPS[name.lower()]
-        hardware = f"{what}: {peak / 1e12:.4g} TFLOP/s peak"
+    peak, what = hardware(args)
     mfu, how = choose_mfu(args)
     flops = hours * 3600 * n_gpus * mfu * peak
     gpus = f"{n_gpus} GPU{'s' if n_gpus > 1 else ''}"
-    return flops, [f"compute {hours:g} h x {gpus} ({hours * n_gpus:g} GPU-hours) x {hardware} x MFU {mfu:.3g} "
+    return flops, [f"compute {hours:g} h x {gpus} ({hours * n_gpus:g} GPU-hours) x {what} x MFU {mfu:.3g} "
                    f"= {flops:.3g} FLOPs", f"MFU {mfu:.3g}: {how}"]
+
+
+def run_hardware(args: dict) -> tuple[dict | None, list[str]]:
+    """For params= and tokens=: the GPUs that turn each fit's C = k N D into hours ({peak, n_gpus, mfu}, None without
+    gpu= or peak_flops=), and the lines saying so; PlanError for keys that contradict a compute set by N and D."""
+    given = [k for k in ("flops", "gpu_hours") if k in args]
+    if given:
+        raise PlanError(f"params= and tokens= set the compute (C = k N D): leave out {', '.join(given)}")
+    if "gpu" not in args and "peak_flops" not in args:
+        extra = [k for k in ("n_gpus", "mfu", "runs") if k in args]
+        if extra:
+            raise PlanError(f"{' and '.join(extra)} {'turns' if len(extra) == 1 else 'turn'} the compute into hours "
+                            "on GPUs: give gpu= or peak_flops= too")
+        return None, []
+    peak, what = hardware(args)
+    n_gpus = _positive(args, "n_gpus", integer=True) or 1
+    mfu, how = choose_mfu(args)
+    return {"peak": peak, "n_gpus": n_gpus, "mfu": mfu}, [f"hours on {n_gpus} x {what} at MFU {mfu:.3g}",
+                                                           f"MFU {mfu:.3g}: {how}"]
 
 
 def laws(args: dict) -> list[dict]:
@@ -242,9 +276,11 @@ def _interval(values: np.ndarray) -> tuple[float, float] | None:
 
 def plan(args: dict) -> dict:
     """Everything slm-plan prints, as a dict: compute, N, and per fit the tokens, tokens per parameter, predicted
-    loss and the compute-optimal allocation (with intervals for an slm-fit result)."""
-    compute, how = compute_budget(args)
+    loss and the compute-optimal allocation (with intervals for an slm-fit result); with tokens=, `plan_run`."""
     params = _positive(args, "params")
+    if "tokens" in args:
+        return plan_run(args, params)
+    compute, how = compute_budget(args)
     out = {"compute": compute, "how": how, "params": params, "fits": []}
     for fit in laws(args):
         law, k, samples = fit["law"], fit["k"], fit["samples"]
@@ -265,6 +301,39 @@ def plan(args: dict) -> dict:
     return out
 
 
+def plan_run(args: dict, params: float | None) -> dict:
+    """For params= and tokens=, per fit: the compute C = k N D (and the hours with gpu=), the predicted loss, the
+    compute-optimal N*, D* at that C, how far the split is from it (N / N*, D / D*) and the loss it costs (with
+    intervals for an slm-fit result)."""
+    tokens = _positive(args, "tokens")
+    if params is None:
+        raise PlanError(f"tokens={args['tokens']} needs params= (the model size N): with both, the compute is k N D")
+    gpus, how = run_hardware(args)
+    out = {"compute": None, "params": params, "tokens": tokens, "fits": [],
+           "how": [f"N = {params:.3g} parameters x D = {tokens:.3g} tokens ({tokens / params:.3g} per parameter): "
+                   f"compute C = k N D, k per fit", *how]}
+    for fit in laws(args):
+        law, k, samples = fit["law"], fit["k"], fit["samples"]
+        compute = k * params * tokens
+        n_opt, d_opt = (float(v) for v in optimal(law, compute, k))
+        loss_at, loss_opt = float(predict(law, params, tokens)), float(predict(law, n_opt, d_opt))
+        row = {**{key: fit[key] for key in ("name", "source", "key", "N", "loss", "k")}, "law": law,
+               "compute": compute, "tokens": tokens, "tokens_per_param": tokens / params, "loss_at": loss_at,
+               "N_opt": n_opt, "D_opt": d_opt, "opt_tokens_per_param": d_opt / n_opt, "loss_opt": loss_opt,
+               "N_over_opt": params / n_opt, "D_over_opt": tokens / d_opt, "loss_excess": loss_at - loss_opt}
+        if gpus is not None:
+            row["hours"] = compute / (gpus["n_gpus"] * gpus["mfu"] * gpus["peak"]) / 3600
+            row["n_gpus"] = gpus["n_gpus"]
+        if samples is not None:
+            ns, ds = optimal(samples, compute, k)
+            at = predict(samples, params, tokens)
+            row.update(loss_interval=_interval(at), N_opt_interval=_interval(ns), D_opt_interval=_interval(ds),
+                       loss_opt_interval=_interval(predict(samples, ns, ds)),
+                       loss_excess_interval=_interval(at - predict(samples, ns, ds)))
+        out["fits"].append(row)
+    return out
+
+
 def _fmt(value: float, interval=None, digits: int = 3, spec: str = "g") -> str:
     text = f"{value:.{digits}{spec}}"
     if interval:
@@ -280,13 +349,24 @@ def format_plan(result: dict) -> str:
         law = fit["law"]
         lines += ["", f"{fit['name']}: E={law['E']:.4g}, A={law['A']:.4g}, B={law['B']:.4g}, "
                       f"alpha={law['alpha']:.4g}, beta={law['beta']:.4g}; N = {fit['N']}; C = {fit['k']:.3g} N D"]
-        if params is not None:
+        if "compute" in fit:  # params= and tokens=
+            hours = (f" = {fit['hours']:.3g} h on {fit['n_gpus']} GPU{'s' if fit['n_gpus'] > 1 else ''} "
+                     f"({fit['hours'] * fit['n_gpus']:.3g} GPU-hours)") if "hours" in fit else ""
+            lines.append(f"  N = {params:.3g}, D = {fit['tokens']:.3g} tokens ({fit['tokens_per_param']:.3g} per "
+                         f"parameter): compute {fit['compute']:.3g} FLOPs{hours}, predicted loss "
+                         f"{_fmt(fit['loss_at'], fit.get('loss_interval'), spec='f')}")
+        elif params is not None:
             lines.append(f"  N = {params:.3g}: D = {fit['tokens']:.3g} tokens, {fit['tokens_per_param']:.3g} tokens "
                          f"per parameter, predicted loss {_fmt(fit['loss_at'], fit.get('loss_interval'), spec='f')}")
-        lines.append(f"  compute-optimal: N* = {_fmt(fit['N_opt'], fit.get('N_opt_interval'))}, "
+        lines.append(f"  compute-optimal{' at that compute' if 'compute' in fit else ''}: "
+                     f"N* = {_fmt(fit['N_opt'], fit.get('N_opt_interval'))}, "
                      f"D* = {_fmt(fit['D_opt'], fit.get('D_opt_interval'))} tokens "
                      f"({fit['opt_tokens_per_param']:.3g} per parameter), predicted loss "
                      f"{_fmt(fit['loss_opt'], fit.get('loss_opt_interval'), spec='f')}")
+        if "compute" in fit:
+            lines.append(f"  this split: N = {fit['N_over_opt']:.3g} x N*, D = {fit['D_over_opt']:.3g} x D*; predicted "
+                         f"loss {_fmt(fit['loss_excess'], fit.get('loss_excess_interval'), 2, 'e')} above the "
+                         "compute-optimal one")
         if fit["key"] != "fit":
             note = "a published point estimate (no interval)"
         elif "N_opt_interval" in fit:

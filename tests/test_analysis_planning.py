@@ -110,7 +110,7 @@ def test_mfu_defaults_to_the_median_of_completed_gpu_runs(tmp_path):
 
 def test_mfu_is_assumed_without_runs_and_says_so(tmp_path):
     result = plan(parse(["gpu_hours=10", "gpu=a100"]))
-    assert result["compute"] == pytest.approx(10 * 3600 * 0.4 * 312e12)
+    assert result["compute"] == pytest.approx(10 * 3600 * 0.153 * 312e12)
     assert "assumed" in result["how"][1]
     cpu_only = tmp_path / "cpu_runs"
     _gpu_run(cpu_only, "x", None, device="cpu (2 threads)")

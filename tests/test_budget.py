@@ -131,7 +131,9 @@ def test_out_of_reach_names_the_closest_config():
     with pytest.raises(ConfigError, match=r"^model.param_budget=200000 is out of reach: the closest config, "
                                           r"d_model=64 with d_ff=\d+ \(the family's 192 at that width, moved within "
                                           r"0.5x-2x of it\), has [\d,]+ total parameters \([-+]\d+\.\d%; allowed: ±3%, "
-                                          r"model.budget_tolerance\); change n_layers or the budget"):
+                                          r"model.budget_tolerance\); d_model=64 is the narrowest multiple of "
+                                          r"model.width_step=64; model.width_step=32 fits \(d_model=32, .*\), or change "
+                                          r"n_layers or the budget$"):
         config_from_spec(spec("llama3", 8, "model.param_budget=2e5", "model.width_step=64"))
 
 

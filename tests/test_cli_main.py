@@ -56,10 +56,10 @@ def test_no_verb_prints_the_verbs_and_exits_2(capsys):
 def test_a_verb_runs_its_command_with_the_rest_of_the_line(capsys, monkeypatch, tmp_path):
     bin_dir = Path(sys.executable).parent
     monkeypatch.setattr(sys, "argv", [str(bin_dir / "slm")])  # main() hands the command its line in sys.argv
-    main(["params", "model=gpt2", "--json"])
+    main(["params", "model=gpt2", "tokenizer=gpt2", "--json"])
     assert json.loads(capsys.readouterr().out)["params_total"] == 124_439_808
     # as run by its alias script, so that a command that runs its own line again (Lightning's DDP) runs the same
-    assert sys.argv == [str(bin_dir / "slm-params"), "model=gpt2", "--json"]
+    assert sys.argv == [str(bin_dir / "slm-params"), "model=gpt2", "tokenizer=gpt2", "--json"]
     monkeypatch.setenv("SLM_RUNS", str(tmp_path / "none"))
     with pytest.raises(SystemExit) as exit_:
         main(["status"])

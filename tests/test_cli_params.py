@@ -18,7 +18,7 @@ def slm_params(*args: str, env: dict | None = None) -> subprocess.CompletedProce
 
 
 def test_gpt2_count():
-    out = slm_params("model=gpt2", "--json")
+    out = slm_params("model=gpt2", "tokenizer=gpt2", "--json")
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     assert report["params_total"] == 124_439_808
@@ -28,7 +28,7 @@ def test_gpt2_count():
 
 @pytest.mark.parametrize("preset, total, active", [("lfm2", 79_235_136, 79_235_136), ("moe", 327_371_136, 67_258_752)])
 def test_new_family_counts(capsys, preset, total, active):
-    run([f"model={preset}", "--json"])
+    run([f"model={preset}", "tokenizer=gpt2", "tokenizer.pad_vocab_multiple=64", "--json"])  # the preset's 50,304
     report = json.loads(capsys.readouterr().out)
     assert (report["params_total"], report["params_active"]) == (total, active)
     if preset == "moe":
@@ -49,7 +49,7 @@ def test_notes_say_when_a_window_does_nothing(capsys):
 
 
 def test_budget_shows_width(capsys):
-    run(["model=gpt2", "model.n_layers=24", "model.param_budget=70e6", "--json"])
+    run(["model=gpt2", "model.n_layers=24", "model.param_budget=70e6", "tokenizer=gpt2", "--json"])
     report = json.loads(capsys.readouterr().out)
     assert report["param_budget"] == 70e6 and report["d_model"] == 384 and report["n_heads"] == 6
     assert report["budget_error"] == pytest.approx((report["params_total"] - 70e6) / 70e6)
@@ -94,19 +94,21 @@ def test_full_error_shows_traceback():
 
 
 def test_the_default_output_is_a_short_summary(capsys):
-    run(["model=gpt2"])
+    run(["model=gpt2", "tokenizer=gpt2"])
     assert capsys.readouterr().out.splitlines() == [
         "gpt2: 12 layers, d_model 768, 12 heads of 64, d_ff 3072, context 1024, vocabulary 50,257",
+        "  vocabulary     50,257: the gpt2 tokenizer's",
         "  parameters     124,439,808 (124.4M)",
         "  active         124,439,808 (124.4M) per token",
         "  non-embedding  85,056,000 (85.06M)",
         "  FLOPs/token    8.552e+08 (training: forward + backward, PaLM convention)",
         "  (--json: every field, the parameters by part, the FLOPs convention)"]
-    run(["model=moe"])
+    run(["model=moe", "tokenizer=gpt2", "tokenizer.pad_vocab_multiple=64"])
     out = capsys.readouterr().out
     assert "16 experts of 672, top-2" in out and "parameters     327,371,136 (327.4M)" in out
     assert "active         67,258,752 (67.26M) per token" in out and "budget" not in out
-    run(["model=llama3", "model.n_layers=4", "model.param_budget=30e6", "model.head_dim=32", "model.n_kv_heads=2"])
+    run(["model=llama3", "model.n_layers=4", "model.param_budget=30e6", "model.head_dim=32", "model.n_kv_heads=2",
+         "tokenizer=gpt2"])
     (budget,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  budget")]
     assert re.fullmatch(r"  budget         30,000,000 total parameters: [+-]\d\.\d\d% \(solved: d_model, d_ff \d+→\d+\)",
                         budget), budget

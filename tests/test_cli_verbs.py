@@ -120,7 +120,7 @@ def test_generate_bad_input_is_one_line(tmp_path, capsys):
     run_dir = _run_dir(tmp_path / "run")
     cases = [
         ([str(tmp_path / "nowhere"), "x"], ["nowhere: no such run or checkpoint directory"]),
-        ([str(run_dir), "café"], ["cannot encode the prompt", "'é' is not in the vocabulary"]),
+        ([str(run_dir), "café"], ["1 character outside the char vocabulary", ": 'é'; leave it out, or pass --unknown drop"]),
         ([str(run_dir), "x", "--temperature", "-1"], ["--temperature", "must be >= 0"]),
         ([str(run_dir), "x", "--temperature", "nan"], ["not a finite number"]),
         ([str(run_dir), "x", "-n", "abc"], ["invalid int value: 'abc'"]),

@@ -258,14 +258,14 @@ def test_export_hf_without_a_tokenizer_needs_no_tokenizer_flag(tmp_path, capsys)
 
 
 # =================================================================================== slm-params and slm-workers
-@pytest.mark.parametrize("override", ["train.x=1", "train.lr=3e-4", "+train.foo=1", "data=local", "tokenizer=gpt2",
-                                      "seed=3"])
-def test_params_refuses_settings_that_are_not_the_model(capsys, override):
+@pytest.mark.parametrize("override", ["train.x=1", "train.lr=3e-4", "+train.foo=1", "seed=3"])
+def test_params_refuses_settings_that_do_not_change_what_is_built(capsys, override):
+    """The tokenizer and data do change the counts (the vocabulary): slm-params takes them, tests/test_first_hour_traps.py."""
     from slm.cli.params import run
 
     key = override.lstrip("+").split("=")[0]
-    _fails(run, ["model=debug", override], capsys, f"{override}: slm-params takes model settings only",
-           f"{key} does not change the counts", prog="slm-params")
+    _fails(run, ["model=debug", override], capsys, f"{override}: slm-params takes the settings that change what "
+           "slm-train builds", f"{key} does not change the counts", prog="slm-params")
 
 
 def test_params_still_takes_model_settings(capsys):

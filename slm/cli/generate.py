@@ -16,6 +16,9 @@ diffusion models (model.causal=false with a mask token) with their sampler (slm.
 (model.kind=linear|mlp) from the last context_length tokens of the prompt, sliding. An end-of-text token
 ends a sample. An empty prompt starts from the tokenizer's end-of-text token, else from a newline.
 
+A prompt with characters (char tokenizer) or words (word) outside the vocabulary fitted in training, which has no
+<unk> to map them to, is refused naming them; --unknown drop leaves them out of the prompt instead, with a note.
+
 Prints the prompt followed by each sample (--new-only: the generated text only). Bad input (a missing or
 damaged run, a prompt the tokenizer cannot encode, a number out of range, an option the model's decoder does
 not have) is one line on stderr and exit code 2; HYDRA_FULL_ERROR=1 shows the traceback.
@@ -36,6 +39,7 @@ from slm.pipes import quiet_on_closed_pipe
 PROG = "slm-generate"
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DIFFUSION_OPTIONS = ("steps", "block_length", "threshold")
+UNKNOWN = ("error", "drop")
 
 
 def _number(kind, low=None, high=None, low_open=False, what=""):
@@ -87,6 +91,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="weights' dtype (default: bfloat16 on a GPU that has it, else float32)")
     parser.add_argument("--tokenizer", type=Path, default=None,
                         help="tokenizer directory (default: the model directory's)")
+    parser.add_argument("--unknown", choices=UNKNOWN, default="error",
+                        help="prompt characters (char tokenizer) or words (word) outside the vocabulary, which has no "
+                        "<unk>: error (name them; the default) or drop (leave them out of the prompt, with a note)")
     parser.add_argument("--new-only", action="store_true", help="print the generated text only, not the prompt")
     parser.add_argument("--verbose", "-v", action="store_true",
                         help="say on stderr what was loaded, the seed, and the speed")
@@ -135,12 +142,49 @@ def resolve_device(name: str, dtype: str):
     return device, getattr(torch, dtype)
 
 
+def _units(tok, text: str) -> list[str]:
+    """`text` as the symbols of a fitted vocabulary: characters (char) or words and newlines (word)."""
+    if tok.kind == "char":
+        return list(text)
+    return (tok.pattern if tok.newlines else tok.words_only).findall(text)
+
+
+def unknown_symbols(tok, prompt: str) -> list[str]:
+    """The characters or words of `prompt` that a char or word tokenizer without <unk> cannot encode, in order of
+    first appearance; [] for any other tokenizer."""
+    if getattr(tok, "kind", None) not in ("char", "word") or tok.unk_id is not None:
+        return []
+    known = set(tok.symbols)
+    return list(dict.fromkeys(u for u in _units(tok, prompt) if u not in known))
+
+
+def without_unknown(tok, prompt: str, unknown: list[str], policy: str, where) -> str:
+    """`prompt` with the unknown symbols dropped (policy drop, with a note), else ValueError naming them."""
+    if not unknown:
+        return prompt
+    kind = "character" if tok.kind == "char" else "word"
+    named = ", ".join(map(repr, unknown[:10])) + (f" and {len(unknown) - 10} more" if len(unknown) > 10 else "")
+    plural = "s" if len(unknown) > 1 else ""
+    if policy == "error":
+        raise ValueError(f"the prompt has {len(unknown)} {kind}{plural} outside the {tok.kind} vocabulary of {where} "
+                         f"(fitted in training, no <unk>): {named}; leave {'them' if plural else 'it'} out, or pass "
+                         f"--unknown drop to generate from the prompt without {'them' if plural else 'it'}")
+    drop = set(unknown)
+    if tok.kind == "char":
+        prompt = "".join(c for c in prompt if c not in drop)
+    else:
+        prompt = (tok.pattern if tok.newlines else tok.words_only).sub(
+            lambda m: "" if m.group() in drop else m.group(), prompt)
+    _note(f"note: dropped the {kind}{plural} outside the vocabulary: {named}")
+    return prompt
+
+
 def start_ids(tok, prompt: str) -> tuple[list[int], bool]:
     """The prompt's ids, and whether they are a start token standing in for an empty prompt (the tokenizer's
     end-of-text token, else a newline); ValueError when the tokenizer cannot encode the prompt."""
     try:
         ids = tok.encode(prompt) if prompt else []
-    except ValueError as err:  # DataError: a symbol outside a fitted vocabulary without <unk>
+    except ValueError as err:  # a tokenizer that refuses the text (char and word: without_unknown first)
         raise ValueError(f"cannot encode the prompt: {' '.join(str(err).split())}") from None
     if ids:
         return ids, False
@@ -225,6 +269,7 @@ def run(argv: list[str] | None = None) -> list[str]:
         raise ValueError(f"--top-k and --top-p apply to autoregressive models; {model_dir} holds a masked diffusion "
                          f"model ({cfg.family}), sampled with --temperature, --steps, --block-length, --threshold")
 
+    prompt = without_unknown(tok, prompt, unknown_symbols(tok, prompt), args.unknown, model_dir)
     ids, synthetic = start_ids(tok, prompt)
     n_new = args.max_new_tokens
     if window:

@@ -1,16 +1,24 @@
-"""`slm-params <hydra overrides> [--json]`: exact parameter and FLOP counts of a model config.
+"""`slm-params <hydra overrides> [--json]`: exact parameter and FLOP counts of the model slm-train would build.
 
-    slm-params model=gpt2                                   # 124,439,808 parameters
-    slm-params model=gpt2 model.n_layers=32 model.d_model=384
-    slm-params model=llama3 model.n_layers=12 model.param_budget=70e6   # solve the width, then the MLP size
-    slm-params model=moe                                    # 327,371,136 in total, 67,258,752 active per token
+    slm-params                                              # slm-train's default: the debug model, char vocabulary
+    slm-params model=gpt2 tokenizer=gpt2                    # 124,439,808 parameters
+    slm-params model=gpt2 model.n_layers=32 model.d_model=384 tokenizer=gpt2
+    slm-params model=llama3 model.n_layers=12 model.param_budget=70e6 tokenizer=gpt2   # solve the width, then the MLP
+    slm-params model=dllm tokenizer=gpt2 tokenizer.pad_vocab_multiple=64   # + the mask token mdlm reserves, padded
     slm-params model=titans_mac --json                      # every field; params_breakdown: the memory's parts
 
-Prints a short summary: the shape, total, active and non-embedding parameters, training FLOPs per token and, with
-model.param_budget, how the solved model fits its budget. --json prints every field as one JSON object instead
-(the shape, the counts, params_breakdown by part, budget_fit, the FLOPs convention, notes): the form to parse.
-Without a model= override it counts slm-train's default model (debug). Counts come from the config alone (no
-model is allocated); see slm.model.counting.
+Takes slm-train's settings that change what it builds: model=<preset> and model.<field>=..., tokenizer=... and
+data=... (and their fields), train.objective (a masked diffusion objective reserves a mask token). The vocabulary is
+the one slm-train gives the model: the tokenizer's, with that mask token, padded to tokenizer.pad_vocab_multiple; a
+char or word vocabulary is fitted on the data's training text (once, cached for slm-train), except on hub data,
+which slm-params does not download: then model.vocab_size is counted, and the output says so. A model.vocab_size
+of the preset or the command line is replaced by the tokenizer's, as slm-train replaces it.
+
+Prints a short summary: the shape, the vocabulary and where it came from, total, active and non-embedding
+parameters, training FLOPs per token and, with model.param_budget, how the solved model fits its budget. --json
+prints every field as one JSON object instead (the shape, vocabulary, the counts, params_breakdown by part,
+budget_fit, the FLOPs convention, notes): the form to parse. Counts come from the config alone (no model is
+allocated); see slm.model.counting.
 """
 
 from __future__ import annotations
@@ -25,14 +33,22 @@ SHAPE_FIELDS = ("family", "kind", "n_layers", "layer_repeat", "d_model", "n_head
                 "vocab_size", "context_length", "tie_embeddings", "layer_types", "mlp_types", "init")
 
 
-def params_report(model_node: dict) -> dict:
-    """The slm-params JSON for a composed `model` node."""
+def params_report(model_node: dict, vocabulary: dict | None = None, objective: str | None = None) -> dict:
+    """The slm-params JSON for a composed `model` node (its vocab_size the model's: see `model_vocabulary`, whose
+    answer `vocabulary` is kept as the report's `vocabulary`); with `objective`, ValueError where that objective
+    cannot train the model (slm-train's refusal, e.g. mdlm with a causal model)."""
     from slm.model import FLOPS_CONVENTION, config_from_spec, count
     from slm.model.budget import budget_fit
     from slm.model.counting import breakdown
 
     cfg = config_from_spec(model_node)
+    if objective is not None:
+        from slm.objectives import OBJECTIVES
+
+        OBJECTIVES.get(objective)().check(cfg)
     report = {name: getattr(cfg, name) for name in SHAPE_FIELDS}
+    if vocabulary is not None:
+        report["vocabulary"] = {k: v for k, v in vocabulary.items() if k != "spec"}
     if "moe" in cfg.mlp_types:
         report["moe"] = asdict(cfg.moe)
     if "mac" in cfg.layer_types:
@@ -83,12 +99,15 @@ def shape_line(r: dict) -> str:
 
 
 def summary(r: dict) -> list[str]:
-    """The default output: the shape, the counts slm-train and the dry run report, the budget fit, the notes."""
-    lines = [shape_line(r),
-             f"  parameters     {_count(r['params_total'])}",
-             f"  active         {_count(r['params_active'])} per token",
-             f"  non-embedding  {_count(r['params_non_embedding'])}",
-             f"  FLOPs/token    {r['flops_per_token']:.3e} (training: forward + backward, PaLM convention)"]
+    """The default output: the shape, where the vocabulary came from, the counts slm-train and the dry run report,
+    the budget fit, the notes."""
+    lines = [shape_line(r)]
+    if "vocabulary" in r:
+        lines.append(f"  vocabulary     {r['vocabulary']['from']}")
+    lines += [f"  parameters     {_count(r['params_total'])}",
+              f"  active         {_count(r['params_active'])} per token",
+              f"  non-embedding  {_count(r['params_non_embedding'])}",
+              f"  FLOPs/token    {r['flops_per_token']:.3e} (training: forward + backward, PaLM convention)"]
     if "param_budget" in r:
         moved = (r.get("budget_fit") or {}).get("moved") or "d_model"
         lines.append(f"  budget         {r['param_budget']:,.0f} {r['budget_count']} parameters: "
@@ -98,14 +117,106 @@ def summary(r: dict) -> list[str]:
     return lines
 
 
+COUNTED_GROUPS = ("model", "tokenizer", "data")
+"""The config groups whose settings change what slm-train builds (with train.objective: a mask token)."""
+
+
 def check_overrides(overrides: list[str]) -> None:
-    """ValueError naming the first override that is not a model setting: the counts come from the model node
-    alone, so train.*, data.*, tokenizer=... would be ignored without a word."""
+    """ValueError naming the first override that cannot change the counts (train.lr, seed=...): slm-params would
+    ignore it without a word."""
     for arg in overrides:
         key, sep, _ = arg.lstrip("+~").partition("=")
-        if sep and key.split(".")[0].split("@")[0] != "model":
-            raise ValueError(f"{arg}: slm-params takes model settings only (model=<preset>, model.<field>=...); "
-                             f"{key} does not change the counts, so leave it out (slm-train takes it)")
+        if sep and key.split(".")[0].split("@")[0] not in COUNTED_GROUPS and key != "train.objective":
+            raise ValueError(f"{arg}: slm-params takes the settings that change what slm-train builds (model=..., "
+                             f"model.<field>=..., tokenizer=..., data=..., train.objective=...); {key} does not "
+                             "change the counts, so leave it out (slm-train takes it)")
+
+
+class _NotFetched(Exception):
+    """A vocabulary fitted on hub data that is not cached: slm-params does not download it."""
+
+
+def _not_fetched():
+    raise _NotFetched
+
+
+def model_vocabulary(tokenizer_node: dict, data_node: dict, objective: str) -> dict:
+    """The model's vocab_size as slm-train sets it (slm.runs.job.prepare): the tokenizer's ids, a mask token when the
+    objective needs one, padded to tokenizer.pad_vocab_multiple; a char or word vocabulary fitted on the data's
+    training text as slm.data.prepare fits it (the same cache entry), no shard tokenized. Returns {vocab_size (None
+    for a vocabulary fitted on hub data not cached yet: nothing is downloaded), tokenizer, from (where the size came
+    from, for people), spec (the ids slm-train also sets: mask_token_id, document_end_id)}."""
+    from dataclasses import replace
+
+    from slm.data.cache import cache_root
+    from slm.data.config import DataConfig, TokenizerConfig
+    from slm.data.prepare import build_tokenizer
+    from slm.data.sources import build_source
+    from slm.data.tokenizers import tokenizer_class
+    from slm.objectives import tokenizer_node_for
+
+    tok_cfg = TokenizerConfig.from_node(tokenizer_node_for(objective, tokenizer_node))
+    data = DataConfig.from_node(data_node)
+    data.check_tokenizer(tok_cfg)
+    streams = []
+    if tokenizer_class(tok_cfg.kind).fitted:  # the training streams of every source, as slm.data.prepare makes them
+        weight = sum(s.weight for s in data.sources)
+        for s in data.sources:
+            budget = s.token_budget
+            if budget is None and data.token_budget is not None:
+                budget = max(1, int(data.token_budget * s.weight / weight))
+            stream = build_source(s, budget).streams()["train"]
+            streams.append(replace(stream, pieces=_not_fetched) if stream.remote else stream)
+    try:
+        tok = build_tokenizer(tok_cfg, streams, cache_root(data.cache_dir))
+    except _NotFetched:
+        hub = "; ".join(s.origin for s in streams if s.remote)
+        return {"vocab_size": None, "tokenizer": tok_cfg.kind, "spec": {},
+                "from": f"model.vocab_size, not the tokenizer's: the {tok_cfg.kind} vocabulary is fitted on {hub} "
+                        "when slm-train first prepares the data; slm-params does not download it (once it is "
+                        "cached, slm-params counts it)"}
+    ids = tok.vocab_size - (tok.mask_id is not None)
+    size = tok_cfg.padded(tok.vocab_size)
+    where = (f"the {tok.kind} vocabulary fitted on {'; '.join(s.origin for s in streams)}" if streams
+             else f"the {tok.name} tokenizer's")
+    if size != ids:
+        where += f" ({ids:,} ids)"
+    if tok.mask_id is not None:
+        where += f" + a mask token (train.objective={objective})"
+    if size != tok.vocab_size:
+        where += f", padded to a multiple of {tok_cfg.pad_vocab_multiple} (tokenizer.pad_vocab_multiple)"
+    spec = {"mask_token_id": tok.mask_id} if tok.mask_id is not None else {}
+    if data.pack_documents:
+        spec["document_end_id"] = tok.eot_id
+    return {"vocab_size": size, "tokenizer": tok.kind, "from": f"{size:,}: {where}", "spec": spec}
+
+
+def composed_report(overrides: list[str]) -> dict:
+    """The slm-params JSON for slm-train's overrides: the model node with the vocabulary slm-train gives it."""
+    from omegaconf import OmegaConf
+
+    from slm.cli.config import compose_config
+    from slm.objectives import OBJECTIVES, check_preset
+
+    cfg = compose_config(overrides, prog="slm-params")
+    model_node, objective = OmegaConf.to_container(cfg.model, resolve=True), OmegaConf.select(cfg, "train.objective")
+    try:
+        OBJECTIVES.get(objective)
+    except ValueError as err:  # "unknown objective 'x'; choose one of: ..."
+        raise ValueError(f"train.objective={objective}: {err}") from None
+    check_preset(model_node, objective)  # slm-train refuses an objective the preset contradicts
+    vocabulary = model_vocabulary(OmegaConf.to_container(cfg.tokenizer, resolve=True),
+                                  OmegaConf.to_container(cfg.data, resolve=True), objective)
+    configured = model_node.get("vocab_size")
+    if vocabulary["vocab_size"] is None:  # fitted on hub data not read yet: the configured size, said so
+        vocabulary.update(vocab_size=configured, **{"from": f"{configured:,}: {vocabulary['from']}"})
+    else:
+        if configured != vocabulary["vocab_size"] and any(
+                arg.lstrip("+~").startswith("model.vocab_size=") for arg in overrides):
+            vocabulary["replaced"] = configured
+            vocabulary["from"] += f"; model.vocab_size={configured} is replaced, as slm-train replaces it"
+        model_node = {**model_node, "vocab_size": vocabulary["vocab_size"], **vocabulary["spec"]}
+    return params_report(model_node, vocabulary, objective)
 
 
 @reports_user_errors("slm-params")
@@ -116,11 +227,7 @@ def run(argv: list[str]) -> None:
     as_json = "--json" in argv
     overrides = [arg for arg in argv if arg != "--json"]
     check_overrides(overrides)
-    from omegaconf import OmegaConf
-
-    from slm.cli.config import compose_config
-
-    report = params_report(OmegaConf.to_container(compose_config(overrides, prog="slm-params").model, resolve=True))
+    report = composed_report(overrides)
     if as_json:
         import json
 

@@ -182,25 +182,104 @@ def _check_solver_keys(budget, step, counted, tolerance, d_ff_step) -> None:
 
 
 def _widths(spec: dict, step: int, errors: list | None = None):
-    """The config with the family's MLP at every admissible width, narrowest first; the errors of the widths
+    """The config with the family's MLP at every admissible width, narrowest first; (width, error) of the widths
     skipped go to `errors`."""
     for width in range(step, MAX_WIDTH + 1, step):
         try:
             yield ModelConfig(**{**spec, "d_model": width})
         except ConfigError as err:
             if errors is not None:
-                errors.append(err)
+                errors.append((width, err))
             continue  # width incompatible with head_dim or kv heads
 
 
+def _blocker(err: ConfigError, spec: dict) -> str:
+    """The setting a width's refusal comes from, with its value and config: "the llama3 config's
+    model.n_kv_heads=4" (model.d_model=80 refused for head_dim=48 is head_dim's doing)."""
+    text = str(err)
+    setting = text.split(" is invalid")[0]
+    if setting.startswith("model.d_model=") and "head_dim=" in text:
+        setting = f"model.head_dim={spec.get('head_dim')}"
+    family = spec.get("family")
+    return f"the {family} config's {setting}" if family else setting
+
+
+def _neighbours(spec: dict, step: int, width: int, down: bool) -> tuple[list, int | None]:
+    """Going narrower (down) or wider from `width` in steps of `step`: the (width, error) refused before the next
+    admissible width, and that width (None: none up to the bounds)."""
+    refused = []
+    for other in range(width - step, 0, -step) if down else range(width + step, MAX_WIDTH + 1, step):
+        try:
+            ModelConfig(**{**spec, "d_model": other})
+        except ConfigError as err:
+            refused.append((other, err))
+            continue
+        return refused, other
+    return refused, None
+
+
+def _smaller(value: int, least: int = 1) -> list[int]:
+    """The divisors of `value` below it and at least `least`, largest first: the finer values to try of a setting."""
+    return [d for d in range(value - 1, least - 1, -1) if value % d == 0]
+
+
+def _hint(spec: dict, cfg: ModelConfig, params: int, budget: float, step: int, counted: str,
+          tolerance: float | None, d_ff_step: int | None) -> str:
+    """Why the closest config misses the budget and what would let it land: the setting that refuses the widths
+    between it and the budget (named with its value and config), a large embedding, and the first value of that
+    setting that fits (each tried with the solver)."""
+    down = params > budget
+    refused, neighbour = _neighbours(spec, step, cfg.d_model, down)
+    way = "narrower" if down else "wider"
+    relax: list[tuple[str, dict, int]] = []  # (override, spec, width_step) to try, in order
+    if not down and neighbour is None:
+        why = f"d_model={cfg.d_model} is the widest the solver tries (up to {MAX_WIDTH})"
+    elif refused:
+        which = (f"{way} widths are" if neighbour is None else
+                 f"the widths between d_model={min(neighbour, cfg.d_model)} and {max(neighbour, cfg.d_model)} are")
+        why = f"{which} refused by {_blocker(refused[0][1], spec)} (d_model={refused[0][0]}: {refused[0][1]})"
+        setting = str(refused[0][1]).split("=")[0]
+        if setting == "model.n_kv_heads":
+            relax = [(f"model.n_kv_heads={k}", {**spec, "n_kv_heads": k}, step)
+                     for k in range(int(spec["n_kv_heads"]) - 1, 0, -1)]
+        elif "head_dim=" in str(refused[0][1]) and spec.get("head_dim"):
+            relax = [(f"model.head_dim={h}", {**spec, "head_dim": h}, step) for h in _smaller(int(spec["head_dim"]), 8)]
+        if spec.get("n_kv_heads") and setting == "model.d_model":  # head_dim x n_kv_heads also sets the step
+            relax += [(f"model.n_kv_heads={k}", {**spec, "n_kv_heads": k}, step)
+                      for k in range(int(spec["n_kv_heads"]) - 1, 0, -1)]
+    else:
+        why = (f"d_model={cfg.d_model} is the {'narrowest' if down else 'widest'} multiple of model.width_step={step}"
+               if neighbour is None else f"the next {way} width, d_model={neighbour}, is model.width_step={step} away")
+        relax = [(f"model.width_step={s}", spec, s) for s in _smaller(step, 8)]
+    parts = [why]
+    embedding = count(cfg).params_embedding
+    if down and embedding > params / 2:
+        parts.append(f"most of it is the embeddings, {embedding:,} parameters (vocabulary {cfg.vocab_size:,})")
+    for override, other, other_step in relax:
+        try:
+            fit, _ = solve_budget(other, budget, other_step, counted, tolerance, d_ff_step, explain=False)
+        except ConfigError:
+            continue
+        got = _params(fit, counted)
+        parts.append(f"{override} fits (d_model={fit.d_model}, {got:,} {counted} parameters, {got / budget - 1:+.1%}), "
+                     "or change n_layers or the budget")
+        break
+    else:
+        parts.append("change n_layers or the budget" + (", or use a smaller vocabulary (the tokenizer sets it)"
+                                                         if len(parts) > 1 else ""))
+    return "; ".join(parts)
+
+
 def solve_budget(spec: dict, budget: float, step: int = 64, counted: str = "total", tolerance: float | None = None,
-                 d_ff_step: int | None = SOLVER_KEYS["d_ff_step"]) -> tuple[ModelConfig, BudgetFit]:
+                 d_ff_step: int | None = SOLVER_KEYS["d_ff_step"],
+                 explain: bool = True) -> tuple[ModelConfig, BudgetFit]:
     """The config from `spec` whose params_<counted> (total, or active per token for a mixture of experts) is
     closest to `budget` (the steps in this module's docstring), and how it was solved.
 
     `spec` holds ModelConfig fields as given by the user (None for derived sizes). Ties go to the narrower
     model. Raises ConfigError if no width fits the constraints, or if the closest config misses the budget by
-    more than `tolerance` (a fraction of it; None: any distance).
+    more than `tolerance` (a fraction of it; None: any distance), naming what blocks it (`_hint`; explain=False:
+    without the hint, which tries other settings).
     """
     _check_solver_keys(budget, step, counted, tolerance, d_ff_step)
     spec = heads_follow_width(spec)
@@ -219,12 +298,13 @@ def solve_budget(spec: dict, budget: float, step: int = 64, counted: str = "tota
     else:
         widest = cfg if narrowest is not None else None  # every width counted: the last is the widest
     if best is None:
-        other = next((err for err in errors if not str(err).startswith(_WIDTH_ERRORS)), None)
+        other = next((err for _, err in errors if not str(err).startswith(_WIDTH_ERRORS)), None)
         if other is not None:  # invalid at every width for a reason of its own (e.g. layer_types too long)
             raise other
+        width, err = errors[-1]
         raise ConfigError(
-            f"model.param_budget={budget:g} is invalid: no width that is a multiple of width_step={step} "
-            f"and of head_dim={spec['head_dim']} (with n_kv_heads={spec.get('n_kv_heads')}) up to {MAX_WIDTH}")
+            f"model.param_budget={budget:g} is invalid: every d_model up to {MAX_WIDTH} in steps of "
+            f"model.width_step={step} is refused by {_blocker(err, spec)} (d_model={width}: {err})")
     family_cfg = best[1]
     knob = None if d_ff_step is None else _knob(spec, family_cfg, counted)
     if knob is None:
@@ -260,10 +340,10 @@ def solve_budget(spec: dict, budget: float, step: int = 64, counted: str = "tota
         else:
             closest = (f"the closest width, d_model={cfg.d_model} (kind={cfg.kind!r} has no MLP hidden size to "
                        f"tune as a second knob)")
+        hint = _hint(spec, cfg, params, budget, step, counted, tolerance, d_ff_step) if explain else ""
         raise ConfigError(
             f"model.param_budget={budget:g} is out of reach: {closest}, has {params:,} {counted} parameters ({off}; "
-            f"allowed: ±{tolerance * 100:.3g}%, model.budget_tolerance); change n_layers or the budget, or allow finer "
-            f"widths (model.width_step, model.head_dim)")
+            f"allowed: ±{tolerance * 100:.3g}%, model.budget_tolerance)" + (f"; {hint}" if hint else ""))
     cfg._budget_fit = fit  # not a field: budget_fit(cfg) reads it
     return cfg, fit
 
