@@ -26,7 +26,7 @@ help:
 	@echo "make coordcheck              the muP coordinate check: activation size against width, sp and mup"
 	@echo "make scaling                 a CPU scaling-law sweep (5 sizes x 5 token counts), then slm-fit: L(N, D),"
 	@echo "                             bootstrap intervals, compute-optimal N and D (fit.json, fit.png)"
-	@echo "make plots RESULTS=file     redraw the seven plots from a results table"
+	@echo "make plots RESULTS=file     redraw the plots from a results table (those with data)"
 	@echo "make test-slurm the Slurm tests on a local single-node cluster (root; installs Slurm from apt)"
 	@echo "make bench      benchmarks: slm-train vs a bare PyTorch loop, data loader share, tokenizers, decode and"
 	@echo "                scoring speed against transformers / lm-eval, a MoE step against its dense twin, a Titans"
@@ -63,7 +63,7 @@ conf: install
 	$(BIN)/python -m slm.cli.conf_defaults --write
 
 # The main job: the cpu_default sweep (12 runs, embedded corpus, offline eval after each), then the
-# results table, the seven plots and the report. Started again, it trains only what is missing.
+# results table, the plots that have data and the report. Started again, it trains only what is missing.
 # ARGS are Hydra overrides for every job of the sweep, e.g. a shrunk or varied copy of the study:
 #   make sweep ARGS="train.length.steps=20 run_group=cpu_quick"   (20 steps a job, into runs/cpu_quick/: a first look)
 #   make sweep ARGS="train.lr=1e-3"                          (the study at another lr, into runs/cpu_default/)
@@ -106,7 +106,7 @@ bench: install
 bench-gpu: install
 	$(BIN)/python bench/gpu.py $(ARGS)
 
-# Redraw the seven analysis plots (PNG + SVG) from a results table written by slm-collect:
+# Redraw the analysis plots that have data (PNG + SVG) from a results table written by slm-collect:
 #   make plots RESULTS=runs/cpu_default/results.parquet [OUT=dir]   (OUT defaults to plots/ next to RESULTS)
 .PHONY: plots
 plots: install

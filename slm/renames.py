@@ -7,8 +7,9 @@ TrainConfig. This module maps each flat name to its group and field, so that
 - a stored `config.json` / `result.json` / checkpoint config with flat fields loads (`upgrade_model_fields`,
   `upgrade_train_fields`);
 - an old command line (`model.n_experts=8`) composes, with one line naming the new spelling (`upgrade_override`);
-- a job keeps its run directory: the job key spells every moved field the flat way (`key_spelling`), so
-  `model.moe.n_experts=8` and `model.n_experts=8` name the same directory as runs made before the move.
+- a job finds its run directory: keys are spelt as today, and `key_spelling` gives the former key of a moved
+  field (`model.moe.n_experts` -> `model.n_experts`), under which runs made before were named
+  (slm.cli.job_keys.key_from_overrides looks for those).
 
 Standard library only (the analysis reads records through it without importing torch).
 """
@@ -130,8 +131,8 @@ def upgrade_override(line: str) -> tuple[str, str | None]:
 
 
 def key_spelling(key: str) -> str:
-    """The spelling of an override key in a job key: a moved field keeps its flat name, so that run
-    directories made before the move are found again (`model.moe.n_experts` -> `model.n_experts`)."""
+    """The former spelling of an override key in a job key (a moved field by its flat name: `model.moe.n_experts`
+    -> `model.n_experts`), under which run directories made before today's keys were named."""
     prefix, section, rest = _split(key)
     for old, (group, name) in SECTIONS.get(section, {}).items():
         if rest == f"{group}.{name}":

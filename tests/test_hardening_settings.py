@@ -54,8 +54,8 @@ def test_one_value_twice_is_one_setting_one_note_one_key(workdir, capsys):
     notes = [line for line in err.splitlines() if "note:" in line]
     assert len(notes) == 1 and "'train.length.steps=2'" in notes[0] and "'train.steps=2.0'" in notes[0], notes
     (run,) = (workdir / "runs" / "train").iterdir()
-    keys = run.name.split(",")  # one spelling in the job key: the flat one, as before the move
-    assert "train.steps=2" in keys and not [k for k in keys if k.startswith("train.length")], run.name
+    keys = run.name.split(",")  # one spelling in the job key: today's
+    assert "train.length.steps=2" in keys and not [k for k in keys if k.startswith("train.steps")], run.name
     log = (run / "train_log.jsonl").read_text().splitlines()
     assert len(log) == 2
 

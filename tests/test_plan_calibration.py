@@ -41,11 +41,11 @@ def hours(row: dict, mfu: float) -> float:
 
 def test_without_measured_runs_the_assumed_mfu(tmp_path, monkeypatch, capsys):
     rows, out = plan(tmp_path, monkeypatch, capsys, "gpt2", "llama3")
-    assert ESTIMATE["mfu"] is None and ESTIMATE["assumed_mfu"] == 0.4
-    assert rows["gpt2"]["gpu_hours"] == pytest.approx(hours(rows["gpt2"], 0.4))
-    assert "(40% MFU x 989.4 TFLOP/s, H100 SXM, bf16 dense)" in out
-    assert re.search(r"^MFU of gpt2, llama3: 40\.0%, assumed .*no completed run under .*runs/ measured at 989\.4", out,
-                     re.M), out
+    assert ESTIMATE["mfu"] is None and ESTIMATE["assumed_mfu"] == 0.153  # docs/benchmarks.md's measured MFU
+    assert rows["gpt2"]["gpu_hours"] == pytest.approx(hours(rows["gpt2"], 0.153))
+    assert "(15.3% MFU x 989.4 TFLOP/s, H100 SXM, bf16 dense)" in out
+    assert re.search(r"^MFU of gpt2, llama3: 15\.3%, assumed .*: the one measured figure \(llama3 70M, .*docs/benchmarks"
+                     r"\.md.*\); no completed run under .*runs/ measured at 989\.4", out, re.M), out
 
 
 def test_measured_mfu_of_the_family_sets_the_gpu_hours(tmp_path, monkeypatch, capsys):
@@ -92,8 +92,8 @@ def test_a_family_without_runs_takes_the_median_of_every_family(tmp_path, monkey
 def test_runs_at_another_peak_are_counted_not_used(tmp_path, monkeypatch, capsys):
     run(tmp_path / "runs", "a100/a", mfu=0.3, device="NVIDIA A100-SXM4-80GB", peak=312e12)
     rows, out = plan(tmp_path, monkeypatch, capsys, "gpt2")
-    assert rows["gpt2"]["gpu_hours"] == pytest.approx(hours(rows["gpt2"], 0.4))
-    assert "40.0%, assumed" in out and "(1 at other peaks: set hydra.sweeper.estimate.peak_flops to theirs)" in out
+    assert rows["gpt2"]["gpu_hours"] == pytest.approx(hours(rows["gpt2"], 0.153))
+    assert "15.3%, assumed" in out and "(1 at other peaks: set hydra.sweeper.estimate.peak_flops to theirs)" in out
     a100 = {**ESTIMATE, "peak_flops": 312e12, "device": "A100 SXM, bf16 dense"}
     rows, out = plan(tmp_path, monkeypatch, capsys, "gpt2", estimate=a100)
     assert rows["gpt2"]["gpu_hours"] == pytest.approx(rows["gpt2"]["flops"] / (0.3 * 312e12) / 3600)
@@ -104,7 +104,8 @@ def test_an_mfu_given_is_used_as_given(tmp_path, monkeypatch, capsys):
     run(tmp_path / "runs", "g/a", mfu=0.1)
     rows, out = plan(tmp_path, monkeypatch, capsys, "gpt2", estimate={**ESTIMATE, "mfu": 0.3})
     assert rows["gpt2"]["gpu_hours"] == pytest.approx(hours(rows["gpt2"], 0.3))
-    assert "MFU of gpt2: 30.0%, as given (hydra.sweeper.estimate.mfu)" in out and "g/a" not in out
+    assert "MFU of gpt2: 30.0%, as given (hydra.sweeper.estimate.mfu): the one measured figure is 15.3%" in out
+    assert "g/a" not in out
 
 
 def test_the_cli_dry_run_calibrates_from_runs_under_slm_runs(tmp_path):

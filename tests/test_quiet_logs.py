@@ -131,10 +131,11 @@ def test_lightnings_lines_read_like_slms(root_handlers, tmp_path, capsys):
     console, file_handler = _hydra_like(root_handlers, tmp_path / "job1.log")
     tidy_lightning_logging()
     rank_zero = logging.getLogger("lightning.pytorch.utilities.rank_zero")
-    rank_zero.info("GPU available: False, used: False")
+    rank_zero.info("GPU available: False, used: False")  # slm's start line names the device: off the console
+    rank_zero.info("Checkpoint directory exists")
     logging.getLogger("lightning.pytorch.trainer").warning("something odd")
     file_handler.flush()
-    assert capsys.readouterr().out == ("slm-train: GPU available: False, used: False\n"
+    assert capsys.readouterr().out == ("slm-train: Checkpoint directory exists\n"
                                        "slm-train: warning: something odd\n")
     assert console.getvalue() == ""  # not a second time, in Hydra's format
     assert "[INFO] - GPU available" in (tmp_path / "job1.log").read_text()  # the job's log keeps its timestamps
@@ -142,9 +143,10 @@ def test_lightnings_lines_read_like_slms(root_handlers, tmp_path, capsys):
     _, second = _hydra_like(root_handlers, tmp_path / "job2.log")
     tidy_lightning_logging()
     tidy_lightning_logging()  # idempotent
-    rank_zero.info("`Trainer.fit` stopped")
+    rank_zero.info("`Trainer.fit` stopped")  # slm's `trained to step N of M` says it
+    rank_zero.info("Another line")
     second.flush()
-    assert capsys.readouterr().out == "slm-train: `Trainer.fit` stopped\n"
+    assert capsys.readouterr().out == "slm-train: Another line\n"
     assert "Trainer.fit" in (tmp_path / "job2.log").read_text()
     assert "Trainer.fit" not in (tmp_path / "job1.log").read_text()
 
@@ -187,7 +189,8 @@ def test_a_sweep_job_and_slm_eval_write_quiet_logs(tmp_path):
     assert "\r" not in text and b"\r" not in (run / "eval" / "lm_eval.log").read_bytes()
     assert "tokenize tiny_shakespeare/train: " in text  # the data's bar, as one plain line
     assert "fatal" not in text and "do not apply" not in text and "[INFO]" not in text
-    assert "slm-train: GPU available: False, used: False\n" in text
+    assert "GPU available" not in text and "Trainer.fit" not in text  # slm's own lines say the device and the end
+    assert "GPU available: False, used: False" in (run / "train.log").read_text()  # the job's log keeps them
     assert "slm-train: model debug: 1 layer, " in text and "training on cpu (1 thread)" in text
     assert "val nll " in text and "(ppl " in text
     evaluated = next(line for line in text.splitlines() if line.startswith("slm-train: evaluated"))

@@ -57,10 +57,11 @@ def test_a_value_has_one_spelling_the_one_a_sweep_gives_its_jobs():
     (swept,) = sweep_lines(*typed)
     assert swept != typed  # Hydra's sweeper respells them: what made single runs and sweep jobs differ
     assert key_from_overrides(typed) == key_from_overrides(swept) == \
-        "model.rope_theta=10000.0,train.betas=[0.9,0.95],train.compile=True,train.tokens=200000.0"
+        "model.rope_theta=10000.0,train.betas=[0.9,0.95],train.compile=True,train.length.tokens=200000.0"
     # an integer given to a float field is that float; an int field keeps its integer
     assert key_from_overrides(["train.length.tokens=200000"]) == key_from_overrides(["train.length.tokens=2.0e5"])
-    assert key_from_overrides(["train.length.steps=12"]) == "train.steps=12"  # a moved field keeps its key
+    assert key_from_overrides(["train.length.steps=12"]) == "train.length.steps=12"  # as it is typed today
+    assert key_from_overrides(["train.steps=12"]) == "train.length.steps=12"  # an old spelling, read as today's
     assert key_from_overrides(["train.length.tokens=2e5"]) != key_from_overrides(["train.length.tokens=3e5"])
 
 
@@ -86,7 +87,8 @@ def test_a_single_run_and_a_sweep_of_the_same_settings_are_one_run(tmp_path):
     one = slm(tmp_path, "run_group=k", *TINY, "train.length.steps=4", "train.length.tokens=2e5", "train.loggers=[csv]")
     assert one.returncode == 0, one.stderr[-2000:]
     (run,) = (tmp_path / "runs" / "k").iterdir()
-    assert "train.steps=4,train.tokens=200000.0" in run.name and "loggers" not in run.name and "eval" not in run.name
+    assert "train.length.steps=4,train.length.tokens=200000.0" in run.name and "loggers" not in run.name and \
+        "eval" not in run.name
     again = slm(tmp_path, "-m", "run_group=k", *TINY, "train.length.steps=4", "train.length.tokens=200000.0,2.0e5",
                 "train.loggers=[csv,tensorboard]")
     assert again.returncode == 0 and "launching 0 of 1 jobs" in again.stdout, again.stdout + again.stderr[-2000:]

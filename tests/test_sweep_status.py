@@ -53,7 +53,7 @@ def test_report_groups_by_status_with_errors_and_progress(tmp_path):
     lines = report(_sweep(tmp_path))
     text = "\n".join(lines)
     assert lines[0].endswith("6 jobs: 1 failed, 1 diverged, 2 stopped, 1 pending, 1 completed")
-    order = [line for line in lines if not line.startswith(" ")][1:]
+    order = [line for line in lines if not line.startswith((" ", "progress: "))][1:]
     assert order == ["failed (1)", "diverged (1)", "stopped (2)", "pending (1)", "completed (1)"]
     assert "train.lr=-1 is invalid" in text and "7/40" in text and "40/40  val_nll 1.2500" in text
 

@@ -382,7 +382,7 @@ def test_the_word_level_ladder_runs_from_a_local_directory(tmp_path):
         lines = (" " + " ".join(rng.choice(words) for _ in range(10)) + " " for _ in range(n_lines))
         (corpus / f"{split}.txt").write_text("\n".join(lines) + "\n")
     vocab = len(set((corpus / "train.txt").read_text().split()))
-    short = ["sweep=ladder_word", "train.progress_bar=false", "train.length.epochs=1", "train.length.windows_per_epoch=64",
+    short = ["sweep=ladder_word", "data=ptb", "train.progress_bar=false", "train.length.epochs=1", "train.length.windows_per_epoch=64",
              "train.batch_size=16", "train.eval_windows=50", "model.context_length=16", "data.token_budget=2000"]
     out = slm_train(tmp_path, *short, f"data.sources.0.dir={corpus}")
     assert out.returncode == 0, out.stderr[-2000:]

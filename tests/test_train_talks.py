@@ -123,8 +123,8 @@ def test_a_run_in_a_file_prints_its_settings_and_progress_lines(kept_run):
     assert lines[1] == (f"slm-train: model debug: 2 layers, d_model 64, context 128, vocabulary 65; "
                         f"{r['model']['params_total']:,} parameters ({r['model']['params_non_embedding']:,} "
                         "non-embedding)")
-    assert lines[2].startswith("slm-train: 12 steps of 16 x 128 tokens = 24,576 tokens; causal_lm, lr 0.001 "
-                               "(cosine, warmup 0 steps), precision 32")
+    assert lines[2].startswith("slm-train: 12 steps of 16 x 128 tokens = 24,576 tokens; causal_lm, adamw lr 0.001 "
+                               "(cosine, warmup 0 steps), parametrization sp, precision 32")
     assert "slm-train: training on cpu (" in out.stdout and "step 0 of 12" in out.stdout
     log = {row["step"]: row for row in map(json.loads, (path / "train_log.jsonl").read_text().splitlines())}
     steps = [line for line in lines if re.match(r"step +\d+/12 \| loss", line)]

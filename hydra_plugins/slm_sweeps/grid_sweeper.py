@@ -8,7 +8,8 @@ dry run.
                            at train.lr x each of them, an lr axis per point (1 is always run: the point's own
                            lr, the shared lr the analysis compares against; analysis.tuning takes each
                            configuration at its best lr and flags a best lr at the edge of the grid)
-    hydra.sweeper.dry_run  print the job list with parameter counts, tokens and GPU-hours; train nothing
+    hydra.sweeper.dry_run  print the job list with parameter counts, tokens and GPU-hours (and with a Slurm launcher
+                           what would be submitted: plan.slurm_lines); train nothing
 
 Every job is composed before anything is launched: a job whose overrides do not compose is recorded
 failed in its run directory (the others still run), jobs that name the same run directory run once, and
@@ -16,15 +17,24 @@ jobs already completed (or failed or diverged, unless rerun_failed=true) are not
 a job whose result.json cannot be read (one line on stderr; it is `unreadable` in the summary).
 After the sweep one line sums up the outcomes read from the jobs' result.json files, with a line per
 failed or diverged job; the command exits 1 if a job failed. The launcher is whatever hydra/launcher
-names (basic: in this process, one job after another; slurm: a Slurm array).
+names (basic: in this process, one job after another; slurm: a Slurm array, hydra.sweeper.max_batch_size jobs at a
+time).
+
+With the basic launcher each job is launched on its own, with a progress line before and after it (`job i of n`,
+the whole sweep's counts and the time left: jobs.progress_line), read from the run directories between jobs; a job
+that another process has taken or finished since the sweep began (a copy of the sweep: slm-workers) is passed over.
+Under slm-workers with more than one copy a copy ends with one line instead of the summary, which slm-workers
+prints once every copy has ended (jobs.note_for_workers).
 """
 
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
@@ -63,7 +73,8 @@ class GridSweeper(BasicSweeper):
         if self.dry_run:
             from hydra_plugins.slm_sweeps.plan import print_plan
 
-            print_plan(name, sweep_dir, jobs, self.estimate)
+            print_plan(name, sweep_dir, jobs, self.estimate, launcher=self.config.hydra.launcher,
+                       rerun_failed=bool(self.config.get("rerun_failed", False)), batch_size=self.max_batch_size)
             return []
 
         from slm.runs.status import list_jobs
@@ -84,15 +95,41 @@ class GridSweeper(BasicSweeper):
         if len(runnable) < len(jobs):
             print(f"sweep {name}: launching {len(runnable)} of {len(jobs)} jobs; the others are completed, "
                   f"unreadable, or recorded failed, diverged or invalid (rerun_failed=true runs those again)")
-        size = self.max_batch_size or len(runnable) or 1
-        returns = []
-        for start in range(0, len(runnable), size):
-            batch = runnable[start:start + size]
-            results = J.launch(self.launcher, batch, initial_job_idx=start)
-            returns.append([r for r in results if r is not None])
-            for job, ret in zip(batch, results):
-                outcomes[job.key] = J.outcome(job, ret)
-        if J.summarize(name, sweep_dir, [outcomes[j.key] for j in jobs]):
+        noted = J.note_for_workers(name, sweep_dir, jobs)
+        if isinstance(self.launcher, BasicLauncher):
+            returns = self._one_by_one(name, jobs, runnable)
+        else:  # Slurm: each batch one job array
+            size = self.max_batch_size or len(runnable) or 1
+            returns = []
+            for start in range(0, len(runnable), size):
+                batch = runnable[start:start + size]
+                results = J.launch(self.launcher, batch, initial_job_idx=start)
+                returns.append([r for r in results if r is not None])
+                for job, ret in zip(batch, results):
+                    J.outcome(job, ret)  # records a job that died without a record
+        outcomes = [J.outcome(j) for j in jobs]  # as the run directories say now, other copies' jobs included
+        if noted:
+            print(f"sweep {name}: this copy is done; slm-workers sums up the sweep once every copy has ended")
+        else:
+            J.summarize(name, sweep_dir, outcomes)
+        if any(o["status"] == J.FAILED for o in outcomes):
             sys.stdout.flush()
             sys.exit(1)
+        return returns
+
+    def _one_by_one(self, name: str, jobs: List[J.Job], runnable: List[J.Job]) -> list:
+        """Launch the jobs in this process one at a time, each with a progress line before and after (the whole
+        sweep's state, from the run directories); a job another process has taken or finished meanwhile (a copy of
+        this sweep: slm-workers) is passed over."""
+        returns = []
+        for idx, job in enumerate(runnable):
+            if J.taken(job):
+                continue
+            J.say_progress(J.progress_line(name, jobs, job, f"starts ({job.key})", starting=True))
+            began = time.monotonic()
+            ret, = J.launch(self.launcher, [job], initial_job_idx=idx)
+            if ret is not None:
+                returns.append([ret])
+            outcome = J.outcome(job, ret)
+            J.say_progress(J.progress_line(name, jobs, job, J.ended(outcome, time.monotonic() - began)))
         return returns

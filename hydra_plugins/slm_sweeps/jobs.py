@@ -1,16 +1,21 @@
-"""What the slm sweepers share: each job's config and run directory, its outcome, the sweep's summary.
+"""What the slm sweepers share: each job's config and run directory, its outcome, the sweep's progress lines and
+summary.
 
 A job's outcome is read from its run directory's result.json (the same file `slm-status` reads), so a
 sweeper sees the same thing whichever launcher ran the job, in this process or on a Slurm node. A job
 whose result.json cannot be read is not launched (nothing overwrites the file) and is `unreadable`.
+Progress lines are read the same way, from every job's run directory (slm.runs.status.sweep_progress), so a copy
+of the sweep counts the other copies' jobs too.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
 import sys
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -20,7 +25,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from slm.runs.errors import one_line
 from slm.runs.record import FINAL, RecordError, load_record, settled
-from slm.runs.status import DIVERGED, FAILED, UNREADABLE
+from slm.runs.status import (FAILED, RUNNING, STOPPED, UNREADABLE, WORKERS_DIR_ENV, WORKERS_ENV, duration, lock_held,
+                              progress_text, states_of, summary_lines, sweep_progress)
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +47,8 @@ def _key(overrides: list[str], master: DictConfig) -> str:
     """The job key of raw overrides, as hydra.sweep.subdir makes it (for a job whose config does not compose)."""
     from slm.cli.job_keys import key_from_overrides
 
-    return key_from_overrides(overrides, master.hydra.job.config.override_dirname.exclude_keys)
+    return key_from_overrides(overrides, master.hydra.job.config.override_dirname.exclude_keys,
+                              str(master.hydra.sweep.dir))
 
 
 def compose_job(config_loader: Any, master: DictConfig, overrides: list[str]) -> Job:
@@ -174,7 +181,8 @@ def record_invalid(job: Job, rerun: bool) -> None:
 def outcome(job: Job, ret: Optional[JobReturn] = None) -> dict:
     """The job's status, error line and val_nll, from its result.json; a job that raised or left no
     record is recorded failed here (with the launcher's error line when there is one); an unreadable
-    record is status `unreadable` with its error."""
+    record is status `unreadable` with its error; one that is not finished is `running` while a process holds
+    its lock (slm.runs.status.live_status), else `stopped`."""
     from slm.runs.job import record_failure
 
     try:
@@ -184,13 +192,75 @@ def outcome(job: Job, ret: Optional[JobReturn] = None) -> dict:
     if record.get("status") not in FINAL and ret is not None and ret.status == JobStatus.FAILED:
         record = record_failure(job.run_dir, record.get("config") or {"overrides": job.overrides},
                                 one_line(ret._return_value))
-    status = record.get("status")
-    if status is None:
+    status, error = record.get("status"), record.get("error")
+    if status not in FINAL and lock_held(job.run_dir):
+        status = RUNNING  # another process (a copy of this sweep) is training it
+    elif status is None:
         status, error = FAILED, "the job left no result.json (see its log)"
-    else:
-        error = record.get("error")
+    elif status == RUNNING:
+        status = STOPPED  # started, and nothing trains it now: the same command resumes it
     return {"key": job.key, "status": status, "error": error,
             "val_nll": (record.get("eval") or {}).get("val_nll"), "run_dir": str(job.run_dir)}
+
+
+def taken(job: Job) -> bool:
+    """True if a job the sweep meant to launch need not be after all: another process holds its lock (a copy of this
+    sweep trains it, slm-workers) or it has been recorded completed (failed or diverged: without rerun_failed) since,
+    or its record cannot be read any more (its outcome says so)."""
+    if lock_held(job.run_dir):
+        return True
+    try:
+        return finished(job)
+    except RecordError:
+        return True
+
+
+def copies() -> Optional[int]:
+    """How many copies of this sweep slm-workers runs at once ($SLM_WORKERS, which it sets), else None."""
+    try:
+        return max(1, int(os.environ.get(WORKERS_ENV, "")))
+    except ValueError:
+        return None
+
+
+def progress_line(name: str, jobs: list[Job], job: Job, event: str, starting: bool = False) -> str:
+    """`sweep <name>: job i of n <event>; <the whole sweep's progress>` (slm.runs.status.progress_text), read from
+    every job's run directory (result.json, the lock, the end of train_log.jsonl), so that a copy of the sweep counts
+    the other copies' jobs too; `starting`: the job is counted running (this process is about to train it)."""
+    states = states_of([j.run_dir for j in jobs])
+    index = next(i for i, j in enumerate(jobs) if j.run_dir == job.run_dir)
+    if starting:
+        states[index] = replace(states[index], status=RUNNING)
+    return f"sweep {name}: job {index + 1} of {len(jobs)} {event}; {progress_text(sweep_progress(states, copies()))}"
+
+
+def say_progress(line: str) -> None:
+    """A progress line on stdout, plain (no carriage return: the same on a terminal, in a log or through slm-workers)
+    and flushed, so that it comes before the job's own output."""
+    print(line, flush=True)
+
+
+def ended(outcome: dict, seconds: float) -> str:
+    """What became of a job this process launched, for its progress line."""
+    if outcome["status"] == RUNNING:
+        return "is trained by another process"
+    return f"{outcome['status']} in {duration(seconds)}"
+
+
+def note_for_workers(name: str, sweep_dir: Path, jobs: list[Job]) -> bool:
+    """Under slm-workers (with more than one copy): note this sweep (its name, directory and job keys) in
+    $SLM_WORKERS_DIR, for the summary slm-workers prints once every copy has ended. True if noted."""
+    folder = os.environ.get(WORKERS_DIR_ENV)
+    if not folder or not Path(folder).is_dir():
+        return False
+    from slm.runs.record import write_json_atomic
+
+    try:
+        write_json_atomic(Path(folder) / f"{os.getpid()}-{time.time_ns()}.json",
+                          {"name": name, "sweep_dir": str(sweep_dir), "keys": [j.key for j in jobs]})
+    except OSError:
+        return False
+    return True
 
 
 def launch(launcher: Any, jobs: list[Job], initial_job_idx: int) -> list[Optional[JobReturn]]:
@@ -204,15 +274,14 @@ def launch(launcher: Any, jobs: list[Job], initial_job_idx: int) -> list[Optiona
 
 
 def summarize(name: str, sweep_dir: Path, outcomes: list[dict]) -> bool:
-    """Print one line per sweep and one per failed, diverged or unreadable job; True if any job failed."""
-    tally: dict[str, int] = {}
-    for o in outcomes:
-        tally[o["status"]] = tally.get(o["status"], 0) + 1
-    parts = ", ".join(f"{n} {s}" for s, n in tally.items())
-    print(f"sweep {name}: {len(outcomes)} job{'' if len(outcomes) == 1 else 's'}: {parts} (details: slm-status {sweep_dir})")
-    for o in outcomes:
-        if o["status"] in (FAILED, DIVERGED) or o["status"] not in FINAL:
-            print(f"  {o['status']:9s} {o['key']}: {o['error'] or ''}")
+    """Print one line per sweep and one per job not completed (failed, diverged, unreadable, or still running in
+    another process, which a last line points out); True if any job failed."""
+    for line in summary_lines(name, sweep_dir, [(o["key"], o["status"], o["error"]) for o in outcomes]):
+        print(line)
+    elsewhere = sum(o["status"] == RUNNING for o in outcomes)
+    if elsewhere:
+        print(f"sweep {name}: {elsewhere} job{'s are' if elsewhere != 1 else ' is'} still training in another process: "
+              f"this is not the sweep's end (slm-status {sweep_dir})")
     return any(o["status"] == FAILED for o in outcomes)
 
 

@@ -17,10 +17,14 @@ FLOPs per token of slm.model.count (PaLM's convention, 6N + attention) and peak_
      runs/; any run group) that ran on a GPU whose recorded peak (`training.peak_flops`: device and
      precision) is the estimate's peak_flops; MFU is FLOPs-normalised, so it carries across model sizes;
   3. else the median of such runs of every family;
-  4. else `estimate.assumed_mfu` (default 0.4).
+  4. else `estimate.assumed_mfu` (default 0.153: the one measured figure, docs/benchmarks.md's compiled llama3 70M
+     on one H100, at a quarter of the 70M sweeps' batch; 40% was the default before, never measured, and gave a
+     third of the hours that measurement implies).
 
 Runs on a CPU, or on another device or precision, are never used; a result.json that cannot be read is
-skipped. Below the table one line per family says which MFU it used and from which runs.
+skipped. Below the table one line per family says which MFU it used and from which runs; an MFU that is not
+measured here (given or assumed) is shown beside the measured figure. With a Slurm launcher the dry run also says
+what would be submitted (slurm_lines).
 """
 
 from __future__ import annotations
@@ -34,7 +38,12 @@ from omegaconf import OmegaConf
 
 from hydra_plugins.slm_sweeps.jobs import Job
 from slm.runs.errors import one_line
-from slm.runs.status import COMPLETED
+from slm.runs.status import COMPLETED, duration
+
+
+MEASURED_MFU = 0.153  # docs/benchmarks.md, "Training speed on one H100"
+MEASURED = ("llama3 70M, torch.compile, bf16-mixed, one H100, 16 x 1024 tokens per step: docs/benchmarks.md; "
+            "the 70M sweeps step 64 x 1024")
 
 
 def _vocab(tokenizer_node: dict, data_node: dict) -> int | None:
@@ -107,18 +116,32 @@ def _family_mfu(family: str, runs: list[dict], estimate: dict, root: Path, other
     which = f"{family} run{plural}" if same else f"run{plural} of any family"
     if not used:
         elsewhere = f" ({others} at other peaks: set hydra.sweeper.estimate.peak_flops to theirs)" if others else ""
-        return float(estimate.get("assumed_mfu", 0.4)), (
-            f"assumed (hydra.sweeper.estimate.assumed_mfu): no completed run under {root}/ measured at "
-            f"{float(estimate['peak_flops']) / 1e12:.1f} TFLOP/s{elsewhere}")
+        assumed = float(estimate.get("assumed_mfu", MEASURED_MFU))
+        return assumed, (
+            f"assumed (hydra.sweeper.estimate.assumed_mfu): {_beside_measured(assumed)}; no completed run under {root}/ "
+            f"measured at {float(estimate['peak_flops']) / 1e12:.1f} TFLOP/s{elsewhere}")
     devices = ", ".join(sorted({r["device"] for r in used}))
     return statistics.median(r["mfu"] for r in used), (
         f"measured: median of {len(used)} completed {which} on {devices}: {_names(used)}")
 
 
+def _percent(value: float) -> str:
+    """`40%`, `15.3%`."""
+    return f"{value:.1%}".replace(".0%", "%")
+
+
+def _beside_measured(mfu: float) -> str:
+    """What an MFU that is not measured here stands against: docs/benchmarks.md's measured figure."""
+    if math.isclose(mfu, MEASURED_MFU, rel_tol=1e-6):
+        return f"the one measured figure ({MEASURED})"
+    return f"the one measured figure is {_percent(MEASURED_MFU)} ({MEASURED})"
+
+
 def mfu_by_family(estimate: dict, families: set, root: Path) -> dict[str, tuple[float, str]]:
     """family -> (MFU, where it comes from) for the GPU-hours: the rule in this module's docstring."""
     if estimate.get("mfu") is not None:
-        return {f: (float(estimate["mfu"]), "as given (hydra.sweeper.estimate.mfu)") for f in families}
+        given = float(estimate["mfu"])
+        return {f: (given, f"as given (hydra.sweeper.estimate.mfu): {_beside_measured(given)}") for f in families}
     measured = measured_runs(root)
     here = [r for r in measured if math.isclose(r["peak_flops"], float(estimate["peak_flops"]), rel_tol=1e-3)]
     return {f: _family_mfu(f, here, estimate, root, len(measured) - len(here)) for f in families}
@@ -175,10 +198,19 @@ def plan_row(job: Job, estimate: dict) -> dict:
             "gpu_hours": flops / (float(estimate["mfu"]) * float(estimate["peak_flops"])) / 3600}
 
 
-def print_plan(name: str, sweep_dir: Path, jobs: list[Job], estimate: dict) -> list[dict]:
+def print_plan(name: str, sweep_dir: Path, jobs: list[Job], estimate: dict, launcher=None, rerun_failed: bool = False,
+               batch_size: int | None = None) -> list[dict]:
+    """Print the dry run: the job table, the GPU-hours and where their MFU comes from, and with a Slurm `launcher`
+    (hydra.launcher) what would be submitted; returns the rows. A row's `launch`: the sweep would launch the job."""
+    from slm.runs.record import settled
+    from slm.runs.status import UNREADABLE
+
     families = [_family(job) for job in jobs]
     mfus = mfu_by_family(estimate, set(families), Path(os.environ.get("SLM_RUNS") or "runs"))
     rows = [{**plan_row(job, {**estimate, "mfu": mfus[f][0]}), "family": f} for job, f in zip(jobs, families)]
+    for row, job in zip(rows, jobs):  # as GridSweeper.sweep decides
+        row["invalid"] = job.cfg is None
+        row["launch"] = job.cfg is not None and row["state"] != UNREADABLE and not settled(row["state"], rerun_failed)
     width = max([len(r["key"]) for r in rows] + [7])
     knobs = max([len(r.get("budget_knob") or "") for r in rows] + [12])
     print(f"dry run of sweep {name}: {len(rows)} job{'' if len(rows) == 1 else 's'} into {sweep_dir}/ (nothing is trained)")
@@ -214,13 +246,101 @@ def print_plan(name: str, sweep_dir: Path, jobs: list[Job], estimate: dict) -> l
             print(f"outside the budget tolerance: {', '.join(outside)}")
     if any(r.get("vocab_fitted") for r in ok):
         print("* vocabulary fitted on hub data (char/word tokenizer), not read by a dry run: counted with model.vocab_size")
+    for line in slurm_lines(launcher, rows, batch_size):
+        print(line)
     return rows
+
+
+def _launcher_settings(launcher) -> dict:
+    """hydra.launcher as a dict, interpolations resolved where they can be (${train.devices}: the sweep's value)."""
+    if launcher is None:
+        return {}
+    if isinstance(launcher, dict):
+        return launcher
+    try:
+        return OmegaConf.to_container(launcher, resolve=True)
+    except Exception:
+        return OmegaConf.to_container(launcher, resolve=False)
+
+
+def _minutes(value) -> str:
+    """Minutes as `1d00h`, `4h00m`, `10m00s`; anything else as it is."""
+    return duration(float(value) * 60) if _number(value) else str(value)
+
+
+def _whole(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _plural(n, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def slurm_lines(launcher, rows: list[dict], batch_size: int | None = None) -> list[str]:
+    """What a Slurm launcher (hydra/launcher=slurm, slurm_multigpu) would submit for these rows, from its settings
+    (conf/hydra/launcher/slurm.yaml): the array (the jobs the sweep would launch: row["launch"]), the resources per
+    job, the partition, the time limit and requeues, the array's parallelism; [] for any other launcher. Submits
+    nothing."""
+    cfg = _launcher_settings(launcher)
+    if not str(cfg.get("_target_", "")).endswith("SlurmLauncher"):
+        return []
+    head = f"Slurm ({cfg['_target_']}), nothing submitted:"
+    launched = [r for r in rows if r.get("launch")]
+    left_out: dict[str, int] = {}
+    for r in rows:
+        if not r.get("launch"):
+            why = "invalid" if r.get("invalid") else r["state"] if r["state"] in ("completed", "unreadable") \
+                else f"recorded {r['state']} (rerun_failed=true adds it)"
+            left_out[why] = left_out.get(why, 0) + 1
+    out = f" (left out: {', '.join(f'{n} {why}' for why, n in left_out.items())})" if left_out else ""
+    if not launched:
+        return [f"{head} the sweep would submit no job{out}"]
+    size = int(batch_size) if batch_size else len(launched)
+    arrays = math.ceil(len(launched) / size)
+    lines = [head, f"  array: {_plural(len(launched), 'job')}, the jobs not completed{out}"
+             + (f", in {arrays} arrays of at most {size} one after another (hydra.sweeper.max_batch_size)" if arrays > 1 else "")
+             + f"; at most {cfg.get('array_parallelism')} running at once (array_parallelism)"]
+    nodes, tasks, gpus = cfg.get("nodes"), cfg.get("tasks_per_node"), cfg.get("gpus_per_node")
+    gpus_per_job = _whole(gpus) * _whole(nodes) if _whole(gpus) and _whole(nodes) else None
+    per_job = [f"{nodes} node{'s' if nodes != 1 else ''} x {tasks} task{'s' if tasks != 1 else ''} per node",
+               (f"{gpus} GPU{'s' if gpus != 1 else ''} per node" + (f" ({gpus_per_job} in all)" if nodes != 1 else ""))
+               if gpus else "no GPU (gpus_per_node: null)",
+               f"{cfg['cpus_per_task']} CPUs per task" if cfg.get("cpus_per_task") else "cpus_per_task: null (Slurm's default)",
+               f"{cfg['mem_gb']} GB memory per node" if cfg.get("mem_gb") else "mem_gb: null (the partition's default)"]
+    per_job += [f"{k} {cfg[k]}" for k in ("gpus_per_task", "cpus_per_gpu", "mem_per_gpu", "mem_per_cpu", "gres") if cfg.get(k)]
+    lines.append("  per job: " + ", ".join(per_job))
+    where = [f"partition {cfg['partition']}" if cfg.get("partition") else "partition: the cluster's default (partition: null)"]
+    where += [f"{k} {cfg[k]}" for k in ("account", "qos", "constraint", "exclude") if cfg.get(k)]
+    if cfg.get("additional_parameters"):
+        where.append(f"other sbatch options {cfg['additional_parameters']}")
+    if cfg.get("setup"):
+        where.append(f"{_plural(len(cfg['setup']), 'setup line')} before each job")
+    lines.append("  " + "; ".join(where))
+    limit, delay, requeues = cfg.get("timeout_min"), _number(cfg.get("signal_delay_s")) or 0, cfg.get("max_num_timeout")
+    timing = (f"  time limit: {_minutes(limit)} per attempt (timeout_min={limit}); {delay:g} s before it USR2 checkpoints "
+              f"the job and submitit requeues it, up to {requeues} times (max_num_timeout; preemptions without limit)")
+    sized = [r for r in launched if not r.get("error")]
+    if sized and gpus_per_job and _number(limit):
+        hours = max(r["gpu_hours"] for r in sized) / gpus_per_job
+        usable = float(limit) - delay / 60  # each attempt stops at the USR2
+        timing += f"; the longest job, {hours:.2f} h estimated on its {_plural(gpus_per_job, 'GPU')}, "
+        if usable <= 0:
+            timing += "never trains: signal_delay_s is not shorter than the time limit"
+        else:
+            attempts = math.ceil(hours * 60 / usable)
+            timing += ("fits in one attempt" if attempts <= 1 else f"needs about {attempts} attempts"
+                       + (" (more than max_num_timeout allows: raise timeout_min)"
+                          if attempts - 1 > (_whole(requeues) or 0) else ""))
+    lines.append(timing)
+    if sized:
+        lines.append(f"  {sum(r['gpu_hours'] for r in sized):.2f} GPU-h for the array at the MFU above")
+    return lines
 
 
 def _print_estimate(estimate: dict, mfus: dict[str, tuple[float, str]]) -> None:
     """How the GPU-hours were estimated: the formula, then the MFU of each family and where it comes from."""
     values = {mfu for mfu, _ in mfus.values()}
-    mfu = f"{values.pop():.0%} MFU" if len(values) == 1 else "MFU below" if values else "MFU"
+    mfu = f"{_percent(values.pop())} MFU" if len(values) == 1 else "MFU below" if values else "MFU"
     print(f"GPU-hours = tokens x FLOPs/token / ({mfu} x {float(estimate['peak_flops']) / 1e12:.1f} "
           f"TFLOP/s, {estimate.get('device', 'assumed device')}) / 3600; FLOPs/token: training, PaLM convention")
     by_source: dict[tuple[float, str], list[str]] = {}

@@ -282,6 +282,9 @@ def check_run_settings(root) -> None:
         if stale:
             raise SettingError(f"{stale}: a config file (a preset or sweep of your own) sets it under its old name "
                                "(slm/renames.py); write it so in the file")
+    stray = stray_single_run(root)
+    if stray:
+        raise SettingError(stray)
     rerun = OmegaConf.select(root, "rerun_failed", default=False)
     if not isinstance(rerun, bool):
         raise SettingError(f"rerun_failed={rerun!r} is invalid: expected true or false")
@@ -298,6 +301,35 @@ def check_run_settings(root) -> None:
     problem = problem or directory_problem(cache, setting, "the data cache")
     if problem:
         raise SettingError(problem)
+
+
+def stray_single_run(root) -> str | None:
+    """Why a run without -m that names a sweep file (`slm-train sweep=cpu_default`) would train one stray point
+    into the study's run group (which its report would then include), or None: the file sweeps something the
+    command line does not choose (params it does not set, several points, or an lr search). A sweep file whose
+    axes the command line sets is one run of it (`slm-train sweep=ladder_word data=wikitext2`)."""
+    from omegaconf import OmegaConf
+
+    name = OmegaConf.select(root, "hydra.runtime.choices.sweep", default=None)
+    if name is None or str(OmegaConf.select(root, "hydra.mode", default="")) != "RunMode.RUN":
+        return None
+    task = [str(o) for o in OmegaConf.select(root, "hydra.overrides.task", default=None) or []]
+    given = {setting[0] for o in task if (setting := setting_of(o)) is not None}
+    sweeper = OmegaConf.select(root, "hydra.sweeper", default=None) or {}
+    params = [str(k) for k in (sweeper.get("params") or {}) if str(k) not in given]
+    points = [list(map(str, p)) for p in sweeper.get("points") or []]
+    loose = len(points) > 1 or any(setting_of(o) is None or setting_of(o)[0] not in given for p in points for o in p)
+    lr = sweeper.get("lr_search")
+    if not (params or loose or lr):
+        return None
+    what = "; ".join(part for part in (
+        f"hydra.sweeper.params {', '.join(params)}" if params else "",
+        f"{len(points)} point{'s' if len(points) != 1 else ''} (hydra.sweeper.points)" if loose else "",
+        "an lr search (hydra.sweeper.lr_search)" if lr else "") if part)
+    others = " ".join(o for o in task if not o.startswith("sweep="))
+    return (f"sweep={name} sweeps {what}, and without -m slm-train would train one stray run into its run group "
+            f"(which its report would then include): run the sweep with `slm-train -m sweep={name}"
+            f"{' ' + others if others else ''}` (or set every swept setting on the command line for one run)")
 
 
 def old_spelling(node, section: str) -> str | None:
@@ -380,13 +412,14 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("slm_run_group", _run_group)
 
 
-def _job_key(overrides, exclude=()) -> str:
-    """`slm_job_key`: the key of the job's override list (hydra.overrides.task) less `exclude`. A string is
-    Hydra's override_dirname, the argument conf/config.yaml passed before keys were normalised (a
+def _job_key(overrides, exclude=(), parent=None) -> str:
+    """`slm_job_key`: the key of the job's override list (hydra.overrides.task) less `exclude`; `parent`, the run
+    group's directory, finds a run made under the former key spelling (slm.cli.job_keys.key_from_overrides). A
+    string is Hydra's override_dirname, the argument conf/config.yaml passed before keys were normalised (a
     .hydra/hydra.yaml written then): escaped as it is."""
     from slm.cli.job_keys import key_from_overrides
     from slm.runs.keys import job_key
 
     if isinstance(overrides, str):
         return job_key(overrides)
-    return key_from_overrides(list(overrides or []), list(exclude or []))
+    return key_from_overrides(list(overrides or []), list(exclude or []), parent)

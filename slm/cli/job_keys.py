@@ -12,8 +12,11 @@ directory name. Two things make the same run get the same key however it was ask
   conf/config.yaml: the run group, loggers, the progress display, logging and checkpoint cadence, the
   eval suite...) are left out, each with everything under it (`eval` also drops `eval.limit=10`).
 
-- a setting that moved into a nested group keeps its flat spelling in the key (slm.renames.key_spelling:
-  `model.moe.n_experts=8` is keyed `model.n_experts=8`), so run directories made before the move are found.
+- a setting is keyed in today's spelling (`train.length.steps=30`; an old spelling on a command line is read as
+  today's, slm.renames), and a run directory made while the key spelt moved settings the flat way
+  (`train.steps=30`, before this rule) is still found: `key_from_overrides` with the run group's directory
+  answers with that directory's name when it exists and today's does not, so such a run resumes or is skipped
+  where it is.
 
 The overrides are then sorted, as Hydra sorts its override_dirname.
 """
@@ -24,9 +27,10 @@ import dataclasses
 import functools
 import typing
 from collections.abc import Iterable
+from pathlib import Path
 
-from slm.renames import key_spelling
-from slm.runs.keys import job_key
+from slm.renames import key_spelling, upgrade_override
+from slm.runs.keys import full_key, job_key
 
 
 @functools.cache
@@ -60,8 +64,9 @@ def excluded(key: str, exclude: Iterable[str]) -> bool:
     return any(key == e or key.startswith(e + ".") for e in exclude)
 
 
-def canonical_overrides(overrides: Iterable[str], exclude: Iterable[str] = ()) -> list[str]:
-    """The overrides that define what is trained, each as `key=value` with Hydra's spelling of the value,
+def canonical_overrides(overrides: Iterable[str], exclude: Iterable[str] = (), legacy: bool = False) -> list[str]:
+    """The overrides that define what is trained, each as `key=value` with Hydra's spelling of the value and the
+    key in today's spelling (`legacy`: moved settings spelt the flat way, as keys were made before today's rule),
     sorted; an override Hydra cannot parse is kept as given (composing it fails and says why)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
@@ -84,11 +89,30 @@ def canonical_overrides(overrides: Iterable[str], exclude: Iterable[str] = ()) -
             continue
         prefix = "++" if override.is_force_add() else "+" if override.is_add() else ""
         package = f"@{override.package}" if override.package else ""
-        key = key_spelling(override.key_or_group)  # model.moe.n_experts -> model.n_experts: run directories stay
+        key = _today(override.key_or_group)
+        key = key_spelling(key) if legacy else key  # model.moe.n_experts -> model.n_experts: the former rule
         lines.append(f"{prefix}{key}{package}={_spelling(override)}")
     return sorted(lines)
 
 
-def key_from_overrides(overrides: Iterable[str], exclude: Iterable[str] = ()) -> str:
-    """The run-directory name of a job with these overrides (the `slm_job_key` resolver)."""
-    return job_key(",".join(canonical_overrides(overrides, exclude)))
+def _today(key: str) -> str:
+    """A setting's key in today's spelling (`train.steps` -> `train.length.steps`); others as they are."""
+    new, note = upgrade_override(f"{key}=x")
+    return new.rpartition("=")[0] if note else key
+
+
+def whole_key(overrides: Iterable[str], exclude: Iterable[str] = ()) -> str:
+    """The job key of these overrides in full, not cut to slm.runs.keys.MAX_LEN (what a cut key's hash stands for)."""
+    return full_key(",".join(canonical_overrides([str(o) for o in overrides], exclude)))
+
+
+def key_from_overrides(overrides: Iterable[str], exclude: Iterable[str] = (), parent=None) -> str:
+    """The run-directory name of a job with these overrides (the `slm_job_key` resolver). With `parent`, the run
+    group's directory: when no run directory of today's key is there but one of the key a run made before today's
+    spelling rule got (moved settings spelt flat) is, that one's name, so the run is found where it is."""
+    overrides = [str(o) for o in overrides]
+    key = job_key(",".join(canonical_overrides(overrides, exclude)))
+    if parent is None or not str(parent) or (Path(str(parent)) / key).exists():
+        return key
+    legacy = job_key(",".join(sorted(canonical_overrides(overrides, exclude, legacy=True))))
+    return legacy if legacy != key and (Path(str(parent)) / legacy).is_dir() else key

@@ -9,6 +9,11 @@ diverged as recorded in each result.json; running (a process holds the run's loc
 nothing runs it now: killed, interrupted, or preempted and waiting for its requeue; the next attempt
 resumes it); pending (a job of the sweep not started yet); unreadable (its result.json cannot be read or
 is not a record: the line says why). Progress is the last logged optimizer step over the run's max_steps.
+
+While a run group has jobs left (running, stopped or pending), a `progress:` line under its counts says how many
+of its jobs are done and when the rest should be: the jobs left (a running one less the steps it has done) x the
+mean training time of its completed jobs (result.json's training.wall_seconds, scaled to the whole run when the
+last session resumed part-way) / the jobs running at once; data preparation and the eval suite are not counted.
 """
 
 from __future__ import annotations
@@ -20,8 +25,9 @@ from pathlib import Path
 
 from slm.bad_input import OneLineParser, fail
 from slm.cli.paths import resolve_group, runs_root
-from slm.runs.status import STATES, counts, sweep_states
 from slm.pipes import quiet_on_closed_pipe
+from slm.runs.keys import read_full_key
+from slm.runs.status import STATES, counts, progress_text, sweep_progress, sweep_states
 
 PROG = "slm-status"
 
@@ -45,6 +51,9 @@ def report(sweep_dir: Path) -> list[str]:
     states = sweep_states(sweep_dir, warn=_warn)
     tally = counts(states)
     lines = [f"{sweep_dir}: {_tally(states)}"]
+    progress = sweep_progress(states)
+    if progress.unfinished:
+        lines.append(f"progress: {progress_text(progress, why=True)}")
     width = max([len(s.key) for s in states] + [3])
     current = None
     for state in states:
@@ -55,6 +64,9 @@ def report(sweep_dir: Path) -> list[str]:
         if state.val_nll is not None:
             detail = f"val_nll {state.val_nll:.4f}" + (f"  {detail}" if detail else "")
         lines.append(f"  {state.key:{width}s}  {_progress(state):>13s}  {detail}".rstrip())
+        whole = read_full_key(sweep_dir / state.key)
+        if whole:  # a key cut to a start and a hash: what the hash stands for
+            lines.append(f"  {'':{width}s}  whole key: {whole}")
     return lines
 
 
@@ -100,7 +112,7 @@ def run(argv: list[str]) -> None:
     for d in dirs:
         if args.json:
             for state in sweep_states(d, warn=_warn):
-                print(json.dumps({"sweep": str(d), **state.to_dict()}))
+                print(json.dumps({"sweep": str(d), **state.to_dict(), "whole_key": read_full_key(d / state.key)}))
         else:
             print("\n".join(report(d)))
 

@@ -34,6 +34,7 @@ register_resolvers()
 def hydra_main(cfg: DictConfig) -> dict:
     hydra_cfg = HydraConfig.get()
     run_dir = hydra_cfg.runtime.output_dir
+    keep_full_key(run_dir, list(hydra_cfg.overrides.task), list(hydra_cfg.job.config.override_dirname.exclude_keys))
     if hydra_cfg.mode == RunMode.MULTIRUN:
         return sweep_job(cfg, run_dir)
     return single_run(cfg, run_dir)
@@ -68,7 +69,20 @@ def single_run(cfg: DictConfig, run_dir: str) -> dict:
 
 main = quiet_on_closed_pipe(one_line_errors("slm-train", hydra_main))  # the console entry point
 
-REFUSED_LEFTOVERS = {".hydra", ".lock", "result.json", "config.yaml", "checkpoints", "logs"}
+def keep_full_key(run_dir: str, overrides: list[str], exclude: list[str]) -> None:
+    """Write the whole job key beside a run directory's name that was cut to a start and a hash
+    (slm.runs.keys.FULL_KEY_FILE), so that `slm-status` can show what the hash stands for."""
+    from slm.atomic import atomic_write
+    from slm.cli.job_keys import whole_key
+    from slm.runs.keys import FULL_KEY_FILE, MAX_LEN
+
+    whole = whole_key(overrides, exclude)
+    path = Path(run_dir) / FULL_KEY_FILE
+    if len(whole) > MAX_LEN and not path.exists() and Path(run_dir).is_dir():
+        atomic_write(path, lambda f: f.write((whole + "\n").encode("utf-8")))
+
+
+REFUSED_LEFTOVERS = {".hydra", ".lock", "result.json", "config.yaml", "checkpoints", "logs", "job_key.txt"}
 """What a fresh single run refused by bad input (data too short for a window...) after its record was written may
 hold, besides logs; checkpoints/ and logs/ only while they hold no file."""
 

@@ -13,6 +13,11 @@ on to each copy's whole process group as SIGTERM (slm-train checkpoints at the n
 second signal stops it at once); the command waits until every process of every copy has closed its output,
 then exits with the worst exit status among the copies (a copy stopped by a signal counts 128 + its number),
 or with 128 + the number of the signal that stopped it.
+
+A sweep's copies know they are copies ($SLM_WORKERS: how many; its progress lines count every copy's jobs and
+divide the time left among them). With more than one copy, a copy's sweep ends with one line instead of its
+summary, since other copies may still train its jobs; once every copy has ended, slm-workers prints each sweep's
+summary, read from its run directories.
 """
 
 from __future__ import annotations
@@ -23,8 +28,10 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 from slm.bad_input import OneLineParser, fail
 from slm.pipes import quiet_on_closed_pipe
@@ -47,12 +54,53 @@ def _pump(stream, prefix: bytes, lock: threading.Lock) -> None:
     stream.close()
 
 
+def sweep_summary(notes_dir: Path) -> list[str]:
+    """The summary of every sweep the copies noted in `notes_dir` (hydra_plugins.slm_sweeps.jobs.note_for_workers:
+    name, sweep directory, job keys), each read from its run directories now; a note that cannot be read is skipped."""
+    from slm.runs.record import RecordError, read_object
+    from slm.runs.status import states_of, summary_lines
+
+    sweeps: dict[str, tuple[str, list[str]]] = {}
+    for path in sorted(notes_dir.glob("*.json"), key=lambda p: p.stat().st_mtime):
+        try:
+            note = read_object(path)
+            name, sweep_dir, keys = str(note["name"]), str(note["sweep_dir"]), [str(k) for k in note["keys"]]
+        except (RecordError, KeyError, TypeError):
+            continue
+        known = sweeps.setdefault(sweep_dir, (name, []))[1]
+        known.extend(k for k in keys if k not in known)
+    lines = []
+    for sweep_dir, (name, keys) in sweeps.items():
+        states = states_of([Path(sweep_dir) / k for k in keys])
+        lines += summary_lines(name, sweep_dir, [(s.key, s.status, s.error) for s in states])
+    return lines
+
+
 def run(copies: int, command: list[str], stagger: float = 2.0) -> int:
     """Run `command` in `copies` copies at once; the worst exit status (see the module docstring)."""
+    if copies == 1:  # nothing to share: the copy says everything itself
+        return _run(copies, command, stagger, None)
+    with tempfile.TemporaryDirectory(prefix="slm-workers-") as notes:
+        code = _run(copies, command, stagger, Path(notes))
+        lines = sweep_summary(Path(notes))
+    if lines:
+        print(f"{PROG}: every copy has ended (exit status {code}); the sweeps they ran, from their run directories:")
+        print("\n".join(lines), flush=True)
+    return code
+
+
+def _run(copies: int, command: list[str], stagger: float, notes: Path | None) -> int:
+    """Start the copies (telling each how many there are and, with `notes`, where its sweeps note themselves), pass
+    signals on, wait for every copy's output to close; the worst exit status."""
+    from slm.runs.status import WORKERS_DIR_ENV, WORKERS_ENV
+
     lock = threading.Lock()
     procs: list[subprocess.Popen] = []
     pumps: list[threading.Thread] = []
     stopped: list[int] = []
+    env = {**os.environ, WORKERS_ENV: str(copies)}
+    if notes is not None:
+        env[WORKERS_DIR_ENV] = str(notes)
 
     def stop(signum, frame) -> None:
         stopped.append(signum)
@@ -71,7 +119,7 @@ def run(copies: int, command: list[str], stagger: float = 2.0) -> int:
                 time.sleep(stagger)
             # its own session: a terminal's Ctrl-C reaches this process only, which passes it on as SIGTERM
             proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
+                                    stdin=subprocess.DEVNULL, start_new_session=True, env=env)
             procs.append(proc)
             prefix = f"[{i + 1}] ".encode() if copies > 1 else b""
             pump = threading.Thread(target=_pump, args=(proc.stdout, prefix, lock), daemon=True)

@@ -75,6 +75,7 @@ from slm.objectives import OBJECTIVES, tokenizer_node_for
 from slm.omp_wait import wait_settings
 from slm.runs.environment import environment
 from slm.runs.errors import one_line
+from slm.runs.keys import FULL_KEY_FILE
 from slm.runs.record import load_record, now, settled, update_record
 from slm.runs.status import lock_held, run_lock
 from slm.training.checkpoints import PREVIOUS, ResumeError, checkpoint_step, os_error_in, resume_checkpoint
@@ -228,7 +229,7 @@ def check_train_log(run_dir: Path, resume: Path | None) -> None:
     kept_lines(run_dir / TRAIN_LOG, checkpoint_step(resume) if resume is not None else 0)
 
 
-HYDRA_LEFTOVERS = {".hydra", ".lock"}  # what Hydra (and the lock) leave in a run directory before training
+HYDRA_LEFTOVERS = {".hydra", ".lock", FULL_KEY_FILE}  # what Hydra, the lock and slm-train leave before training
 
 
 def discard_unstarted(run_dir: str | os.PathLike) -> bool:
@@ -531,6 +532,22 @@ def _vocab_note(configured, model_cfg) -> str:
     return ""
 
 
+def _optimizer_words(train_cfg) -> str:
+    """The optimizer with its peak learning rates: 'adamw lr 0.001', 'muon lr 0.02 on the hidden matrices + adamw lr
+    0.001 on the rest'."""
+    if train_cfg.optimizer == "muon":
+        return f"muon lr {train_cfg.optim['muon'].lr:g} on the hidden matrices + adamw lr {train_cfg.lr:g} on the rest"
+    return f"{train_cfg.optimizer} lr {train_cfg.lr:g}"
+
+
+def _parametrization_words(model_cfg) -> str:
+    """'parametrization sp', 'parametrization mup from width 256' (the shape its learning rates were tuned at)."""
+    mup = model_cfg.mup
+    base = {"mup": f" from width {mup.base_width}",
+            "completep": f" from width {mup.base_width}, depth {mup.base_depth}"}.get(model_cfg.parametrization, "")
+    return f"parametrization {model_cfg.parametrization}{base}"
+
+
 def _banner(job: PreparedJob) -> list[str]:
     """What the run is, in three or four lines printed before training starts. The tokenizer sets the vocabulary:
     a model.vocab_size too small for it is named as replaced."""
@@ -550,9 +567,9 @@ def _banner(job: PreparedJob) -> list[str]:
     if epochs is not None:
         length += f" ({epochs} epoch{'' if epochs == 1 else 's'})"
     warmup = train_cfg.warmup(max_steps)
-    lines.append(f"slm-train: {length}; {train_cfg.objective}, lr {train_cfg.lr:g} ({train_cfg.schedule.kind}, warmup "
-                 f"{warmup} step{'s' if warmup != 1 else ''}), precision {train_cfg.precision}, accelerator "
-                 f"{train_cfg.accelerator}, seed {train_cfg.seed}")
+    lines.append(f"slm-train: {length}; {train_cfg.objective}, {_optimizer_words(train_cfg)} ({train_cfg.schedule.kind}, "
+                 f"warmup {warmup} step{'s' if warmup != 1 else ''}), {_parametrization_words(model_cfg)}, precision "
+                 f"{train_cfg.precision}, accelerator {train_cfg.accelerator}, seed {train_cfg.seed}")
     if job.init is not None:
         lines.append(f"slm-train: weights from {job.init.given}")
     return lines

@@ -21,6 +21,8 @@ import string
 
 DEFAULT_KEY = "default"  # the job with no overrides (an override always holds "=" or starts with "~")
 MAX_LEN = 200  # file names may have 255 bytes; leave room for suffixes
+FULL_KEY_FILE = "job_key.txt"
+"""In a run directory whose name was cut (a key over MAX_LEN characters): the whole key, what the hash stands for."""
 _KEEP = frozenset(string.ascii_letters + string.digits + "._,=+-@:[]{}")
 
 
@@ -32,11 +34,25 @@ def _escape(char: str) -> str:
     return "".join(f"%{byte:02X}" for byte in char.encode())
 
 
+def full_key(override_dirname: str) -> str:
+    """The job key before it is cut to MAX_LEN characters (the same as job_key for a key that fits)."""
+    return "".join(_escape(c) for c in override_dirname) if override_dirname else DEFAULT_KEY
+
+
 def job_key(override_dirname: str) -> str:
-    """The run-directory name for a job whose Hydra `override_dirname` is given ("" -> "default")."""
-    if not override_dirname:
-        return DEFAULT_KEY
-    key = "".join(_escape(c) for c in override_dirname)
+    """The run-directory name for a job whose Hydra `override_dirname` is given ("" -> "default"); a key over
+    MAX_LEN characters keeps its start and a hash of the whole (the whole is written beside: FULL_KEY_FILE)."""
+    key = full_key(override_dirname)
     if len(key) > MAX_LEN:
         key = key[: MAX_LEN - 20] + "-" + hashlib.sha1(override_dirname.encode()).hexdigest()[:12]
     return key
+
+
+def read_full_key(run_dir) -> str | None:
+    """The whole key of a run whose directory name was cut (FULL_KEY_FILE), or None."""
+    from pathlib import Path
+
+    try:
+        return (Path(run_dir) / FULL_KEY_FILE).read_text(encoding="utf-8").strip() or None
+    except (OSError, UnicodeDecodeError):
+        return None

@@ -14,6 +14,10 @@ summaries and the report use these words and no others. The first four are what 
                                   preempted and waiting to be requeued; the next attempt resumes it
   pending                         a job of the sweep (sweep.json, multirun.yaml) with no run directory yet
   unreadable                      its result.json cannot be read or is not a record (the error says why)
+
+A sweep's progress (sweep_progress, progress_text: the sweepers' lines and slm-status) counts its jobs by state and
+estimates the time left from the completed jobs' recorded training times (job_seconds); summary_lines is the
+summary the sweepers and slm-workers print.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import fcntl
 import json
 import logging
+import math
 import os
 import time
 from collections.abc import Callable
@@ -73,6 +78,7 @@ class JobState:
     val_nll: float | None = None
     note: str | None = None
     overrides: list[str] = field(default_factory=list)
+    seconds: float | None = None  # a completed run's training wall time (job_seconds)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -166,6 +172,8 @@ def run_state(run_dir: str | os.PathLike, key: str | None = None) -> JobState:
     if state.step is None:
         state.step = training.get("steps")
     state.val_nll = _number((record.get("eval") or {}).get("val_nll"))
+    if state.status == COMPLETED:
+        state.seconds = job_seconds(record)
     if state.status == STOPPED:
         interrupted = training.get("interrupted")
         if isinstance(interrupted, dict):
@@ -244,3 +252,119 @@ def counts(states: list[JobState]) -> dict[str, int]:
     for s in states:
         out[s.status] = out.get(s.status, 0) + 1
     return {k: out[k] for k in sorted(out, key=lambda k: ORDER.index(k) if k in ORDER else len(ORDER))}
+
+
+# ---------------------------------------------------------------- a sweep's progress and summary
+def job_seconds(record: dict) -> float | None:
+    """How long a run's training took, from its record: `training.wall_seconds` (its last session, from the model's
+    build to its last step; data preparation, the final validation and the eval suite not included), scaled to the
+    whole run when that session resumed part-way (x steps / session_steps); None when not recorded."""
+    training = record.get("training") or {}
+    wall, steps, session = (_number(training.get(k)) for k in ("wall_seconds", "steps", "session_steps"))
+    if wall is None or not math.isfinite(wall) or wall <= 0:
+        return None
+    if steps and session and 0 < session < steps:
+        return wall * steps / session
+    return wall
+
+
+def states_of(run_dirs: list[Path]) -> list[JobState]:
+    """The state of each run directory, in the order given (one not made yet: pending)."""
+    return [run_state(d) if Path(d).is_dir() else JobState(key=Path(d).name, status=PENDING) for d in run_dirs]
+
+
+WORKERS_ENV = "SLM_WORKERS"  # set by slm-workers for its copies: how many copies share the sweep
+WORKERS_DIR_ENV = "SLM_WORKERS_DIR"  # set by slm-workers (2 copies or more): where each copy's sweep notes itself
+TO_DO = (RUNNING, STOPPED, PENDING)  # a job that still has training to do
+SHOWN = (COMPLETED, FAILED, DIVERGED, UNREADABLE, RUNNING, STOPPED, PENDING)  # progress lines' order
+ALWAYS_SHOWN = (COMPLETED, FAILED, RUNNING, PENDING)  # shown when zero too
+
+
+@dataclass
+class Progress:
+    """Where a sweep's jobs stand, and the time left estimated from its completed jobs' training times."""
+    total: int
+    counts: dict[str, int]
+    left: float  # jobs' worth of training left: pending and stopped jobs, running ones less the steps they have done
+    per_job: float | None  # mean training seconds of the `timed` completed jobs that record it
+    timed: int
+    at_once: int  # jobs training at once
+
+    @property
+    def done(self) -> int:
+        return sum(self.counts.get(s, 0) for s in FINISHED)
+
+    @property
+    def unfinished(self) -> int:
+        return sum(self.counts.get(s, 0) for s in TO_DO)
+
+    @property
+    def eta(self) -> float | None:
+        """Seconds until every job has trained: left x per_job / at_once; None without a completed job to time."""
+        if not self.unfinished or self.per_job is None:
+            return None
+        return self.left * self.per_job / self.at_once
+
+
+def _fraction_done(state: JobState) -> float:
+    if state.status == PENDING or not state.max_steps or not isinstance(state.step, int):
+        return 0.0
+    return min(max(state.step / state.max_steps, 0.0), 1.0)
+
+
+def sweep_progress(states: list[JobState], copies: int | None = None) -> Progress:
+    """The progress of these jobs; `copies`: how many processes share the sweep (slm-workers), else the jobs
+    running now (at least 1) are taken as the jobs that train at once."""
+    tally = {s: 0 for s in ALWAYS_SHOWN}
+    for s in states:
+        tally[s.status] = tally.get(s.status, 0) + 1
+    times = [s.seconds for s in states if s.status == COMPLETED and s.seconds is not None]
+    unfinished = [s for s in states if s.status in TO_DO]
+    at_once = max(copies or 1, tally[RUNNING], 1)
+    return Progress(total=len(states), counts=tally, left=sum(1.0 - _fraction_done(s) for s in unfinished),
+                    per_job=sum(times) / len(times) if times else None, timed=len(times),
+                    at_once=max(1, min(at_once, len(unfinished))))
+
+
+def duration(seconds: float) -> str:
+    """`42s`, `8m03s`, `2h05m`, `3d04h` (slm.training.progress.duration's format, without loading torch)."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m{seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"
+
+
+def progress_text(p: Progress, why: bool = False) -> str:
+    """`2 completed, 0 failed, 1 running, 1 pending (2 of 4 done); eta 4m10s`; `why`: with what the eta is made of."""
+    shown = [s for s in SHOWN if s in ALWAYS_SHOWN or p.counts.get(s)]
+    shown += [s for s in p.counts if s not in SHOWN and p.counts[s]]
+    text = ", ".join(f"{p.counts.get(s, 0)} {s}" for s in shown) + f" ({p.done} of {p.total} done)"
+    if not p.unfinished:
+        return text
+    if p.per_job is None:
+        return text + ("; eta unknown: no completed job records its training time (training.wall_seconds)"
+                       if p.counts.get(COMPLETED) else "; eta after the first job completes")
+    text += f"; eta {duration(p.eta)} of training"
+    if why:
+        text += (f": {p.left:.3g} jobs left x {duration(p.per_job)} per job (the mean training time of {p.timed} completed "
+                 f"job{'s' if p.timed != 1 else ''}), {p.at_once} at a time; data preparation and the eval suite not "
+                 "counted" + ("; nothing is running now" if not p.counts.get(RUNNING) else ""))
+    return text
+
+
+def summary_lines(name: str, sweep_dir: str | os.PathLike, jobs: list[tuple[str, str, str | None]]) -> list[str]:
+    """A sweep's summary: one line with its jobs' tally, then one per job (key, status, error line) not completed."""
+    tally: dict[str, int] = {}
+    for _, status, _ in jobs:
+        tally[status] = tally.get(status, 0) + 1
+    parts = ", ".join(f"{n} {s}" for s, n in tally.items())
+    lines = [f"sweep {name}: {len(jobs)} job{'' if len(jobs) == 1 else 's'}: {parts} (details: slm-status {sweep_dir})"]
+    lines += [f"  {status:9s} {key}: {error or ''}".rstrip() for key, status, error in jobs if status != COMPLETED]
+    return lines

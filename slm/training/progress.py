@@ -62,7 +62,8 @@ def device_name(device: torch.device) -> str:
         return f"{device} ({torch.cuda.get_device_name(device)})"
     if device.type == "cpu":
         threads = torch.get_num_threads()
-        return f"cpu ({threads} thread{'' if threads == 1 else 's'})"
+        idle = "; a CUDA GPU is available, unused" if torch.cuda.is_available() else ""
+        return f"cpu ({threads} thread{'' if threads == 1 else 's'}{idle})"
     return str(device)
 
 
