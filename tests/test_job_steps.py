@@ -87,7 +87,7 @@ def test_each_step_makes_its_part_and_together_they_are_train_run(tmp_path, cach
            {k: v for k, v in rec["training"].items() if k not in TIMED}
 
 
-TIMED = {"wall_seconds", "train_seconds", "tokens_per_s", "mfu", "other_cores_busy"}
+TIMED = {"wall_seconds", "train_seconds", "tokens_per_s", "mfu", "other_cores_busy", "session_job_seconds"}
 
 
 def test_prepare_refuses_bad_input_before_anything_is_written(tmp_path, cache):

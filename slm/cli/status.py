@@ -12,8 +12,8 @@ is not a record: the line says why). Progress is the last logged optimizer step 
 
 While a run group has jobs left (running, stopped or pending), a `progress:` line under its counts says how many
 of its jobs are done and when the rest should be: the jobs left (a running one less the steps it has done) x the
-mean training time of its completed jobs (result.json's training.wall_seconds, scaled to the whole run when the
-last session resumed part-way) / the jobs running at once; data preparation and the eval suite are not counted.
+mean time of its completed jobs (slm.runs.status.job_seconds: training, and where the record has it the final
+validation, the saved weights and the eval suite) / the jobs running at once; data preparation is not counted.
 """
 
 from __future__ import annotations

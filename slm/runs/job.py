@@ -52,7 +52,7 @@ import shutil
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -268,6 +268,8 @@ class PreparedJob:
     max_steps: int
     init: InitSource | None
     """train.init_from's weights, checked against the model; None for random weights and for a resumed run."""
+    began: float = field(default_factory=time.monotonic)
+    """When this session's work on the job began (the data prepared): the record's training.session_job_seconds."""
 
     @property
     def tokens_per_step(self) -> int:
@@ -423,7 +425,8 @@ def _train(job: PreparedJob, resume: Path | None) -> dict:
         restored = validate(job, built)
         if not is_rank_zero():  # the validations ran on every rank (collectively); saving and scoring are rank 0's
             return {"status": "completed", "error": None}
-        return evaluate(job.cfg, job.run_dir, record_completed(job, built, training, restored))
+        evaluate(job.cfg, job.run_dir, record_completed(job, built, training, restored))
+        return update_record(job.run_dir, training={"session_job_seconds": time.monotonic() - job.began})
     except SIGTERMException:  # Lightning's own SIGTERM stop (outside the training steps) has no exit code: 0
         raise SystemExit(128 + signal.SIGTERM) from None
     except Exception as err:  # an interruption (BaseException) leaves the run `running`, to be resumed

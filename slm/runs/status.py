@@ -16,7 +16,7 @@ summaries and the report use these words and no others. The first four are what 
   unreadable                      its result.json cannot be read or is not a record (the error says why)
 
 A sweep's progress (sweep_progress, progress_text: the sweepers' lines and slm-status) counts its jobs by state and
-estimates the time left from the completed jobs' recorded training times (job_seconds); summary_lines is the
+estimates the time left from the completed jobs' recorded times (job_seconds); summary_lines is the
 summary the sweepers and slm-workers print.
 """
 
@@ -256,16 +256,18 @@ def counts(states: list[JobState]) -> dict[str, int]:
 
 # ---------------------------------------------------------------- a sweep's progress and summary
 def job_seconds(record: dict) -> float | None:
-    """How long a run's training took, from its record: `training.wall_seconds` (its last session, from the model's
-    build to its last step; data preparation, the final validation and the eval suite not included), scaled to the
-    whole run when that session resumed part-way (x steps / session_steps); None when not recorded."""
+    """How long a run took, from its record: its training (`training.wall_seconds`, the last session's, scaled to the
+    whole run when that session resumed part-way: x steps / session_steps) plus the rest of its last session
+    (`training.session_job_seconds`, from the prepared data to the end of scoring: the final validation, the saved
+    weights and the eval suite), where the record has it; None when not recorded."""
     training = record.get("training") or {}
-    wall, steps, session = (_number(training.get(k)) for k in ("wall_seconds", "steps", "session_steps"))
+    wall, steps, session, whole = (_number(training.get(k))
+                                   for k in ("wall_seconds", "steps", "session_steps", "session_job_seconds"))
     if wall is None or not math.isfinite(wall) or wall <= 0:
         return None
-    if steps and session and 0 < session < steps:
-        return wall * steps / session
-    return wall
+    trained = wall * steps / session if steps and session and 0 < session < steps else wall
+    rest = whole - wall if whole is not None and math.isfinite(whole) and whole > wall else 0.0
+    return trained + rest
 
 
 def states_of(run_dirs: list[Path]) -> list[JobState]:
@@ -282,11 +284,11 @@ ALWAYS_SHOWN = (COMPLETED, FAILED, RUNNING, PENDING)  # shown when zero too
 
 @dataclass
 class Progress:
-    """Where a sweep's jobs stand, and the time left estimated from its completed jobs' training times."""
+    """Where a sweep's jobs stand, and the time left estimated from its completed jobs' recorded times."""
     total: int
     counts: dict[str, int]
     left: float  # jobs' worth of training left: pending and stopped jobs, running ones less the steps they have done
-    per_job: float | None  # mean training seconds of the `timed` completed jobs that record it
+    per_job: float | None  # mean seconds of the `timed` completed jobs that record them (job_seconds)
     timed: int
     at_once: int  # jobs training at once
 
@@ -300,7 +302,7 @@ class Progress:
 
     @property
     def eta(self) -> float | None:
-        """Seconds until every job has trained: left x per_job / at_once; None without a completed job to time."""
+        """Seconds until every job is done: left x per_job / at_once; None without a completed job to time."""
         if not self.unfinished or self.per_job is None:
             return None
         return self.left * self.per_job / self.at_once
@@ -351,11 +353,12 @@ def progress_text(p: Progress, why: bool = False) -> str:
     if p.per_job is None:
         return text + ("; eta unknown: no completed job records its training time (training.wall_seconds)"
                        if p.counts.get(COMPLETED) else "; eta after the first job completes")
-    text += f"; eta {duration(p.eta)} of training"
+    text += f"; eta {duration(p.eta)}"
     if why:
-        text += (f": {p.left:.3g} jobs left x {duration(p.per_job)} per job (the mean training time of {p.timed} completed "
-                 f"job{'s' if p.timed != 1 else ''}), {p.at_once} at a time; data preparation and the eval suite not "
-                 "counted" + ("; nothing is running now" if not p.counts.get(RUNNING) else ""))
+        text += (f": {p.left:.3g} jobs left x {duration(p.per_job)} per job (the mean time of {p.timed} completed "
+                 f"job{'s' if p.timed != 1 else ''}: training, and where recorded the final validation and scoring; "
+                 f"data preparation not counted), {p.at_once} at a time"
+                 + ("; nothing is running now" if not p.counts.get(RUNNING) else ""))
     return text
 
 
