@@ -106,6 +106,19 @@ def test_mup_scales_the_hidden_adam_learning_rate_only():
     assert lrs["blocks.0.attn_norm.weight"] == (1e-2, 0.0, 1e-8)
 
 
+@pytest.mark.parametrize("scheme, rule, multiplier", [
+    ("mup", None, 1.0), ("mup", "with_lr", 1.0), ("mup", "width_independent", 4.0),
+    ("completep", None, 4.0), ("completep", "with_lr", 1.0)])
+def test_the_hidden_decay_rule_is_a_setting(scheme, rule, multiplier):
+    """mup's default leaves AdamW's decay of hidden matrices x1, so lr x decay falls as 1/m (nanoGPT-mup, microsoft/mup's
+    MuAdamW(decoupled_wd=True)); width_independent multiplies it by m (microsoft/mup's default, CompleteP's)."""
+    mup = {"base_width": 16, **({"decay": rule} if rule else {})}
+    model = build_model(preset("gpt2", parametrization=scheme, mup=mup))
+    lr, decay, _ = _lrs(model, TrainConfig(lr=1e-2, weight_decay=0.1, eps=1e-8))["blocks.0.attn.qkv.weight"]
+    assert decay == pytest.approx(0.1 * multiplier) and lr * decay == pytest.approx(1e-2 / 4 * 0.1 * multiplier)
+    assert scheme_of(model.cfg).describe()["hidden_weight_decay_multiplier"] == multiplier
+
+
 def test_completep_follows_its_reference_implementation():
     """Width 64 from 16 (m = 4), 8 blocks from 2 (r = 4), alpha 1 and 0.5: residual branches x r^-alpha, hidden lr
     x r^(alpha-1) / m and decay x m, in-block vectors' lr x r^(alpha-1), every eps x r^-alpha / m (nanoGPT-mup,

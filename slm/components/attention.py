@@ -32,27 +32,6 @@ from slm.components.parametrization import scheme_of
 from slm.components.position import apply_rotary
 
 
-def attention_mask(T: int, causal: bool, window: int | None, device: torch.device,
-                   block: int | None = None) -> torch.Tensor | None:
-    """Boolean (T, T) mask, True where query i may attend to key j; None when plain causal (or, for a
-    bidirectional model, full) attention suffices.
-
-    A window W lets each query see W keys including itself (j > i - W), as transformers does. A block B
-    (block-causal, for bidirectional models) lets query i see keys j with j // B <= i // B.
-    """
-    blocked = block is not None and block < T and not causal
-    if (window is None or window >= T) and not blocked:
-        return None
-    i = torch.arange(T, device=device)[:, None]
-    j = torch.arange(T, device=device)[None, :]
-    mask = (i - j).abs() < (window if window is not None else T)
-    if causal:
-        mask &= j <= i
-    if blocked:
-        mask &= j // block <= i // block
-    return mask
-
-
 class KVState:
     """An attention layer's slot in a KV cache: keys and values (B, KV, S, hd) of every cached position."""
 

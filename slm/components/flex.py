@@ -49,6 +49,27 @@ def document_ids(idx: torch.Tensor, end_id: int) -> torch.Tensor:
     return ends.cumsum(1, dtype=torch.int32) - ends
 
 
+def attention_mask(T: int, causal: bool, window: int | None, device: torch.device,
+                   block: int | None = None) -> torch.Tensor | None:
+    """Boolean (T, T) mask, True where query i may attend to key j; None when plain causal (or, for a
+    bidirectional model, full) attention suffices.
+
+    A window W lets each query see W keys including itself (j > i - W), as transformers does. A block B
+    (block-causal, for bidirectional models) lets query i see keys j with j // B <= i // B.
+    """
+    blocked = block is not None and block < T and not causal
+    if (window is None or window >= T) and not blocked:
+        return None
+    i = torch.arange(T, device=device)[:, None]
+    j = torch.arange(T, device=device)[None, :]
+    mask = (i - j).abs() < (window if window is not None else T)
+    if causal:
+        mask &= j <= i
+    if blocked:
+        mask &= j // block <= i // block
+    return mask
+
+
 class Masking:
     """Which keys each query of a whole-sequence forward of length T may see (True: may attend)."""
 
@@ -78,8 +99,6 @@ class Masking:
     def dense(self) -> torch.Tensor | None:
         """Boolean (T, T), or (B, 1, T, T) with documents; None when plain (is_causal or full attention)."""
         if not self._dense_made:
-            from slm.components.attention import attention_mask
-
             mask = attention_mask(self.T, self.causal, self._window, self.device, self._block)
             if self.documents is not None:
                 same = (self.documents[:, :, None] == self.documents[:, None, :])[:, None]  # (B, 1, T, T)

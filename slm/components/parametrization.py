@@ -10,13 +10,17 @@ change with width and depth, so that one learning rate can serve models of diffe
                                     1/sqrt(head_dim), equal to SP's at base_head_dim
                  embeddings, learned positions, norms, biases, depthwise (Canon, short) convolutions: unscaled
                  (Gemma's sqrt(d_model) embedding multiplier becomes sqrt(base_width))
-                 AdamW's decoupled decay, lr x weight_decay, falls with the hidden lr as 1/m (as microsoft/mup's
-                 MuAdamW; completep keeps it width-independent)
+                 hidden matrices' AdamW decay (`mup.decay`): "with_lr" (mup's default) leaves weight_decay x1, so
+                 the decoupled shrinkage lr x weight_decay falls with the hidden lr as 1/m, as nanoGPT-mup and
+                 microsoft/mup's MuAdamW(decoupled_wd=True) do; "width_independent" multiplies weight_decay by m,
+                 so lr x weight_decay stays the base model's, as the released microsoft/mup's default
+                 (decoupled_wd=False) and CompleteP do
     completep  CompleteP (Dey et al. 2025, arXiv 2505.01618): mup, plus depth; r = depth / mup.base_depth
                (block applications), α = mup.depth_alpha (1: CompleteP, 0.5: the earlier depth-μP):
                  residual branches  x r^-α (every mixer and feed-forward output before its residual add)
                  hidden matrices    learning rate x 1/m x r^(α-1), AdamW weight decay x m (lr x decay, the
-                                    step's shrinkage, stays width-independent)
+                                    step's shrinkage, stays width-independent: `mup.decay` "width_independent",
+                                    completep's default)
                  norms, biases inside blocks   learning rate x r^(α-1)
                  AdamW ε            x 1/m x r^-α
                  GPT-2's residual init   std / sqrt(2 base_depth) at every depth (SP's shrinks with depth)
@@ -41,6 +45,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import nn
@@ -70,6 +75,10 @@ class MupSettings:
     base_head_dim: int | None = None
     """head_dim of the base model, anchoring the 1/head_dim attention scale; None: the model's own head_dim
     (slm's presets and the budget solver widen by adding heads at a fixed head_dim)."""
+    decay: Literal["with_lr", "width_independent"] | None = None
+    """Hidden matrices' AdamW weight decay: with_lr (x1: lr x decay falls as 1/m, nanoGPT-mup, microsoft/mup's
+    MuAdamW(decoupled_wd=True)), width_independent (x m: lr x decay is the base model's, microsoft/mup's default and
+    CompleteP's); None: the parametrization's own (mup with_lr, completep width_independent)."""
 
     def __post_init__(self) -> None:
         check_types(self, "model.mup", ParametrizationError)
@@ -221,17 +230,29 @@ class MuP(Parametrization):
     def init_multiplier(self, role: Role) -> float:
         return self.width**-0.5 if role.kind == "hidden" else 1.0
 
+    DEFAULT_DECAY = "with_lr"
+
+    def decay_multiplier(self) -> float:
+        """Hidden matrices' weight-decay multiplier: 1 (with_lr) or m (width_independent), `mup.decay`."""
+        rule = self.settings.decay or self.DEFAULT_DECAY
+        return self.width if rule == "width_independent" else 1.0
+
     def group_scale(self, role: Role) -> GroupScale:
-        return GroupScale(lr_width=1.0 / self.width) if role.kind == "hidden" else GroupScale()
+        if role.kind == "hidden":
+            return GroupScale(lr_width=1.0 / self.width, weight_decay=self.decay_multiplier())
+        return GroupScale()
 
     def describe(self) -> dict:
         return {"width_multiplier": self.width, "readout_multiplier": self.readout_multiplier(),
-                "hidden_init_multiplier": self.width**-0.5, "hidden_lr_multiplier": 1.0 / self.width}
+                "hidden_init_multiplier": self.width**-0.5, "hidden_lr_multiplier": 1.0 / self.width,
+                "hidden_weight_decay_multiplier": self.decay_multiplier()}
 
 
 @PARAMETRIZATIONS.register("completep")
 class CompleteP(MuP):
     """μP over width and CompleteP's depth rule (see the module docstring)."""
+
+    DEFAULT_DECAY = "width_independent"
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -256,7 +277,7 @@ class CompleteP(MuP):
         depth_lr = self.depth ** (self.alpha - 1)
         eps = 1.0 / self.width * self.depth**-self.alpha
         if role.kind == "hidden":
-            return GroupScale(lr=depth_lr, lr_width=1.0 / self.width, weight_decay=self.width, eps=eps)
+            return GroupScale(lr=depth_lr, lr_width=1.0 / self.width, weight_decay=self.decay_multiplier(), eps=eps)
         if role.in_block:
             return GroupScale(lr=depth_lr, eps=eps)
         return GroupScale(eps=eps)
@@ -264,7 +285,7 @@ class CompleteP(MuP):
     def describe(self) -> dict:
         return {**super().describe(), "depth_multiplier": self.depth, "residual_multiplier": self.residual_multiplier(),
                 "hidden_lr_multiplier": 1.0 / self.width * self.depth ** (self.alpha - 1),
-                "hidden_weight_decay_multiplier": self.width, "eps_multiplier": 1.0 / self.width * self.depth**-self.alpha}
+                "eps_multiplier": 1.0 / self.width * self.depth**-self.alpha}
 
 
 def scheme_of(cfg) -> Parametrization:

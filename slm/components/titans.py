@@ -59,7 +59,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from slm.components import memory
+import slm.components.memory as memory
 from slm.components.attention import MultiHeadAttention
 from slm.components.mixer import MIXERS, Mixer
 from slm.components.position import apply_rotary

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from slm.data import cache
+import slm.data.cache as cache
 from slm.data.config import DataConfig, TokenizerConfig
 from slm.data.errors import DataError
 from slm.data.shards import Shard, build_shard, damaged_meta, read_meta, shard_dtype

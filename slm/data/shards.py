@@ -24,7 +24,7 @@ from typing import Iterable, Iterator
 import numpy as np
 from tqdm import tqdm
 
-from slm.data import cache
+import slm.data.cache as cache
 from slm.data.errors import DataError
 from slm.data.readers import Piece
 from slm.data.sources import Stream

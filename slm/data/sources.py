@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Callable, ClassVar, Iterator
 
 from slm.components.registry import Registry, UnknownKeyError
-from slm.data import hub, readers
+import slm.data.hub as hub
+import slm.data.readers as readers
 from slm.data.config import SourceConfig
 from slm.data.errors import DataError
 from slm.data.readers import Piece

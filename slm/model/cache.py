@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from slm.components import MIXERS
-from slm.components.attention import attention_mask
+from slm.components.flex import attention_mask
 from slm.components.canon import CausalConvCanon, conv_continue
 from slm.model.config import ModelConfig
 

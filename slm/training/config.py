@@ -9,6 +9,7 @@ from typing import Literal
 from slm.renames import RenameError, closest, upgrade_train_fields
 from slm.training.curriculum import BlockCurriculum, CurriculumError
 from slm.training.length import LengthSettings, LengthSettingsError
+from slm.training.optim import OPTIMIZERS, OptimSettingsError, optim_defaults, optim_settings
 from slm.training.schedules import ScheduleSettings, ScheduleSettingsError
 from slm.typecheck import check_types, settings_from_node
 
@@ -22,8 +23,6 @@ class TrainConfigError(ValueError):
 
 
 def _optim_defaults() -> dict:
-    from slm.training.optim import optim_defaults
-
     return optim_defaults()
 
 
@@ -162,8 +161,6 @@ class TrainConfig:
         check_types(self, "train", TrainConfigError)  # a string in a numeric field, lr=inf, tokens=nan, ...
         if isinstance(self.loggers, str):
             self.loggers = [name.strip() for name in self.loggers.split(",") if name.strip()]
-        from slm.training.optim import OPTIMIZERS, OptimSettingsError, optim_settings
-
         for name, registry in (("objective", OBJECTIVES), ("optimizer", OPTIMIZERS)):
             registry.check(getattr(self, name), f"train.{name}", TrainConfigError)  # train.schedule.kind=x: unknown ...
         try:

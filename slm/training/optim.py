@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -29,9 +28,6 @@ from torch import nn
 from slm.components.parametrization import GroupScale, roles, scheme_of
 from slm.components.registry import Registry
 from slm.typecheck import check_types, settings_from_node
-
-if TYPE_CHECKING:
-    from slm.training.config import TrainConfig
 
 OPTIMIZERS: Registry[type["Optimizer"]] = Registry("optimizer")
 
@@ -53,7 +49,7 @@ class ParamEntry:
     """A hidden 2-D matrix (Muon takes these)."""
 
 
-def parameter_entries(model: nn.Module, cfg: "TrainConfig") -> list[ParamEntry]:
+def parameter_entries(model: nn.Module, cfg) -> list[ParamEntry]:
     """Every trainable parameter once (tied weights once), in model order, with its decay and the scheme's scale."""
     model_cfg = getattr(model, "cfg", None)
     scheme = scheme_of(model_cfg) if model_cfg is not None and hasattr(model_cfg, "parametrization") else None
@@ -65,7 +61,7 @@ def parameter_entries(model: nn.Module, cfg: "TrainConfig") -> list[ParamEntry]:
     return out
 
 
-def param_groups(model: nn.Module, cfg: "TrainConfig") -> list[dict]:
+def param_groups(model: nn.Module, cfg) -> list[dict]:
     """AdamW-style groups (lr from train.lr, weight_decay, eps) for every parameter: under the standard
     parametrization two groups, weight-decayed and not; otherwise one per distinct scale as well."""
     return _groups(parameter_entries(model, cfg), cfg.lr, cfg.weight_decay, cfg.eps)
@@ -100,7 +96,7 @@ class Optimizer:
     Settings = None
 
     @classmethod
-    def build(cls, model: nn.Module, cfg: "TrainConfig") -> torch.optim.Optimizer:
+    def build(cls, model: nn.Module, cfg) -> torch.optim.Optimizer:
         raise NotImplementedError
 
 
@@ -296,6 +292,7 @@ def optim_defaults() -> dict:
     return {name: asdict(s) for name, s in optim_settings({}).items()}
 
 
-def build_optimizer(model: nn.Module, cfg: "TrainConfig") -> torch.optim.Optimizer:
-    """The optimizer `cfg.optimizer` over `model`'s parameters."""
+def build_optimizer(model: nn.Module, cfg) -> torch.optim.Optimizer:
+    """The optimizer `cfg.optimizer` over `model`'s parameters; `cfg` is the run's TrainConfig (slm.training.config,
+    which imports this module: the annotation is left off rather than imported back)."""
     return OPTIMIZERS.get(cfg.optimizer).build(model, cfg)
