@@ -278,7 +278,8 @@ def test_a_converted_run_starts_from_the_source_follows_the_curriculum_and_recor
 def test_a_resumed_run_does_not_apply_init_from_again(tmp_path, monkeypatch):
     """With its own checkpoint a run resumes from it: the source is not looked at (it may be gone by then)."""
     from slm.cli.config import compose_config
-    from slm.runs.job import CHECKPOINT, prepare
+    from slm.runs.layout import CHECKPOINT
+    from slm.runs.preflight import prepare
 
     monkeypatch.setenv("SLM_CACHE", str(tmp_path.parent / "slm-cache"))
     cfg = OmegaConf.to_container(compose_config(["model=dhara", *TINY_RUN, "train.objective=mdlm",

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from slm.eval.run import EvalError, EvalSpec, chance_level, eval_section, load_tasks, summarize, task_manager
+from slm.eval.checks import EvalError
+from slm.eval.run import load_tasks, task_manager
+from slm.eval.spec import EvalSpec
+from slm.eval.summary import chance_level, eval_section, summarize
 
 TASKS = ["slm_shakespeare_bpb", "slm_shakespeare_mc"]
 

@@ -16,7 +16,10 @@ from analysis.cli import compare_main
 from analysis.paired import compare_runs, load_documents
 from slm.data.tokenizers import CharTokenizer
 from slm.eval.offline_tasks import ppl_documents, speeches
-from slm.eval.run import EvalSpec, document_lines, eval_section, evaluate, spec_from_config
+from slm.eval.documents import document_lines
+from slm.eval.run import evaluate
+from slm.eval.spec import EvalSpec, spec_from_config
+from slm.eval.summary import eval_section
 from slm.model import ModelConfig, Transformer
 from slm.model.weights import save_model
 from slm.runs.record import load_record, update_record

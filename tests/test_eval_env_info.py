@@ -13,7 +13,8 @@ from slm.data.tokenizers import CharTokenizer
 from slm.eval import env_info
 from slm.eval.env_info import reused_env_info
 from slm.eval.offline_tasks import speeches
-from slm.eval.run import EvalSpec, evaluate
+from slm.eval.run import evaluate
+from slm.eval.spec import EvalSpec
 from slm.model import ModelConfig, Transformer
 from slm.model.weights import save_model
 

@@ -15,7 +15,8 @@ from slm.cli.eval import main as slm_eval
 from slm.data.tokenizers import CharTokenizer
 from slm.eval.lm import SLMLM
 from slm.eval.offline_tasks import mc_documents, ppl_documents, speeches
-from slm.eval.run import EvalError, load_tasks, task_manager
+from slm.eval.checks import EvalError
+from slm.eval.run import load_tasks, task_manager
 from slm.model import ModelConfig, Transformer
 from slm.model.weights import save_model
 from slm.runs.record import load_record, update_record

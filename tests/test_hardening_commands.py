@@ -49,7 +49,9 @@ def test_eval_bad_argument_is_refused_before_the_record_changes(finished_run, ca
 
 def test_eval_spec_checks_apply_to_config_nodes_too():
     """The same rule for an `eval` config node: preflight (before training) refuses it."""
-    from slm.eval.run import EvalError, check_spec, preflight, spec_from_config
+    from slm.eval.checks import EvalError, check_spec
+    from slm.eval.run import preflight
+    from slm.eval.spec import spec_from_config
 
     for node, needle in (({"tasks": [], "num_fewshot": -2}, "num_fewshot=-2"),
                          ({"tasks": [], "limit": float("nan")}, "limit=nan"),

@@ -215,16 +215,21 @@ def test_a_refused_run_keeps_what_was_recorded_before(workdir, capsys):
 
 
 def test_discard_refused_keeps_a_run_that_trained(tmp_path):
-    from slm.cli.train import discard_refused
+    from slm.cli.config import USER_ERRORS
+    from slm.runs.refused import discard_refused
+
+    def discard(**kwargs) -> bool:
+        return discard_refused(str(run_dir), ValueError("refused"), bad_input=USER_ERRORS, **kwargs)
 
     run_dir = tmp_path / "run"
     (run_dir / "checkpoints").mkdir(parents=True)
     (run_dir / "result.json").write_text(json.dumps({"schema_version": 1, "status": "failed", "error": "x"}))
     (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"state")
-    assert not discard_refused(str(run_dir)) and (run_dir / "checkpoints" / "last.ckpt").exists()
+    assert not discard(fresh=True) and (run_dir / "checkpoints" / "last.ckpt").exists()
     (run_dir / "checkpoints" / "last.ckpt").unlink()
     (run_dir / "train.log").write_text("log\n")
-    assert discard_refused(str(run_dir)) and not run_dir.exists()
+    assert not discard(fresh=False) and run_dir.exists()  # its record was there before this attempt
+    assert discard(fresh=True) and not run_dir.exists()
 
 
 # ---------------------------------------------------------------- top-level settings of the wrong kind

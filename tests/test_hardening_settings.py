@@ -162,7 +162,8 @@ def test_a_sampler_cache_the_model_cannot_use_is_refused_before_training(workdir
 
 def test_eval_checks_hold_for_slm_eval_too(tmp_path):
     """slm-eval's spec goes through the same checks (names without the eval. prefix)."""
-    from slm.eval.run import EvalError, check_spec, spec_from_config
+    from slm.eval.checks import EvalError, check_spec
+    from slm.eval.spec import spec_from_config
 
     with pytest.raises(EvalError, match=r"^throughput.diffusion.cache='x': must be one of"):
         check_spec(spec_from_config({"tasks": [], "throughput": {"diffusion": {"cache": "x"}}}))

@@ -199,7 +199,7 @@ def test_an_enormous_batch_is_refused_up_front(workdir, capsys, extra, said):
 def test_the_activation_bound_is_the_layer_inputs_and_the_ids():
     from types import SimpleNamespace
 
-    from slm.runs.job import activation_bytes
+    from slm.runs.preflight import activation_bytes
 
     cfg = SimpleNamespace(context_length=128, n_layers=2, d_model=64)
     assert activation_bytes(cfg, 16) == 16 * 128 * (2 * 2 * 64 + 16)
@@ -209,18 +209,18 @@ def test_a_batch_that_fits_passes_the_check(monkeypatch):
     from types import SimpleNamespace
 
     from slm.model import weights
-    from slm.runs import job
+    from slm.runs import preflight
     from slm.training.config import TrainConfigError
 
     train = SimpleNamespace(accelerator="cpu", micro_batch=lambda: 16, micro_batch_size=None, batch_size=16,
                             world_size=1)
     model = SimpleNamespace(context_length=128, n_layers=2, d_model=64)
-    need = 1000 * job.TRAIN_BYTES_PER_PARAM + job.activation_bytes(model, 16)
+    need = 1000 * preflight.TRAIN_BYTES_PER_PARAM + preflight.activation_bytes(model, 16)
     monkeypatch.setattr(weights, "available_memory", lambda device: need)
-    job._check_memory(train, 1000, model)
+    preflight._check_memory(train, 1000, model)
     monkeypatch.setattr(weights, "available_memory", lambda device: need - 1)
     with pytest.raises(TrainConfigError, match="train.batch_size=16 is too large"):
-        job._check_memory(train, 1000, model)
+        preflight._check_memory(train, 1000, model)
 
 
 # -- both checkpoints damaged --------------------------------------------------------------------------------------

@@ -79,7 +79,7 @@ def test_tqdm_into_a_file_writes_no_carriage_returns(tmp_path):
 def test_lm_evals_git_lookup_says_nothing_outside_a_repository(tmp_path, monkeypatch, capfd):
     import lm_eval.evaluator
 
-    from slm.eval.run import git_commit_hash, quiet_git_lookup
+    from slm.eval.provenance import git_commit_hash, quiet_git_lookup
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("GIT_DIR", str(tmp_path / "not-a-repository"))

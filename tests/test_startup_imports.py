@@ -14,7 +14,8 @@ import sys
 
 import pytest
 
-from slm.eval.run import EvalError, preflight, shipped_tasks
+from slm.eval.checks import EvalError
+from slm.eval.run import preflight, shipped_tasks
 
 NOT_AT_START = ["lm_eval", "datasets", "pandas", "torch", "transformers", "matplotlib", "analysis"]
 

@@ -127,7 +127,8 @@ def suite_metrics() -> dict[str, str]:
 def build_spec(args: argparse.Namespace):
     """EvalSpec from the flags: suites expand into their tasks, metrics and average."""
     from slm.eval import RENAMED_TASKS
-    from slm.eval.run import EvalSpec, check_spec, spec_from_config
+    from slm.eval.checks import check_spec
+    from slm.eval.spec import EvalSpec, spec_from_config
 
     names = [piece for arg in args.tasks for piece in arg.split(",") if piece]
     for old in [n for n in names if n in RENAMED_TASKS]:
@@ -216,7 +217,7 @@ def run_directory(path: Path) -> Path | None:
 def _record(run_dir: Path, summary: dict, prog: str = PROG) -> None:
     """Merge the summary into <run>/result.json; a record that cannot be read or written is left as it is
     and named in one line (exit 2), after the scores went to lm-eval's results file."""
-    from slm.eval.run import eval_section
+    from slm.eval.summary import eval_section
 
     record_file = run_dir / RESULT_FILE
     saved = summary.get("results_file")

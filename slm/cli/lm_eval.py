@@ -163,7 +163,8 @@ def _record(prog: str, pretrained: str, tasks: list[str], captured: dict) -> Non
     """Merge the scores of the tasks asked for into <run>/result.json, as slm-eval does."""
     from slm.cli.eval import _record as record_scores
     from slm.cli.eval import run_directory, suite_metrics
-    from slm.eval.run import EvalSpec, summarize
+    from slm.eval.spec import EvalSpec
+    from slm.eval.summary import summarize
 
     run_dir = run_directory(Path(pretrained).expanduser())
     results = captured.get("results")

@@ -43,8 +43,8 @@ def hydra_main(cfg: DictConfig) -> dict:
 @reports_user_errors("slm-train")
 def single_run(cfg: DictConfig, run_dir: str) -> dict:
     from slm.objectives import check_preset
-    from slm.runs import job
-    from slm.runs.job import RunInUseError, discard_unstarted, train_run
+    from slm.runs.job import RunInUseError, train_run
+    from slm.runs.refused import discard_refused
     from slm.training.distributed import is_rank_zero
     from slm.training.stop_guard import StopGuard
 
@@ -57,10 +57,7 @@ def single_run(cfg: DictConfig, run_dir: str) -> dict:
     except RunInUseError:
         raise
     except Exception as err:
-        # refused before training: leave no run directory behind
-        machine = getattr(job, "RunFailed", ())  # a full disk or no memory: the failure stays recorded
-        if not discard_unstarted(run_dir) and fresh and isinstance(err, USER_ERRORS) and not isinstance(err, machine):
-            discard_refused(run_dir)
+        discard_refused(run_dir, err, fresh=fresh, bad_input=USER_ERRORS)  # refused before training: no directory left
         raise
     if is_rank_zero():  # the other processes of a data-parallel job say nothing
         print(f"slm-train: {record['status']}: {run_dir}")
@@ -80,37 +77,6 @@ def keep_full_key(run_dir: str, overrides: list[str], exclude: list[str]) -> Non
     path = Path(run_dir) / FULL_KEY_FILE
     if len(whole) > MAX_LEN and not path.exists() and Path(run_dir).is_dir():
         atomic_write(path, lambda f: f.write((whole + "\n").encode("utf-8")))
-
-
-REFUSED_LEFTOVERS = {".hydra", ".lock", "result.json", "config.yaml", "checkpoints", "logs", "job_key.txt"}
-"""What a fresh single run refused by bad input (data too short for a window...) after its record was written may
-hold, besides logs; checkpoints/ and logs/ only while they hold no file."""
-
-
-def discard_refused(run_dir: str) -> bool:
-    """Remove a run directory made by this attempt of a single run and refused by bad input before its first
-    step: its record says `failed` and it holds nothing trained (no checkpoint, no model, no train_log line).
-    Returns whether it was removed; anything else is kept, as is a directory another process holds."""
-    import shutil
-
-    from slm.runs.record import load_record
-    from slm.runs.status import lock_held
-
-    path = Path(run_dir)
-    try:
-        if not path.is_dir() or lock_held(path) or (load_record(path) or {}).get("status") != "failed":
-            return False
-        for entry in path.iterdir():
-            if entry.name.endswith(".log") and entry.is_file():
-                continue
-            if entry.name not in REFUSED_LEFTOVERS:
-                return False
-            if entry.name in ("checkpoints", "logs") and any(p.is_file() for p in entry.rglob("*")):
-                return False
-    except Exception:  # noqa: BLE001 - an unreadable record or directory: keep it
-        return False
-    shutil.rmtree(path, ignore_errors=True)
-    return True
 
 
 def sweep_job(cfg: DictConfig, run_dir: str) -> dict:

@@ -1,9 +1,15 @@
 """Evaluation: lm-evaluation-harness scoring of slm checkpoints, offline tasks, decode throughput.
 
-    slm.eval.lm            the `slm` model registered with lm-eval (import it to register)
-    slm.eval.run           evaluate a run directory and merge scores into result.json (evaluate_run)
+    slm.eval.lm            the `slm` model registered with lm-eval (import it to register); lm_diffusion: its
+                           diffusion models' estimator; lm_args: its model_args string
+    slm.eval.spec          EvalSpec: what to evaluate, from an `eval` config node or slm-eval's flags
+    slm.eval.checks        every eval setting checked before any work (and against the model)
+    slm.eval.run           evaluate a run directory or checkpoint: tasks, lm-eval, the results files
+    slm.eval.documents     the per-document file (paired comparisons)
+    slm.eval.summary       the scores' summary and the record's `eval` section
     slm.eval.throughput    batch-1 decode tokens/s, time to first token, peak memory
     slm.eval.offline_tasks documents of the offline tasks (task YAMLs in slm/eval/tasks/)
+    slm.eval.provenance    the git revision lm-eval and the run record note
     python -m slm.eval     lm-eval's own CLI with the `slm` model registered (slm/eval/__main__.py)
 
 Nothing heavy is imported here: lm-eval loads only with `slm.eval.lm`.

@@ -5,7 +5,7 @@ with its standard error, marked when it is a bound, and read against chance.
         print(line)
     print("evaluated <run>: " + brief(lm))   # slm-train, one line after training
 
-`lm` is the record's eval.lm_eval section or an evaluation summary (slm.eval.run.summarize): scores, metrics,
+`lm` is the record's eval.lm_eval section or an evaluation summary (slm.eval.summary.summarize): scores, metrics,
 details, averages, average_tasks, estimator. The rules are the report's (analysis.report, analysis.plot_style):
 an accuracy is within noise of chance when score - chance <= 1.96 stderr (at or below chance when there is no
 stderr); a suite average's stderr is sqrt(sum of its tasks' stderr^2) / k, assuming independent tasks. A

@@ -1,30 +1,17 @@
-"""What the run ran on: versions, device, host and the git revision of the slm source."""
+"""What the run ran on: versions, device, host and the git revision of the slm source (slm.eval.provenance, whose git
+lookups lm-eval's results use too)."""
 
 from __future__ import annotations
 
 import platform
 import socket
-import subprocess
 from importlib import metadata
-from pathlib import Path
 
 import torch
 
+from slm.eval.provenance import git_revision
+
 PACKAGES = ("slm", "torch", "lightning", "hydra-core", "omegaconf", "tiktoken", "datasets", "transformers", "lm-eval")
-
-
-def git_revision() -> str | None:
-    """HEAD of the repository holding the slm package (with -dirty if it has local changes), or None."""
-    src = Path(__file__).resolve().parents[2]
-    try:
-        rev = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
-        if rev.returncode != 0:
-            return None
-        dirty = subprocess.run(["git", "-C", str(src), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=5).stdout.strip()
-        return rev.stdout.strip() + ("-dirty" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
-        return None
 
 
 def environment(device: torch.device | None = None) -> dict:
