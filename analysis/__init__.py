@@ -4,7 +4,7 @@
     table = load_results("results.parquet")          # or a runs directory
 
 Layering: of slm, this package imports only modules that load neither torch nor lightning (`slm.runs`, `slm.renames`,
-`slm.eval.score_lines`, `slm.bad_input`); slm never imports it.
+`slm.eval.score_lines`, `slm.bad_input`, `slm.metrics`: the metric registry); slm never imports it.
 Console scripts (analysis/cli.py): slm-collect, slm-plot, slm-report.
 """
 

@@ -34,9 +34,9 @@ import math
 
 import pandas as pd
 
-from analysis.collect import higher_is_better as _higher_is_better
-from analysis.headline import bounds_left_out, comparable_rows
+from analysis.metrics import LOSS, bounds_left_out, comparable_rows, higher_is_better as _higher_is_better
 from analysis.schema import config_columns, config_keys
+from analysis.study import AS_RUN, BEST, SHARED, Study, analyse
 from analysis.thresholds import ThresholdResult
 from analysis.tiers import TierResult, format_p, units_of
 from analysis.tuning import at_best_lr, rows_at
@@ -142,18 +142,20 @@ def _families(rows: pd.DataFrame, score: str) -> tuple[str, str]:
 CLAIMS = ("two tiers", "a width threshold", "an optimal depth", "families within noise of each other")
 
 
-def judge(table: pd.DataFrame, score: str = "val_nll", seed: int = 0, study=None) -> pd.DataFrame:
+def judge(table: pd.DataFrame, score: str = LOSS, seed: int = 0, study: Study | None = None) -> pd.DataFrame:
     """The claims table: claim, lr (shared | best), verdict (supported | not supported | not testable), statistic.
     With one lr per configuration the shared and best lr are the same runs: one row per claim, lr "as run". The
     tiers and the threshold are the study's (analysis.study: the report's sections and figures show the same
-    results); every claim compares the runs analysis.headline.comparable_rows keeps (exact NLLs apart from
-    diffusion bounds)."""
-    from analysis.study import AS_RUN, BEST, SHARED, analyse
-
+    results; `study` given, on its headline metric, the table is made once and kept in it); every claim compares
+    the runs analysis.metrics.comparable_rows keeps (exact NLLs apart from diffusion bounds)."""
     if score not in table:
         raise KeyError(f"no column {score!r} in the results")
     if study is None or study.score != score:
         study = analyse(table, score, seed)
+    return study.computed(("claims", score), lambda: _judge(table, score, study))
+
+
+def _judge(table: pd.DataFrame, score: str, study: Study) -> pd.DataFrame:
     hib = _higher_is_better(table, score)
     done = comparable_rows(table, score)
     if SHARED in study.views:
@@ -198,7 +200,7 @@ def markdown(verdicts: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def seeds_summary(table: pd.DataFrame, score: str = "val_nll") -> str:
+def seeds_summary(table: pd.DataFrame, score: str = LOSS) -> str:
     """One line: how many runs, configurations, seeds and lrs the verdicts rest on (the comparable runs: a
     diffusion bound left out of exact NLLs is counted apart)."""
     done = comparable_rows(table, score)

@@ -150,7 +150,9 @@ def plot_main(argv: list[str] | None = None) -> None:
     if bad or not formats:
         fail(prog, f"--format {args.format}: choose among png, svg, pdf")
     if args.score and args.score not in table:
-        columns = [c for c in table.columns if c.startswith(("score_", "avg_")) or c in ("val_nll", "val_ppl")]
+        from analysis.metrics import score_columns
+
+        columns = score_columns(table)
         fail(prog, f"--score {args.score}: no such column; the results have: {', '.join(columns) or 'none'}")
     kinds = KINDS if args.kind == "all" else [args.kind]
     study = analyse(table, args.score)  # each statistic once, as the report computes it

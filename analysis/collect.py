@@ -22,8 +22,9 @@ other runs'), and a multirun.yaml that cannot be read (analysis.readers), are ea
 (logger `analysis.collect`) with the reason, and skipped. A results table file that is not one is a BadFile.
 
 Columns: analysis.schema declares each one (name, role, kind, where the record holds it, what it is; the list
-is docs/results_table.md) and row_from_record writes them; records from before a field moved or was renamed
-are read in today's spelling (slm.renames for the model section, analysis.records for lm-eval task names).
+is docs/results_table.md; the metrics come from slm.metrics) and row_from_record writes them; records from before
+a field moved or was renamed are read in today's spelling (slm.renames for the model section, analysis.records for
+lm-eval task names).
 """
 
 from __future__ import annotations
@@ -37,11 +38,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.records import RENAMED_TASKS  # noqa: F401 (the table's task names, for analysis.paired)
+from analysis.metrics import (  # noqa: F401 (re-exported: these lived here before analysis.metrics)
+    average_members, chance_column, higher_is_better, lower_is_better, metric_of, single_task_average, stderr_column,
+    task_names)
 from analysis.readers import BadFile, read_table, read_yaml, shown
+from analysis.records import RENAMED_TASKS  # noqa: F401 (the table's task names, for analysis.paired)
 from analysis.records import ABSENT, Record, model_section, relative
-from analysis.schema import (ANALYSIS, COLUMNS, LEADING_AXES, MODEL, PLACEHOLDERS, SWEEP, block, declared,
+from analysis.schema import (ANALYSIS, LEADING_AXES, MODEL, PLACEHOLDERS, SWEEP, block, columns, declared,
                              model_cells)
+from slm.metrics import LOSS, METRICS
 from slm.renames import MODEL_MOVED, TRAIN_MOVED
 from slm.runs.record import RESULT_FILE, RecordError, load_record
 from slm.runs.status import ORDER, PENDING, listed_jobs, live_status, sweep_lr_multipliers
@@ -53,30 +58,21 @@ ALL_STATUSES = ORDER
 recorded running that no process trains is `stopped`; a job folder without a record is `stopped`, or
 `running` while its lock is held; a job of the sweep with no folder is `pending`)."""
 
-ALWAYS = (*block("identity"), "train_flops", "val_nll", *block("tail"))
+ALWAYS = (*block("identity"), "train_flops", LOSS, *block("tail"))
 """Columns every table has, empty or not (the report and the plots read them)."""
 
-# Substrings of metric or column names whose values are better when lower.
-LOWER_IS_BETTER = ("nll", "perplexity", "ppl", "bits_per_byte", "bpb", "loss", "byte_perplexity")
 _SKIP_DIRS = {".hydra", "checkpoints", "model", "logs", "eval", "__pycache__", ".git"}
 _JOB_MARKERS = (".hydra", "config.yaml", "checkpoints", "train_log.jsonl", "train.log")
 
 
-def lower_is_better(name: str | None) -> bool:
-    """Whether a metric (lm-eval key like "bits_per_byte,none", or a column name) is better when lower."""
-    if not name:
-        return False
-    base = str(name).split(",")[0].lower()
-    return any(token in base for token in LOWER_IS_BETTER)
-
-
 def row_from_record(record: dict, run_dir: str | os.PathLike, root: str | os.PathLike | None = None) -> dict:
-    """One table row from a result.json record: every declared column (analysis.schema.COLUMNS) in its order,
+    """One table row from a result.json record: every declared column (analysis.schema.columns()) in its order,
     the model section's where its columns are declared, a pattern column once per task or suite."""
     view = Record(record, model_section(record), Path(run_dir), root)
     row = view.row
     model_written, done = False, set()  # done: pattern columns, written with the first of their placeholder
-    for column in COLUMNS:
+    all_columns = columns()
+    for column in all_columns:
         if column.source is MODEL:
             if not model_written:  # the model section's columns, where the first of them is declared
                 row.update(model_cells(view.model))
@@ -90,7 +86,7 @@ def row_from_record(record: dict, run_dir: str | os.PathLike, root: str | os.Pat
             if value is not ABSENT:
                 row[column.name] = value
             continue
-        group = [c for c in COLUMNS if placeholder in c.name]  # e.g. score_, stderr_, ... of each task in turn
+        group = [c for c in all_columns if placeholder in c.name]  # e.g. score_, stderr_, ... of each task in turn
         for key in PLACEHOLDERS[placeholder](view):
             for member in group:
                 value = member.read(view, key)
@@ -328,11 +324,7 @@ def tidy(table: pd.DataFrame) -> pd.DataFrame:
     for column in ALWAYS:
         if column not in table:
             table[column] = None
-    tasks = sorted({c[len("score_"):] for c in table.columns if c.startswith("score_")})
-    lm_cols = [f"{p}_{t}" for t in tasks for p in ("score", "stderr", "metric", "samples", "chance")
-               if f"{p}_{t}" in table]
-    avg_cols = [f"{p}{c}" for c in sorted(c for c in table.columns if c.startswith("avg_"))
-                for p in ("", "stderr_", "chance_", "tasks_") if f"{p}{c}" in table]
+    avg_cols, lm_cols = _pattern_columns(table, "<suite>"), _pattern_columns(table, "<task>")
     order = [*identity, *[c for c in LEADING_AXES if c in table], *[c for c in block("counts") if c in table],
              *[c for c in block("metrics") if c in table], *avg_cols, *lm_cols,
              *[c for c in block("throughput") if c in table], *[c for c in block("training") if c in table]]
@@ -347,6 +339,15 @@ def tidy(table: pd.DataFrame) -> pd.DataFrame:
                 table[column] = table[column].astype("boolean")
     table = table.sort_values(["sweep", "run"], na_position="last", kind="stable").reset_index(drop=True)
     return table
+
+
+def _pattern_columns(table: pd.DataFrame, placeholder: str) -> list[str]:
+    """The table's columns of one placeholder's metrics (slm.metrics), each task's (or suite's) together, in the
+    registry's order (score, stderr, metric, samples, chance of a task), the tasks sorted by name."""
+    prefixes = [m.prefix for m in METRICS.values() if m.placeholder == placeholder]
+    score = next(m.prefix for m in METRICS.values() if m.placeholder == placeholder and m.is_score)
+    keys = sorted({c[len(score):] for c in table.columns if c.startswith(score)})
+    return [f"{p}{key}" for key in keys for p in prefixes if f"{p}{key}" in table]
 
 
 def load_results(path: str | os.PathLike) -> pd.DataFrame:
@@ -434,62 +435,3 @@ def save_results(table: pd.DataFrame, path: str | os.PathLike) -> Path:
     else:
         table.to_parquet(path, index=False)
     return path
-
-
-def task_names(table: pd.DataFrame) -> list[str]:
-    """lm-eval tasks with at least one score in the table."""
-    return [c[len("score_"):] for c in table.columns if c.startswith("score_") and table[c].notna().any()]
-
-
-def stderr_column(table: pd.DataFrame, column: str) -> str | None:
-    """The standard-error column of a score column (score_<task> -> stderr_<task>, avg_<suite> ->
-    stderr_avg_<suite>) when the table has it, else None."""
-    if column.startswith("score_"):
-        name = f"stderr_{column[len('score_'):]}"
-    elif column.startswith("avg_"):
-        name = f"stderr_{column}"
-    else:
-        return None
-    return name if name in table else None
-
-
-def chance_column(table: pd.DataFrame, column: str) -> str | None:
-    """The chance-level column of a score column (chance_<task>, chance_avg_<suite>) when the table has one
-    with a value, else None."""
-    if column.startswith("score_"):
-        name = f"chance_{column[len('score_'):]}"
-    elif column.startswith("avg_"):
-        name = f"chance_{column}"
-    else:
-        return None
-    return name if name in table and pd.to_numeric(table[name], errors="coerce").notna().any() else None
-
-
-def average_members(table: pd.DataFrame, column: str) -> list[str] | None:
-    """The tasks averaged into an avg_<suite> column (the most common list over the rows), or None when
-    the table does not say."""
-    name = f"tasks_{column}"
-    if not column.startswith("avg_") or name not in table:
-        return None
-    values = table.loc[table[column].notna() if column in table else table.index, name].dropna().astype(str)
-    return values.value_counts().index[0].split(",") if len(values) else None
-
-
-def single_task_average(table: pd.DataFrame, column: str) -> bool:
-    """An avg_<suite> column whose suite averages one task: it only repeats that task's score."""
-    members = average_members(table, column)
-    return members is not None and len(members) == 1
-
-
-def metric_of(table: pd.DataFrame, column: str) -> str | None:
-    """The lm-eval metric key behind a score column (score_<task> -> metric_<task>), else None."""
-    if column.startswith("score_") and f"metric_{column[len('score_'):]}" in table:
-        values = table[f"metric_{column[len('score_'):]}"].dropna()
-        return str(values.iloc[0]) if len(values) else None
-    return None
-
-
-def higher_is_better(table: pd.DataFrame, column: str) -> bool:
-    """Direction of a score column: from its lm-eval metric when known, else from its name."""
-    metric = metric_of(table, column)
-    return not lower_is_better(metric if metric else column)

@@ -56,14 +56,14 @@ import pandas as pd
 from matplotlib.ticker import FuncFormatter
 from scipy.optimize import minimize
 
-from analysis import plot_style as style
+import analysis.plot_style as style
+from analysis.metrics import LOSS, axis_label, bound_rows
 from analysis.readers import BadFile, is_number, read_json, shown
 
 LAW = "L(N, D) = E + A / N^alpha + B / D^beta"
 NAMES = ("E", "A", "B", "alpha", "beta")
 PARAMS = {"non_embedding": "params_non_embedding", "total": "params_total", "active": "params_active"}
 """params=... -> the table column used as N."""
-LOSS = "val_nll"
 HUBER_DELTA = 1e-3
 MIN_DISTINCT = 3
 """Distinct model sizes and distinct token counts approach 3 needs (each term's curvature needs three)."""
@@ -130,11 +130,10 @@ def fit_data(table: pd.DataFrame, params: str = "non_embedding") -> FitData:
         if (~done).any():
             skipped["not completed"] = int((~done).sum())
         rows = rows[done]
-    if "val_nll_kind" in rows:
-        bound = rows["val_nll_kind"].fillna("nll") == "nelbo"
-        if bound.any():
-            skipped["NELBO bound, not an NLL"] = int(bound.sum())
-        rows = rows[~bound]
+    bound = bound_rows(rows, LOSS)  # a NELBO (slm.metrics: val_nll of val_nll_kind nelbo) is not an NLL
+    if bound.any():
+        skipped["NELBO bound, not an NLL"] = int(bound.sum())
+    rows = rows[~bound]
     names = rows["run"].astype(str).tolist() if "run" in rows else [str(i) for i in rows.index]
     numeric, ok, bad = {}, np.ones(len(rows), bool), {}
     for name in (LOSS, column, "tokens"):
@@ -629,7 +628,7 @@ def plot(result: FitResult):
     ax.set_xscale("log")
     style.log_ticks(ax, n_grid)
     ax.set_xlabel(f"N: {style.AXIS_LABELS.get(data.params_column, data.params_column)}")
-    ax.set_ylabel(style.AXIS_LABELS["val_nll"])
+    ax.set_ylabel(axis_label(LOSS))
     ax.legend(fontsize=7.5, title="tokens", title_fontsize=8)
     ax.set_title("loss against model size (grey: extrapolation)", fontsize=9)
 
@@ -650,7 +649,7 @@ def plot(result: FitResult):
     ax.set_xscale("log")
     style.log_ticks(ax, c_grid)
     ax.set_xlabel(style.AXIS_LABELS["train_flops"])
-    ax.set_ylabel(style.AXIS_LABELS["val_nll"])
+    ax.set_ylabel(axis_label(LOSS))
     ax.legend(fontsize=7.5)
     ax.set_title("loss against compute", fontsize=9)
 

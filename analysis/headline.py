@@ -8,6 +8,9 @@ Order tried: suite averages of more than one task (study7 first), the lm-eval ta
 better (accuracies), the validation loss (bits per byte when the runs' tokenizers differ, else NLL per
 token), then the other lm-eval task scores (bits per byte of a text, perplexities).
 
+The validation loss there is the registry's headline metrics (slm.metrics, headline=True: val_nll, compared as its
+across_tokenizers val_bpb where the tokenizers differ; a metric registered with headline=True follows it).
+
 Each candidate is judged over configurations (seeds pooled, each at its best lr: analysis.tiers.units_of):
   at chance   a metric with a chance level is at chance for the study when half or more of its
               configurations are within noise of it (value - chance <= 1.96 se; at or below chance where
@@ -35,7 +38,10 @@ import numpy as np
 import pandas as pd
 from scipy.stats import t as student_t
 
-from analysis.collect import chance_column, higher_is_better, single_task_average, task_names
+from analysis.metrics import (  # noqa: F401 (comparable_rows, name_of re-exported: they lived here)
+    BOUND, EXACT, bounds_left_out, chance_column, comparable_column, comparable_rows, headline_metrics,
+    higher_is_better, name_of, score_columns, single_task_average, task_names, value_kinds)
+from analysis.tiers import units_of
 from slm.eval.score_lines import near_chance
 
 ALPHA = 0.05
@@ -108,19 +114,6 @@ class Headline:
         return next((c for c in self.candidates if c.column == column), None)
 
 
-def name_of(column: str) -> str:
-    """A metric's name in plain words."""
-    from analysis.plot_style import short_name
-
-    return {"val_bpb": "validation bits per byte"}.get(column, short_name(column))
-
-
-def loss_column(table: pd.DataFrame) -> str:
-    from analysis.plot_style import nll_column
-
-    return nll_column(table)
-
-
 def candidate_columns(table: pd.DataFrame) -> list[str]:
     """The metrics to try, in the order of the module docstring (only those with a value in a completed run)."""
     rows = table[table["status"] == "completed"] if "status" in table else table
@@ -132,42 +125,14 @@ def candidate_columns(table: pd.DataFrame) -> list[str]:
     averages.sort(key=lambda c: c != "avg_study7")
     tasks = [f"score_{t}" for t in task_names(rows) if has(f"score_{t}")]
     higher = [c for c in tasks if higher_is_better(table, c)]
-    loss = [c for c in [loss_column(table)] if has(c)]
-    return list(dict.fromkeys(averages + higher + loss + [c for c in tasks if c not in higher]))
-
-
-BOUND_COLUMNS = ("val_nll", "val_bpb")
-"""Validation losses that hold a diffusion run's bound (NELBO) where its val_nll_kind is nelbo."""
-
-
-def comparable_rows(table: pd.DataFrame, column: str) -> pd.DataFrame:
-    """The completed runs with a value of `column` that can be compared with each other: for a validation loss
-    holding both exact NLLs and diffusion bounds, the exact ones."""
-    rows = table[table["status"] == "completed"] if "status" in table else table
-    if column not in rows:
-        return rows.iloc[0:0]
-    rows = rows[pd.to_numeric(rows[column], errors="coerce").notna()]
-    if column in BOUND_COLUMNS and "val_nll_kind" in rows:
-        bound = rows["val_nll_kind"].fillna("nll") == "nelbo"
-        if bound.any() and (~bound).any():
-            rows = rows[~bound]
-    return rows
-
-
-def bounds_left_out(table: pd.DataFrame, column: str) -> pd.DataFrame:
-    """Completed runs whose val_nll is a diffusion bound, left out of a comparison of exact NLLs."""
-    rows = table[table["status"] == "completed"] if "status" in table else table
-    if column not in BOUND_COLUMNS or "val_nll_kind" not in rows or column not in rows:
-        return rows.iloc[0:0]
-    rows = rows[pd.to_numeric(rows[column], errors="coerce").notna()]
-    bound = rows["val_nll_kind"].fillna("nll") == "nelbo"
-    return rows[bound] if bound.any() and (~bound).any() else rows.iloc[0:0]
+    # the registry's headline metrics (slm.metrics: headline=True; the validation loss), each as compared across
+    # these runs' tokenizers (val_nll -> val_bpb where they differ)
+    declared = [c for c in dict.fromkeys(comparable_column(table, m) for m in headline_metrics()) if has(c)]
+    return list(dict.fromkeys(averages + higher + declared + [c for c in tasks if c not in higher]))
 
 
 def units(table: pd.DataFrame, column: str) -> pd.DataFrame:
     """Configurations of the comparable runs (analysis.tiers.units_of), with their chance level."""
-    from analysis.tiers import units_of
-
     rows = comparable_rows(table, column)
     if rows.empty:
         return pd.DataFrame(columns=["label", "value", "se", "n_seeds", "runs"])
@@ -248,8 +213,6 @@ def choose_headline(table: pd.DataFrame, score: str | None = None) -> Headline:
     columns = candidate_columns(table)
     if score:
         if score not in table:
-            from analysis.plot_style import score_columns
-
             raise KeyError(f"no column {score!r} in the results (columns: {', '.join(score_columns(table))})")
         columns = list(dict.fromkeys([score, *columns]))
     candidates = [judge(table, c) for c in columns]
@@ -305,9 +268,7 @@ def _note(table: pd.DataFrame, chosen: Candidate, skipped: list[Candidate]) -> s
         if chosen.column == "val_bpb":
             return ("no lm-eval scores, and the runs' tokenizers differ: validation bits per byte used (an NLL "
                     "per token is not comparable across tokenizers)")
-        from analysis.plot_style import nll_kinds
-
-        if chosen.column == "val_nll" and nll_kinds(table) == {"nll", "nelbo"}:
+        if chosen.column == "val_nll" and value_kinds(table, "val_nll") == {EXACT, BOUND}:
             return ("no lm-eval scores: val_nll used as the score, but it holds exact NLLs and diffusion NELBO "
                     "bounds, which are not comparable: rank each kind on its own")
         return "no lm-eval scores: validation NLL used as the score"

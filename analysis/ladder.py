@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis.report import markdown_table
+from analysis.document import markdown_table
 
 def _paper(section, model, sweep, family, match, params, windows, context, epochs, nll):
     return (section, model, sweep, family, match, params, windows, context, epochs, nll)

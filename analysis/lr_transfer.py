@@ -22,11 +22,11 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from analysis.document import markdown_table
+from analysis.metrics import LOSS, axis_label
 from analysis.plot_style import format_number, new_figure
-from analysis.report import markdown_table
 
 SHAPE_AXES = {"d_model": "width (d_model)", "n_layers": "depth (n_layers)"}
-LOSS = "val_nll"
 
 
 def _study_axis(runs: pd.DataFrame) -> str | None:
@@ -147,7 +147,7 @@ def plot_study(curves: pd.DataFrame, best: pd.DataFrame, study: str) -> Figure:
         ax.set_xlabel("peak learning rate (train.lr)")
         ax.grid(alpha=0.3)
         ax.set_ylim(low - 0.05 * (high - low), high)
-    axes[0].set_ylabel("validation NLL (nats/token)")
+    axes[0].set_ylabel(axis_label(LOSS))
     axes[-1].legend(title=SHAPE_AXES.get(axis, axis), fontsize=8, title_fontsize=8, loc="upper right")
     fig.suptitle(f"{study}: loss against learning rate ({SHAPE_AXES.get(axis, axis)}; * best lr on the grid)",
                  fontsize=10)

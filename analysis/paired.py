@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.collect import RENAMED_TASKS
+from analysis.records import RENAMED_TASKS
 from analysis.readers import BadFile, is_number, json_type, read_json_lines, shown
 
 ALPHA = 0.05

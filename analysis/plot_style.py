@@ -16,9 +16,11 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from analysis.collect import (average_members, chance_column, higher_is_better, metric_of, single_task_average,
-                              stderr_column, task_names)
+from analysis.metrics import (  # noqa: F401 (completed_runs, nll_column re-exported: plots, report, notebook)
+    average_members, axis_label, chance_column, completed_runs, higher_is_better, metric, metric_of, name_of,
+    nll_column, score_columns, single_task_average, stderr_column, task_names, value_kinds)
 from slm.eval.score_lines import Z95, near_chance as _within_noise_of_chance
+from slm.metrics import BOUND, EXACT, LM_EVAL
 
 log = logging.getLogger("analysis.plots")  # one logger for the plots and their placeholders
 
@@ -33,29 +35,7 @@ PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "<", ">", "*"]
 
 
-METRIC_NAMES = {"acc": "accuracy", "acc_norm": "normalised accuracy", "exact_match": "exact match",
-                 "bits_per_byte": "bits per byte", "byte_perplexity": "byte perplexity",
-                 "word_perplexity": "perplexity per whitespace word", "mc2": "MC2"}
-"""lm-eval metrics by what they measure. bits_per_byte is a cross-entropy (bits per UTF-8 byte of the text),
-not a perplexity, whatever the task is called. word_perplexity is exp(the document's NLL / its number of
-whitespace-separated words): it does not depend on the tokenizer, so it stays valid for a character-level
-model (and comparable with a BPE one), but it is per word, not per token, hence much larger than a
-char model's token perplexity: labelled as such."""
-
-
-TASK_NAMES = {"slm_shakespeare_bpb": "Shakespeare test text", "slm_shakespeare_ppl": "Shakespeare test text",
-              "slm_shakespeare_mc": "Shakespeare line endings"}
-"""Display names of the shipped offline tasks (slm_shakespeare_bpb, called slm_shakespeare_ppl in older records:
-bits per byte, not a perplexity; the table keeps the task's own name)."""
-
-
-FRACTION_METRICS = ("acc", "acc_norm", "exact_match", "mc1", "mc2", "f1", "em")
-
-
 AXIS_LABELS = {
-    "val_nll": "validation NLL (nats/token)",
-    "val_ppl": "validation perplexity",
-    "val_bpb": "validation bits per byte",
     "d_model": "hidden size d_model (channels)",
     "n_layers": "depth (layers)",
     "train_flops": "training compute (FLOPs)",
@@ -68,36 +48,7 @@ AXIS_LABELS = {
     "time_to_first_token_s": "time to first token (s)",
     "train_tokens_per_s": "training throughput (tokens/s)",
 }
-
-
-def nll_kinds(table: pd.DataFrame) -> set[str]:
-    """What val_nll holds in these rows: {"nll"} (exact), {"nelbo"} (diffusion bounds) or both."""
-    if "val_nll" not in table or not table["val_nll"].notna().any():
-        return set()
-    kinds = table["val_nll_kind"] if "val_nll_kind" in table else pd.Series("nll", table.index)
-    return set(kinds[table["val_nll"].notna()].fillna("nll"))
-
-
-def is_bound(table: pd.DataFrame) -> pd.Series:
-    """Rows whose val_nll is a diffusion bound (NELBO), not an exact NLL."""
-    kinds = table["val_nll_kind"] if "val_nll_kind" in table else pd.Series("nll", table.index)
-    return kinds.fillna("nll") == "nelbo"
-
-
-def bound_rows(table: pd.DataFrame, column: str) -> pd.Series:
-    """Rows whose value of `column` is an upper bound, not an exact value: a masked-diffusion run's (val_nll_kind
-    nelbo) validation loss, and its perplexity-type lm-eval scores (bits per byte, byte or word perplexity: its
-    log-likelihoods are Monte Carlo ELBO estimates, slm.eval.score_lines.BOUND_METRICS). Every plot draws such a
-    point hollow."""
-    from slm.eval.score_lines import BOUND_METRICS
-
-    bound = is_bound(table)
-    if column in ("val_nll", "val_bpb", "val_ppl", "test_nll", "test_bpb"):
-        return bound
-    if column.startswith("score_") and f"metric_{column[len('score_'):]}" in table:
-        metric = table[f"metric_{column[len('score_'):]}"].astype(str).str.split(",").str[0]
-        return bound & metric.isin(BOUND_METRICS)
-    return pd.Series(False, index=table.index)
+"""Axis labels of the columns plotted against a score (a metric's label and unit are its entry's, slm.metrics)."""
 
 
 HOLLOW = {"facecolors": "none", "linewidths": 1.4}
@@ -123,26 +74,28 @@ def bound_handle() -> tuple:
 
 
 def score_label(table: pd.DataFrame, column: str, direction: bool = True) -> str:
-    """Axis label of a score column with its unit and which way is better; val_nll says when it holds
-    masked-diffusion bounds (NELBO) rather than, or beside, exact NLLs."""
-    kinds = nll_kinds(table) if column == "val_nll" else set()
-    if kinds == {"nelbo"}:
-        text = "validation NELBO (nats/token; an upper bound on the NLL)"
-    elif kinds == {"nll", "nelbo"}:
-        text = "validation NLL; hollow: NELBO (an upper bound)"
-    elif column in AXIS_LABELS:
-        text = AXIS_LABELS[column]
-    elif column.startswith("score_"):
-        task = column[len("score_"):]
-        metric = (metric_of(table, column) or "").split(",")[0]
-        name = METRIC_NAMES.get(metric, metric or "score")
-        unit = " (fraction)" if metric in FRACTION_METRICS else ""
-        text = f"{TASK_NAMES.get(task, task)}: {name}{unit}"
-    elif column.startswith("avg_"):
+    """Axis label of a score column with its unit and which way is better (slm.metrics: its label and unit; a task
+    score: the task and its lm-eval metric; a suite average: how many tasks it averages); a metric whose rows hold
+    bounds says so (its entry's bound_label where every value is one, its mixed_label where some are). A column
+    that is no metric: its AXIS_LABELS label."""
+    entry = metric(column)
+    kinds = value_kinds(table, column) if entry is not None else set()
+    if entry is not None and entry.bound_label and kinds == {BOUND}:
+        text = entry.bound_label
+    elif entry is not None and entry.mixed_label and kinds == {EXACT, BOUND}:
+        text = entry.mixed_label
+    elif entry is not None and entry.lm_metric:
+        lm = (metric_of(table, column) or "").split(",")[0]
+        known = LM_EVAL.get(lm)
+        text = f"{name_of(column)}: {known.label if known is not None else lm or 'score'}" + (
+            " (fraction)" if known is not None and known.fraction else "")
+    elif entry is not None and entry.name == "avg_<suite>":
         members = average_members(table, column)
         text = f"{column[len('avg_'):]} suite: mean " + (f"of {len(members)} task scores" if members else "score")
+    elif entry is not None and entry.label:
+        text = axis_label(column)
     else:
-        text = column
+        text = AXIS_LABELS.get(column, column)
     if direction:
         text += ", higher is better" if higher_is_better(table, column) else ", lower is better"
     return text
@@ -160,24 +113,6 @@ def choose_score(table: pd.DataFrame, score: str | None = None) -> tuple[str | N
         return score, ""
     headline = choose_headline(table)
     return headline.column, headline.note
-
-
-def nll_column(table: pd.DataFrame) -> str:
-    """The validation loss to compare runs on: val_bpb (bits per byte) when the completed runs' tokenizers differ
-    and every one of them has it, else val_nll (nats per token)."""
-    rows = completed_runs(table)
-    tokenizers = rows["tokenizer"].dropna().unique() if "tokenizer" in rows else []
-    if len(tokenizers) > 1 and "val_bpb" in rows and rows["val_bpb"].notna().all() and len(rows):
-        return "val_bpb"
-    return "val_nll"
-
-
-def score_columns(table: pd.DataFrame) -> list[str]:
-    return [c for c in table.columns if c.startswith(("score_", "avg_")) or c in ("val_nll", "val_ppl", "val_bpb")]
-
-
-def completed_runs(table: pd.DataFrame) -> pd.DataFrame:
-    return table[table["status"] == "completed"] if "status" in table else table
 
 
 def group_colors(values: pd.Series) -> tuple[dict, dict]:
@@ -371,14 +306,6 @@ def p_text(p: float) -> str:
     return "< 0.001" if p < 0.001 else f"= {p:.2g}"
 
 
-def short_name(score: str) -> str:
-    if score.startswith("score_"):
-        return TASK_NAMES.get(score[len("score_"):], score[len("score_"):])
-    if score.startswith("avg_"):
-        return f"{score[len('avg_'):]} average"
-    return {"val_nll": "validation NLL", "val_ppl": "validation perplexity"}.get(score, score)
-
-
 def wrap_text(text: str, width: int) -> str:
     import textwrap
 
@@ -488,9 +415,9 @@ def _size_legend(ax, values, to_size, title, fmt) -> None:
 
 
 def column_title(table: pd.DataFrame, column: str) -> str:
-    metric = (metric_of(table, column) or "").split(",")[0]
+    lm = (metric_of(table, column) or "").split(",")[0]
     arrow = " ↑" if higher_is_better(table, column) else " ↓"
-    return short_name(column) + (f"\n{METRIC_NAMES.get(metric, metric)}" if metric else "") + arrow
+    return name_of(column) + (f"\n{LM_EVAL[lm].label if lm in LM_EVAL else lm}" if lm else "") + arrow
 
 
 def score_columns_to_show(table: pd.DataFrame, tasks: list[str] | None = None) -> list[str]:

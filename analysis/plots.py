@@ -22,15 +22,15 @@ Keys: colour = family (objective where only that varies), marker = depth (or the
 legend for both (style.PointKeys), so a family and a depth look the same in every plot; where a plot must colour
 otherwise (the depth plot of a grid crossing depth with width, the lr plot when two configurations share a family
 and depth) its key says so. A value that is a bound (a masked-diffusion run's NELBO, or its bits per byte from a
-Monte Carlo ELBO: style.bound_rows) is drawn hollow in every plot (≤ in the heatmap's cells). Titles are one line
-and a subtitle that says how to read the figure; statistics (p-values, T, D, counts within noise of chance)
+Monte Carlo ELBO: analysis.metrics.bound_rows, by the metric's rule in slm.metrics) is drawn hollow in every plot
+(≤ in the heatmap's cells). Titles are one line and a subtitle that says how to read the figure; statistics (p-values, T, D, counts within noise of chance)
 are the figure's caption (fig.slm_caption, style.set_caption), which the report prints under it. With no
 score given, the score is the study's headline metric (style.choose_score -> analysis.headline).
 
 Uncertainty and chance, in every score plot: error bars (or ± in the heatmap's cells) are 95% intervals,
 1.96 x the score's standard error (lm-eval's for a task; for a suite average the propagated
 sqrt(sum se_i^2) / k, assuming independent tasks); the caption says when none is recorded. A multiple-
-choice accuracy gets its chance level as a dotted line (analysis.collect.chance_of) and the caption
+choice accuracy gets its chance level as a dotted line (analysis.records.chance_of) and the caption
 counts the runs within noise of it (score - chance <= 1.96 stderr).
 
 Each plot degrades instead of failing: with no lm-eval scores the score is the validation NLL (and the
@@ -54,13 +54,15 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter
 
-from analysis import plot_style as style
-from analysis.collect import higher_is_better
+import analysis.plot_style as style
+from analysis.labels import run_labels
+from analysis.metrics import bound_rows, bounds_left_out, comparable_rows, higher_is_better, name_of, nll_column
 from analysis.plot_style import choose_score, score_label  # noqa: F401  (re-exported: report, notebook)
-from analysis.thresholds import find_threshold
-from analysis.tiers import find_tiers, run_labels, units_of
-from analysis.tuning import plot_lr
+from analysis.thresholds import find_threshold, nll_frontier
+from analysis.tiers import find_tiers, units_of
+from analysis.tuning import at_best_lr, lr_curves, lr_labels, lr_varies
 from slm.eval.score_lines import near_chance
+from slm.metrics import LOSS
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +82,6 @@ def plot_tiers(table: pd.DataFrame, score: str | None = None, k: int | None = No
     between them annotated with its statistic; a refusal is drawn unshaded and the title gives the reason. Points
     are keyed as in every plot (colour = family, marker = depth). `result`: the tiers already found (the report's
     analysis.study), else found here by the same rule."""
-    from analysis.headline import bounds_left_out, comparable_rows
-
     score, note = style.choose_score(table, score)
     if score is None:
         return style.placeholder("Tiers", note)
@@ -123,7 +123,7 @@ def plot_tiers(table: pd.DataFrame, score: str | None = None, k: int | None = No
     ax.set_xlabel(style.score_label(comparable_rows(table, score), score))  # the runs drawn: a bound left out
     ax.set_ylabel("configuration (best at the top)")
     ax.grid(axis="x", color="#e5e5e5", linewidth=0.6)
-    name = style.short_name(score)
+    name = name_of(score)
     title = f"{name}: {result.k} tiers" if result.split else f"{name}: no significant tiers"
     subtitle = ["shaded: tiers, arrows: the gaps between them"] if result.split else []
     if keys.colour and keys.marker:
@@ -218,8 +218,6 @@ def plot_threshold(table: pd.DataFrame, score: str | None = None, axis: str = "d
                 & pd.to_numeric(rows[axis], errors="coerce").notna()]
     if rows.empty:
         return style.placeholder("Threshold", f"no completed run has both {axis} and {score}")
-    from analysis.headline import bounds_left_out, comparable_rows
-
     left_out = bounds_left_out(table, score)
     if result is None:
         result = find_threshold(comparable_rows(table, score), axis, score, **threshold_args)
@@ -233,12 +231,12 @@ def plot_threshold(table: pd.DataFrame, score: str | None = None, axis: str = "d
         if errors.loc[part.index].notna().any():
             ax.errorbar(x, y, yerr=style.Z95 * errors.loc[part.index].fillna(0).to_numpy(float), fmt="none",
                         ecolor=colour, alpha=0.5, elinewidth=1, capsize=2, zorder=2)
-        style.scatter(ax, x, y, colour, marker, style.bound_rows(part, score), alpha=0.85, zorder=3)
+        style.scatter(ax, x, y, colour, marker, bound_rows(part, score), alpha=0.85, zorder=3)
     style.log2_axis(ax, pd.to_numeric(rows[axis]).to_numpy(float))
     ax.set_xlabel(style.AXIS_LABELS.get(axis, axis) + (", log scale" if ax.get_xscale() == "log" else ""))
     ax.set_ylabel(style.wrap_text(style.score_label(table, score), 48))
     ax.grid(color="#e5e5e5", linewidth=0.6)
-    name = style.short_name(score)
+    name = name_of(score)
     captions = []
     if result.found:
         xline = math.sqrt(result.below * result.threshold) if ax.get_xscale() == "log" else \
@@ -270,7 +268,7 @@ def plot_threshold(table: pd.DataFrame, score: str | None = None, axis: str = "d
                                 "dotted: chance" if style.chance_value(rows, score) is not None else "") if t)
     style.set_title(fig, title, sub)
     style.set_caption(fig, *captions)
-    keys.legend(ax, [style.bound_handle()] if style.bound_rows(rows, score).any() else None)
+    keys.legend(ax, [style.bound_handle()] if bound_rows(rows, score).any() else None)
     style.pad_y(ax)
     style.draw_chance(ax, style.chance_value(rows, score))
     fig.slm_result = result
@@ -286,9 +284,9 @@ def plot_depth(table: pd.DataFrame, tasks: list[str] | None = None, max_panels: 
     columns = style.score_columns_to_show(rows, tasks)
     note = ""
     if not columns:
-        if "val_nll" not in rows or rows["val_nll"].notna().sum() == 0:
+        if LOSS not in rows or rows[LOSS].notna().sum() == 0:
             return style.placeholder("Depth", "no lm-eval scores and no validation NLL in the results")
-        columns, note = ["val_nll"], "no lm-eval scores: validation NLL shown"
+        columns, note = [LOSS], "no lm-eval scores: validation NLL shown"
     columns = columns[:max_panels]
     ncol = min(3, len(columns))
     nrow = math.ceil(len(columns) / ncol)
@@ -317,7 +315,7 @@ def plot_depth(table: pd.DataFrame, tasks: list[str] | None = None, max_panels: 
     any_bound = False
     for ax, column in zip(axes.flat, columns):
         part = rows[pd.to_numeric(rows[column], errors="coerce").notna() & depth_values.notna()]
-        bounds = style.bound_rows(part, column)
+        bounds = bound_rows(part, column)
         any_bound |= bool(bounds.any())
         for key in keys_sorted:
             sub = part[series.loc[part.index] == key]
@@ -342,7 +340,7 @@ def plot_depth(table: pd.DataFrame, tasks: list[str] | None = None, max_panels: 
         else:
             style.log2_axis(ax, pd.to_numeric(part["n_layers"]).to_numpy(float))
         style.draw_chance(ax, style.chance_value(part, column), label=True)
-        ax.set_title(style.short_name(column), fontsize=10)
+        ax.set_title(name_of(column), fontsize=10)
         ax.set_xlabel(style.AXIS_LABELS["n_layers"] + (", log scale" if ax.get_xscale() == "log" else ""))
         ax.set_ylabel(style.wrap_text(style.score_label(table, column), 38), fontsize=9)
         ax.grid(color="#e5e5e5", linewidth=0.6)
@@ -373,9 +371,9 @@ def plot_depth(table: pd.DataFrame, tasks: list[str] | None = None, max_panels: 
         subtitle.append("bars: 95% intervals")
         captions.append("Bars: 95% intervals (1.96 x stderr; an average's propagated from its tasks', assuming "
                         "independent tasks)")
-    elif columns != ["val_nll"]:
+    elif columns != [LOSS]:
         captions.append("No error bars: no per-run standard error is recorded for these scores")
-    near = {style.short_name(c): int(style.near_chance(rows, c).sum()) for c in columns}
+    near = {name_of(c): int(style.near_chance(rows, c).sum()) for c in columns}
     if any(style.chance_value(rows, c) is not None for c in columns):
         subtitle.append("dotted: chance")
         captions.append("Dotted: chance (random guess among the choices)" + "".join(
@@ -428,7 +426,7 @@ def plot_throughput(table: pd.DataFrame, score: str | None = None) -> Figure:
     diffusion = rows["decoder"].astype(str).eq("masked_diffusion") if "decoder" in rows \
         else pd.Series(False, rows.index)
     errors = style.score_errors(rows, score)
-    bounds = style.bound_rows(rows, score)
+    bounds = bound_rows(rows, score)
     for colour, marker, part in keys.groups(rows):
         if errors.loc[part.index].notna().any():
             ax.errorbar(part["decode_tokens_per_s"].astype(float), part[score].astype(float),
@@ -483,7 +481,7 @@ def plot_throughput(table: pd.DataFrame, score: str | None = None) -> Figure:
         captions.append(measured.load_caption())
     if note:
         captions.append(f"Score: {note}")
-    style.set_title(fig, f"{style.short_name(score)} against decode speed",
+    style.set_title(fig, f"{name_of(score)} against decode speed",
                     "\n".join(style.wrap_text(line, 110) for line in sub))
     style.set_caption(fig, *captions)
     if len(rows) <= 12:  # beyond that the labels crowd out the points (colour and marker still key them)
@@ -499,18 +497,15 @@ def plot_pareto(table: pd.DataFrame, x: str = "train_flops", y: str | None = Non
     """Validation NLL against training FLOPs (log axis); colour = family, marker = depth, each family's points
     joined in order of depth, every point labelled (the frontier's only, past 14 runs); the Pareto frontier
     (analysis.thresholds.nll_frontier: no run has both less compute and lower NLL; a diffusion bound, drawn
-    hollow, is never on the frontier of exact NLLs) as a step line. y None: style.nll_column (bits per byte when
-    the tokenizers differ)."""
-    from analysis.headline import BOUND_COLUMNS
-    from analysis.thresholds import nll_frontier
-
-    y = y or style.nll_column(table)
+    hollow, is never on the frontier of exact NLLs) as a step line. y None: analysis.metrics.nll_column (bits per
+    byte when the tokenizers differ)."""
+    y = y or nll_column(table)
     rows = style.completed_runs(table)
     for column in (x, y):
         if column not in rows or pd.to_numeric(rows[column], errors="coerce").notna().sum() == 0:
             return style.placeholder("NLL vs training FLOPs", f"the results have no {column} values (completed runs)")
     rows = rows[pd.to_numeric(rows[x], errors="coerce").notna() & pd.to_numeric(rows[y], errors="coerce").notna()]
-    bound = style.is_bound(rows) if y in BOUND_COLUMNS else pd.Series(False, rows.index)
+    bound = bound_rows(rows, y)
     mixed = bool(bound.any() and (~bound).any())
     front = nll_frontier(table, x, y)
     fig = style.new_figure(figsize=(9.0, 5.6), layout="constrained")
@@ -548,7 +543,7 @@ def plot_pareto(table: pd.DataFrame, x: str = "train_flops", y: str | None = Non
                    "circled and stepped: the Pareto frontier")
     if mixed:
         sub.append("hollow: diffusion NELBO (a bound), left off the frontier of exact NLLs")
-    style.set_title(fig, f"{style.short_name(y)} against training compute", "\n".join(sub))
+    style.set_title(fig, f"{name_of(y)} against training compute", "\n".join(sub))
     style.set_caption(fig, f"{len(front)} of {len(rows)} runs on the Pareto frontier: no other run has both less "
                       "training compute and a lower loss",
                       "Training FLOPs = FLOPs per token (PaLM: 6N + 12·L·H·hd·T) × training tokens")
@@ -564,8 +559,6 @@ def _family_paths(table: pd.DataFrame, rows: pd.DataFrame, keys, x: str, y: str)
     """[(colour, xs, ys)]: per family (colour) with two or more values of the swept axis (marker), its best
     configuration at each value (seeds pooled, at its best lr: analysis.tiers.units_of), at the mean x of that
     configuration's runs, in the axis' order."""
-    from analysis.tiers import units_of
-
     if not (keys.colour and keys.marker) or rows.empty:
         return []
     units, _, _ = units_of(rows, y)
@@ -592,7 +585,7 @@ def plot_heatmap(table: pd.DataFrame, tasks: list[str] | None = None, score: str
     columns = style.score_columns_to_show(rows, tasks)
     note = ""
     if not columns:
-        columns = [c for c in ("val_nll", "val_ppl") if c in rows and rows[c].notna().any()]
+        columns = [c for c in (LOSS, "val_ppl") if c in rows and rows[c].notna().any()]
         note = "no lm-eval scores: validation NLL and perplexity shown"
         if not columns:
             return style.placeholder("Per-task heatmap", "no lm-eval scores and no validation NLL in the results")
@@ -604,7 +597,7 @@ def plot_heatmap(table: pd.DataFrame, tasks: list[str] | None = None, score: str
             frames.append(units.set_index("label")["value"].rename(column))
             errors.append(units.set_index("label")["se"].rename(column))
             chance[column] = style.chance_value(rows, column)
-            flags = style.bound_rows(rows, column)
+            flags = bound_rows(rows, column)
             bounded[column] = {label for label, runs in zip(units["label"], units["runs"]) if flags.loc[runs].all()}
     if not frames:
         return style.placeholder("Per-task heatmap", "no completed run has a score")
@@ -665,6 +658,66 @@ def plot_heatmap(table: pd.DataFrame, tasks: list[str] | None = None, score: str
                       f"°: within noise of the task's chance level ({near_cells} cell(s))" if near_cells else "",
                       f"≤: a masked-diffusion run's bound, not an exact value ({bound_cells} cell(s))"
                       if bound_cells else "")
+    return fig
+
+
+def plot_lr(table: pd.DataFrame, score: str | None = None):
+    """Score against learning rate, one curve per configuration (mean over seeds; x: a diverged lr; *: the best
+    lr; a hollow ring: a best lr at the edge of the grid), keyed as every plot (colour = family, marker = depth)
+    where that tells the configurations apart, else one colour per configuration under a key that says so. A
+    placeholder (not drawn) when no configuration has several lrs."""
+    score, note = style.choose_score(table, score)
+    if not score or not lr_varies(table, score):
+        return style.placeholder("Score against learning rate",
+                                 "every configuration ran at one lr: hydra.sweeper.lr_search=[0.25,0.5,1,2,4] adds an "
+                                 "lr axis per point")
+    hib = higher_is_better(table, score)
+    curves, best = lr_curves(table, score), at_best_lr(table, score)
+    labels = lr_labels(table, best)
+    first = table.loc[list(best["first_run"])]
+    keys = style.PointKeys(table)
+    pairs = [(keys.colour_of(r), keys.marker_of(r)) for _, r in first.iterrows()]
+    by_family = bool(keys.colour) and len(set(pairs)) == len(pairs)  # colour = family, marker = depth, as everywhere
+    colors = ({labels[i]: c for i, (c, _) in zip(best.index, pairs)} if by_family else style.group_colors(labels)[0])
+    markers = {labels[i]: (m if by_family else "o") for i, (_, m) in zip(best.index, pairs)}
+    bound = bound_rows(first, score).to_numpy()
+    fig = style.new_figure(figsize=(8.0, 4.8), layout="constrained")
+    ax = fig.add_subplot(1, 1, 1)
+    finite = curves["mean"].dropna()
+    for j, (i, row) in enumerate(best.iterrows()):
+        curve = curves[curves["config_key"] == row["config_key"]].sort_values("lr")
+        color = colors[labels[i]]
+        ax.plot(curve["lr"], curve["mean"], marker=markers[labels[i]], ms=4, color=color, label=labels[i], lw=1.2,
+                **({"mfc": "none"} if bound[j] else {}))  # a bound hollow, as in every plot
+        dead = curve[curve["mean"].isna()]
+        if len(dead) and len(finite):
+            worst = finite.min() if hib else finite.max()
+            ax.plot(dead["lr"], [worst] * len(dead), "x", color=color, ms=7)
+        ax.plot([row["best_lr"]], [row["tuned"]], marker="*", ms=12, color=color, mec="black", mew=0.6)
+        if isinstance(row["edge"], str):
+            ax.plot([row["best_lr"]], [row["tuned"]], marker="o", ms=16, mfc="none", mec="red", mew=1.0)
+    ax.set_xscale("log", base=2)
+    tried = np.sort(curves["lr"].unique())
+    if len(tried) <= 12:  # the lrs tried as the ticks, in the units they were set in
+        ax.set_xticks(tried, [f"{lr:.3g}" for lr in tried])
+        ax.minorticks_off()
+    ax.set_xlabel("peak learning rate (train.lr)")
+    ax.set_ylabel(style.score_label(table, score))
+    ax.grid(alpha=0.3)
+    edges = int(best["edge"].notna().sum())
+    sub = ("mean over seeds at each lr; * best lr; x diverged" + (f"; red ring: best at the edge of the grid "
+                                                                    f"({edges}): widen the grid" if edges else ""))
+    if by_family:
+        extra = [(Line2D([], [], ls="", marker="*", color="#777777", mec="black", ms=10), "best lr")]
+        if bound.any():
+            extra.append(style.bound_handle())
+        keys.legend(ax, extra)
+        sub = (f"colour: {keys.colour}; " + (f"marker: {style.AXIS_NAMES.get(keys.marker, keys.marker)}; "
+                                              if keys.marker else "") + sub)
+    else:  # two configurations share a family and a depth: one colour per configuration, and the key says so
+        style.legends_outside(ax, "configuration (colour)")
+    style.set_title(fig, "Score against learning rate" + (f" ({note})" if note else ""), style.wrap_text(sub, 100))
+    style.settle_layout(fig)
     return fig
 
 

@@ -1,6 +1,7 @@
 """Values out of one result.json, as the results table's columns read them: numbers, the model section in
 today's spelling, the lm-eval scores per task and per suite, and the functions analysis.schema names as the
-sources of its derived columns (each docstring says what it reads).
+sources of its derived columns (each docstring says what it reads; a metric's reader is named by its entry in
+slm.metrics, whose `where` the results table's documentation shows).
 
 Nothing here knows the table's layout: analysis.schema declares the columns, analysis.collect walks the runs
 and builds the table.
@@ -16,21 +17,10 @@ from pathlib import Path
 
 from analysis.readers import BadFile, shown
 from slm.eval import RENAMED_TASKS
+from slm.metrics import BOUND, NELBO, NLL_KINDS, chance_level
 from slm.renames import TRAIN_MOVED, RenameError, upgrade_model_fields, upgrade_train_fields
 from slm.runs.record import RESULT_FILE
 from slm.runs.status import live_status
-
-KNOWN_CHANCE = {
-    "slm_shakespeare_mc": 0.25,  # the true line end and 3 distractors (slm/eval/offline_tasks.py)
-    "hellaswag": 0.25, "mmlu": 0.25,  # 4 endings / 4 letters in every document
-    "piqa": 0.5, "winogrande": 0.5,  # 2 solutions / 2 options in every document
-}
-"""Random-guess accuracy of multiple-choice tasks whose every document has the same number of choices, for
-records written before the evaluation recorded it (eval.lm_eval.details[task].chance). Tasks not listed
-(arc_challenge: 3 to 5 choices; truthfulqa_mc2: not an argmax accuracy; generation tasks) get no chance
-level unless their record has one."""
-CHANCE_METRICS = ("acc", "acc_norm")
-"""Headline metrics for which a chance level means something (argmax accuracies)."""
 
 
 def number(value):
@@ -118,14 +108,11 @@ def task_stderr(details: dict, metric: str | None) -> float | None:
 
 
 def chance_of(task: str, details: dict, metric: str | None) -> float | None:
-    """The chance level of a task's headline score: the record's own (slm.eval.run.chance_level), else
-    KNOWN_CHANCE; None unless the headline metric is an argmax accuracy (acc, acc_norm)."""
-    if (metric or "").split(",")[0] not in CHANCE_METRICS:
-        return None
+    """The chance level of a task's headline score (slm.metrics.chance_level): the record's own
+    (slm.eval.summary.chance_level), else slm.metrics.TASKS'; None unless the headline metric has one (an argmax
+    accuracy: acc, acc_norm)."""
     level = number(details.get("chance"))
-    if level is None or not math.isfinite(level):
-        level = KNOWN_CHANCE.get(task)
-    return level
+    return chance_level(task, metric, level if level is not None and math.isfinite(level) else None)
 
 
 def average_members(lm: dict, config: dict, suite: str) -> list[str] | None:
@@ -318,19 +305,24 @@ def moe_max_load(r):
 
 
 def val_nll_kind(r):
-    """eval.val_nll_kind (nll for records before it)"""
+    """eval.val_nll_kind (slm.metrics.NELBO's default, nll, for records before it)"""
     kind = get(r.record, ("eval", "val_nll_kind"))
-    return kind or ("nll" if number(get(r.record, ("eval", "val_nll"))) is not None else None)
+    return kind or (NELBO.default if number(get(r.record, ("eval", "val_nll"))) is not None else None)
+
+
+def _bound(r) -> bool:
+    """Whether the run's val_nll is a bound (slm.metrics.NLL_KINDS: a NELBO)."""
+    return NLL_KINDS.get(val_nll_kind(r)) == BOUND
 
 
 def val_ppl(r):
     """eval.val_ppl of a run whose val_nll is exact"""
-    return None if val_nll_kind(r) == "nelbo" else number(get(r.record, ("eval", "val_ppl")))
+    return None if _bound(r) else number(get(r.record, ("eval", "val_ppl")))
 
 
 def val_ppl_bound(r):
     """eval.val_ppl_bound, else (records before it) eval.val_ppl, of a diffusion run"""
-    if val_nll_kind(r) != "nelbo":
+    if not _bound(r):
         return ABSENT
     ev = r.record.get("eval") or {}
     return number(ev.get("val_ppl_bound", ev.get("val_ppl")))
@@ -365,7 +357,7 @@ def samples(r, task):
 
 
 def chance(r, task):
-    """eval.lm_eval.details[task].chance, else KNOWN_CHANCE (analysis.records)"""
+    """eval.lm_eval.details[task].chance, else slm.metrics.TASKS"""
     return chance_of(task, r.details(task), r.metric(task))
 
 

@@ -9,7 +9,9 @@ differences are within noise, and how far runs solved for a parameter budget lan
     build_report("runs/cpu_default/results.parquet", "runs/cpu_default/report")   # -> .../report.html
 
 Layout of out_dir:
-  report.md, report.html     the same content; report.md links the figures, report.html embeds them (PNG
+  report.md, report.html     the same content, rendered from one list of blocks (document(): headings, notes,
+                             paragraphs with their bullets, tables, figures; analysis.document renders each block
+                             to Markdown and to HTML); report.md links the figures, report.html embeds them (PNG
                              as data URIs, so the file is whole on its own; each links its SVG)
   figures/<plot>.png, .svg   the plots that have data (analysis.plots.draw_all; the Summary names any not drawn)
 
@@ -20,23 +22,29 @@ section, a figure's caption and the claims table quote the same result; the appe
 
 from __future__ import annotations
 
-import base64
-import html
-import math
 import os
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
 
-from analysis import plot_style as style
-from analysis.collect import ALL_STATUSES, average_members, higher_is_better, load_results, single_task_average
+import analysis.document as doc
+import analysis.plot_style as style
+from analysis.claims import judge, seeds_summary
+from analysis.collect import ALL_STATUSES, load_results
+from analysis.document import fmt as _fmt, html_table, markdown_table  # noqa: F401 (re-exported: ladder, ...)
+from analysis.labels import run_labels
+from analysis.metrics import (LOSS, average_members, bound_rows, higher_is_better, metric, name_of, nll_column,
+                              single_task_average)
+from analysis.paired import PairedError, paired_groups
 from analysis.plots import FILE_NAMES, TITLES, draw_all, drawn_line, score_label
 from analysis.plots import skipped as not_drawn
+from analysis.schema import budget_flags, role_of
 from analysis.study import SHARED, Study, analyse
 from analysis.thresholds import BEST_Z, best_per_family, nll_frontier
-from analysis.tiers import describe_gap, format_p, run_labels
+from analysis.tiers import describe_gap, format_p, units_of
 from analysis.tuning import at_best_lr, lr_labels, lr_varies
+from slm.metrics import METRICS
 
 FIGURES = "figures"
 TIER_METHOD = ("Tiers: configurations (seeds pooled) sorted by score and cut at the largest gaps; a split is kept only "
@@ -48,68 +56,31 @@ THRESHOLD_METHOD = ("Threshold: the cut on the axis with the largest standardise
                     "p-value over all cuts (scores shuffled across configurations), found when p < 0.05.")
 
 
-def _fmt(value, digits: int = 4) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
-        return ""
-    if isinstance(value, bool):
-        return str(value)
-    if isinstance(value, int) or (isinstance(value, float) and value.is_integer() and abs(value) < 1e10):
-        return f"{int(value):,}"
-    if isinstance(value, float):
-        if abs(value) >= 1e6:
-            return f"{value:.3g}"
-        return f"{value:.{digits}g}"
-    return str(value)
-
-
-def markdown_table(frame: pd.DataFrame) -> str:
-    """A GitHub-flavoured Markdown table (no extra dependency)."""
-    if frame.empty:
-        return "_(none)_\n"
-    cols = [str(c) for c in frame.columns]
-    lines = ["| " + " | ".join(cols) + " |", "| " + " | ".join("---" for _ in cols) + " |"]
-    for _, row in frame.iterrows():
-        cells = [_fmt(v).replace("|", "\\|").replace("\n", " ") for v in row]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def html_table(frame: pd.DataFrame) -> str:
-    if frame.empty:
-        return "<p><em>(none)</em></p>"
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in row) + "</tr>"
-                   for _, row in frame.iterrows())
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
 def _percent(value) -> str:
     return "" if value is None or pd.isna(value) else f"{float(value):+.1%}"
 
 
-def budget_flags(table: pd.DataFrame) -> pd.Series:
-    """True for runs whose parameter count landed farther from their budget than their tolerance
-    (|budget_error| > budget_tolerance); False otherwise (no budget, or a tolerance of None: any distance)."""
-    if "budget_error" not in table:
-        return pd.Series(False, index=table.index)
-    error = pd.to_numeric(table["budget_error"], errors="coerce").abs()
-    tolerance = pd.to_numeric(table.get("budget_tolerance", pd.Series(index=table.index, dtype=float)),
-                              errors="coerce")
-    return (error.notna() & tolerance.notna() & (error > tolerance)).astype(bool)
+def _short(column: str) -> str:
+    """A metric's header in the report's tables (slm.metrics: its `short`), else the column's name."""
+    entry = metric(column)
+    return entry.short if entry is not None and entry.short else column
 
 
 def run_table(table: pd.DataFrame, score: str | None) -> pd.DataFrame:
-    """One line per run: label, status and the key numbers."""
+    """One line per run: label, status and the key numbers (the validation loss, its bits per byte where recorded
+    and its kind where some are bounds, and the score)."""
     out = pd.DataFrame({"run": run_labels(table) if len(table) else []})
     sparse = "params_active" in table and (table["params_active"] != table["params_total"]).any()
+    loss = metric(LOSS)
+    per_byte = loss.across_tokenizers if loss.across_tokenizers in table and \
+        table[loss.across_tokenizers].notna().any() else None
+    kind = loss.bound_when.column if loss.bound_when is not None and bound_rows(table, LOSS).any() else None
     for column, name in (("status", "status"), ("family", "family"), ("n_layers", "layers"), ("d_model", "d_model"),
                          ("params_active" if sparse else "params_total", "active params" if sparse else "params"),
                          ("params_total" if sparse else None, "total params"),
-                         ("train_flops", "train FLOPs"), ("val_nll", "val NLL"),
-                         ("val_bpb" if "val_bpb" in table and table["val_bpb"].notna().any() else None, "val bits/byte"),
-                         ("val_nll_kind" if {"nelbo"} <= set(table.get("val_nll_kind", pd.Series(dtype=str)).dropna())
-                          else None, "val NLL kind"),
-                         (None if score in ("val_nll", "val_bpb") else score, score),
+                         ("train_flops", "train FLOPs"), (LOSS, _short(LOSS)),
+                         (per_byte, _short(loss.across_tokenizers)), (kind, _short(kind) if kind else None),
+                         (None if score in (LOSS, loss.across_tokenizers) else score, score),
                          ("decode_tokens_per_s", "decode tok/s")):
         if column and column in table and name not in out:
             out[name] = table[column].to_numpy()
@@ -134,7 +105,7 @@ def uncertainty_lines(table: pd.DataFrame, score: str) -> list[str]:
     elif errors.notna().any():
         lines.append("Uncertainty: intervals are 95% (1.96 x lm-eval's standard error of the score over the task's "
                      "documents); seeds add their spread where a configuration has several.")
-    elif score.startswith(("score_", "avg_")):
+    elif metric(score) is not None and metric(score).stderr:  # recorded where there is one: none here
         lines.append(f"Uncertainty: no standard error is recorded for {score}"
                      + (" (a task of the average has none)" if score.startswith("avg_") else "")
                      + "; only repeated seeds can show its noise, so differences below are not tested against it.")
@@ -156,7 +127,7 @@ def chance_lines(table: pd.DataFrame) -> list[str]:
             continue
         scored = pd.to_numeric(rows[column], errors="coerce").notna()
         near = style.near_chance(rows, column) & scored
-        text = f"**{column}** ({style.short_name(column)}): chance {level:.3g}; "
+        text = f"**{column}** ({name_of(column)}): chance {level:.3g}; "
         if near.all():
             text += f"every run ({int(scored.sum())}) is within noise of chance: these scores say nothing yet."
         elif near.any():
@@ -203,9 +174,6 @@ def _paired_column(table: pd.DataFrame, score: str, best: pd.DataFrame) -> list 
     """Per family, the best configuration against its runner-up on the documents both scored (analysis.paired:
     seeds averaged per document, paired bootstrap and McNemar / t-test); None when the score is not one lm-eval
     task's or no run kept per-document results."""
-    from analysis.paired import PairedError, paired_groups
-    from analysis.tiers import units_of
-
     if not score.startswith("score_") or "run_dir" not in table:
         return None
     task = score[len("score_"):]
@@ -314,19 +282,17 @@ def lr_blocks(table: pd.DataFrame, score: str, study: Study | None = None) -> li
 def claims_blocks(table: pd.DataFrame, score: str, study: Study | None = None) -> list:
     """The study's claims judged on these runs (analysis.claims): supported, not supported or not testable; the
     tiers and the threshold are the sections' own results (analysis.study)."""
-    from analysis.claims import seeds_summary
-
     study = study if study is not None and study.score == score else analyse(table, score)
     return ["Each claim of a depth x width study, tested on these runs (analysis/claims.py says how; the tiers and "
             "the threshold are the results of the sections above): " + seeds_summary(table, score) + ".",
-            study.claims(score)]
+            judge(table, score, study=study)]
 
 
 def chance_blocks(table: pd.DataFrame, headline) -> list:
     """The scores read against their chance level; for a metric at chance for the study (analysis.headline),
     a table of its configurations nearest and farthest from chance."""
     lines = chance_lines(table)
-    rows = [{"metric": c.column, "name": style.short_name(c.column), "chance": c.chance,
+    rows = [{"metric": c.column, "name": name_of(c.column), "chance": c.chance,
              "configurations within noise of chance": f"{c.near_chance} of {c.configurations}"}
             for c in headline.at_chance]
     if rows:
@@ -339,7 +305,7 @@ def _tier_blocks(study: Study, table: pd.DataFrame) -> list:
     """The Tiers section: the study's tiers of the headline metric (and of the validation loss), and where the
     claims' single 2-tier test reads otherwise than the search, both."""
     blocks: list = ["How tiers are decided: appendix."]
-    for column in dict.fromkeys([study.score, style.nll_column(table)]):
+    for column in dict.fromkeys([study.score, nll_column(table)]):
         if column not in table or table[column].notna().sum() == 0:
             continue
         result = study.tiers(column)  # a diffusion bound apart from exact NLLs
@@ -416,14 +382,13 @@ def sections(table: pd.DataFrame, results_path: str, score: str | None = None, s
                          "peak resident set size (ru_maxrss), which only grows over every job the process ran (a "
                          "local sweep runs many), so it would show job order, not the model: it is left out.")
     out.append(("Decode speed", blocks))
-    loss = style.nll_column(table)
+    loss = nll_column(table)
     front = nll_frontier(table, y=loss)
     blocks = []
     if len(front):
         frame = pd.DataFrame({"run": run_labels(table).loc[front.index].to_numpy(),
-                              "train FLOPs": front["train_flops"].to_numpy(),
-                              "val NLL" if loss == "val_nll" else "val bits/byte": front[loss].to_numpy()})
-        bounds = style.is_bound(style.completed_runs(table))
+                              "train FLOPs": front["train_flops"].to_numpy(), _short(loss): front[loss].to_numpy()})
+        bounds = bound_rows(style.completed_runs(table), loss)
         blocks.append("Runs that no other run beats on both training compute and validation NLL"
                       + (" (a diffusion NELBO is a bound, never on the frontier of exact NLLs)"
                          if bounds.any() and (~bounds).any() else "") + ":")
@@ -447,76 +412,23 @@ def sections(table: pd.DataFrame, results_path: str, score: str | None = None, s
     return out
 
 
-def _markdown(title: str, parts: list, generated: str, captions: dict | None = None) -> str:
+def document(title: str, parts: list, generated: str, captions: dict | None = None) -> list[doc.Block]:
+    """The report as one list of blocks (analysis.document), made once and rendered to both files: the title, the
+    note of when it was made, then each section's heading and blocks (sections(): a str is a paragraph, its "- "
+    lines bullets; a DataFrame a table; ("figure", kind) the plot's figure with its caption)."""
     captions = captions or {}
-    text = [f"# {title}\n", f"_Generated {generated} by slm-report._\n"]
-    for heading, blocks in parts:
-        text.append(f"\n## {heading}\n")
-        for block in blocks:
+    blocks: list[doc.Block] = [doc.Heading(title, 1), doc.Note(f"Generated {generated} by slm-report.")]
+    for heading, section in parts:
+        blocks.append(doc.Heading(heading))
+        for block in section:
             if isinstance(block, pd.DataFrame):
-                text.append(markdown_table(block))
+                blocks.append(doc.Table(block))
             elif isinstance(block, tuple):
                 kind = block[1]
-                text.append(f"![{TITLES[kind]}]({FIGURES}/{FILE_NAMES[kind]}.png)\n")
-                if captions.get(kind):
-                    text.append(f"_{captions[kind]}_\n")
+                blocks.append(doc.Figure(TITLES[kind], f"{FIGURES}/{FILE_NAMES[kind]}", captions.get(kind, "")))
             else:
-                text.append(block + "\n")
-    return "\n".join(text)
-
-
-_CSS = """body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-width:1100px;margin:2em auto;
-padding:0 1em;color:#222;line-height:1.45}table{border-collapse:collapse;margin:0.8em 0;font-size:0.88em}
-th,td{border:1px solid #ccc;padding:0.25em 0.55em;text-align:left}th{background:#f2f2f2}
-img{max-width:100%;border:1px solid #eee;margin:0.5em 0}figure{margin:0.5em 0}code{background:#f4f4f4;padding:0 0.2em}
-.note{color:#666;font-size:0.9em}"""
-
-
-def _embedded(figures: Path, kind: str, caption: str = "") -> str:
-    """The figure as an <img> the HTML file carries itself (PNG in a data URI), linking its SVG, with its caption
-    (the statistics behind it); a plain link to the PNG when the file is not there."""
-    png = figures / f"{FILE_NAMES[kind]}.png"
-    alt = html.escape(TITLES[kind])
-    svg = f"{FIGURES}/{FILE_NAMES[kind]}.svg"
-    if not png.is_file():
-        return f"<img src='{FIGURES}/{FILE_NAMES[kind]}.png' alt='{alt}'>"
-    data = base64.b64encode(png.read_bytes()).decode("ascii")
-    text = f"{alt}" + (f": {html.escape(caption)}" if caption else "")
-    return (f"<figure><img src='data:image/png;base64,{data}' alt='{alt}'>"
-            f"<figcaption class='note'>{text} (<a href='{svg}'>SVG</a>)</figcaption></figure>")
-
-
-def _html(title: str, parts: list, generated: str, figures: Path | None = None,
-          captions: dict | None = None) -> str:
-    import re
-
-    captions = captions or {}
-
-    def inline(text: str) -> str:
-        text = html.escape(text)
-        text = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", text)
-        return re.sub(r"`(.+?)`", r"<code>\1</code>", text)
-
-    body = [f"<h1>{html.escape(title)}</h1>",
-            f"<p class='note'>Generated {generated} by slm-report.</p>"]
-    for heading, blocks in parts:
-        body.append(f"<h2>{html.escape(heading)}</h2>")
-        for block in blocks:
-            if isinstance(block, pd.DataFrame):
-                body.append(html_table(block))
-            elif isinstance(block, tuple):
-                kind = block[1]
-                body.append(_embedded(figures, kind, captions.get(kind, "")) if figures is not None else
-                            f"<img src='{FIGURES}/{FILE_NAMES[kind]}.png' alt='{html.escape(TITLES[kind])}'>")
-            else:
-                lines = block.split("\n")
-                items = [line[2:] for line in lines if line.startswith("- ")]
-                head = [line for line in lines if not line.startswith("- ")]
-                body += [f"<p>{inline(line)}</p>" for line in head]
-                if items:
-                    body.append("<ul>" + "".join(f"<li>{inline(i)}</li>" for i in items) + "</ul>")
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{_CSS}</style></head><body>{''.join(body)}</body></html>\n")
+                blocks.append(doc.Paragraph.of(block))
+    return blocks
 
 
 REQUIRED_COLUMNS = ("run", "status")
@@ -526,11 +438,10 @@ REQUIRED_COLUMNS = ("run", "status")
 def check_table(table: pd.DataFrame) -> None:
     """ValueError naming what a results table lacks for a report: the columns slm-collect always writes, and at
     least one metric column (its values may all be missing: runs that failed are still reported)."""
-    from analysis.schema import role_of
-
     missing = [c for c in REQUIRED_COLUMNS if c not in table]
     if not any(role_of(str(c)) == "metric" for c in table.columns):
-        missing.append("a metric (val_nll, val_bpb, test_nll, score_<task> or avg_<suite>)")
+        scores = [m.name for m in METRICS.values() if m.is_score]  # slm.metrics
+        missing.append(f"a metric ({', '.join(scores[:-1])} or {scores[-1]})")
     if missing:
         raise ValueError(f"not a results table: it lacks the column(s) {', '.join(missing)} (it has "
                          f"{', '.join(map(str, table.columns[:8]))}{', ...' if len(table.columns) > 8 else ''}); "
@@ -558,7 +469,8 @@ def write_report(results_path: str | os.PathLike, out_dir: str | os.PathLike, sc
     captions = {kind: style.caption(fig) for kind, (fig, _) in drawn.items() if kind not in skipped}
     parts = sections(table, str(results_path), score, study=study, skipped=skipped)
     generated = datetime.now(timezone.utc).isoformat(timespec="seconds")  # the same stamp in both files
-    (out_dir / "report.md").write_text(_markdown(title, parts, generated, captions))
+    blocks = document(title, parts, generated, captions)
+    (out_dir / "report.md").write_text(doc.markdown(blocks))
     path = out_dir / "report.html"
-    path.write_text(_html(title, parts, generated, out_dir / FIGURES, captions))
+    path.write_text(doc.html(blocks, out_dir / FIGURES))
     return path, skipped

@@ -12,7 +12,9 @@ Roles of a column:
                analysis.tuning; lr_multiplier says which lr was the sweep's shared one).
   count        sizes and budgets derived from the config (params_*, flops_per_token, tokens, budget_*)
   derived      model-section notes and multipliers derived from the config: equal for equal configs
-  metric       what was measured: val_*, test_*, every lm-eval column (score_, stderr_, ... prefixes)
+  metric       what was measured: val_*, test_*, every lm-eval column (score_, stderr_, ... prefixes); declared
+               in slm.metrics (METRICS: with its direction, unit, bound rule, chance and standard error), from
+               which columns() makes their columns
   training     how the training went (wall time, throughput, MFU, divergence, routing balance)
   throughput   the decode measurement
   provenance   device, git revision, time
@@ -26,6 +28,7 @@ otherwise split runs that differ only by seed into separate configurations).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,9 +36,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import records as read
+import analysis.records as read
 from analysis.readers import BadFile, is_number, shown
 from analysis.records import ABSENT, Record, get, number, scalar
+from slm.metrics import BY_METRIC, LM_EVAL, METRICS, PER_RUN, TASKS, Metric
 from slm.runs.record import RESULT_FILE
 from slm.runs.status import ORDER
 
@@ -78,6 +82,8 @@ class Column:
     block: str | None = None
     """Where the table shows it (BLOCKS), after the config axes; None: after every block, in the order the
     columns first appear."""
+    described: str = ""
+    """The source in words where it is a function (else the function's docstring)."""
 
     @property
     def prefix(self) -> str | None:
@@ -108,7 +114,7 @@ class Column:
         if isinstance(self.source, tuple):
             return ".".join(self.source)
         if callable(self.source):
-            return " ".join((self.source.__doc__ or "").split())
+            return self.described or " ".join((self.source.__doc__ or "").split())
         return self.source
 
 
@@ -120,7 +126,7 @@ throughput and training, the other columns, and the tail."""
 # ---------------------------------------------------------------------------------------------- the columns
 
 
-COLUMNS: tuple[Column, ...] = (
+_BEFORE_METRICS: tuple[Column, ...] = (
     # identity
     Column("run", "identity", "run directory relative to the collected root", read.run, "text", "identity"),
     Column("sweep", "identity", "run group (the folder above the run)", read.sweep, "text", "identity"),
@@ -201,45 +207,14 @@ COLUMNS: tuple[Column, ...] = (
     Column("train_other_cores", "training", "CPU time other processes used while the run trained (its last "
            "session), in cores (0: an otherwise idle machine; empty: not recorded)",
            ("training", "other_cores_busy"), block="training"),
-    # metrics
-    Column("val_nll", "metric", "validation NLL (nats/token), or for a masked-diffusion run its NELBO: see "
-           "val_nll_kind", ("eval", "val_nll"), block="metrics"),
-    Column("val_nll_kind", "metric", "nll: an exact NLL; nelbo: a masked-diffusion upper bound on the NLL (not "
-           "comparable with nll)", read.val_nll_kind, "text", "metrics"),
-    Column("val_ppl", "metric", "validation perplexity (exp of val_nll) of a run whose val_nll is an exact NLL",
-           read.val_ppl, block="metrics"),
-    Column("val_ppl_bound", "metric", "exp of a masked-diffusion run's val_nll (a NELBO): an upper bound on its "
-           "perplexity (a column only where some run has one)", read.val_ppl_bound, block="metrics"),
-    Column("val_bpb", "metric", "validation NLL in bits per UTF-8 byte of text (val_nll / ln 2 / "
-           "val_bytes_per_token): comparable across tokenizers; a bound when val_nll is one",
-           ("eval", "val_bpb"), block="metrics"),
-    Column("val_step", "metric", "the step val_nll was measured at", ("eval", "val_step"), block="metrics"),
-    Column("test_nll", "metric", "test NLL (nats/token) of the first train.eval_windows windows of the test split",
-           ("eval", "test_nll")),
-    Column("test_targets", "metric", "tokens scored for test_nll", ("eval", "test_targets")),
-    Column("test_bpb", "metric", "test NLL in bits per UTF-8 byte (train.eval_windows runs)", ("eval", "test_bpb")),
-    Column("val_bytes_per_token", "metric", "UTF-8 bytes of text per token of the validation split (the mix's "
-           "sources weighted)", ("eval", "val_bytes_per_token")),
-    Column("test_bytes_per_token", "metric", "UTF-8 bytes of text per token of the test split",
-           ("eval", "test_bytes_per_token")),
+    # metrics: slm.metrics.METRICS, here (columns())
+)
+
+_AFTER_METRICS: tuple[Column, ...] = (
     Column("epochs", "config", "training length in epochs (train.length.epochs; empty: steps or tokens)", read.train("epochs"),
            "integer"),
     Column("windows_per_epoch", "config", "training windows per epoch (train.length.windows_per_epoch)",
            read.train("windows_per_epoch"), "integer"),
-    # lm-eval, per task and per suite
-    Column("score_<task>", "metric", "headline lm-eval value of the task (metric_<task> names it)", read.score),
-    Column("stderr_<task>", "metric", "lm-eval's standard error of score_<task>", read.stderr),
-    Column("metric_<task>", "metric", "lm-eval's \"metric,filter\" key of the headline value", read.metric, "text"),
-    Column("samples_<task>", "metric", "documents scored", read.samples),
-    Column("chance_<task>", "metric", "random-guess accuracy of a multiple-choice task (mean over its documents of "
-           "1 / choices); empty for other tasks", read.chance),
-    Column("avg_<suite>", "metric", "mean headline score of the suite's averaged tasks", read.suite_average),
-    Column("tasks_avg_<suite>", "metric", "the tasks averaged into avg_<suite>, comma-separated", read.suite_tasks,
-           "text"),
-    Column("stderr_avg_<suite>", "metric", "standard error of avg_<suite>: sqrt(sum of the tasks' stderr^2) / k, "
-           "assuming independent tasks; empty when a task has no stderr", read.suite_stderr),
-    Column("chance_avg_<suite>", "metric", "mean chance level of the averaged tasks (when every one has one)",
-           read.suite_chance),
     # throughput
     Column("decode_tokens_per_s", "throughput", "batch-1 decode speed (tokens/s)",
            read.throughput("decode_tokens_per_s"), block="throughput"),
@@ -284,13 +259,36 @@ COLUMNS: tuple[Column, ...] = (
            "tail"),
     Column("run_dir", "identity", "the run directory as collected", read.run_dir, "text", "tail"),
     # annotations
-    Column("label", "annotation", "a short name of the configuration (analysis.tiers.run_labels)", ANALYSIS, "text"),
+    Column("label", "annotation", "a short name of the configuration (analysis.labels.run_labels)", ANALYSIS, "text"),
     Column("tier", "annotation", "tier rank, 1 = best (analysis.tiers)", ANALYSIS, "integer"),
     Column("unit", "annotation", "the configuration a run's score is pooled into (analysis.tiers.units_of)",
            ANALYSIS, "integer"),
     Column("config_key", "annotation", "one string naming a configuration (config_keys)", ANALYSIS, "text"),
 )
-"""Every column, in the order the collector writes them (which orders the columns outside BLOCKS)."""
+
+
+def metric_column(entry: Metric) -> Column:
+    """The results-table column of a metric (slm.metrics): read from its record path, or by its reader in
+    analysis.records (the entry's `where` says what that reads)."""
+    source = entry.source if isinstance(entry.source, tuple) else getattr(read, entry.source)
+    return Column(entry.name, "metric", entry.doc, source, entry.value, entry.block, entry.where)
+
+
+@functools.lru_cache(maxsize=8)
+def _columns(metrics: tuple[Metric, ...]) -> tuple[Column, ...]:
+    return (*_BEFORE_METRICS, *map(metric_column, metrics), *_AFTER_METRICS)
+
+
+def columns() -> tuple[Column, ...]:
+    """Every column, in the order the collector writes them (which orders the columns outside BLOCKS): the
+    declarations here with the metrics of slm.metrics.METRICS (as registered now) after the training columns."""
+    return _columns(tuple(METRICS.values()))
+
+
+def __getattr__(name: str):
+    if name == "COLUMNS":  # every column, as columns() (the registry may grow at run time)
+        return columns()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 LEADING_AXES = ("family", "n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "position", "norm",
                 "norm_placement", "mlp", "layer_types", "mlp_types", "moe_n_experts", "moe_top_k", "qk_norm",
@@ -302,29 +300,35 @@ blocks, in the record's order)."""
 MODEL_SKIPPED = ("flops_convention",)
 """Model-section fields that are no column (the same text for every run)."""
 
-_BY_NAME = {c.name: c for c in COLUMNS if c.prefix is None}
-_MODEL_FIELD = next(c for c in COLUMNS if c.name == "<field>")
-_PATTERNS = sorted((c for c in COLUMNS if c.prefix), key=lambda c: -len(c.prefix))
+_MODEL_FIELD = next(c for c in _BEFORE_METRICS if c.name == "<field>")
 _PREFIX_ROLES = (("params_", "count"), ("val_", "metric"), ("test_", "metric"))
 """Roles of undeclared names by prefix: a count or a measurement the collector does not read yet."""
 
-NUISANCE_AXES = tuple(c.name for c in COLUMNS if c.role == "nuisance")
+NUISANCE_AXES = tuple(c.name for c in _BEFORE_METRICS + _AFTER_METRICS if c.role == "nuisance")
 """Columns that vary between runs of one configuration: seeds are pooled, lrs searched (analysis.tuning)."""
-TRAIN_AXES = tuple(c.name for c in COLUMNS if c.role == "config" and c.source is not MODEL)
+TRAIN_AXES = tuple(c.name for c in _BEFORE_METRICS + _AFTER_METRICS if c.role == "config" and c.source is not MODEL)
 """Config columns that come from the training and data settings rather than the model section."""
+
+
+@functools.lru_cache(maxsize=8)
+def _index(all_columns: tuple[Column, ...]) -> tuple[dict, list]:
+    by_name = {c.name: c for c in all_columns if c.prefix is None}
+    patterns = sorted((c for c in all_columns if c.prefix), key=lambda c: -len(c.prefix))
+    return by_name, patterns
 
 
 def block(name: str) -> list[str]:
     """The declared columns of one of BLOCKS, in table order."""
-    return [c.name for c in COLUMNS if c.block == name]
+    return [c.name for c in columns() if c.block == name]
 
 
 def declared(name: str) -> Column | None:
     """The declaration a column name falls under (a pattern for score_hellaswag), None for a name not declared
     (a model field: the model section is open-ended)."""
-    if name in _BY_NAME:
-        return _BY_NAME[name]
-    return next((c for c in _PATTERNS if c.prefix and name.startswith(c.prefix)), None)
+    by_name, patterns = _index(columns())
+    if name in by_name:
+        return by_name[name]
+    return next((c for c in patterns if c.prefix and name.startswith(c.prefix)), None)
 
 
 def role_of(column: str) -> str:
@@ -358,10 +362,11 @@ def model_cells(model: dict) -> dict:
     cell (scalar; notes joined by "; "); a nested setting that is no declared column as <group>_<field>
     (group_used); MODEL_SKIPPED left out."""
     cells = {}
+    by_name = _index(columns())[0]
     for key, value in model.items():
         if key in MODEL_SKIPPED:
             continue
-        if isinstance(value, dict) and key not in _BY_NAME:
+        if isinstance(value, dict) and key not in by_name:
             if group_used(key, model):
                 cells.update({f"{key}_{name}": scalar(v) for name, v in value.items()})
             continue
@@ -421,11 +426,53 @@ def markdown() -> str:
     for role, what in ROLE_DOCS.items():
         lines += [f"## {role}", "", what[0].upper() + what[1:] + ".", "",
                   "| column | kind | source | what it is |", "| --- | --- | --- | --- |"]
-        for c in COLUMNS:
+        for c in columns():
             if c.role == role:
                 lines.append(f"| `{c.name}` | {c.kind} | {_cell(c.where())} | {_cell(c.doc)} |")
         lines.append("")
+        if role == "metric":
+            lines += _score_facts()
     return "\n".join(lines)
+
+
+def _score_facts() -> list[str]:
+    """The metric section's second table: how the analysis reads each score (slm.metrics)."""
+    def better(m: Metric) -> str:
+        return f"by its lm-eval metric ({m.lm_metric})" if m.direction == BY_METRIC else m.direction
+
+    def kind(m: Metric) -> str:
+        if m.kind != PER_RUN or m.bound_when is None:
+            return m.kind
+        return f"a bound where {m.bound_when.describe()}" + ("; compared on exact values only" if m.exact_only
+                                                             else "; bounds compared too, drawn hollow")
+
+    lines = ["### Scores", "",
+             "What the analysis reads of each metric that ranks runs (slm.metrics.METRICS: adding a metric is one "
+             "entry there, then this page is written again). lm-eval metrics: " + "; ".join(
+                 f"{m.name} ({m.label}, {m.direction}" + (", a fraction" if m.fraction else "")
+                 + (", chance level" if m.chance else "") + (", a bound under an ELBO" if m.elbo_bound else "") + ")"
+                 for m in LM_EVAL.values()) + ". Tasks with a known chance level (records before it was written): "
+             + ", ".join(f"{t.name} {t.chance:g}" for t in TASKS.values() if t.chance is not None) + ".", "",
+             "| metric | label | better | unit | exact or bound | standard error | chance | headline |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for m in METRICS.values():
+        if m.is_score:
+            lines.append(f"| `{m.name}` | {_cell(m.label)} | {_cell(better(m))} | {m.unit} | {_cell(kind(m))} | "
+                         f"{_cell(m.stderr or '')} | {_cell(m.chance or '')} | "
+                         + ("yes" + (f" ({m.across_tokenizers} where tokenizers differ)" if m.across_tokenizers
+                                     else "") if m.headline else "") + " |")
+    return lines + [""]
+
+
+def budget_flags(table: pd.DataFrame) -> pd.Series:
+    """True for runs whose parameter count landed farther from their budget than their tolerance
+    (|budget_error| > budget_tolerance); False otherwise (no budget, or a tolerance of None: any distance)."""
+    if "budget_error" not in table:
+        return pd.Series(False, index=table.index)
+    error = pd.to_numeric(table["budget_error"], errors="coerce").abs()
+    tolerance = pd.to_numeric(table.get("budget_tolerance", pd.Series(index=table.index, dtype=float)),
+                              errors="coerce")
+    return (error.notna() & tolerance.notna() & (error > tolerance)).astype(bool)
 
 
 def write_docs_page(path: Path = DOCS_PAGE) -> Path:

@@ -6,10 +6,11 @@ read one Study, so a test has one value wherever it is quoted.
     study.tiers("val_nll")                  # the Tiers section and figure (each configuration at its best lr)
     study.threshold()                       # the Hidden-size threshold section and figure (d_model)
     study.view("shared").tiers(study.score) # at the shared lr: the Learning rate section, the claims' "shared" rows
-    study.claims()                          # the claims table (analysis.claims), from the same results
+    judge(table, study=study)               # the claims table (analysis.claims), from the same results, kept here
 
-One rule for which runs a comparison uses (`comparable_rows`): completed runs with a value; where a validation
-loss holds exact NLLs and masked-diffusion NELBO bounds, the exact ones only (a bound is not an NLL). Views: "as
+One rule for which runs a comparison uses (`comparable_rows`, analysis.metrics): completed runs with a value;
+where a validation loss holds exact NLLs and masked-diffusion NELBO bounds, the exact ones only (a bound is not an
+NLL). Views: "as
 run" when every configuration ran at one lr; else "best" (each configuration at its best lr, analysis.tuning) and
 "shared" (at its shared lr). Tiers and thresholds use their modules' defaults (analysis.tiers.TierTest: 4000
 reference samples, 2000 redraws; 4000 permutations; seed `seed`), computed on first use and kept.
@@ -21,7 +22,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from analysis.headline import Headline, choose_headline, comparable_rows
+from analysis.headline import Headline, choose_headline
+from analysis.metrics import comparable_rows
 from analysis.thresholds import ThresholdResult, find_threshold
 from analysis.tiers import TierResult, find_tiers
 from analysis.tuning import lr_varies, rows_at
@@ -65,7 +67,7 @@ class Study:
     seed: int = 0
     views: dict = field(default_factory=dict)
     _verdict: object = field(default=None, repr=False)
-    _claims: dict = field(default_factory=dict, repr=False)
+    _computed: dict = field(default_factory=dict, repr=False)
 
     @property
     def score(self) -> str | None:
@@ -96,14 +98,12 @@ class Study:
             self._verdict = build_verdict(self.table, self.headline)
         return self._verdict
 
-    def claims(self, score: str | None = None) -> pd.DataFrame:
-        """The claims table of `score` (default: the headline metric), analysis.claims.judge on this study."""
-        from analysis.claims import judge
-
-        score = score or self.score
-        if score not in self._claims:
-            self._claims[score] = judge(self.table, score, self.seed, study=self)
-        return self._claims[score]
+    def computed(self, key, make):
+        """A result made from this study once and kept (make() on first use): what a reader of the study computes
+        from it, e.g. analysis.claims.judge's table, so every section quotes one value."""
+        if key not in self._computed:
+            self._computed[key] = make()
+        return self._computed[key]
 
 
 def analyse(table: pd.DataFrame, score: str | None = None, seed: int = 0, headline: Headline | None = None) -> Study:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from analysis.collect import higher_is_better as _higher_is_better
+from analysis.metrics import comparable_rows, higher_is_better as _higher_is_better
 from analysis.tiers import _draws, format_p, units_of
 
 CONFOUND_AXES = ("n_layers", "d_model", "params_active", "tokens", "layer_repeat", "context_length")
@@ -267,8 +267,6 @@ def nll_frontier(table: pd.DataFrame, x: str = "train_flops", y: str = "val_nll"
     the notebook share: completed runs with both values; where val_nll holds exact NLLs and diffusion bounds
     (val_nll_kind nelbo) the frontier is the exact runs' (a bound is an upper bound on an NLL, not comparable
     with one: never on their frontier). Sorted by x."""
-    from analysis.headline import comparable_rows
-
     rows = comparable_rows(table, y)
     if x not in rows:
         return rows.iloc[0:0]

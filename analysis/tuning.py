@@ -23,7 +23,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from analysis.collect import higher_is_better as _higher_is_better
+from analysis.labels import LABEL_AXES, run_labels
+from analysis.metrics import higher_is_better as _higher_is_better
 from analysis.schema import config_keys
 
 EDGE_LOW, EDGE_HIGH = "lowest lr tried", "highest lr tried"
@@ -152,75 +153,10 @@ def rows_at(table: pd.DataFrame, score: str, which: str = "tuned", higher_is_bet
 
 
 def lr_labels(table: pd.DataFrame, best: pd.DataFrame) -> pd.Series:
-    """A short label per configuration of `best` (analysis.tiers.run_labels of its first run, lr and seed left out)."""
-    from analysis.tiers import LABEL_AXES, run_labels
-
+    """A short label per configuration of `best` (analysis.labels.run_labels of its first run, lr and seed left
+    out)."""
     if best.empty:
         return pd.Series([], dtype=object)
     first = table.loc[list(best["first_run"])]
     labels = run_labels(first, [c for c in LABEL_AXES if c not in ("lr", "seed")])
     return pd.Series(labels.to_numpy(), index=best.index)
-
-
-def plot_lr(table: pd.DataFrame, score: str | None = None):
-    """Score against learning rate, one curve per configuration (mean over seeds; x: a diverged lr; *: the best
-    lr; a hollow ring: a best lr at the edge of the grid), keyed as every plot (colour = family, marker = depth)
-    where that tells the configurations apart, else one colour per configuration under a key that says so. A
-    placeholder (not drawn) when no configuration has several lrs."""
-    from matplotlib.lines import Line2D
-
-    from analysis import plot_style as style
-
-    score, note = style.choose_score(table, score)
-    if not score or not lr_varies(table, score):
-        return style.placeholder("Score against learning rate",
-                                 "every configuration ran at one lr: hydra.sweeper.lr_search=[0.25,0.5,1,2,4] adds an "
-                                 "lr axis per point")
-    hib = _higher_is_better(table, score)
-    curves, best = lr_curves(table, score), at_best_lr(table, score)
-    labels = lr_labels(table, best)
-    first = table.loc[list(best["first_run"])]
-    keys = style.PointKeys(table)
-    pairs = [(keys.colour_of(r), keys.marker_of(r)) for _, r in first.iterrows()]
-    by_family = bool(keys.colour) and len(set(pairs)) == len(pairs)  # colour = family, marker = depth, as everywhere
-    colors = ({labels[i]: c for i, (c, _) in zip(best.index, pairs)} if by_family else style.group_colors(labels)[0])
-    markers = {labels[i]: (m if by_family else "o") for i, (_, m) in zip(best.index, pairs)}
-    bound = style.bound_rows(first, score).to_numpy()
-    fig = style.new_figure(figsize=(8.0, 4.8), layout="constrained")
-    ax = fig.add_subplot(1, 1, 1)
-    finite = curves["mean"].dropna()
-    for j, (i, row) in enumerate(best.iterrows()):
-        curve = curves[curves["config_key"] == row["config_key"]].sort_values("lr")
-        color = colors[labels[i]]
-        ax.plot(curve["lr"], curve["mean"], marker=markers[labels[i]], ms=4, color=color, label=labels[i], lw=1.2,
-                **({"mfc": "none"} if bound[j] else {}))  # a bound hollow, as in every plot
-        dead = curve[curve["mean"].isna()]
-        if len(dead) and len(finite):
-            worst = finite.min() if hib else finite.max()
-            ax.plot(dead["lr"], [worst] * len(dead), "x", color=color, ms=7)
-        ax.plot([row["best_lr"]], [row["tuned"]], marker="*", ms=12, color=color, mec="black", mew=0.6)
-        if isinstance(row["edge"], str):
-            ax.plot([row["best_lr"]], [row["tuned"]], marker="o", ms=16, mfc="none", mec="red", mew=1.0)
-    ax.set_xscale("log", base=2)
-    tried = np.sort(curves["lr"].unique())
-    if len(tried) <= 12:  # the lrs tried as the ticks, in the units they were set in
-        ax.set_xticks(tried, [f"{lr:.3g}" for lr in tried])
-        ax.minorticks_off()
-    ax.set_xlabel("peak learning rate (train.lr)")
-    ax.set_ylabel(style.score_label(table, score))
-    ax.grid(alpha=0.3)
-    edges = int(best["edge"].notna().sum())
-    sub = ("mean over seeds at each lr; * best lr; x diverged" + (f"; red ring: best at the edge of the grid "
-                                                                    f"({edges}): widen the grid" if edges else ""))
-    if by_family:
-        extra = [(Line2D([], [], ls="", marker="*", color="#777777", mec="black", ms=10), "best lr")]
-        if bound.any():
-            extra.append(style.bound_handle())
-        keys.legend(ax, extra)
-        sub = (f"colour: {keys.colour}; " + (f"marker: {style.AXIS_NAMES.get(keys.marker, keys.marker)}; "
-                                              if keys.marker else "") + sub)
-    else:  # two configurations share a family and a depth: one colour per configuration, and the key says so
-        style.legends_outside(ax, "configuration (colour)")
-    style.set_title(fig, "Score against learning rate" + (f" ({note})" if note else ""), style.wrap_text(sub, 100))
-    style.settle_layout(fig)
-    return fig

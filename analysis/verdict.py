@@ -30,9 +30,13 @@ import numpy as np
 import pandas as pd
 from scipy.stats import t as student_t
 
-from analysis.collect import higher_is_better
-from analysis.headline import ALPHA, Headline, bounds_left_out, name_of, t_crit, units, welch_df
+from analysis.headline import ALPHA, Headline, t_crit, units, welch_df
+from analysis.labels import LABEL_AXES, run_labels
+from analysis.metrics import bounds_left_out, higher_is_better, metric, metric_of, name_of, task_names
 from analysis.plot_style import AXIS_NAMES, sweep_axis
+from analysis.schema import budget_flags
+from analysis.tiers import units_of
+from analysis.tuning import at_best_lr, lr_labels, lr_varies
 
 QUESTIONS = {"seeds": "the architectures (seed-to-seed spread)",
              "documents": "these two trained models, on these documents",
@@ -199,7 +203,8 @@ class Verdict:
         return text
 
     def _why_untested(self) -> str:
-        if self.column and self.column.startswith(("score_", "avg_")):
+        entry = metric(self.column) if self.column else None
+        if entry is not None and entry.stderr:  # its standard error is recorded where there is one
             return ("No standard error is recorded for it and each configuration ran one seed, so its noise is "
                     "unknown.")
         name = name_of(self.column)
@@ -297,17 +302,17 @@ def _names(labels: list[str], limit: int = 5) -> str:
 
 
 def document_task(table: pd.DataFrame, column: str) -> str | None:
-    """The lm-eval task whose per-document results test `column` pair by pair: the task of a score_<task>; for a
-    validation loss, the first task scored in bits per byte (the same quantity, the model's log-likelihood of
-    held-out text, on the task's documents); None otherwise."""
-    from analysis.collect import metric_of, task_names
-
-    if column.startswith("score_"):
-        return column[len("score_"):]
-    if column in ("val_nll", "val_bpb"):
-        return next((t for t in task_names(table)
-                     if (metric_of(table, f"score_{t}") or "").split(",")[0] == "bits_per_byte"), None)
-    return None
+    """The lm-eval task whose per-document results test `column` pair by pair (its entry's `documents`,
+    slm.metrics): the task of a score_<task>; for a validation loss, the first task scored in bits per byte (the
+    same quantity, the model's log-likelihood of held-out text, on the task's documents); None otherwise."""
+    entry = metric(column)
+    documents = entry.documents if entry is not None else None
+    if documents is None:
+        return None
+    if documents.startswith("<"):  # the task's own
+        return column[len(entry.prefix):]
+    return next((t for t in task_names(table)
+                 if (metric_of(table, f"score_{t}") or "").split(",")[0] == documents), None)
 
 
 def _paired(table: pd.DataFrame, column: str, better, worse) -> PairTest | None:
@@ -471,8 +476,6 @@ def _family_lines(v: Verdict, orders: dict, best_at: dict, others: list[str]) ->
 
 def _bound_lines(table: pd.DataFrame, column: str, ranked: pd.DataFrame) -> list[str]:
     """What each diffusion bound left out of the ranking does and does not settle."""
-    from analysis.tiers import LABEL_AXES, run_labels, units_of
-
     bounds = bounds_left_out(table, column)
     if bounds.empty or ranked.empty:
         return []
@@ -526,16 +529,12 @@ def _unsettled(v: Verdict) -> list[str]:
             if np.isfinite(rho) and abs(rho) >= 0.7:
                 out.append(f"Depth against width: they moved together (Spearman rho {rho:+.2f}, e.g. a fixed "
                            "parameter budget), so an effect of depth here is also one of width.")
-    from analysis.tuning import at_best_lr, lr_labels, lr_varies
-
     if column and lr_varies(table, column):
         best = at_best_lr(table, column)
         edge = best["edge"].notna()
         if edge.any():
             out.append(f"The best learning rate of {_names(list(lr_labels(table, best)[edge]))}: at the edge of its "
                        "grid, so its score is a bound on its best (section Learning rate).")
-    from analysis.report import budget_flags
-
     flags = budget_flags(table[table["status"] == "completed"] if "status" in table else table)
     if flags.any():
         out.append(f"{int(flags.sum())} run(s) landed outside their parameter-budget tolerance: their size differs "

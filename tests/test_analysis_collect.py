@@ -233,8 +233,10 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
-LIGHT_SLM = ("slm.runs", "slm.bad_input", "slm.pipes", "slm.renames", "slm.eval", "slm.eval.score_lines")
-"""What analysis may import of slm: modules that load neither torch nor lightning (slm.eval: its __init__ only)."""
+LIGHT_SLM = ("slm.runs", "slm.bad_input", "slm.pipes", "slm.renames", "slm.eval", "slm.eval.score_lines",
+             "slm.metrics")
+"""What analysis may import of slm: modules that load neither torch nor lightning (slm.eval: its __init__ only;
+slm.metrics: the metric registry, standard library only)."""
 
 
 def test_layering_analysis_imports_only_light_slm_modules_and_slm_never_imports_analysis():
@@ -244,6 +246,42 @@ def test_layering_analysis_imports_only_light_slm_modules_and_slm_never_imports_
         assert not bad, f"{path} imports {bad}"
     for path in (ROOT / "slm").rglob("*.py"):
         assert not [m for m in _imports(path) if m.split(".")[0] == "analysis"], path
+
+
+def _analysis_graph() -> dict[str, set[str]]:
+    """{module: the analysis modules it imports}, function-level imports included; `from analysis import x` imports
+    the package (its __init__) too."""
+    modules = {("analysis" if p.stem == "__init__" else f"analysis.{p.stem}"): p
+               for p in (ROOT / "analysis").glob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            edges |= {t for t in targets if t in modules and t != name}
+        graph[name] = edges
+    return graph
+
+
+def test_the_analysis_has_no_import_cycles():
+    """No two modules of analysis/ import each other, directly or through others (what two modules share lives in
+    the module it belongs to: metric facts in slm.metrics / analysis.metrics, labels in analysis.labels)."""
+    graph = _analysis_graph()
+
+    def reach(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in graph[todo.pop()] - seen:
+                seen.add(nxt)
+                todo.append(nxt)
+        return seen
+
+    cycles = sorted({m for m in graph if m in reach(m)})
+    assert not cycles, f"import cycles through {cycles}"
 
 
 def test_the_analysis_loads_neither_torch_nor_lightning():

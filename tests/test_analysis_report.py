@@ -137,3 +137,36 @@ def test_an_explicit_score_is_the_reports_headline(default_results, tmp_path, ca
     assert "**Shakespeare line endings** was chosen by the user (--score)" in md
     assert "| rank | configuration | Shakespeare line endings | 95% interval |" in md
     assert "chosen with --score" in md
+
+
+def test_markdown_and_html_are_rendered_from_one_list_of_blocks(results):
+    """The report is one list of blocks (analysis.report.document); each block renders itself to Markdown and to
+    HTML, so the two files hold the same headings, paragraphs, bullets, tables and figures in the same order."""
+    import html as html_
+    import re
+
+    import pandas as pd
+
+    from analysis import document as doc
+    from analysis.report import document, sections
+
+    blocks = [doc.Heading("Title", 1), doc.Note("Generated now by slm-report."), doc.Heading("A <section>"),
+              doc.Paragraph.of("**Bold** and `code`\n- first\n- second"), doc.Table(pd.DataFrame({"x": [1.5, 2000]})),
+              doc.Figure("Tiers", "figures/tiers", "a caption")]
+    md, page = doc.markdown(blocks), doc.html(blocks)
+    assert md == ("# Title\n\n_Generated now by slm-report._\n\n\n## A <section>\n\n**Bold** and `code`\n- first\n"
+                  "- second\n\n| x |\n| --- |\n| 1.5 |\n| 2,000 |\n\n![Tiers](figures/tiers.png)\n\n_a caption_\n")
+    assert ("<title>Title</title>" in page and "<h2>A &lt;section&gt;</h2>" in page
+            and "<p><strong>Bold</strong> and <code>code</code></p><ul><li>first</li><li>second</li></ul>" in page
+            and "<td>2,000</td>" in page and "<img src='figures/tiers.png' alt='Tiers'>" in page)
+    # a whole report: every block of the one list is in both renderings, in order
+    from analysis import load_results
+
+    parts = sections(load_results(results), str(results))
+    blocks = document("slm results", parts, "T", {"tiers": "the tiers' caption"})
+    assert [b.text for b in blocks if isinstance(b, doc.Heading) and b.level == 2] == [h for h, _ in parts]
+    md, page = doc.markdown(blocks), doc.html(blocks)
+    assert "_the tiers' caption_" in md
+    assert re.findall(r"^## (.+)$", md, re.M) == [html_.unescape(h) for h in re.findall(r"<h2>(.+?)</h2>", page)]
+    assert md.count("\n| --- |") + md.count("_(none)_") == page.count("<table>") + page.count("<em>(none)</em>")
+    assert md.count("![") == page.count("<img ") > 0

@@ -1,0 +1,70 @@
+"""Short labels of runs and configurations: what differs between the rows of a results table ("gpt2 L12 d512",
+"llama3 L32 d384 canon=AC"), the names the report, the plots, the tiers and the lr tables give them.
+
+    labels = run_labels(table)                     # one label per row
+    labels = run_labels(table, [c for c in LABEL_AXES if c != "seed"])   # a configuration's (seeds pooled)
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+LABEL_AXES = ["family", "n_layers", "d_model", "n_kv_heads", "position", "norm", "norm_placement", "mlp", "qk_norm",
+              "layer_types", "mlp_types", "canon_set", "layer_repeat", "context_length", "window_hidden", "objective",
+              "parametrization", "optimizer", "data", "tokenizer", "lr", "batch_size", "schedule", "max_steps", "seed"]
+"""Axes that may appear in a run's label (sizes derived from them, like head_dim or d_ff, never do)."""
+_SHORT = {"n_layers": "L", "d_model": "d", "seed": "seed ", "n_kv_heads": "kv", "max_steps": "steps="}
+
+
+def run_labels(table: pd.DataFrame, columns: list[str] | None = None, dedupe: bool = True) -> pd.Series:
+    """Short labels naming what differs between rows, e.g. "gpt2 L12 d512" or "llama3 L32 d384 canon=AC":
+    family, L<n_layers> and d<d_model> when they vary; any other axis of LABEL_AXES only where a row
+    differs from the most common value of its family (kv heads only for grouped-query attention), and
+    "seed N" when seeds vary. With
+    `dedupe`, rows that would share a label get their sweep folder added."""
+    columns = [c for c in (columns or LABEL_AXES) if c in table]
+    if not len(table):
+        return pd.Series([], dtype=object)
+    text = table[columns].map(lambda x: "" if x is None or x is pd.NA or (isinstance(x, float) and math.isnan(x))
+                              else str(int(x)) if isinstance(x, float) and x.is_integer() else str(x))
+    family = text["family"] if "family" in text else pd.Series("", index=table.index)
+    if "n_kv_heads" in text and "n_heads" in table:  # multi-head attention: kv heads = heads, nothing to say
+        mha = pd.to_numeric(table["n_kv_heads"], errors="coerce") == pd.to_numeric(table["n_heads"], errors="coerce")
+        text.loc[mha, "n_kv_heads"] = ""
+    core = [c for c in ("family", "n_layers", "d_model") if c in text and text[c].nunique() > 1]
+    others = [c for c in columns if c not in ("family", "n_layers", "d_model", "seed") and
+              (text.groupby(family)[c].nunique() > 1).any()]
+    tail = ["seed"] if "seed" in text and text["seed"].nunique() > 1 else []
+    mode = {c: text.groupby(family)[c].agg(lambda v: v.value_counts().index[0]) for c in others}
+
+    def one(i) -> str:
+        parts = []
+        for c in core:
+            value = text.at[i, c]
+            if value:
+                parts.append(value if c == "family" else f"{_SHORT[c]}{value}")
+        for c in others:
+            value = text.at[i, c]
+            if value == mode[c][family[i]] or (value == "" and c != "canon_set"):
+                continue
+            if c in _SHORT:
+                parts.append(f"{_SHORT[c]}{value}")
+            elif c == "canon_set":
+                parts.append(f"canon={value or '-'}")
+            else:
+                parts.append(f"{c}={value}")
+        for c in tail:
+            if text.at[i, c]:
+                parts.append(f"{_SHORT[c]}{text.at[i, c]}")
+        return " ".join(parts)
+
+    labels = pd.Series([one(i) for i in table.index], index=table.index, dtype=object)
+    empty = labels == ""
+    if empty.any() and "run" in table:
+        labels[empty] = table.loc[empty, "run"].astype(str).str.split("/").str[-1].str[:40]
+    if dedupe and labels.duplicated(keep=False).any() and "run" in table:
+        dup = labels.duplicated(keep=False)
+        labels[dup] = labels[dup] + " (" + table.loc[dup, "run"].astype(str).str.split("/").str[0].str[:24] + ")"
+    return labels
