@@ -7,14 +7,16 @@ its active parameters; dllm with train.objective=mdlm):
   train   tokens/s and MFU of the trainer's step, steady state: the median (min-max) over timed windows after
           the warm-up steps (which include the compile). The step is LanguageModelModule's: its model, objective
           and optimizer and schedule (configure_model compiles the model with the head and loss, as train.compile
-          does), run as a plain loop of objective.terms -> backward -> clip -> optimizer and schedule step, under
-          bf16 autocast as Lightning's bf16-mixed; the batches are random token windows already on the device
-          (Lightning's own overhead and the data loader's share are bench/train_overhead.py's). MFU is
+          does), run as a plain loop of slm.training.step.train_step (the module's step_loss -> backward -> clip ->
+          optimizer and schedule step), under bf16 autocast as Lightning's bf16-mixed; the batches are random token
+          windows already on the device (Lightning's own overhead and the data loader's share are
+          bench/train_overhead.py's). MFU is
           ThroughputMonitor's: count(cfg).flops_per_token x tokens/s / slm.training.hardware.peak_flops. Peak
           memory is torch.cuda.max_memory_allocated over the family's steps. `attention` is the backend each
           attention kind ran on in an eager forward at full context (slm.components.flex.backends_used; the
           compiled step applies the same rule at trace time: flex.attention_backends); `loss` the head + loss
-          path (slm.objectives.linear_ce.resolve_impl: liger, chunked or plain).
+          path the training batch takes (Objective.loss_impl, from the path the objective chose once:
+          slm.objectives.linear_ce.choose_path: liger, chunked or plain).
   decode  end-to-end generation tokens/s (prefill included, greedy, random prompt and weights, every row the same
           number of new tokens) at batch 1 and 16: slm's Decoder (the one-token step replayed as a CUDA graph)
           against transformers' `generate` with a static cache, compiled (cache_implementation="static"; generate
@@ -215,20 +217,18 @@ def measure_train(s: Setup, opts: Options) -> dict:
     """The trainer's step for one family: tokens/s (median, min-max over windows), MFU, peak memory, the
     attention backends and the loss path."""
     from slm.components import flex
-    from slm.objectives.linear_ce import liger_installed, resolve_impl
+    from slm.objectives.linear_ce import liger_installed
     from slm.training.hardware import peak_flops
-    from slm.training.module import LanguageModelModule, step_seed
+    from slm.training.module import LanguageModelModule
+    from slm.training.step import train_step
 
     device, cfg, train_cfg = opts.device, s.model_cfg, s.train_cfg
     reset_peak(device)
     torch.manual_seed(train_cfg.seed)
     module = LanguageModelModule(cfg, train_cfg, s.max_steps, s.tokens_per_step).to(device)
     module.train()
-    loss_impl = resolve_impl(module.objective.loss_settings, module.model, device)
-    if device.type == "cuda" and loss_impl != "liger" and module.objective.loss_settings.impl in ("auto", "liger"):
-        loss_impl += " (liger_kernel not installed)"
-    if loss_impl == "liger" and train_cfg.objective == "mdlm":  # linear_cross_entropy: liger has no row weights
-        loss_impl = "chunked (mdlm's row weights: not liger)"
+    B, T = train_cfg.batch_size, cfg.context_length
+    loss_impl = module.objective.loss_impl(module.model, device, (B, T + 1))
     # an eager forward at full context records the backend of each attention kind (a compiled forward records
     # nothing: it applies the same rule while it is traced)
     flex.backends_used(reset=True)
@@ -240,38 +240,29 @@ def measure_train(s: Setup, opts: Options) -> dict:
     optimizers = module.configure_optimizers()
     optimizer, scheduler = optimizers["optimizer"], optimizers["lr_scheduler"]["scheduler"]
     gen = torch.Generator().manual_seed(0)
-    B, T = train_cfg.batch_size, cfg.context_length
     batches = [torch.randint(0, s.data_vocab, (B, T + 1), generator=gen).to(device) for _ in range(4)]
-    max_norm = train_cfg.grad_clip if train_cfg.grad_clip is not None else float("inf")
     params = list(module.model.parameters())
     losses = []
     step = 0
 
-    def train_step() -> None:
+    def one_step() -> None:
         nonlocal step
-        with autocast(train_cfg, device):
-            terms = module.objective.terms(module._forward, batches[step % len(batches)],
-                                           seed=step_seed(train_cfg.seed, step))
-        loss = terms["loss"]
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, max_norm)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        losses.append(loss.detach())
+        losses.append(train_step(module.objective, module._forward, batches[step % len(batches)], optimizer,
+                                 seed=train_cfg.seed, step=step, scheduler=scheduler, grad_clip=train_cfg.grad_clip,
+                                 params=params, autocast=autocast(train_cfg, device)))
         step += 1
 
     sync(device)
     started = time.perf_counter()
     for _ in range(opts.warmup_steps):
-        train_step()
+        one_step()
     sync(device)
     warmup_s = time.perf_counter() - started
     rates = []
     for _ in range(opts.windows):
         begin = time.perf_counter()
         for _ in range(opts.window_steps):
-            train_step()
+            one_step()
         sync(device)
         rates.append(opts.window_steps * s.tokens_per_step / (time.perf_counter() - begin))
     final = torch.stack(losses).float().tolist()
@@ -526,9 +517,9 @@ def header_lines(opts: Options, setups: dict[str, Setup], rows: list[dict]) -> t
                        "diffusion_block_length": opts.block_length, "diffusion_tokens_per_step": 4},
             "peak_flops": peak, "families": opts.families, "hf_families": opts.hf_families, "parts": opts.parts,
             "budget_s": opts.budget_s, "transformers_compile": "CompileConfig(dynamic=False): mode reduce-overhead",
-            "train_loop": "plain loop of LanguageModelModule's step (objective.terms, backward, clip, optimizer, "
-                          "schedule); random token windows on the device; Lightning's overhead: "
-                          "bench/train_overhead.py"}
+            "train_loop": "plain loop of LanguageModelModule's step (slm.training.step.train_step: step_loss, "
+                          "backward, clip, optimizer, schedule); random token windows on the device; Lightning's "
+                          "overhead: bench/train_overhead.py"}
     what = "SMOKE (tiny shapes, float32, eager, CPU: checks the code path, measures nothing)" if opts.smoke else ""
     lines = [f"bench-gpu {info['date']}  {gpu}  torch {torch.__version__}"
              + (f" (CUDA {torch.version.cuda})" if torch.version.cuda else "")

@@ -1,7 +1,8 @@
 """Benchmark: a mixture-of-experts training step against a dense model with the same active parameters.
 
-Both are the llama3 block at the same width and depth, trained with the causal-LM objective (forward,
-backward, AdamW step) on the same random batches. The MoE model's MLPs are `experts` SwiGLU experts of
+Both are the llama3 block at the same width and depth, trained with the causal-LM objective and the default
+train.loss on the same random batches, by slm-train's step (slm.training.step.train_step: forward, backward,
+clipping, AdamW step). The MoE model's MLPs are `experts` SwiGLU experts of
 hidden size f with top_k routed per token; the dense model's MLP has hidden size top_k * f, so a token
 meets the same expert weights (the MoE adds its router: d * experts per layer). Steps alternate in pairs
 (dense, moe, dense, moe, ...) on a fixed number of threads; the ratio moe / dense of each pair's step time
@@ -21,9 +22,9 @@ from pathlib import Path
 import torch
 
 from slm.model import ModelConfig, Transformer, count
-from slm.objectives import OBJECTIVES
 from slm.training.config import TrainConfig
 from slm.training.optim import build_optimizer
+from slm.training.step import objective_for, train_step
 
 SHAPE = dict(n_layers=4, d_model=256, head_dim=32, n_kv_heads=4, vocab_size=512, context_length=256, init="normal")
 
@@ -40,16 +41,13 @@ class Trainer:
     def __init__(self, cfg: ModelConfig):
         torch.manual_seed(0)
         self.model = Transformer(cfg)
-        self.optimizer = build_optimizer(self.model, TrainConfig())
-        self.objective = OBJECTIVES.get("causal_lm")()
+        self.train_cfg = TrainConfig(objective="causal_lm")
+        self.optimizer = build_optimizer(self.model, self.train_cfg)
+        self.objective = objective_for(self.train_cfg)
 
     def step(self, batch: torch.Tensor) -> float:
         start = time.perf_counter()
-        loss = self.objective.loss(self.model, batch)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.optimizer.step()
-        loss.item()
+        train_step(self.objective, self.model, batch, self.optimizer, grad_clip=self.train_cfg.grad_clip).item()
         return time.perf_counter() - start
 
 

@@ -1,8 +1,10 @@
 """Benchmark: slm-train's training throughput against a bare PyTorch loop, in one process.
 
 Both train the same model (same init, optimizer groups, schedule, clipping) on the same batches from
-the same DataModule, for the same number of steps; each is timed from its first batch to its last
-optimizer step (set-up, validation and the final save excluded). The bare loop reads nothing back from
+the same DataModule, for the same number of steps, with the same step: the objective of the run's settings
+(train.objective with train.loss, so the same loss path) and slm.training.step's train_step, whose loss is
+LanguageModelModule.training_step's (slm.training.step.step_loss); each is timed from its first batch to its
+last optimizer step (set-up, validation and the final save excluded). The bare loop reads nothing back from
 the model between steps (no .item(): nanoGPT's and torchtitan's habit between log lines). Runs alternate in
 pairs (bare, slm, bare, slm, ...) at a fixed thread count, and each size reports the median of the per-pair
 ratios with their min-max. Goal: slm / bare >= 0.95 (the trainer's overhead under 5%) at both sizes:
@@ -28,9 +30,9 @@ import torch
 from slm.cli.config import compose_config
 from slm.data import SLMDataModule, prepare
 from slm.model import Transformer, config_from_spec
-from slm.objectives import OBJECTIVES
 from slm.training.config import TrainConfig
 from slm.training.optim import build_optimizer
+from slm.training.step import objective_for, train_step
 
 COMMON = ["train.batch_size=16", "train.val_interval=0", "train.val_batches=1", "train.progress_bar=false",
           "train.ckpt_interval=100000", "train.log_interval=10", "eval=none", "train.accelerator=cpu"]
@@ -47,29 +49,29 @@ def config(size: str, steps: int) -> dict:
     return OmegaConf.to_container(compose_config(SIZES[size] + COMMON + [f"train.length.steps={steps}"]), resolve=True)
 
 
-def bare_loop(cfg: dict, steps: int) -> float:
-    """Seconds for `steps` optimizer steps of a plain loop (same pieces as LanguageModelModule)."""
+def bare_loop(cfg: dict, steps: int, losses: list | None = None) -> float:
+    """Seconds for `steps` optimizer steps of a plain loop (same pieces as LanguageModelModule); `losses`: a list
+    that gets each step's loss, read back after the timed loop."""
     train = TrainConfig.from_node(cfg["train"])
     prepared = prepare(cfg["data"], cfg["tokenizer"])
     model_cfg = config_from_spec({**cfg["model"], "vocab_size": prepared.vocab_size})
     torch.manual_seed(train.seed)
     model = Transformer(model_cfg)
-    objective = OBJECTIVES.get(train.objective)()
+    objective = objective_for(train)  # train.loss too: the loss path slm-train takes
     optimizer = build_optimizer(model, train)
     schedule = train.schedule.build(steps)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     dm = SLMDataModule(prepared, train.batch_size, model_cfg.context_length, train.seed, train.val_batches)
     batches = iter(dm.train_dataloader())
     start = time.perf_counter()
-    for _ in range(steps):
-        batch = next(batches)
-        loss = objective.loss(model, batch)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), train.grad_clip)
-        optimizer.step()
-        scheduler.step()
-    return time.perf_counter() - start
+    kept = []
+    for step in range(steps):
+        kept.append(train_step(objective, model, next(batches), optimizer, seed=train.seed, step=step,
+                               scheduler=scheduler, grad_clip=train.grad_clip))
+    seconds = time.perf_counter() - start
+    if losses is not None:
+        losses.extend(torch.stack(kept).tolist())
+    return seconds
 
 
 def slm_train(cfg: dict, steps: int) -> float:

@@ -10,8 +10,8 @@ import torch.nn.functional as F
 
 from slm.model import ModelConfig, Transformer, WindowLinear
 from slm.objectives import OBJECTIVES
-from slm.objectives.linear_ce import (LossSettings, LossSettingsError, head_loss, liger_installed, linear_cross_entropy,
-                                      resolve_impl)
+from slm.objectives.linear_ce import (PLAIN_BELOW_BYTES, ChunkedPath, LossSettings, LossSettingsError, PlainPath,
+                                      choose_path, liger_installed, linear_cross_entropy)
 from slm.objectives.mdlm import masked_log_probs
 from slm.training.config import TrainConfig, TrainConfigError
 
@@ -46,9 +46,9 @@ def test_loss_and_gradients_equal_the_plain_head(head, chunk):
     targets = torch.randint(0, 61, (3, 43))
     targets[:, ::5] = -100  # not scored
     plain = F.cross_entropy(model.head(h).float().flatten(0, 1), targets.flatten())
-    impl = resolve_impl(LossSettings(impl="chunked", chunk_tokens=chunk), model, h.device)
-    chunked = head_loss(model, h, targets, impl, chunk)
-    assert impl == "chunked" and close(chunked, plain)
+    path = choose_path(LossSettings(impl="chunked", chunk_tokens=chunk), model, h.device)
+    chunked = path(model, h, targets)
+    assert path.name == "chunked" and close(chunked, plain)
     for got, want in zip(head_grads(model, h, chunked), head_grads(model, h, plain)):
         assert close(got, want)
 
@@ -151,12 +151,15 @@ def test_head_false_gives_the_hidden_states_the_logits_come_from():
     assert aux_h.keys() == aux.keys() and all(torch.equal(aux_h[k], aux[k]) for k in aux)
 
 
-def test_only_transformers_head_is_fused_and_auto_is_chunked_on_a_cpu():
+def test_only_transformers_head_is_fused_and_auto_is_chunked_on_a_cpu_where_the_logits_are_large():
     cpu = torch.device("cpu")
     window = WindowLinear(ModelConfig(kind="linear", **{**TINY, "n_layers": 1}))
-    assert resolve_impl(LossSettings(impl="chunked"), window, cpu) == "plain"  # its head is not Transformer's
-    assert resolve_impl(LossSettings(), Transformer(ModelConfig(**TINY)), cpu) == "chunked"
-    assert resolve_impl(None, Transformer(ModelConfig(**TINY)), cpu) == "plain"  # an objective made without settings
+    assert type(choose_path(LossSettings(impl="chunked"), window, cpu)) is PlainPath  # its head is not Transformer's
+    auto = choose_path(LossSettings(), Transformer(ModelConfig(**TINY)), cpu)
+    assert type(auto) is ChunkedPath and auto.plain_below == PLAIN_BELOW_BYTES
+    large = PLAIN_BELOW_BYTES // (4 * 61) + 1  # rows of a 61-token head whose float32 logits reach the threshold
+    assert auto.ran(large, 61) == "chunked" and auto.ran(large - 1, 61) == "plain"
+    assert type(choose_path(None, Transformer(ModelConfig(**TINY)), cpu)) is PlainPath  # an objective without settings
     tokens = torch.randint(0, 61, (3, 17))  # a window model trains on the plain path whatever train.loss says
     terms = OBJECTIVES.get("last_token")(LossSettings(impl="chunked")).terms(window, tokens)
     assert torch.isfinite(terms["loss"])

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from slm.components.registry import Registry
-from slm.objectives.linear_ce import LossSettings, resolve_impl
+from slm.objectives.linear_ce import LossPath, LossSettings, choose_path
 
 OBJECTIVES: Registry[type["Objective"]] = Registry("objective")
 
@@ -32,10 +32,15 @@ class Objective:
     nll_kind: ClassVar[str] = "nll"
     """What `nll` measures (a key of NLL_KINDS): recorded with val_nll so a bound is never read as an NLL."""
 
+    weighted: ClassVar[bool] = False
+    """Its loss weights each position and excludes a token (masked diffusion): Liger's kernel cannot compute it."""
+
     def __init__(self, loss: LossSettings | None = None):
         self.loss_settings = loss
         """`train.loss`: how the head and the cross-entropy are computed (slm.objectives.linear_ce); None: the
-        plain path (all logits, then the loss), as tools that hook the logits (slm.training.coordcheck) need."""
+        plain path (the model's whole forward, then the loss), as tools that hook the logits (slm.training.coordcheck)
+        need."""
+        self._paths: dict[tuple[type, torch.device], LossPath] = {}
 
     def compile(self) -> None:
         """train.compile: compile the objective's `_score` (the model's forward, head and loss as one function; the
@@ -43,12 +48,25 @@ class Objective:
         if hasattr(self, "_score"):
             self._score = torch.compile(self._score)
 
-    def _impl(self, model: nn.Module, device: torch.device) -> str:
-        """plain, chunked or liger: the path of this model's head and loss on `device` (linear_ce.resolve_impl)."""
-        return resolve_impl(self.loss_settings, model, device)
+    def loss_path(self, model: nn.Module, device: torch.device) -> LossPath:
+        """The head and loss of this model on `device` (plain, chunked or liger: linear_ce.choose_path), chosen
+        from train.loss the first time and kept: every call of terms and nll runs it."""
+        key = (type(getattr(model, "_orig_mod", model)), torch.device(device))
+        path = self._paths.get(key)
+        if path is None:
+            path = self._paths[key] = choose_path(self.loss_settings, model, device)
+        return path
 
-    def _chunk(self) -> int:
-        return (self.loss_settings or LossSettings()).chunk_tokens
+    def scored_rows(self, batch: int, context: int) -> int:
+        """Positions the loss of a batch of `batch` windows of `context` tokens scores (the head's rows)."""
+        return batch * context
+
+    def loss_impl(self, model: nn.Module, device: torch.device, batch: tuple[int, int]) -> str:
+        """Which path the training loss of a batch of token windows of shape `batch` (B, T + 1) takes on `device`
+        (the record's `loss_impl`: plain, chunked or liger, with why where it is not the one asked for)."""
+        rows = self.scored_rows(batch[0], batch[1] - 1)
+        vocab = getattr(model, "_orig_mod", model).cfg.vocab_size
+        return self.loss_path(model, device).describe(rows, vocab, weighted=self.weighted)
 
     def check(self, model_cfg) -> None:
         """Raise ObjectiveError for a model this objective cannot train (checked before training)."""

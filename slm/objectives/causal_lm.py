@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from slm.model.networks import NETWORKS
 from slm.objectives.base import OBJECTIVES, Objective, ObjectiveError, with_aux
-from slm.objectives.linear_ce import head_loss
+from slm.objectives.linear_ce import LossPath
 
 
 @OBJECTIVES.register("causal_lm")
@@ -25,23 +24,16 @@ class CausalLM(Objective):
 
     def terms(self, model: nn.Module, tokens: torch.Tensor, seed: int | None = None) -> dict[str, torch.Tensor]:
         inputs, targets = tokens[:, :-1], tokens[:, 1:]  # (B, T) each
-        return with_aux(*self._score(model, inputs, targets, self._impl(model, tokens.device), self._chunk(), True))
+        return with_aux(*self._score(model, inputs, targets, self.loss_path(model, tokens.device), True))
 
     def nll(self, model: nn.Module, tokens: torch.Tensor, seed: int | None = None) -> tuple[torch.Tensor, int]:
         inputs, targets = tokens[:, :-1], tokens[:, 1:]
-        total, _ = self._score(model, inputs, targets, self._impl(model, tokens.device), self._chunk(), False)
+        total, _ = self._score(model, inputs, targets, self.loss_path(model, tokens.device), False)
         return total, targets.numel()
 
-    def _score(self, model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, impl: str, chunk: int,
+    def _score(self, model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, path: LossPath,
                train: bool) -> tuple[torch.Tensor, dict]:
-        """(the mean cross-entropy and the model's aux terms when training; the summed one and {} for validation)
-        by `impl`: plain (all logits, float32), else the head and loss together (slm.objectives.linear_ce)."""
-        if impl == "plain":
-            if train:
-                logits, aux = model(inputs, return_aux=True)
-                return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten()), aux  # float32 softmax
-            logits = model(inputs).float()
-            return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum"), {}
-        out = model(inputs, return_aux=train, head=False)
-        h, aux = out if train else (out, {})
-        return head_loss(model, h, targets, impl, chunk, reduction="mean" if train else "sum"), aux
+        """(the mean cross-entropy and the model's aux terms when training; the summed one and {} for validation),
+        by the objective's loss path (slm.objectives.linear_ce)."""
+        out, aux = path.forward(model, inputs, aux=train)
+        return path(model, out, targets, reduction="mean" if train else "sum"), aux

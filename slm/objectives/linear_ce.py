@@ -1,29 +1,39 @@
-"""Linear + cross-entropy without the (tokens x vocab) float32 logits: the head and the loss of a language model
-computed together, `chunk_tokens` rows at a time (`train.loss`).
+"""The head and the loss of the training loss (`train.loss`): which path runs, chosen once, and the chunked linear +
+cross-entropy that computes them without the (tokens x vocab) float32 logits.
 
-The plain path makes the whole (N, V) logits, a float32 copy of them, the softmax's output and, in the backward
-pass, a gradient of the same size: at vocab 50304 that is about 400 MB per 2048 tokens on each of them.
-`ChunkedLinearCE` (the approach of Liger's fused linear cross-entropy, in PyTorch) computes, for one chunk of
-rows at a time, the float32 logits, the loss, and at once the gradients of the loss with respect to the hidden
-states, the head's weight and bias; only one chunk's (chunk x V) float32 buffers are ever alive. Its backward
-multiplies the stored gradients by the incoming one. A tied head (the weight is the embedding's) needs nothing
-special: autograd adds this gradient to the embedding's own. μP's readout multiplier scales the hidden states
-before the head, with autograd, outside the Function (`HeadLoss`).
+A `LossPath` is the one thing an objective calls: `forward` (the model's output that the loss reads: its logits, or
+its final hidden states) and then the path itself on the positions the objective scores, with their targets (and,
+for masked diffusion, per-row weights and the excluded mask token). Which path is made once per model and device
+from `train.loss` (`choose_path`, Objective.loss_path); no objective asks which one it got:
 
-`impl` (LossSettings): plain (full logits, `.float()`, F.cross_entropy: the reference), chunked, liger (Liger's
-Triton kernel, `liger_kernel.transformers.functional.liger_fused_linear_cross_entropy`, where the package is
-installed and the tensors are on CUDA; it has no per-row weights or excluded token, so masked diffusion stays
-chunked), auto (liger on CUDA where installed, else chunked). The Liger branch is a few guarded lines; it is not
-exercised by the tests, which run on CPU where Liger does not install.
+- `PlainPath` (plain): the model's whole forward, its logits `.float()`, then F.cross_entropy: the reference. Also
+  every network whose head is not `Transformer.head` (the window models), and an objective made without settings
+  (tools that hook the logits: slm.training.coordcheck).
+- `ChunkedPath` (chunked): the hidden states, then `ChunkedLinearCE` (the approach of Liger's fused linear
+  cross-entropy, in PyTorch): for one chunk of rows at a time the float32 logits, the loss, and at once the
+  gradients of the loss with respect to the hidden states, the head's weight and bias; only one chunk's
+  (chunk x V) float32 buffers are ever alive, where the plain path keeps the whole (N, V) logits, a float32 copy, the
+  softmax's output and their gradient (at vocab 50304 about 400 MB per 2048 tokens each). Its backward multiplies
+  the stored gradients by the incoming one. A tied head needs nothing special: autograd adds this gradient to the
+  embedding's own. μP's readout multiplier scales the hidden states before the head, with autograd, outside the
+  Function. With `plain_below` (auto's) a loss whose float32 logits (rows x vocab x 4 bytes) are smaller than that
+  takes the plain computation on the same hidden states (`Transformer.head`, then F.cross_entropy): there the
+  chunks save no memory worth having and cost time (PLAIN_BELOW_BYTES, measured in docs/benchmarks.md).
+- `LigerPath` (liger): Liger's Triton kernel (`liger_kernel.transformers.functional.
+  liger_fused_linear_cross_entropy`) for a training loss on CUDA; it has no per-row weights or excluded token, and
+  validation computes no gradient, so those take the chunked path (masked diffusion stays chunked). A few guarded
+  lines, not exercised by the tests, which run on CPU where Liger does not install.
 
-Only a network whose head is `Transformer.head` (final hidden states -> lm_head -> optional soft-cap) can skip its
-logits; the others (the window models) take the plain path whatever `impl` says.
+`impl` (LossSettings): plain, chunked, liger (Liger where the package is installed and the device is CUDA, else as
+auto), auto (liger on CUDA where installed, else chunked with plain below PLAIN_BELOW_BYTES). Every path equals
+plain's result to float rounding (tests/test_linear_ce.py).
 """
 
 from __future__ import annotations
 
 import importlib.util
 from dataclasses import asdict, dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -31,7 +41,12 @@ import torch.nn.functional as F
 from slm.typecheck import check_types, settings_from_node
 
 IMPLS = ("auto", "plain", "chunked", "liger")
+PATHS = ("plain", "chunked", "liger")
+"""What runs (LossPath.name, and the record's `loss_impl`)."""
 IGNORE_INDEX = -100  # F.cross_entropy's: a target that is not scored
+PLAIN_BELOW_BYTES = 4 * 2**20
+"""auto's rule: a loss whose float32 logits (rows x vocab x 4 bytes) are smaller than this takes the plain
+computation (measured with bench/loss_step.py: docs/benchmarks.md, "The head and the loss on a CPU")."""
 
 
 class LossSettingsError(ValueError):
@@ -50,7 +65,9 @@ class LossSettings:
     impl: str = "auto"
     """auto (liger on CUDA where liger_kernel is installed, else chunked), plain (the whole float32 logits, then
     F.cross_entropy), chunked (chunk_tokens rows at a time, gradients in the forward pass) or liger (Liger's fused
-    kernel on CUDA, chunked on other devices; refused where liger_kernel is not installed, unlike auto)."""
+    kernel on CUDA, chunked on other devices; refused where liger_kernel is not installed, unlike auto). Where
+    auto and liger take the chunked path, a loss whose float32 logits are under PLAIN_BELOW_BYTES is computed as
+    plain computes it (there the chunks save no memory worth having, and cost time)."""
     chunk_tokens: int = 256
     """Rows (tokens) per chunk of the chunked path: its float32 buffers are a few chunk_tokens x vocab."""
 
@@ -63,12 +80,6 @@ class LossSettings:
                                     "(pip install liger-kernel, CUDA only); use auto or chunked")
         if self.chunk_tokens < 1:
             raise LossSettingsError(f"train.loss.chunk_tokens={self.chunk_tokens!r} is invalid: a positive integer")
-
-    def resolve(self, device: torch.device) -> str:
-        """The path used on `device`: plain, chunked or liger."""
-        if self.impl in ("auto", "liger") and device.type == "cuda" and liger_installed():
-            return "liger"
-        return "chunked" if self.impl in ("auto", "liger") else self.impl
 
 
 def loss_settings(node) -> LossSettings:
@@ -152,32 +163,14 @@ class ChunkedLinearCE(torch.autograd.Function):
 def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
                          bias: torch.Tensor | None = None, *, softcap: float | None = None,
                          row_weights: torch.Tensor | None = None, exclude: int | None = None,
-                         reduction: str = "mean", impl: str = "chunked", chunk: int = 256) -> torch.Tensor:
+                         reduction: str = "mean", chunk: int = 256) -> torch.Tensor:
     """Cross-entropy of the logits softcap(h W^T + b) (h (N, d), weight (V, d), targets (N,), IGNORE_INDEX not
     scored), each row's term times row_weights[i] (None: 1), the logit of token `exclude` set to -inf (masked
-    diffusion's mask token). reduction: mean (over the scored rows, as F.cross_entropy) or sum. impl: plain (the
-    reference: all logits at once), chunked, or liger (Liger's kernel: CUDA tensors, with grad, no row weights or
-    excluded token; else chunked). Without grad (validation) the chunked path computes no gradient."""
-    if reduction not in ("mean", "sum"):
-        raise ValueError(f"reduction={reduction!r} is invalid: mean or sum")
-    if impl == "plain":
-        logits = F.linear(h, weight, bias).float()
-        if softcap is not None:
-            logits = softcap * torch.tanh(logits / softcap)
-        if exclude is not None:
-            logits[:, exclude] = float("-inf")
-        if row_weights is None:
-            return F.cross_entropy(logits, targets, reduction=reduction)
-        ce = F.cross_entropy(logits, targets, reduction="none") * row_weights
-        return ce.sum() if reduction == "sum" else ce.sum() / (targets != IGNORE_INDEX).sum()
+    diffusion's mask token), `chunk` rows at a time (the chunked path). reduction: mean (over the scored rows, as
+    F.cross_entropy) or sum. Without grad (validation) it computes no gradient."""
+    _check_reduction(reduction)
     grad = torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad
                                         or (bias is not None and bias.requires_grad))
-    if impl == "liger" and grad and h.is_cuda and row_weights is None and exclude is None:
-        # Liger's Triton kernel (untested here: the tests run on CPU, where liger_kernel does not install)
-        from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
-
-        return liger_fused_linear_cross_entropy(h, weight, targets, bias, ignore_index=IGNORE_INDEX,
-                                                reduction=reduction, softcap=softcap)
     if not grad:
         valid = targets != IGNORE_INDEX
         scale = 1.0 / valid.sum() if reduction == "mean" else 1.0
@@ -187,35 +180,168 @@ def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.T
     return ChunkedLinearCE.apply(h, weight, bias, targets, row_weights, softcap, exclude, reduction, chunk)
 
 
-# ---------------------------------------------------------------------------------------------- the model's head
+def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, *, row_weights: torch.Tensor | None = None,
+                  exclude: int | None = None, reduction: str = "mean") -> torch.Tensor:
+    """The plain path's loss: the logits (N, V) in float32, token `exclude`'s at -inf, then F.cross_entropy (targets
+    (N,), IGNORE_INDEX not scored), each row's term times row_weights[i] (None: 1); mean over the scored rows or
+    sum."""
+    _check_reduction(reduction)
+    logits = logits.float()  # float32 softmax
+    if exclude is not None:  # out of place: the logits may be a model's output that autograd keeps
+        logits = logits.index_fill(-1, torch.tensor([exclude], device=logits.device), float("-inf"))
+    if row_weights is None:
+        return F.cross_entropy(logits, targets, reduction=reduction)
+    ce = F.cross_entropy(logits, targets, reduction="none") * row_weights
+    return ce.sum() if reduction == "sum" else ce.sum() / (targets != IGNORE_INDEX).sum()
+
+
+def _check_reduction(reduction: str) -> None:
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f"reduction={reduction!r} is invalid: mean or sum")
+
+
+# ---------------------------------------------------------------------------------------------- the paths
 def fused_head_ok(model) -> bool:
     """Whether `model` (or the module a torch.compile wrapper holds) has Transformer's head, so that its forward
-    takes head=False and its logits are softcap(readout x h) W^T + b: what HeadLoss computes."""
+    takes head=False and its logits are softcap(readout x h) W^T + b: what the chunked and liger paths compute."""
     from slm.model.transformer import Transformer
 
     inner = getattr(model, "_orig_mod", model)
     return getattr(type(inner), "head", None) is Transformer.head
 
 
-def resolve_impl(settings: LossSettings | None, model, device: torch.device) -> str:
-    """The path a loss takes for this model on this device: plain (no settings, or a network whose head is not
-    Transformer's), else settings.resolve(device)."""
-    if settings is None or not fused_head_ok(model):
-        return "plain"
-    return settings.resolve(device)
+def _rows(out: torch.Tensor, targets: torch.Tensor, row_weights: torch.Tensor | None):
+    """(out (N, last), targets (N,), row_weights (N,) or None): the scored positions as rows."""
+    rows = out.reshape(-1, out.shape[-1])
+    return rows, targets.reshape(-1), None if row_weights is None else row_weights.reshape(-1)
 
 
-def head_loss(model, h: torch.Tensor, targets: torch.Tensor, impl: str, chunk: int, **kwargs) -> torch.Tensor:
-    """linear_cross_entropy of a Transformer's final hidden states h (..., d) and targets (...) through its head:
-    μP's readout multiplier applied to h here (autograd), then lm_head's weight and bias and the config's
-    final-logit soft-cap. kwargs: row_weights (flattened like targets), exclude, reduction."""
-    scale = model.readout_scale
-    if scale is not None:
-        h = h * scale
-    h, targets = h.reshape(-1, h.shape[-1]), targets.reshape(-1)
-    row_weights = kwargs.pop("row_weights", None)
-    if row_weights is not None:
-        row_weights = row_weights.reshape(-1)
-    return linear_cross_entropy(h, model.lm_head.weight, targets, model.lm_head.bias,
-                                softcap=model.cfg.final_logit_softcap, row_weights=row_weights, impl=impl, chunk=chunk,
-                                **kwargs)
+class LossPath:
+    """The head and the loss of a training objective, chosen once per model and device from `train.loss`
+    (choose_path). An objective calls `forward` for the model's output, takes the positions it scores, and calls
+    the path on them: `path(model, out, targets, row_weights=..., exclude=..., reduction=...)`, a scalar; it never
+    asks which path it has. `name` is the path's own (PATHS); `ran` says which a loss of a given size takes."""
+
+    name: ClassVar[str]
+
+    def forward(self, model, inputs: torch.Tensor, *, aux: bool = False, **kwargs) -> tuple[torch.Tensor, dict]:
+        """(what this path's loss reads from the model for `inputs`: its final hidden states (..., d); the model's
+        auxiliary terms, {} unless aux). kwargs go to the model (attention_block)."""
+        out = model(inputs, return_aux=aux, head=False, **kwargs)
+        return out if aux else (out, {})
+
+    def __call__(self, model, out: torch.Tensor, targets: torch.Tensor, *, row_weights: torch.Tensor | None = None,
+                 exclude: int | None = None, reduction: str = "mean") -> torch.Tensor:
+        """The cross-entropy of the model's head on `out` (forward's, at the scored positions: (..., d)) against
+        `targets` (...), IGNORE_INDEX not scored; each position's term times row_weights (None: 1); token
+        `exclude`'s logit at -inf; mean over the scored positions or sum."""
+        raise NotImplementedError
+
+    def ran(self, rows: int, vocab: int, *, weighted: bool = False) -> str:
+        """The path (PATHS) a training loss over `rows` positions of a `vocab`-token head takes (weighted: with
+        row weights and an excluded token, masked diffusion's)."""
+        return self.name
+
+    def describe(self, rows: int, vocab: int, *, weighted: bool = False) -> str:
+        """`ran`, and why it is not the one asked for where that is so: the record's `loss_impl`."""
+        return self.ran(rows, vocab, weighted=weighted)
+
+
+class PlainPath(LossPath):
+    """The reference: the model's whole forward (hooks on the model see its logits), the logits `.float()`, then
+    F.cross_entropy (cross_entropy)."""
+
+    name = "plain"
+
+    def forward(self, model, inputs: torch.Tensor, *, aux: bool = False, **kwargs) -> tuple[torch.Tensor, dict]:
+        """(the model's logits (..., V), its auxiliary terms ({} unless aux))."""
+        out = model(inputs, return_aux=aux, **kwargs)
+        return out if aux else (out, {})
+
+    def __call__(self, model, out, targets, *, row_weights=None, exclude=None, reduction="mean"):
+        logits, targets, row_weights = _rows(out, targets, row_weights)
+        return cross_entropy(logits, targets, row_weights=row_weights, exclude=exclude, reduction=reduction)
+
+
+class ChunkedPath(LossPath):
+    """The head and the loss together, `chunk_tokens` rows at a time (linear_cross_entropy); a loss whose float32
+    logits are smaller than `plain_below` bytes takes the plain computation on the same hidden states
+    (Transformer.head, then cross_entropy). `note`: why this path runs where another was asked for."""
+
+    name = "chunked"
+
+    def __init__(self, chunk_tokens: int, plain_below: int = 0, note: str | None = None):
+        self.chunk_tokens, self.plain_below, self.note = chunk_tokens, plain_below, note
+
+    def small(self, rows: int, vocab: int) -> bool:
+        """Whether a loss over `rows` positions of a `vocab`-token head takes the plain computation."""
+        return rows * vocab * 4 < self.plain_below
+
+    def __call__(self, model, out, targets, *, row_weights=None, exclude=None, reduction="mean"):
+        h, targets, row_weights = _rows(out, targets, row_weights)
+        if self.small(h.shape[0], model.lm_head.weight.shape[0]):
+            return cross_entropy(model.head(h), targets, row_weights=row_weights, exclude=exclude,
+                                 reduction=reduction)
+        return self._fused(model, h, targets, row_weights, exclude, reduction)
+
+    def _fused(self, model, h, targets, row_weights, exclude, reduction) -> torch.Tensor:
+        scale = model.readout_scale  # μP's readout multiplier, applied to h with autograd
+        if scale is not None:
+            h = h * scale
+        return linear_cross_entropy(h, model.lm_head.weight, targets, model.lm_head.bias,
+                                    softcap=model.cfg.final_logit_softcap, row_weights=row_weights, exclude=exclude,
+                                    reduction=reduction, chunk=self.chunk_tokens)
+
+    def ran(self, rows: int, vocab: int, *, weighted: bool = False) -> str:
+        return "plain" if self.small(rows, vocab) else "chunked"
+
+    def describe(self, rows: int, vocab: int, *, weighted: bool = False) -> str:
+        path = self.ran(rows, vocab, weighted=weighted)
+        return f"{path} ({self.note})" if self.note else path
+
+
+class LigerPath(ChunkedPath):
+    """Liger's fused kernel for a training loss on CUDA without row weights or an excluded token; the chunked
+    path (with its plain_below) for the rest: masked diffusion, and validation (no gradient)."""
+
+    name = "liger"
+
+    def __call__(self, model, out, targets, *, row_weights=None, exclude=None, reduction="mean"):
+        weight, bias = model.lm_head.weight, model.lm_head.bias
+        grad = torch.is_grad_enabled() and (out.requires_grad or weight.requires_grad
+                                            or (bias is not None and bias.requires_grad))
+        if not (grad and out.is_cuda and row_weights is None and exclude is None):
+            return super().__call__(model, out, targets, row_weights=row_weights, exclude=exclude,
+                                    reduction=reduction)
+        _check_reduction(reduction)
+        # Liger's Triton kernel (untested here: the tests run on CPU, where liger_kernel does not install)
+        from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
+
+        h, targets, _ = _rows(out, targets, None)
+        if model.readout_scale is not None:
+            h = h * model.readout_scale
+        return liger_fused_linear_cross_entropy(h, weight, targets, bias, ignore_index=IGNORE_INDEX,
+                                                reduction=reduction, softcap=model.cfg.final_logit_softcap)
+
+    def ran(self, rows: int, vocab: int, *, weighted: bool = False) -> str:
+        return super().ran(rows, vocab) if weighted else "liger"
+
+    def describe(self, rows: int, vocab: int, *, weighted: bool = False) -> str:
+        if weighted:
+            return f"{super().ran(rows, vocab)} (mdlm's row weights: not liger)"
+        return "liger"
+
+
+def choose_path(settings: LossSettings | None, model, device: torch.device) -> LossPath:
+    """The path of this model's head and loss on `device`, made once (Objective.loss_path):
+    plain: no settings (tools that hook the logits), a network whose head is not Transformer's, or impl=plain;
+    chunked: impl=chunked; auto and liger: liger on CUDA where liger_kernel is installed, else chunked with plain
+    below PLAIN_BELOW_BYTES of float32 logits."""
+    if settings is None or settings.impl == "plain" or not fused_head_ok(model):
+        return PlainPath()
+    if settings.impl == "chunked":
+        return ChunkedPath(settings.chunk_tokens)
+    if device.type == "cuda" and liger_installed():
+        return LigerPath(settings.chunk_tokens, PLAIN_BELOW_BYTES)
+    return ChunkedPath(settings.chunk_tokens, PLAIN_BELOW_BYTES,
+                       note="liger_kernel not installed" if device.type == "cuda" else None)

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from slm.objectives.base import OBJECTIVES, Objective, ObjectiveError, with_aux
-from slm.objectives.linear_ce import IGNORE_INDEX, head_loss
+from slm.objectives.linear_ce import IGNORE_INDEX, LossPath
 
 EPS = 1e-3  # MDLM's sampling_eps and the log-linear noise's eps
 
@@ -55,6 +55,7 @@ class MDLM(Objective):
     needs_mask = True
     nll_kind = "nelbo"
     row_noise = True
+    weighted = True
 
     def check(self, model_cfg) -> None:
         if model_cfg.causal:
@@ -87,25 +88,19 @@ class MDLM(Objective):
         mask_id = model.cfg.mask_token_id  # a torch.compile'd model forwards attribute access
         x0 = tokens[:, :-1]  # (B, T): the model's context, as the causal objective uses
         xt, masked, t = self._noise(mask_id, x0, generator, rows)
-        return self._score(model, x0, xt, masked, t, self._impl(model, tokens.device), self._chunk(), aux,
-                           attention_block, mean)
+        return self._score(model, x0, xt, masked, t, self.loss_path(model, tokens.device), aux, attention_block,
+                           mean)
 
-    def _score(self, model: nn.Module, x0, xt, masked, t, impl: str, chunk: int, aux: bool,
-               attention_block: int | None, mean: bool) -> tuple[torch.Tensor, dict]:
-        """sum (or mean over B x T) of -log p(x0 | xt) / t over the masked positions, and the model's aux terms.
-        plain: the whole float32 log-softmax; else the head and loss together, chunk by chunk, every position
-        scored with weight 0 where not masked (slm.objectives.linear_ce)."""
-        mask_id = model.cfg.mask_token_id
+    def _score(self, model: nn.Module, x0, xt, masked, t, path: LossPath, aux: bool, attention_block: int | None,
+               mean: bool) -> tuple[torch.Tensor, dict]:
+        """sum (or mean over B x T) of -log p(x0 | xt) / t over the masked positions, and the model's aux terms, by the
+        objective's loss path: every position scored with weight 1/t where masked (the others not scored), the mask
+        token's logit at -inf (slm.objectives.linear_ce)."""
         block = {} if attention_block is None else {"attention_block": attention_block}
-        if impl == "plain":
-            logits, extra = model(xt, return_aux=True, **block) if aux else (model(xt, **block), {})
-            logp = masked_log_probs(logits, mask_id).gather(-1, x0[..., None]).squeeze(-1)  # (B, T)
-            weighted = torch.where(masked, -logp, torch.zeros_like(logp)) / t[:, None]
-            return (weighted.mean() if mean else weighted.sum()), extra
-        h, extra = model(xt, return_aux=True, head=False, **block) if aux else (model(xt, head=False, **block), {})
+        out, extra = path.forward(model, xt, aux=aux, **block)
         targets = torch.where(masked, x0, IGNORE_INDEX)
         weights = (1 / t)[:, None].expand_as(x0)
-        total = head_loss(model, h, targets, impl, chunk, row_weights=weights, exclude=mask_id, reduction="sum")
+        total = path(model, out, targets, row_weights=weights, exclude=model.cfg.mask_token_id, reduction="sum")
         return (total / x0.numel() if mean else total), extra
 
     def terms(self, model: nn.Module, tokens: torch.Tensor, seed: int | None = None,

@@ -9,15 +9,12 @@ import lightning as L
 import torch
 
 from slm.model import ModelConfig, build_model
-from slm.objectives import OBJECTIVES
 from slm.training.checkpoint_io import NOT_WRITTEN
 from slm.training.config import TrainConfig
 from slm.training.optim import build_optimizer
+from slm.training.step import objective_for, step_loss, step_seed
 
-
-def step_seed(seed: int, step: int) -> int:
-    """The objective's noise seed for optimizer step `step` of a run seeded `seed` (a pure function of both)."""
-    return (seed * 1_000_003 + step) % 2**63
+__all__ = ["LanguageModelModule", "step_seed"]
 
 
 class LanguageModelModule(L.LightningModule):
@@ -49,7 +46,7 @@ class LanguageModelModule(L.LightningModule):
         self.checkpoint_meta = dict(checkpoint_meta or {})  # written into every checkpoint as slm_meta (below)
         self.model = build_model(model_cfg)
         self.train_cfg = train_cfg
-        self.objective = OBJECTIVES.get(train_cfg.objective)(train_cfg.loss)  # train.loss: plain, chunked or fused
+        self.objective = objective_for(train_cfg)  # with train.loss: its loss path (plain, chunked, liger)
         self.max_steps = max_steps
         self.tokens_per_step = tokens_per_step
         self.diverged: dict | None = None
@@ -78,16 +75,16 @@ class LanguageModelModule(L.LightningModule):
     def _objective_kwargs(self, block: int | None) -> dict:
         return {} if block is None else {"attention_block": block}
 
-    def _rows(self, batch: torch.Tensor, batch_idx: int) -> dict:
+    def _rows(self, batch: torch.Tensor, batch_idx: int) -> tuple[int, int] | None:
         """rows=(first, total) for an objective with per-row noise when this batch is a part of the step's batch
-        (a device's share, a micro-batch): which rows of it (slm.data.datamodule's layout). {} otherwise."""
+        (a device's share, a micro-batch): which rows of it (slm.data.datamodule's layout). None otherwise."""
         trainer = self._trainer
         world = trainer.world_size if trainer is not None else 1
         micro = trainer.accumulate_grad_batches if trainer is not None else 1
         if not self.objective.row_noise or (world == 1 and micro == 1):
-            return {}
+            return None
         share = self.train_cfg.batch_size // world
-        return {"rows": (self.global_rank * share + (batch_idx % micro) * batch.shape[0], self.train_cfg.batch_size)}
+        return (self.global_rank * share + (batch_idx % micro) * batch.shape[0], self.train_cfg.batch_size)
 
     def configure_model(self) -> None:
         if self.train_cfg.compile and self._forward is self.model:
@@ -97,9 +94,9 @@ class LanguageModelModule(L.LightningModule):
     # ------------------------------------------------------------------ training
     def training_step(self, batch: torch.Tensor, batch_idx: int):
         block = self.attention_block(self.global_step)
-        terms = self.objective.terms(self._forward, batch, seed=step_seed(self.train_cfg.seed, self.global_step),
-                                     **self._objective_kwargs(block), **self._rows(batch, batch_idx))
-        loss = terms.pop("loss")
+        out = step_loss(self.objective, self._forward, batch, seed=self.train_cfg.seed, step=self.global_step,
+                        attention_block=block, rows=self._rows(batch, batch_idx))  # slm.training.step: the benches'
+        loss, terms = out.loss, out.terms
         # the schedule's lr (what LambdaLR gives a group at multiplier 1; a parametrization or Muon may scale groups)
         self.last_lr = self.train_cfg.lr * self.schedule(self.global_step)
         if block is not None:
@@ -112,7 +109,7 @@ class LanguageModelModule(L.LightningModule):
             # data parallel or accumulating: every rank must run the same backward (the gradients are reduced
             # together); the non-finite gradients it gives reach every rank, and the update is skipped on all
             # of them (configure_gradient_clipping)
-        load = terms.pop("moe_load", None)
+        load = out.moe_load
         logs = self.logging_step()
         if logs:
             self.log("train/loss", loss.detach())  # not prog_bar: Lightning would read it back every step
