@@ -406,7 +406,7 @@ def train(field: str) -> tuple[str, ...]:
     """The path of a training setting in the record (config.train, in today's spelling: a moved field, e.g.
     `epochs`, is read from its group, config.train.length.epochs)."""
     group, name = TRAIN_MOVED.get(field, (None, field))
-    return ("config", "train", group, name) if group else ("config", "train", field)
+    return ("config", "train", group, *name.split(".")) if group else ("config", "train", field)
 
 
 def throughput(field: str) -> tuple[str, ...]:

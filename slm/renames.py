@@ -69,18 +69,22 @@ def _move(fields_: dict, moved: dict[str, tuple[str, str]], section: str) -> dic
     for old, (group, name) in moved.items():
         if old not in out:
             continue
-        if old == group and not isinstance(out[old], str):
+        if old == group and not isinstance(out[old], (str, int, float, bool)):
             continue  # the group itself (model.canon: {...}), not the flat field of the same name
         value = out.pop(old)
-        node = out.get(group)
-        if node is None:
-            node = out[group] = {}
-        if not isinstance(node, dict):
-            node = out[group] = dict(node)
-        if name in node and node[name] != value:
-            raise RenameError(f"{section}.{old}={value!r} and {section}.{group}.{name}={node[name]!r} are one "
+        *parents, leaf = [group, *name.split(".")]  # train.betas -> optim.adamw.betas: nested groups
+        node = out
+        for part in parents:
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                child = node[part] = dict(child)
+            node = child
+        if leaf in node and node[leaf] != value:
+            raise RenameError(f"{section}.{old}={value!r} and {section}.{group}.{name}={node[leaf]!r} are one "
                               f"setting: keep {section}.{group}.{name}")
-        node[name] = value
+        node[leaf] = value
     return out
 
 
