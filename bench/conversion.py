@@ -37,8 +37,8 @@ from pathlib import Path
 
 OUT = Path(__file__).resolve().parent / "out"
 SHAPE = ["model.n_layers=4", "model.d_model=128", "model.head_dim=32", "model.n_kv_heads=2", "model.context_length=128"]
-COMMON = ["eval=none", "train.progress_bar=false", "train.batch_size=16", "train.val_batches=8",
-          "train.log_interval=10", "train.ckpt_interval=1000"]
+COMMON = ["eval=none", "train.logging.progress_bar=false", "train.batch_size=16", "train.validation.batches=8",
+          "train.logging.interval=10", "train.checkpoint.interval=1000"]
 
 
 def train(runs: Path, group: str, overrides: list[str], threads: int) -> Path:
@@ -97,8 +97,8 @@ def main() -> None:
     print(f"bench/conversion.py: AR {args.ar_steps} steps, then {args.steps} diffusion steps converted and from "
           f"scratch ({args.threads} threads per run)")
     ar = train(runs, "ar", ["model=llama3_canon", *SHAPE, *COMMON, "tokenizer.mask=true",
-                            f"train.length.steps={args.ar_steps}", "train.val_interval=0"], args.threads)
-    diffusion = ["model=dhara", *SHAPE, *COMMON, "train.objective=mdlm", f"train.val_interval={args.val_every}",
+                            f"train.length.steps={args.ar_steps}", "train.validation.interval=0"], args.threads)
+    diffusion = ["model=dhara", *SHAPE, *COMMON, "train.objective=mdlm", f"train.validation.interval={args.val_every}",
                  f"train.lr={args.lr}"]
     converted = train(runs, "converted", [*diffusion, f"train.length.steps={args.steps}", f"train.init_from='{ar}'",
                                           f"+train.block_curriculum.warmup_fraction={args.warmup}"], args.threads)

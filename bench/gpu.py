@@ -60,7 +60,7 @@ COLUMNS = ("part", "family", "variant", "batch", "tokens/s (min-max)", "MFU", "p
            "ref tokens/s", "ratio (min-max)", "attention", "loss", "note")
 SMOKE_MODEL = {"n_layers": 6, "d_model": 64, "head_dim": 16, "context_length": 64}  # 6: gemma3's unit of layers
 SMOKE_MOE = {"n_experts": 4, "expert_d_ff": 64}
-SMOKE_TRAIN = {"batch_size": 2, "precision": "32", "compile": False, "accelerator": "cpu"}
+SMOKE_TRAIN = {"batch_size": 2, "precision": "32", "compile": False, "parallel": {"accelerator": "cpu"}}
 
 
 @dataclasses.dataclass
@@ -267,7 +267,7 @@ def measure_train(s: Setup, opts: Options) -> dict:
         rates.append(opts.window_steps * s.tokens_per_step / (time.perf_counter() - begin))
     final = torch.stack(losses).float().tolist()
     peak = peak_bytes(device)
-    one = train_cfg.peak_flops or peak_flops(device, train_cfg.precision)
+    one = train_cfg.logging.peak_flops or peak_flops(device, train_cfg.precision)
     rate = spread(rates)
     mfu = {k: s.counts.flops_per_token * rate[k] / one for k in ("median", "min", "max")} if one else None
     del module, optimizer, scheduler, optimizers, batches, losses

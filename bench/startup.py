@@ -36,7 +36,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 STEP_LINE = "slm-train: training on"  # slm.training.progress.StartLine, Lightning's on_train_start
-ONE_STEP = ["train.length.steps=1", "train.val_interval=0", "train.val_batches=1"]
+ONE_STEP = ["train.length.steps=1", "train.validation.interval=0", "train.validation.batches=1"]
 HEAVY = ["lm_eval", "datasets", "pandas", "pyarrow", "analysis", "transformers", "matplotlib", "scipy",
          "tensorboard", "wandb", "torchmetrics", "lightning", "torch"]
 # Run inside the interpreter for the module list: slm-train's main, reporting sys.modules at the first step.

@@ -34,8 +34,8 @@ from slm.training.config import TrainConfig
 from slm.training.optim import build_optimizer
 from slm.training.step import objective_for, train_step
 
-COMMON = ["train.batch_size=16", "train.val_interval=0", "train.val_batches=1", "train.progress_bar=false",
-          "train.ckpt_interval=100000", "train.log_interval=10", "eval=none", "train.accelerator=cpu"]
+COMMON = ["train.batch_size=16", "train.validation.interval=0", "train.validation.batches=1", "train.logging.progress_bar=false",
+          "train.checkpoint.interval=100000", "train.logging.interval=10", "eval=none", "train.parallel.accelerator=cpu"]
 SIZES = {
     "debug": ["model=debug"],
     "small": ["model=llama3", "model.n_layers=4", "model.d_model=128", "model.head_dim=32", "model.n_kv_heads=2",
@@ -61,7 +61,7 @@ def bare_loop(cfg: dict, steps: int, losses: list | None = None) -> float:
     optimizer = build_optimizer(model, train)
     schedule = train.schedule.build(steps)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
-    dm = SLMDataModule(prepared, train.batch_size, model_cfg.context_length, train.seed, train.val_batches)
+    dm = SLMDataModule(prepared, train.batch_size, model_cfg.context_length, train.seed, train.validation.batches)
     batches = iter(dm.train_dataloader())
     start = time.perf_counter()
     kept = []

@@ -153,11 +153,11 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
            label="validation bits per byte", short="val bits/byte", direction=LOWER, kind=PER_RUN,
            bound_when=NELBO, exact_only=True, documents="bits_per_byte"),
     Metric("val_step", "the step val_nll was measured at", ("eval", "val_step"), block="metrics"),
-    Metric("test_nll", "test NLL (nats/token) of the first train.eval_windows windows of the test split",
+    Metric("test_nll", "test NLL (nats/token) of the first train.validation.windows windows of the test split",
            ("eval", "test_nll"), label="test NLL", unit="nats/token", direction=LOWER, kind=PER_RUN,
            bound_when=NELBO, exact_only=True),
     Metric("test_targets", "tokens scored for test_nll", ("eval", "test_targets")),
-    Metric("test_bpb", "test NLL in bits per UTF-8 byte (train.eval_windows runs)", ("eval", "test_bpb"),
+    Metric("test_bpb", "test NLL in bits per UTF-8 byte (train.validation.windows runs)", ("eval", "test_bpb"),
            label="test bits per byte", direction=LOWER, kind=PER_RUN, bound_when=NELBO, exact_only=True),
     Metric("val_bytes_per_token", "UTF-8 bytes of text per token of the validation split (the mix's sources "
            "weighted)", ("eval", "val_bytes_per_token")),

@@ -1,7 +1,8 @@
 """Old spellings of config fields and how they read today: stored records, config files and command lines.
 
-Settings that belong to an optional part live in that part's nested group (`model.moe.*`, `model.memory.*`,
-`model.canon.*`, `train.schedule.*`, `train.length.*`, ...); they were once flat fields of ModelConfig and
+Settings that belong to a part live in that part's nested group (`model.moe.*`, `model.memory.*`,
+`model.canon.*`, `train.schedule.*`, `train.length.*`, `train.optim.adamw.*`, `train.validation.*`,
+`train.logging.*`, `train.checkpoint.*`, `train.parallel.*`, ...); they were once flat fields of ModelConfig and
 TrainConfig. This module maps each flat name to its group and field, so that
 
 - a stored `config.json` / `result.json` / checkpoint config with flat fields loads (`upgrade_model_fields`,
@@ -52,6 +53,28 @@ TRAIN_MOVED: dict[str, tuple[str, str]] = {
     "warmup_steps": ("schedule", "warmup_steps"),
     "decay_fraction": ("schedule", "decay_fraction"),
     "min_lr_ratio": ("schedule", "min_lr_ratio"),
+    "betas": ("optim", "adamw.betas"),
+    "eps": ("optim", "adamw.eps"),
+    "weight_decay": ("optim", "adamw.weight_decay"),
+    "decay_embeddings": ("optim", "adamw.decay_embeddings"),
+    "val_interval": ("validation", "interval"),
+    "val_batches": ("validation", "batches"),
+    "eval_windows": ("validation", "windows"),
+    "restore_best": ("validation", "restore_best"),
+    "log_interval": ("logging", "interval"),
+    "loggers": ("logging", "loggers"),
+    "progress_bar": ("logging", "progress_bar"),
+    "print_interval": ("logging", "print_interval"),
+    "peak_flops": ("logging", "peak_flops"),
+    "detect_anomaly": ("logging", "detect_anomaly"),
+    "ckpt_interval": ("checkpoint", "interval"),
+    "keep_every": ("checkpoint", "keep_every"),
+    "keep_steps": ("checkpoint", "keep_steps"),
+    "accelerator": ("parallel", "accelerator"),
+    "devices": ("parallel", "devices"),
+    "num_nodes": ("parallel", "num_nodes"),
+    "strategy": ("parallel", "strategy"),
+    "micro_batch_size": ("parallel", "micro_batch_size"),
 }
 """TrainConfig's flat field -> (group, field) it moved to."""
 

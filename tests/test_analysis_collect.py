@@ -99,9 +99,9 @@ def sweep(tmp_path) -> Path:
         "sweep": {"dir": "runs/grid", "subdir": "${slm_job_key:${hydra.job.override_dirname}}"},
         "sweeper": {"_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper", "params": None},
         "job": {"config": {"override_dirname": {"kv_sep": "=", "item_sep": ",",
-                                                "exclude_keys": ["run_group", "train.progress_bar"]}}},
+                                                "exclude_keys": ["run_group", "train.logging.progress_bar"]}}},
         "overrides": {"task": ["model.n_layers=4,8", "model.d_model=64,256", "run_group=grid",
-                               "train.progress_bar=false"]}}}
+                               "train.logging.progress_bar=false"]}}}
     (root / "multirun.yaml").write_text(yaml.safe_dump(multirun))
     return root
 

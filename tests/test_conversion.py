@@ -170,8 +170,8 @@ def test_stage_two_starts_from_stage_one_run_directory(monkeypatch):
 
 # ---------------------------------------------------------------- through slm-train
 TINY_RUN = ["model.n_layers=2", "model.d_model=32", "model.head_dim=16", "model.n_kv_heads=2",
-            "model.context_length=32", "eval=none", "train.progress_bar=false", "train.val_batches=2",
-            "train.log_interval=5", "train.batch_size=8"]
+            "model.context_length=32", "eval=none", "train.logging.progress_bar=false", "train.validation.batches=2",
+            "train.logging.interval=5", "train.batch_size=8"]
 CURRICULUM = ["+train.block_curriculum.warmup_fraction=0.25", "+train.block_curriculum.decay_fraction=0.2",
               "+train.block_curriculum.decay_block=8"]
 
@@ -219,7 +219,7 @@ def ar_run(tmp_path_factory) -> Path:
 
 def _convert_args(ar: Path) -> list[str]:
     return ["model=dhara", *TINY_RUN, "train.objective=mdlm", f"train.init_from='{ar}'", *CURRICULUM,
-            "train.length.steps=40", "train.ckpt_interval=10", "train.val_interval=20", "train.lr=3e-3"]
+            "train.length.steps=40", "train.checkpoint.interval=10", "train.validation.interval=20", "train.lr=3e-3"]
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ from slm.training.config import TrainConfig, TrainConfigError
 from slm.training.distributed import is_rank_zero, started_by_launcher
 
 RUN = ["model=debug", "model.n_layers=1", "model.context_length=32", "train.length.steps=6", "train.batch_size=4",
-       "train.val_interval=3", "train.val_batches=1", "eval=none", "train.progress_bar=false", "train.accelerator=cpu",
+       "train.validation.interval=3", "train.validation.batches=1", "eval=none", "train.logging.progress_bar=false", "train.parallel.accelerator=cpu",
        "train.lr=3e-3"]
 
 
@@ -48,8 +48,8 @@ def losses(run_dir: Path) -> list[float]:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("dp") / "runs"
-    return {"one": train(root, "one"), "micro": train(root, "micro", "train.micro_batch_size=2"),
-            "two": train(root, "two", "train.devices=2", "train.keep_steps=[3]"), "root": root}
+    return {"one": train(root, "one"), "micro": train(root, "micro", "train.parallel.micro_batch_size=2"),
+            "two": train(root, "two", "train.parallel.devices=2", "train.checkpoint.keep_steps=[3]"), "root": root}
 
 
 def test_two_processes_and_two_micro_batches_follow_one_batch(runs):
@@ -70,7 +70,7 @@ def test_muon_and_mup_under_data_parallel_and_accumulation_follow_one_batch(tmp_
     root = tmp_path / "runs"
     extra = ["train.optimizer=muon", "model.parametrization=mup", "model.mup.base_width=32"]
     one = losses(train(root, "one", *extra))
-    for group, more in (("micro", ["train.micro_batch_size=2"]), ("two", ["train.devices=2"])):
+    for group, more in (("micro", ["train.parallel.micro_batch_size=2"]), ("two", ["train.parallel.devices=2"])):
         np.testing.assert_allclose(losses(train(root, group, *extra, *more)), one, rtol=2e-5, err_msg=group)
 
 
@@ -89,7 +89,7 @@ def test_a_data_parallel_run_resumes_exactly(runs, tmp_path):
     shutil.copy(resumed / "checkpoints" / "step-3.ckpt", resumed / "checkpoints" / "last.ckpt")
     update_record(resumed, status="running")
     for attempt in range(2):  # a fresh process now and then rounds AdamW's sqrt differently (platform flaw)
-        again = train(root, "resumed", "train.devices=2", "train.keep_steps=[3]")
+        again = train(root, "resumed", "train.parallel.devices=2", "train.checkpoint.keep_steps=[3]")
         if losses(again) == losses(runs["two"]):
             break
         shutil.copy(resumed / "checkpoints" / "step-3.ckpt", resumed / "checkpoints" / "last.ckpt")
@@ -120,10 +120,10 @@ def test_diffusion_noise_of_a_part_is_the_whole_batch_noise():
 
 
 @pytest.mark.parametrize("fields, message", [
-    ({"batch_size": 6, "devices": 4}, "train.batch_size=6 is invalid with 4 devices in all"),
-    ({"batch_size": 8, "devices": 2, "micro_batch_size": 3}, "train.micro_batch_size=3 is invalid"),
-    ({"devices": 0}, "train.devices=0 is invalid"),
-    ({"strategy": "fsdp"}, "train.strategy='fsdp' is invalid: choose one of: auto, ddp"),
+    ({"batch_size": 6, "devices": 4}, "train.batch_size=6 is invalid"),
+    ({"batch_size": 8, "devices": 2, "micro_batch_size": 3}, "train.parallel.micro_batch_size=3 is invalid"),
+    ({"devices": 0}, "train.parallel.devices=0 is invalid"),
+    ({"strategy": "fsdp"}, "train.parallel.strategy='fsdp' is invalid: choose one of: auto, ddp"),
 ])
 def test_bad_parallel_settings_are_one_line(fields, message):
     with pytest.raises(TrainConfigError, match=message.replace("(", r"\(").replace("[", r"\[")):
@@ -131,9 +131,9 @@ def test_bad_parallel_settings_are_one_line(fields, message):
 
 
 def test_accumulation_counts():
-    cfg = TrainConfig(batch_size=32, devices=2, num_nodes=2, micro_batch_size=2)
+    cfg = TrainConfig(batch_size=32, parallel={"devices": 2, "num_nodes": 2, "micro_batch_size": 2})
     assert (cfg.world_size, cfg.micro_batch(), cfg.accumulation()) == (4, 2, 4)
-    assert TrainConfig(batch_size=32, devices=2).accumulation() == 1
+    assert TrainConfig(batch_size=32, parallel={"devices": 2}).accumulation() == 1
 
 
 def test_which_process_owns_the_run_directory():

@@ -66,7 +66,7 @@ def _legacy_run(workdir: Path) -> Path:
     from slm.cli.job_keys import canonical_overrides
     from slm.runs.keys import job_key
 
-    exclude = ["run_group", "eval", "train.progress_bar"]
+    exclude = ["run_group", "eval", "train.logging.progress_bar"]
     name = job_key(",".join(sorted(canonical_overrides(RUN, exclude, legacy=True))))
     assert "train.steps=2" in name.split(",")
     run = workdir / "runs" / "train" / name
@@ -90,13 +90,13 @@ def test_a_run_keyed_the_former_way_is_found_by_a_single_run_and_a_sweep(workdir
 def test_a_cut_key_keeps_its_whole_text_beside_it(workdir):
     from slm.runs.keys import MAX_LEN, read_full_key
 
-    long = ["train.seed=4000000000", "train.lr=0.00123456", "train.weight_decay=0.0123456", "train.grad_clip=0.987654",
-            "model.rope_theta=123456.0", "train.schedule.min_lr_ratio=0.0123", "train.val_interval=0"]
+    long = ["train.seed=4000000000", "train.lr=0.00123456", "train.optim.adamw.weight_decay=0.0123456", "train.grad_clip=0.987654",
+            "model.rope_theta=123456.0", "train.schedule.min_lr_ratio=0.0123", "train.validation.interval=0"]
     _train([*RUN, *long])
     (run,) = (workdir / "runs" / "train").iterdir()
     whole = read_full_key(run)
     assert whole is not None and len(whole) > MAX_LEN and len(run.name) < MAX_LEN  # the name: a start and a hash
-    assert whole.startswith(run.name[:MAX_LEN - 20]) and "train.weight_decay=0.0123456" in whole
+    assert whole.startswith(run.name[:MAX_LEN - 20]) and "train.optim.adamw.weight_decay=0.0123456" in whole
     from slm.cli.status import report
 
     lines = report(run.parent)
@@ -106,7 +106,7 @@ def test_a_cut_key_keeps_its_whole_text_beside_it(workdir):
 # -- quieter -------------------------------------------------------------------------------------------------------
 
 def test_lightning_repeats_nothing_slm_says_and_a_resume_names_its_checkpoint_once(workdir, capsys):
-    argv = [*[a for a in RUN if not a.startswith("train.length")], "train.length.steps=4", "train.ckpt_interval=2"]
+    argv = [*[a for a in RUN if not a.startswith("train.length")], "train.length.steps=4", "train.checkpoint.interval=2"]
     _train(argv)
     capsys.readouterr()
     (run,) = (workdir / "runs" / "train").iterdir()

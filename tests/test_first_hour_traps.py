@@ -12,8 +12,8 @@ from omegaconf import OmegaConf
 from slm.model import ConfigError, config_from_spec, count
 from tests.conftest import compose_model_node
 
-TINY_TRAIN = ["eval=none", "train.length.steps=1", "train.batch_size=2", "train.val_batches=1",
-              "train.print_interval=0", "train.progress_bar=false"]
+TINY_TRAIN = ["eval=none", "train.length.steps=1", "train.batch_size=2", "train.validation.batches=1",
+              "train.logging.print_interval=0", "train.logging.progress_bar=false"]
 
 
 @pytest.fixture

@@ -176,7 +176,7 @@ def test_train_with_an_hf_tokenizer_that_is_not_utf8_is_one_line(tmp_path, monke
     monkeypatch.setenv("SLM_RUNS", str(tmp_path / "runs"))
     monkeypatch.setenv("SLM_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(sys, "argv", ["slm-train", "model=debug", "train.length.steps=2", "eval=none",
-                                      "train.progress_bar=false", "tokenizer=hf", f"tokenizer.path={directory}"])
+                                      "train.logging.progress_bar=false", "tokenizer=hf", f"tokenizer.path={directory}"])
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
     try:

@@ -18,8 +18,8 @@ from slm.training.train_log import TrainLogError, kept_lines
 from tests.test_checkpoint_io import _checkpoint, _truncate
 from tests.test_train_cli import FAST, assert_same_run, curve, kill_at_step, run_dir, slm_train
 
-ARGS = [*(a for a in FAST if not a.startswith("train.log_interval=")), "train.log_interval=1",  # a log line a step
-        "train.length.steps=40", "train.ckpt_interval=5", "train.keep_every=10", "train.val_interval=40",
+ARGS = [*(a for a in FAST if not a.startswith("train.logging.interval=")), "train.logging.interval=1",  # a log line a step
+        "train.length.steps=40", "train.checkpoint.interval=5", "train.checkpoint.keep_every=10", "train.validation.interval=40",
         "train.seed=3"]
 
 
@@ -51,7 +51,7 @@ def test_a_copied_run_keeps_checkpointing_into_its_own_last_ckpt(reference, tmp_
     step = step_of(ckpts / "last.ckpt")
     assert step >= first_step + 10  # last.ckpt itself went on after the move
     assert step_of(ckpts / "previous.ckpt") == step - 5
-    kept = first_step // 10 * 10 + 10  # train.keep_every=10: the first one kept after the move, in the new place
+    kept = first_step // 10 * 10 + 10  # train.checkpoint.keep_every=10: the first one kept after the move, in the new place
     assert step_of(ckpts / f"step-{kept}.ckpt") == kept
     state = torch.load(ckpts / "last.ckpt", map_location="cpu", weights_only=True, mmap=True)["callbacks"]
     assert str(tmp_path) not in json.dumps(state, default=str)  # no path of either place in the checkpoint

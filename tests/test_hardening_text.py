@@ -274,7 +274,7 @@ def test_slm_train_on_the_issue_file(tmp_path):
            "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     out = subprocess.run([sys.executable, "-m", "slm.cli.train", "model=debug", "data=local",
                           f"data.sources.0.paths=[{path}]", "train.length.steps=2", "eval=none",
-                          "train.progress_bar=false"], env=env, capture_output=True, text=True, timeout=300)
+                          "train.logging.progress_bar=false"], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     (record,) = (tmp_path / "runs").rglob("result.json")
     data = json.loads(record.read_text())["data"]["sources"][0]

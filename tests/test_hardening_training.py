@@ -22,7 +22,7 @@ import torch
 from tests.test_bad_input import RUN, _train, snapshot, workdir  # noqa: F401 - workdir is a fixture
 from tests.test_checkpoint_io import _checkpoint, _truncate
 
-CKPT = [*(a for a in RUN if not a.startswith("train.length.steps=")), "train.length.steps=4", "train.ckpt_interval=2"]
+CKPT = [*(a for a in RUN if not a.startswith("train.length.steps=")), "train.length.steps=4", "train.checkpoint.interval=2"]
 
 
 
@@ -160,7 +160,7 @@ def test_out_of_memory_mid_run_is_one_line_and_recorded_failed(workdir, capsys, 
     line = one_line_exit_2(capsys, CKPT)
     run = the_run(workdir)
     assert line.startswith("out of memory ("), line
-    assert "with 16 sequences per forward: set train.micro_batch_size below 16" in line
+    assert "with 16 sequences per forward: set train.parallel.micro_batch_size below 16" in line
     assert line.endswith("it resumes from checkpoints/last.ckpt (step 2), which is intact"), line
     assert record(run)["status"] == "failed" and record(run)["error"] == line
     assert outside(workdir) == before
@@ -173,7 +173,7 @@ def test_a_sweep_job_out_of_memory_is_recorded_and_the_sweep_goes_on(workdir, mo
     from slm.runs.job import train_run
 
     run_out_of_memory_at(monkeypatch, 1, "cpu")
-    cfg = OmegaConf.to_container(compose_config([*RUN, "train.batch_size=2", "train.micro_batch_size=1"]),
+    cfg = OmegaConf.to_container(compose_config([*RUN, "train.batch_size=2", "train.parallel.micro_batch_size=1"]),
                                  resolve=True)
     rec = train_run(cfg, workdir / "runs" / "g" / "job", sweep=True)
     assert rec["status"] == "failed" and rec["error"].startswith("out of memory (RuntimeError: ")
@@ -186,13 +186,13 @@ def test_a_sweep_job_out_of_memory_is_recorded_and_the_sweep_goes_on(workdir, mo
 @pytest.mark.parametrize("extra, said", [
     (["train.batch_size=10000000"], "train.batch_size=10000000 is too large for this cpu: one forward/backward of "
                                     "10,000,000 x 128 tokens holds at least"),
-    (["train.batch_size=20000000", "train.micro_batch_size=10000000"], "train.micro_batch_size=10000000 is too large"),
+    (["train.batch_size=20000000", "train.parallel.micro_batch_size=10000000"], "train.parallel.micro_batch_size=10000000 is too large"),
 ])
 def test_an_enormous_batch_is_refused_up_front(workdir, capsys, extra, said):
     before = snapshot(workdir)
     line = one_line_exit_2(capsys, [*RUN, *extra])
     assert line.startswith(said), line
-    assert "GiB of activations" in line and ("or set train.micro_batch_size" in line) == ("micro" not in said)
+    assert "GiB of activations" in line and ("or set train.parallel.micro_batch_size" in line) == ("micro" not in said)
     assert snapshot(workdir) == before  # no run directory left behind
 
 
@@ -212,8 +212,8 @@ def test_a_batch_that_fits_passes_the_check(monkeypatch):
     from slm.runs import preflight
     from slm.training.config import TrainConfigError
 
-    train = SimpleNamespace(accelerator="cpu", micro_batch=lambda: 16, micro_batch_size=None, batch_size=16,
-                            world_size=1)
+    train = SimpleNamespace(parallel=SimpleNamespace(accelerator="cpu", micro_batch_size=None), micro_batch=lambda: 16,
+                            batch_size=16, world_size=1)
     model = SimpleNamespace(context_length=128, n_layers=2, d_model=64)
     need = 1000 * preflight.TRAIN_BYTES_PER_PARAM + preflight.activation_bytes(model, 16)
     monkeypatch.setattr(weights, "available_memory", lambda device: need)

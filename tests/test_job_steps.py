@@ -19,11 +19,11 @@ from omegaconf import OmegaConf
 from slm.runs import job as steps
 from slm.runs.record import load_record
 
-TINY = ["model=debug", "eval=none", "train.length.steps=6", "train.val_interval=3", "train.ckpt_interval=3",
-        "train.val_batches=1", "train.print_interval=0", "train.progress_bar=false", "train.log_interval=2"]
+TINY = ["model=debug", "eval=none", "train.length.steps=6", "train.validation.interval=3", "train.checkpoint.interval=3",
+        "train.validation.batches=1", "train.logging.print_interval=0", "train.logging.progress_bar=false", "train.logging.interval=2"]
 MOE = ["model=moe", "model.n_layers=2", "model.d_model=32", "model.head_dim=16", "model.n_kv_heads=1",
        "model.moe.n_experts=4", "model.moe.expert_d_ff=32", "model.context_length=32", "train.batch_size=4",
-       "eval=none", "train.val_batches=1", "train.print_interval=0", "train.progress_bar=false"]
+       "eval=none", "train.validation.batches=1", "train.logging.print_interval=0", "train.logging.progress_bar=false"]
 
 
 def compose(overrides: list[str]) -> dict:
@@ -72,7 +72,7 @@ def test_each_step_makes_its_part_and_together_they_are_train_run(tmp_path, cach
     assert training["final_train_loss"] == log[-1]["loss"] and training["diverged"] is None
     assert "moe_load" not in training  # a dense model has no routing load
 
-    assert steps.validate(job, built) is None  # nothing restored (train.restore_best is off)
+    assert steps.validate(job, built) is None  # nothing restored (train.validation.restore_best is off)
     assert built.module.val_metrics["val_step"] == 6
 
     rec = steps.record_completed(job, built, training, None)
@@ -106,8 +106,8 @@ def metrics_rows(run: Path) -> list[dict]:
 def test_moe_routing_load_is_logged_recorded_and_resumed_from_the_checkpoint(tmp_path, cache):
     """log_interval 3 over 6 steps: the windows start at steps 0 and 3, the record's load is the mean over steps
     3-5, and a run resumed from the step-4 checkpoint (inside that window) records the same load."""
-    cfg = compose([*MOE, "train.length.steps=6", "train.log_interval=3", "train.val_interval=6", "train.ckpt_interval=6",
-                   "train.keep_steps=[4]"])
+    cfg = compose([*MOE, "train.length.steps=6", "train.logging.interval=3", "train.validation.interval=6", "train.checkpoint.interval=6",
+                   "train.checkpoint.keep_steps=[4]"])
     whole = steps.train_run(cfg, tmp_path / "whole")
     load = whole["training"]["moe_load"]
     assert load["steps"] == 3 and len(load["per_layer"]) == 2

@@ -165,24 +165,24 @@ def test_only_transformers_head_is_fused_and_auto_is_chunked_on_a_cpu_where_the_
     assert torch.isfinite(terms["loss"])
 
 
-@pytest.mark.parametrize("loss, message", [
-    ({"impl": "fused"}, "train.loss.impl='fused' is invalid: choose one of: auto, plain, chunked, liger"),
-    ({"chunk_tokens": 0}, "train.loss.chunk_tokens=0 is invalid: a positive integer"),
-    ({"chunk_tokens": "big"}, "train.loss.chunk_tokens='big' is invalid: expected an integer"),
-    ({"chunk": 512}, "train.loss has unknown key 'chunk': choose from impl, chunk_tokens"),
-    ("chunked", "train.loss='chunked' is invalid: a mapping of impl, chunk_tokens"),
+@pytest.mark.parametrize("loss, key, value", [
+    ({"impl": "fused"}, "train.loss.impl", "fused"),
+    ({"chunk_tokens": 0}, "train.loss.chunk_tokens", 0),
+    ({"chunk_tokens": "big"}, "train.loss.chunk_tokens", "big"),
+    ({"chunk": 512}, "train.loss.chunk", None),
+    ("chunked", "train.loss", "chunked"),
 ])
-def test_bad_settings_are_one_line(loss, message):
+def test_bad_settings_are_one_line(loss, key, value):
     with pytest.raises(TrainConfigError) as err:
         TrainConfig(loss=loss)
-    assert str(err.value) == message
+    assert (err.value.key, err.value.value) == (key, value) and "\n" not in str(err.value)
 
 
 @pytest.mark.skipif(liger_installed(), reason="liger_kernel is installed here")
 def test_liger_without_the_package_is_refused():
-    with pytest.raises(LossSettingsError, match=r"^train.loss.impl=liger is invalid here: the liger_kernel package "
-                                                r"is not installed .*; use auto or chunked$"):
-        LossSettings(impl="liger")
+    with pytest.raises(LossSettingsError) as err:
+        TrainConfig(loss={"impl": "liger"})
+    assert (err.value.key, err.value.value) == ("train.loss.impl", "liger") and "pip install liger-kernel" in str(err.value)
 
 
 def test_settings_reach_the_objective():

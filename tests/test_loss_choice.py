@@ -173,9 +173,9 @@ def test_a_bare_step_is_slm_trains_step(tmp_path, monkeypatch):
     from slm.cli.config import compose_config
     from tests.test_train_talks import train_here
 
-    overrides = ["model=debug", "eval=none", "train.progress_bar=false", "train.val_batches=1",
-                 "train.print_interval=0", "train.length.steps=4", "train.batch_size=4", "train.log_interval=1",
-                 "train.val_interval=4", "train.ckpt_interval=4", "train.accelerator=cpu"]
+    overrides = ["model=debug", "eval=none", "train.logging.progress_bar=false", "train.validation.batches=1",
+                 "train.logging.print_interval=0", "train.length.steps=4", "train.batch_size=4", "train.logging.interval=1",
+                 "train.validation.interval=4", "train.checkpoint.interval=4", "train.parallel.accelerator=cpu"]
     record, run = train_here(tmp_path, overrides, io.StringIO())
     assert record["status"] == "completed"
     logged = [json.loads(line)["loss"] for line in (run / "train_log.jsonl").read_text().splitlines()]

@@ -70,7 +70,7 @@ def _train_and_score(runs: Path, **env: str) -> dict:
     """A tiny run trained and scored by slm-train on two threads: its record's numbers, per-document scores and
     the wait settings it records."""
     cmd = [sys.executable, "-m", "slm.cli.train", "model=debug", "model.n_layers=1", "train.length.steps=6",
-           "train.batch_size=32", "train.val_batches=2", "train.progress_bar=false", "eval.limit=12",
+           "train.batch_size=32", "train.validation.batches=2", "train.logging.progress_bar=false", "eval.limit=12",
            "eval.throughput.enabled=false", "run_group=wait"]  # batches large enough for both threads to work
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
                          env=_clean_env(SLM_RUNS=str(runs), OMP_NUM_THREADS="2", **env))

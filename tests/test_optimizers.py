@@ -35,7 +35,7 @@ def test_muon_is_torch_muon_on_the_hidden_matrices_and_adamw_on_the_rest():
     torch.manual_seed(0)
     model = build_model(ModelConfig(**TINY))
     peer = copy.deepcopy(model)
-    cfg = TrainConfig(optimizer="muon", lr=3e-3, weight_decay=0.1, optim={"muon": {"lr": 0.05, "momentum": 0.9}})
+    cfg = TrainConfig(optimizer="muon", lr=3e-3, optim={"adamw": {"weight_decay": 0.1}, "muon": {"lr": 0.05, "momentum": 0.9}})
     ours = build_optimizer(model, cfg)
     names = {id(p): n for n, p, _ in roles(model)}
     muon_params = {names[id(p)] for g in ours.optimizers[0].param_groups for p in g["params"]}
@@ -75,7 +75,7 @@ def test_lion_is_the_papers_update():
     torch.manual_seed(0)
     model = build_model(ModelConfig(**TINY))
     start = {n: p.detach().clone() for n, p in model.named_parameters()}
-    cfg = TrainConfig(optimizer="lion", lr=1e-3, weight_decay=0.5, optim={"lion": {"betas": [0.8, 0.95]}})
+    cfg = TrainConfig(optimizer="lion", lr=1e-3, optim={"adamw": {"weight_decay": 0.5}, "lion": {"betas": [0.8, 0.95]}})
     optimizer = build_optimizer(model, cfg)
     grads, momentum = [], {n: torch.zeros_like(p) for n, p in start.items()}
     expected = dict(start)
@@ -94,21 +94,20 @@ def test_lion_is_the_papers_update():
         torch.testing.assert_close(p, expected[n], rtol=0, atol=1e-7, msg=n)
 
 
-@pytest.mark.parametrize("fields, message", [
-    (dict(optimizer="adam"), "unknown optimizer 'adam'; choose one of: adamw, muon, lion"),
-    (dict(optim={"muon": {"lr": -1.0}}), "train.optim.muon.lr=-1.0 is invalid: must be > 0"),
-    (dict(optim={"muon": {"momentum": 1.0}}), "train.optim.muon.momentum=1.0 is invalid"),
-    (dict(optim={"muon": {"adjust_lr": "spectral"}}), "train.optim.muon.adjust_lr='spectral' is invalid"),
-    (dict(optim={"muon": {"learning_rate": 0.1}}), "train.optim.muon has unknown key 'learning_rate'"),
-    (dict(optim={"adam": {"lr": 0.1}}), "train.optim.adam is invalid: only these optimizers have settings"),
-    (dict(optim={"lion": {"betas": [0.9]}}), r"train.optim.lion.betas=\[0.9\] is invalid"),
+@pytest.mark.parametrize("fields, key, value", [
+    (dict(optimizer="adam"), "train.optimizer", "adam"),
+    (dict(optim={"muon": {"lr": -1.0}}), "train.optim.muon.lr", -1.0),
+    (dict(optim={"muon": {"momentum": 1.0}}), "train.optim.muon.momentum", 1.0),
+    (dict(optim={"muon": {"adjust_lr": "spectral"}}), "train.optim.muon.adjust_lr", "spectral"),
+    (dict(optim={"muon": {"learning_rate": 0.1}}), "train.optim.muon.learning_rate", None),
+    (dict(optim={"adam": {"lr": 0.1}}), "train.optim.adam", None),
+    (dict(optim={"lion": {"betas": [0.9]}}), "train.optim.lion.betas", [0.9]),
+    (dict(betas=[0.9, 1.5]), "train.optim.adamw.betas", [0.9, 1.5]),  # the old flat spelling, named as today's
 ])
-def test_bad_optimizer_settings_are_one_line(fields, message):
-    with pytest.raises(ValueError, match=message) as err:
+def test_bad_optimizer_settings_are_one_line(fields, key, value):
+    with pytest.raises(TrainConfigError) as err:
         TrainConfig.from_node(fields)
-    assert "\n" not in str(err.value)
-    if "unknown optimizer" not in message:
-        assert isinstance(err.value, TrainConfigError)
+    assert "\n" not in str(err.value) and (err.value.key, err.value.value) == (key, value)
 
 
 @pytest.mark.parametrize("setup", [
@@ -118,7 +117,7 @@ def test_bad_optimizer_settings_are_one_line(fields, message):
 ])
 def test_resume_after_sigkill_is_exact_for_each_optimizer(tmp_path, setup):
     args = [*FAST, "model.n_layers=2", "model.context_length=32", "train.batch_size=8", "train.length.steps=20",
-            "train.ckpt_interval=5", "train.val_interval=10", *setup]
+            "train.checkpoint.interval=5", "train.validation.interval=10", *setup]
     ref_dir, cut_dir = tmp_path / "ref", tmp_path / "cut"
     done = slm_train(ref_dir, *args)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -133,7 +133,7 @@ def _corpus(tmp_path):
 def test_training_with_packed_documents_end_to_end(tmp_path):
     corpus = _corpus(tmp_path)
     data = ["data=local", f"data.sources.0.paths=[{corpus}]", "tokenizer.eot=true"]
-    out = slm_train(tmp_path, *FAST, *data, "data.pack_documents=true", "train.length.steps=6", "train.val_interval=6")
+    out = slm_train(tmp_path, *FAST, *data, "data.pack_documents=true", "train.length.steps=6", "train.validation.interval=6")
     assert out.returncode == 0, out.stderr[-2000:]
     path = run_dir(tmp_path)
     r = record(path)

@@ -92,13 +92,13 @@ def _lrs(model, train: TrainConfig) -> dict:
     out = {}
     for group in param_groups(model, train):
         for p in group["params"]:
-            out[names[id(p)]] = (group.get("lr", train.lr), group["weight_decay"], group.get("eps", train.eps))
+            out[names[id(p)]] = (group.get("lr", train.lr), group["weight_decay"], group.get("eps", train.optim.adamw.eps))
     return out
 
 
 def test_mup_scales_the_hidden_adam_learning_rate_only():
     model = build_model(preset("gpt2", parametrization="mup", mup={"base_width": 16}))
-    train = TrainConfig(lr=1e-2, weight_decay=0.1, eps=1e-8)
+    train = TrainConfig(lr=1e-2, optim={"adamw": {"weight_decay": 0.1, "eps": 1e-8}})
     lrs = _lrs(model, train)
     assert lrs["blocks.0.attn.qkv.weight"] == (pytest.approx(1e-2 / 4), 0.1, 1e-8)
     assert lrs["blocks.0.attn.qkv.bias"] == (1e-2, 0.0, 1e-8)
@@ -114,7 +114,7 @@ def test_the_hidden_decay_rule_is_a_setting(scheme, rule, multiplier):
     MuAdamW(decoupled_wd=True)); width_independent multiplies it by m (microsoft/mup's default, CompleteP's)."""
     mup = {"base_width": 16, **({"decay": rule} if rule else {})}
     model = build_model(preset("gpt2", parametrization=scheme, mup=mup))
-    lr, decay, _ = _lrs(model, TrainConfig(lr=1e-2, weight_decay=0.1, eps=1e-8))["blocks.0.attn.qkv.weight"]
+    lr, decay, _ = _lrs(model, TrainConfig(lr=1e-2, optim={"adamw": {"weight_decay": 0.1, "eps": 1e-8}}))["blocks.0.attn.qkv.weight"]
     assert decay == pytest.approx(0.1 * multiplier) and lr * decay == pytest.approx(1e-2 / 4 * 0.1 * multiplier)
     assert scheme_of(model.cfg).describe()["hidden_weight_decay_multiplier"] == multiplier
 
@@ -129,7 +129,7 @@ def test_completep_follows_its_reference_implementation():
         model = build_model(cfg)
         m, r = 4.0, 4.0
         assert model.blocks[0].branch_scale == pytest.approx(r**-alpha)
-        lrs = _lrs(model, TrainConfig(lr=1e-2, weight_decay=0.1, eps=1e-8))
+        lrs = _lrs(model, TrainConfig(lr=1e-2, optim={"adamw": {"weight_decay": 0.1, "eps": 1e-8}}))
         eps = 1e-8 / m * r**-alpha
         assert lrs["blocks.3.mlp.fc_in.weight"] == (pytest.approx(1e-2 / m * r ** (alpha - 1)), pytest.approx(0.1 * m),
                                                     pytest.approx(eps))

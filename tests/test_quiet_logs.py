@@ -180,7 +180,7 @@ def test_a_sweep_job_and_slm_eval_write_quiet_logs(tmp_path):
     log = tmp_path / "train.log"
     with open(log, "w") as out:
         done = subprocess.run([sys.executable, "-m", "slm.cli.train", "run_group=q", "model=debug", "model.n_layers=1",
-                               "train.length.steps=4", "train.val_batches=2", "eval.limit=8", "+eval.model_args.mc_num=16",
+                               "train.length.steps=4", "train.validation.batches=2", "eval.limit=8", "+eval.model_args.mc_num=16",
                                "eval.throughput.prompt_tokens=8", "eval.throughput.new_tokens=8"],
                               cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=300)
     text = log.read_bytes().decode()  # read_text would turn each \r into a newline

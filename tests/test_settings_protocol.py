@@ -70,3 +70,27 @@ def test_validation_changes_nothing_but_what_derive_fills_in():
     given = Inner(size=5, keep=[1, 2])
     out = Outer(inner=given)
     assert out.inner == given and out.inner is not given  # a copy: two configs never share a group
+
+
+def test_a_stored_flat_train_section_reads_as_todays_groups():
+    """A config.json written before train's settings moved into groups (flat val_interval, betas, devices, ...)
+    gives the same TrainConfig as today's spelling; the top level keeps at most 20 fields."""
+    import dataclasses
+
+    from slm.training.config import TrainConfig
+
+    flat = {"val_interval": 6, "val_batches": 2, "eval_windows": 7, "restore_best": True, "log_interval": 3,
+            "loggers": ["csv"], "progress_bar": False, "print_interval": 0, "peak_flops": 1e12,
+            "detect_anomaly": False, "ckpt_interval": 9, "keep_every": 4, "keep_steps": [8], "accelerator": "cpu",
+            "devices": 1, "num_nodes": 1, "strategy": "auto", "micro_batch_size": 4, "betas": [0.8, 0.9],
+            "eps": 1e-6, "weight_decay": 0.05, "decay_embeddings": True, "batch_size": 8, "steps": 12}
+    today = {"validation": {"interval": 6, "batches": 2, "windows": 7, "restore_best": True},
+             "logging": {"interval": 3, "loggers": ["csv"], "progress_bar": False, "print_interval": 0,
+                         "peak_flops": 1e12, "detect_anomaly": False},
+             "checkpoint": {"interval": 9, "keep_every": 4, "keep_steps": [8]},
+             "parallel": {"accelerator": "cpu", "devices": 1, "num_nodes": 1, "strategy": "auto",
+                          "micro_batch_size": 4},
+             "optim": {"adamw": {"betas": [0.8, 0.9], "eps": 1e-6, "weight_decay": 0.05, "decay_embeddings": True}},
+             "batch_size": 8, "length": {"steps": 12}}
+    assert TrainConfig.from_node(flat) == TrainConfig.from_node(today)
+    assert len(dataclasses.fields(TrainConfig)) <= 20

@@ -24,7 +24,7 @@ OLD_ARGS = ["model.mlp_types=[moe]", "model.n_experts=4", "model.expert_d_ff=32"
             "train.steps=12", "train.ckpt_interval=4", "train.val_interval=6", "train.seed=3"]
 NEW_ARGS = ["model.mlp_types=[moe]", "model.moe.n_experts=4", "model.moe.expert_d_ff=32", "model.canon.set=A",
             "train.steps=12", "train.ckpt_interval=4", "train.val_interval=6", "train.seed=3"]
-RUN_ARGS = [a for a in FAST if a != "train.log_interval=5"] + ["train.log_interval=1"]
+RUN_ARGS = [a for a in FAST if a != "train.logging.interval=5"] + ["train.log_interval=1"]
 
 
 def slm_train(root, *args):

@@ -17,8 +17,8 @@ from slm.cli.params import params_report
 from tests.conftest import compose_model_node
 
 # a 1-layer, 32-wide model: a few seconds per job on a CPU
-TINY = ["model=debug", "eval=none", "model.n_layers=1", "model.d_model=32", "train.val_batches=1", "train.log_interval=2",
-        "train.progress_bar=false"]
+TINY = ["model=debug", "eval=none", "model.n_layers=1", "model.d_model=32", "train.validation.batches=1", "train.logging.interval=2",
+        "train.logging.progress_bar=false"]
 
 
 def tiny_but(*keys: str) -> list[str]:
@@ -50,7 +50,7 @@ def test_failed_diverged_and_invalid_jobs_are_recorded_and_the_others_complete(t
     ok, = (r for r in by_lr.values() if r["status"] == "completed")
     assert 0 < ok["eval"]["val_nll"] < 10 and (sweep / next(k for k in by_lr if "0.001" in k) / "model").is_dir()
     bad, = (r for r in by_lr.values() if r["status"] == "failed")
-    assert bad["error"].startswith("TrainConfigError: train.lr=-1 is invalid")
+    assert bad["error"].startswith("SettingsError: train.lr=-1 is invalid")
     assert bad["config"]["train"]["lr"] == -1  # the job's config is kept with its error
     nosuch = [r for k, r in recs.items() if ",model=nosuch," in k]
     assert len(nosuch) == 3 and all(r["status"] == "failed" and "model/nosuch" in r["error"] for r in nosuch)

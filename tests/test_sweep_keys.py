@@ -53,11 +53,11 @@ def sweep_lines(*arguments: str) -> list[list[str]]:
 def test_a_value_has_one_spelling_the_one_a_sweep_gives_its_jobs():
     from slm.cli.job_keys import key_from_overrides
 
-    typed = ["train.length.tokens=2e5", "train.compile=true", "train.betas=[0.9, 9.5e-1]", "model.rope_theta=1e4"]
+    typed = ["train.length.tokens=2e5", "train.compile=true", "train.optim.adamw.betas=[0.9, 9.5e-1]", "model.rope_theta=1e4"]
     (swept,) = sweep_lines(*typed)
     assert swept != typed  # Hydra's sweeper respells them: what made single runs and sweep jobs differ
     assert key_from_overrides(typed) == key_from_overrides(swept) == \
-        "model.rope_theta=10000.0,train.betas=[0.9,0.95],train.compile=True,train.length.tokens=200000.0"
+        "model.rope_theta=10000.0,train.compile=True,train.length.tokens=200000.0,train.optim.adamw.betas=[0.9,0.95]"
     # an integer given to a float field is that float; an int field keeps its integer
     assert key_from_overrides(["train.length.tokens=200000"]) == key_from_overrides(["train.length.tokens=2.0e5"])
     assert key_from_overrides(["train.length.steps=12"]) == "train.length.steps=12"  # as it is typed today
@@ -75,8 +75,8 @@ def test_settings_that_do_not_change_what_is_trained_are_left_out_with_what_is_u
         exclude = list(compose("config", return_hydra_config=True).hydra.job.config.override_dirname.exclude_keys)
     base = ["model=debug", "train.length.steps=12"]
     quiet = key_from_overrides(base, exclude)
-    for extra in ("train.loggers=[csv,tensorboard]", "train.progress_bar=false", "train.log_interval=3",
-                  "eval=none", "eval.limit=10", "+eval.throughput.new_tokens=4", "run_group=x", "train.ckpt_interval=5"):
+    for extra in ("train.logging.loggers=[csv,tensorboard]", "train.logging.progress_bar=false", "train.logging.interval=3",
+                  "eval=none", "eval.limit=10", "+eval.throughput.new_tokens=4", "run_group=x", "train.checkpoint.interval=5"):
         assert key_from_overrides([*base, extra], exclude) == quiet, extra
     assert key_from_overrides([*base, "train.evalx=1"], exclude) != quiet  # a prefix of a name is not its group
 
@@ -84,13 +84,13 @@ def test_settings_that_do_not_change_what_is_trained_are_left_out_with_what_is_u
 def test_a_single_run_and_a_sweep_of_the_same_settings_are_one_run(tmp_path):
     from tests.test_sweep_grid import TINY, slm
 
-    one = slm(tmp_path, "run_group=k", *TINY, "train.length.steps=4", "train.length.tokens=2e5", "train.loggers=[csv]")
+    one = slm(tmp_path, "run_group=k", *TINY, "train.length.steps=4", "train.length.tokens=2e5", "train.logging.loggers=[csv]")
     assert one.returncode == 0, one.stderr[-2000:]
     (run,) = (tmp_path / "runs" / "k").iterdir()
     assert "train.length.steps=4,train.length.tokens=200000.0" in run.name and "loggers" not in run.name and \
         "eval" not in run.name
     again = slm(tmp_path, "-m", "run_group=k", *TINY, "train.length.steps=4", "train.length.tokens=200000.0,2.0e5",
-                "train.loggers=[csv,tensorboard]")
+                "train.logging.loggers=[csv,tensorboard]")
     assert again.returncode == 0 and "launching 0 of 1 jobs" in again.stdout, again.stdout + again.stderr[-2000:]
     third = slm(tmp_path, "-m", "run_group=k", *TINY, "train.length.steps=4", "train.length.tokens=2e5")
     assert third.returncode == 0 and "launching 0 of 1 jobs" in third.stdout

@@ -17,8 +17,8 @@ from safetensors.torch import load_file
 
 from tests.test_sweep_grid import slm
 
-ARGS = ["run_group=sig", "model=debug", "eval=none", "train.length.steps=80", "train.ckpt_interval=1000", "train.val_interval=40",
-        "train.val_batches=2", "train.log_interval=10", "train.progress_bar=false", "train.seed=5"]
+ARGS = ["run_group=sig", "model=debug", "eval=none", "train.length.steps=80", "train.checkpoint.interval=1000", "train.validation.interval=40",
+        "train.validation.batches=2", "train.logging.interval=10", "train.logging.progress_bar=false", "train.seed=5"]
 
 
 def _last_step(run_dir: Path) -> int:

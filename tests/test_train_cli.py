@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 from slm.data import load_tokenizer
 from slm.model.weights import load_model
 
-FAST = ["model=debug", "eval=none", "train.progress_bar=false", "train.val_batches=2", "train.log_interval=5"]
+FAST = ["model=debug", "eval=none", "train.logging.progress_bar=false", "train.validation.batches=2", "train.logging.interval=5"]
 
 
 def slm_train(tmp_path: Path, *overrides: str, wait: bool = True, group: str = "t"):
@@ -41,7 +41,7 @@ def record(path: Path) -> dict:
 
 
 def test_trains_and_records(tmp_path):
-    out = slm_train(tmp_path, *FAST, "train.length.steps=12", "train.val_interval=6")
+    out = slm_train(tmp_path, *FAST, "train.length.steps=12", "train.validation.interval=6")
     assert out.returncode == 0, out.stderr[-2000:]
     path = run_dir(tmp_path)
     r = record(path)
@@ -58,7 +58,7 @@ def test_trains_and_records(tmp_path):
     assert (path / "checkpoints" / "last.ckpt").exists() and (path / "config.yaml").exists()
     assert (path / "logs" / "csv" / "metrics.csv").exists()
     # running the same command again trains nothing
-    again = slm_train(tmp_path, *FAST, "train.length.steps=12", "train.val_interval=6")
+    again = slm_train(tmp_path, *FAST, "train.length.steps=12", "train.validation.interval=6")
     assert again.returncode == 0 and "already completed" in again.stdout
     assert record(path)["updated_at"] == r["updated_at"]
 
@@ -93,8 +93,8 @@ def assert_same_run(ref: Path, cut: Path) -> None:
 
 
 def test_resume_after_sigkill_is_exact(tmp_path):
-    args = [*FAST, "model.d_model=128", "model.head_dim=32", "train.length.steps=30", "train.ckpt_interval=10",
-            "train.val_interval=15", "train.seed=3"]
+    args = [*FAST, "model.d_model=128", "model.head_dim=32", "train.length.steps=30", "train.checkpoint.interval=10",
+            "train.validation.interval=15", "train.seed=3"]
     ref_dir, cut_dir = tmp_path / "ref", tmp_path / "cut"
     assert slm_train(ref_dir, *args).returncode == 0
     kill_at_step(cut_dir, args, 13)
@@ -122,7 +122,7 @@ def test_a_full_disk_during_a_checkpoint_keeps_the_last_good_one(tmp_path, monke
     """The second checkpoint save fails with ENOSPC (tests/faults): the run is recorded failed with one line
     naming the file, the step-10 checkpoint is intact, and running the command again resumes from it to
     the weights of an uninterrupted run."""
-    args = [*FAST, "train.length.steps=30", "train.ckpt_interval=10", "train.val_interval=30", "train.seed=3"]
+    args = [*FAST, "train.length.steps=30", "train.checkpoint.interval=10", "train.validation.interval=30", "train.seed=3"]
     ref_dir, cut_dir = tmp_path / "ref", tmp_path / "cut"
     assert slm_train(ref_dir, *args).returncode == 0
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent / "faults"))
@@ -147,7 +147,7 @@ def test_a_damaged_checkpoint_stops_the_run_and_previous_resumes_it_exactly(tmp_
     """Killed after its step-20 checkpoint, the run's last.ckpt is then damaged: the same command stops with one
     line (recorded failed, nothing moved); with bad_checkpoint=previous it resumes from the step-10 checkpoint
     to the weights of an uninterrupted run."""
-    args = [*FAST, "train.length.steps=30", "train.ckpt_interval=10", "train.val_interval=30", "train.seed=3"]
+    args = [*FAST, "train.length.steps=30", "train.checkpoint.interval=10", "train.validation.interval=30", "train.seed=3"]
     ref_dir, cut_dir = tmp_path / "ref", tmp_path / "cut"
     assert slm_train(ref_dir, *args).returncode == 0
     cut = kill_at_step(cut_dir, args, 22)
@@ -208,7 +208,7 @@ SCORED = [o for o in FAST if o != "eval=none"]  # the default eval=offline
 
 
 def test_scores_the_offline_suite_after_training(tmp_path):
-    out = slm_train(tmp_path, *SCORED, "train.length.steps=6", "train.val_interval=6", "eval.limit=8",
+    out = slm_train(tmp_path, *SCORED, "train.length.steps=6", "train.validation.interval=6", "eval.limit=8",
                     "eval.throughput.prompt_tokens=8", "eval.throughput.new_tokens=8")
     assert out.returncode == 0, out.stderr[-2000:]
     path = run_dir(tmp_path)
@@ -268,7 +268,7 @@ def test_new_families_train_resume_exactly_and_are_scored(tmp_path, family):
     forward pass) through slm-train: a run killed mid-way resumes to the weights, loss curve and record of an
     uninterrupted one, and is scored by lm-eval."""
     args = [*[o for o in FAST if o not in ("model=debug", "eval=none")], *NEW_FAMILIES[family], "train.length.steps=24",
-            "train.ckpt_interval=8", "train.val_interval=12", "eval.limit=4", "eval.throughput.prompt_tokens=8",
+            "train.checkpoint.interval=8", "train.validation.interval=12", "eval.limit=4", "eval.throughput.prompt_tokens=8",
             "eval.throughput.new_tokens=8"]
     ref_dir, cut_dir = tmp_path / "ref", tmp_path / "cut"
     out = slm_train(ref_dir, *args)
@@ -300,7 +300,7 @@ DLLM = ["model=dllm", "model.n_layers=2", "model.d_model=64", "model.head_dim=16
 def test_a_diffusion_model_trains_its_bound_falls_and_resume_is_exact(tmp_path):
     """A tiny dLLM (MDLM) on the embedded corpus: the validation NELBO falls, the record says it is a bound,
     and a run killed mid-way resumes to the same weights, loss curve and bound."""
-    args = [*FAST[1:], *DLLM, "train.length.steps=60", "train.ckpt_interval=10", "train.val_interval=20", "train.lr=3e-3"]
+    args = [*FAST[1:], *DLLM, "train.length.steps=60", "train.checkpoint.interval=10", "train.validation.interval=20", "train.lr=3e-3"]
     ref_dir, cut_dir = tmp_path / "ref", tmp_path / "cut"
     out = slm_train(ref_dir, *args)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -332,9 +332,9 @@ def test_the_ladder_models_train_on_the_token_after_the_window(tmp_path):
     of random windows, validation on the first windows at each epoch's end, constant lr, the best validation
     restored, the test split scored): the loss falls, the record holds the count, validation and test NLL,
     the saved model loads; causal_lm refuses the window model."""
-    short = ["eval=none", "train.progress_bar=false", "train.objective=last_token", "train.length.epochs=2",
+    short = ["eval=none", "train.logging.progress_bar=false", "train.objective=last_token", "train.length.epochs=2",
              "train.length.windows_per_epoch=320", "train.window_sampling=random", "train.batch_size=16",
-             "train.eval_windows=40", "train.restore_best=true", "train.lr=3e-4", "train.schedule.kind=constant",
+             "train.validation.windows=40", "train.validation.restore_best=true", "train.lr=3e-4", "train.schedule.kind=constant",
              "train.schedule.warmup_steps=0", "model.context_length=32"]
     for model, params in (("ladder_linear", 8_320 + 32 * 128 * 65 + 65), ("ladder_transformer", None)):
         out = slm_train(tmp_path, f"model={model}", *short, group=model)
@@ -382,8 +382,8 @@ def test_the_word_level_ladder_runs_from_a_local_directory(tmp_path):
         lines = (" " + " ".join(rng.choice(words) for _ in range(10)) + " " for _ in range(n_lines))
         (corpus / f"{split}.txt").write_text("\n".join(lines) + "\n")
     vocab = len(set((corpus / "train.txt").read_text().split()))
-    short = ["sweep=ladder_word", "data=ptb", "train.progress_bar=false", "train.length.epochs=1", "train.length.windows_per_epoch=64",
-             "train.batch_size=16", "train.eval_windows=50", "model.context_length=16", "data.token_budget=2000"]
+    short = ["sweep=ladder_word", "data=ptb", "train.logging.progress_bar=false", "train.length.epochs=1", "train.length.windows_per_epoch=64",
+             "train.batch_size=16", "train.validation.windows=50", "model.context_length=16", "data.token_budget=2000"]
     out = slm_train(tmp_path, *short, f"data.sources.0.dir={corpus}")
     assert out.returncode == 0, out.stderr[-2000:]
     r = record(run_dir(tmp_path))
@@ -408,10 +408,10 @@ def test_resume_with_the_ladder_protocol_is_exact(tmp_path):
     AVX2 kernels and with MKL_CBWR set), so an uninterrupted run is not always bit-identical to itself there.
     A resume bug is deterministic and fails both attempts."""
     args = ["model=ladder_transformer", "model.context_length=32", "model.n_layers=1", "eval=none",
-            "train.progress_bar=false", "train.objective=last_token", "train.length.epochs=3", "train.length.windows_per_epoch=320",
-            "train.window_sampling=random", "train.batch_size=16", "train.eval_windows=40", "train.restore_best=true",
-            "train.lr=3e-3", "train.schedule.kind=constant", "train.schedule.warmup_steps=0", "train.ckpt_interval=10",
-            "train.log_interval=5", "train.seed=5"]
+            "train.logging.progress_bar=false", "train.objective=last_token", "train.length.epochs=3", "train.length.windows_per_epoch=320",
+            "train.window_sampling=random", "train.batch_size=16", "train.validation.windows=40", "train.validation.restore_best=true",
+            "train.lr=3e-3", "train.schedule.kind=constant", "train.schedule.warmup_steps=0", "train.checkpoint.interval=10",
+            "train.logging.interval=5", "train.seed=5"]
     for attempt in (1, 2):
         ref_dir, cut_dir = tmp_path / f"ref{attempt}", tmp_path / f"cut{attempt}"
         assert slm_train(ref_dir, *args).returncode == 0

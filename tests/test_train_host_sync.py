@@ -15,7 +15,7 @@ from slm.training.checkpoint_io import NOT_WRITTEN, AtomicCheckpointIO
 from slm.training.module import LanguageModelModule
 from tests.test_train_talks import train_here
 
-TINY = ["model=debug", "eval=none", "train.progress_bar=false", "train.val_batches=1", "train.print_interval=0"]
+TINY = ["model=debug", "eval=none", "train.logging.progress_bar=false", "train.validation.batches=1", "train.logging.print_interval=0"]
 SYNCS = ("item", "tolist", "cpu", "numpy", "__float__", "__int__", "__bool__")
 """Tensor methods that make the host wait for the device."""
 
@@ -58,8 +58,8 @@ def test_a_step_between_logging_steps_reads_nothing_back(tmp_path, monkeypatch):
             return _real(self, *args, **kwargs)
 
         monkeypatch.setattr(torch.Tensor, name, counted)
-    record, run = train_here(tmp_path, [*TINY, "train.length.steps=30", "train.log_interval=10", "train.val_interval=30",
-                                        "train.ckpt_interval=30"], io.StringIO())
+    record, run = train_here(tmp_path, [*TINY, "train.length.steps=30", "train.logging.interval=10", "train.validation.interval=30",
+                                        "train.checkpoint.interval=30"], io.StringIO())
     assert record["status"] == "completed"
     logging_steps = {9, 19, 29}  # global_step + 1 a multiple of log_interval; 29 also ends the run
     quiet = [s for s in range(30) if s not in logging_steps]
@@ -71,8 +71,8 @@ def test_a_step_between_logging_steps_reads_nothing_back(tmp_path, monkeypatch):
 def _diverging(tmp_path, name: str, log_interval: int) -> tuple[dict, object]:
     """A run that diverges (lr 1e4, no clipping), checkpointing every 3 steps."""
     return train_here(tmp_path, [*TINY, "train.length.steps=40", "train.lr=1e4", "train.grad_clip=null",
-                                 "train.schedule.warmup_steps=0", "train.ckpt_interval=3", "train.val_interval=40",
-                                 f"train.log_interval={log_interval}"], io.StringIO(), name=name)
+                                 "train.schedule.warmup_steps=0", "train.checkpoint.interval=3", "train.validation.interval=40",
+                                 f"train.logging.interval={log_interval}"], io.StringIO(), name=name)
 
 
 def test_divergence_is_found_at_its_step_with_the_loss_read_back_late(tmp_path):

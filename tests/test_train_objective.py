@@ -62,7 +62,7 @@ TINY_DLLM = ["model=dllm", "model.n_layers=2", "model.d_model=64", "model.head_d
 
 
 def test_slm_train_model_dllm_trains_masked_diffusion_as_it_is(tmp_path):
-    out = slm_train(tmp_path, *FAST[1:], *TINY_DLLM, "train.eval_windows=4")
+    out = slm_train(tmp_path, *FAST[1:], *TINY_DLLM, "train.validation.windows=4")
     assert out.returncode == 0, out.stderr[-2000:]
     r = record(run_dir(tmp_path))
     assert r["status"] == "completed" and r["config"]["train"]["objective"] == "mdlm"

@@ -134,27 +134,28 @@ def test_the_guard_leaves_a_second_signal_to_the_code_that_handles_it_in_time():
 def test_bf16_mixed_is_refused_on_a_cpu_without_bfloat16(monkeypatch, accelerator):
     import torch
 
-    import slm.training.config as config
+    import slm.training.devices as config
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
     monkeypatch.setattr(config, "cpu_bf16", lambda: False)
-    TrainConfig(accelerator=accelerator).check_accelerator()  # precision 32: fine
-    with pytest.raises(TrainConfigError, match=r"train.precision=bf16-mixed is invalid here: the run would train on "
-                                               r"the CPU .*which has no bfloat16 instructions.*use train.precision=32"):
-        TrainConfig(accelerator=accelerator, precision="bf16-mixed").check_accelerator()
+    TrainConfig(parallel={"accelerator": accelerator}).parallel.check_machine("32")  # precision 32: fine
+    with pytest.raises(TrainConfigError) as err:
+        TrainConfig(parallel={"accelerator": accelerator}).parallel.check_machine("bf16-mixed")
+    assert (err.value.key, err.value.value) == ("train.precision", "bf16-mixed")
+    assert "train.precision=32" in str(err.value)  # the fix
     monkeypatch.setattr(config, "cpu_bf16", lambda: True)  # AVX512-BF16 or AMX: measured 2x faster than float32
-    TrainConfig(accelerator=accelerator, precision="bf16-mixed").check_accelerator()
+    TrainConfig(parallel={"accelerator": accelerator}).parallel.check_machine("bf16-mixed")
 
 
 def test_bf16_mixed_is_not_refused_where_a_gpu_trains(monkeypatch):
     import torch
 
-    import slm.training.config as config
+    import slm.training.devices as config
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(config, "cpu_bf16", lambda: False)
-    TrainConfig(precision="bf16-mixed").check_accelerator()
+    TrainConfig(precision="bf16-mixed").parallel.check_machine("bf16-mixed")
 
 
 def test_slm_train_refuses_bf16_on_such_a_cpu_before_any_work(tmp_path, monkeypatch, capsys):
@@ -162,7 +163,7 @@ def test_slm_train_refuses_bf16_on_such_a_cpu_before_any_work(tmp_path, monkeypa
     import torch
 
     import slm.data
-    import slm.training.config as config
+    import slm.training.devices as config
     from slm.cli.train import main
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
@@ -176,6 +177,5 @@ def test_slm_train_refuses_bf16_on_such_a_cpu_before_any_work(tmp_path, monkeypa
         main()
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and "Traceback" not in err and err.count("\n") == 1
-    assert err.startswith("slm-train: error: train.precision=bf16-mixed is invalid here: the run would train on the "
-                          "CPU (no CUDA device is visible)")
+    assert err.startswith("slm-train: error: train.precision='bf16-mixed' is invalid")
     assert not [p for p in (tmp_path / "runs").rglob("*") if p.is_file()] if (tmp_path / "runs").exists() else True

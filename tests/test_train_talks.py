@@ -25,29 +25,33 @@ from tests.test_train_cli import FAST, assert_same_run, record, run_dir, slm_tra
 
 # ---------------------------------------------------------------- config
 @pytest.mark.parametrize(
-    "bad, message",
+    "bad, key, value",
     [
-        (dict(print_interval=-1), r"train.print_interval=-1 is invalid: an integer >= 0"),
-        (dict(print_interval=2.5), r"train.print_interval=2.5 is invalid: expected an integer or null"),
-        (dict(keep_every=0), r"train.keep_every=0 is invalid: a positive number of steps, or null"),
-        (dict(keep_steps=[100, 0]), r"train.keep_steps=\[100, 0\] is invalid: positive step numbers"),
-        (dict(keep_steps=["x"]), r"train.keep_steps=\['x'\] is invalid: expected a list of integers"),
+        (dict(print_interval=-1), "train.logging.print_interval", -1),
+        (dict(print_interval=2.5), "train.logging.print_interval", 2.5),
+        (dict(keep_every=0), "train.checkpoint.keep_every", 0),
+        (dict(checkpoint={"keep_steps": [100, 0]}), "train.checkpoint.keep_steps", [100, 0]),
+        (dict(keep_steps=["x"]), "train.checkpoint.keep_steps", ["x"]),
     ],
 )
-def test_invalid_talk_and_keep_settings(bad, message):
-    with pytest.raises(TrainConfigError, match=message):
+def test_invalid_talk_and_keep_settings(bad, key, value):
+    with pytest.raises(TrainConfigError) as err:
         TrainConfig.from_node(bad)
+    assert (err.value.key, err.value.value) == (key, value)
 
 
 def test_print_cadence_and_kept_steps():
-    assert TrainConfig().print_every(10_000) == 100 and TrainConfig().print_every(12) == 1  # about 1% of the run
-    assert TrainConfig(print_interval=7).print_every(10_000) == 7 and TrainConfig(print_interval=0).print_every(9) == 0
-    cfg = TrainConfig(keep_every=1000, keep_steps=[1500])
-    assert [s for s in range(1, 3001) if cfg.keeps(s)] == [1000, 1500, 2000, 3000]
-    assert not any(TrainConfig().keeps(s) for s in range(100))
-    TrainConfig(keep_steps=[50]).check_length(50)
-    with pytest.raises(TrainConfigError, match=r"train.keep_steps has 60: beyond the end of the run \(50 steps\)"):
-        TrainConfig(keep_steps=[10, 60]).check_length(50)
+    logging = TrainConfig().logging
+    assert logging.print_every(10_000) == 100 and logging.print_every(12) == 1  # about 1% of the run
+    assert TrainConfig(logging={"print_interval": 7}).logging.print_every(10_000) == 7
+    assert TrainConfig(logging={"print_interval": 0}).logging.print_every(9) == 0
+    cfg = TrainConfig(checkpoint={"keep_every": 1000, "keep_steps": [1500]})
+    assert [s for s in range(1, 3001) if cfg.checkpoint.keeps(s)] == [1000, 1500, 2000, 3000]
+    assert not any(TrainConfig().checkpoint.keeps(s) for s in range(100))
+    TrainConfig(checkpoint={"keep_steps": [50]}).check_length(50)
+    with pytest.raises(TrainConfigError) as err:
+        TrainConfig(checkpoint={"keep_steps": [10, 60]}).check_length(50)
+    assert (err.value.key, err.value.value) == ("train.checkpoint.keep_steps", [10, 60]) and "60" in str(err.value)
 
 
 def test_a_missing_wandb_is_named_with_its_fix(monkeypatch):
@@ -55,11 +59,10 @@ def test_a_missing_wandb_is_named_with_its_fix(monkeypatch):
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
-    TrainConfig(loggers=["csv"]).check_loggers()
-    with pytest.raises(TrainConfigError, match=re.escape("train.loggers has wandb, but the wandb package is not "
-                                                         "installed: pip install -e '.[wandb]' in the slm checkout "
-                                                         "(the package named slm on PyPI is another project)")):
-        TrainConfig(loggers=["csv", "wandb"]).check_loggers()
+    TrainConfig(logging={"loggers": ["csv"]}).logging.check_installed()
+    with pytest.raises(TrainConfigError) as err:
+        TrainConfig(logging={"loggers": ["csv", "wandb"]}).logging.check_installed()
+    assert err.value.key == "train.logging.loggers" and "pip install -e '.[wandb]'" in str(err.value)
 
 
 def test_slm_train_refuses_a_missing_wandb_before_preparing_data(tmp_path, monkeypatch, capsys):
@@ -75,22 +78,22 @@ def test_slm_train_refuses_a_missing_wandb_before_preparing_data(tmp_path, monke
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("SLM_RUNS", str(tmp_path / "runs"))
     monkeypatch.setattr(sys, "argv", ["slm-train", "model=debug", "eval=none", "train.length.steps=2",
-                                      "train.loggers=[csv,wandb]"])
+                                      "train.logging.loggers=[csv,wandb]"])
     with pytest.raises(SystemExit) as exit_:
         main()
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and "Traceback" not in err
-    assert err.strip().splitlines()[-1] == ("slm-train: error: train.loggers has wandb, but the wandb package is not "
+    assert err.strip().splitlines()[-1] == ("slm-train: error: train.logging.loggers has wandb, but the wandb package is not "
                                             "installed: pip install -e '.[wandb]' in the slm checkout (the package "
                                             "named slm on PyPI is another project), or leave wandb out of "
-                                            "train.loggers")
+                                            "train.logging.loggers")
     assert not [p for p in (tmp_path / "runs").rglob("*") if p.is_file()] if (tmp_path / "runs").exists() else True
 
 
 # ---------------------------------------------------------------- a run in a file: lines, kept checkpoints
-KEPT = ["model=debug", "eval=none", "train.val_batches=2", "train.length.steps=12", "train.val_interval=6",
-        "train.print_interval=4", "train.keep_every=5", "train.keep_steps=[12]",
-        "train.progress_bar=true"]  # a bar asked for, but stdout is not a terminal: lines
+KEPT = ["model=debug", "eval=none", "train.validation.batches=2", "train.length.steps=12", "train.validation.interval=6",
+        "train.logging.print_interval=4", "train.checkpoint.keep_every=5", "train.checkpoint.keep_steps=[12]",
+        "train.logging.progress_bar=true"]  # a bar asked for, but stdout is not a terminal: lines
 
 
 def train_here(root: Path, overrides: list[str], stdout, name: str = "run") -> tuple[dict, Path]:
@@ -178,8 +181,8 @@ def test_init_from_takes_a_kept_checkpoint(kept_run, tmp_path):
     with pytest.raises(InitFromError, match=r"damaged.ckpt: not a complete checkpoint"):
         find_source(damaged)
 
-    rec, _ = train_here(tmp_path, ["model=debug", "eval=none", "train.progress_bar=false", "train.length.steps=2",
-                                   "train.val_batches=1", f"train.init_from='{ckpt}'"], io.StringIO())
+    rec, _ = train_here(tmp_path, ["model=debug", "eval=none", "train.logging.progress_bar=false", "train.length.steps=2",
+                                   "train.validation.batches=1", f"train.init_from='{ckpt}'"], io.StringIO())
     init = rec["training"]["init_from"]
     assert rec["status"] == "completed" and init["checkpoint"] == str(ckpt) and init["checkpoint_step"] == 5
     assert init["model_dir"] is None and init["run_dir"] == str(path) and init["source_run"]["steps"] == 12
@@ -232,8 +235,8 @@ def test_the_bar_counts_the_runs_steps_from_a_resumed_step(monkeypatch):
 def test_a_bar_on_a_terminal_and_no_progress_lines(tmp_path):
     """In this process with stdout a terminal: the bar of the run's steps, and none of the progress lines."""
     screen = Terminal()
-    rec, _ = train_here(tmp_path, ["model=debug", "eval=none", "train.length.steps=6", "train.val_batches=1",
-                                   "train.print_interval=1"], screen)
+    rec, _ = train_here(tmp_path, ["model=debug", "eval=none", "train.length.steps=6", "train.validation.batches=1",
+                                   "train.logging.print_interval=1"], screen)
     assert rec["status"] == "completed"
     shown = screen.getvalue()
     assert "train: 100%" in shown and "6/6" in shown and "loss=" in shown and "tok/s=" in shown
@@ -290,8 +293,8 @@ def test_an_ignored_stop_signal_stays_ignored(tmp_path):
 
 
 # ---------------------------------------------------------------- signals through slm-train
-STOPPED = [*FAST, "model.d_model=128", "model.head_dim=32", "train.length.steps=60", "train.ckpt_interval=1000",
-           "train.val_interval=30", "train.seed=3", "train.print_interval=10"]
+STOPPED = [*FAST, "model.d_model=128", "model.head_dim=32", "train.length.steps=60", "train.checkpoint.interval=1000",
+           "train.validation.interval=30", "train.seed=3", "train.logging.print_interval=10"]
 
 
 def _logged_step(path: Path) -> int:

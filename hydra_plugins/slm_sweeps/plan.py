@@ -252,7 +252,7 @@ def print_plan(name: str, sweep_dir: Path, jobs: list[Job], estimate: dict, laun
 
 
 def _launcher_settings(launcher) -> dict:
-    """hydra.launcher as a dict, interpolations resolved where they can be (${train.devices}: the sweep's value)."""
+    """hydra.launcher as a dict, interpolations resolved where they can be (${train.parallel.devices}: the sweep's value)."""
     if launcher is None:
         return {}
     if isinstance(launcher, dict):

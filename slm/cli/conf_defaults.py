@@ -27,8 +27,13 @@ WIDTH = 118  # a comment longer than this continues on `#` lines below
 
 
 def field_docs(cls) -> dict[str, str]:
-    """Each field's docstring (the string literal under its annotation), whitespace collapsed."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    """Each field's docstring (the string literal under its annotation), whitespace collapsed; a class made at run time
+    (train.optim's, from the optimizer registry) has none, and its groups are described by their own class's."""
+    try:
+        source = inspect.getsource(cls)
+    except (OSError, TypeError):
+        return {}
+    tree = ast.parse(textwrap.dedent(source))
     body = tree.body[0].body
     docs = {}
     for node, after in zip(body, body[1:]):
@@ -76,7 +81,9 @@ def render(cls, indent: str = "", special: dict | None = None, groups: dict | No
     lines = []
     for f in dataclasses.fields(cls):
         value = default(f)
-        comment = first_sentence(docs.get(f.name, ""))
+        doc = docs.get(f.name) or (" ".join((type(value).__doc__ or "").split()) if dataclasses.is_dataclass(value)
+                                    else "")
+        comment = first_sentence(doc)
         if f.name in special:
             lines += _line(indent, f.name, special[f.name], comment)
         elif f.name in groups:
@@ -112,14 +119,11 @@ def model_base_yaml() -> str:
 
 
 def train_default_yaml() -> str:
-    from slm.objectives.linear_ce import LossSettings
     from slm.training.config import TrainConfig
-    from slm.training.optim import optim_settings
 
-    groups = {"optim": {name: type(s) for name, s in optim_settings({}).items()}, "loss": LossSettings}
     lines = [HEADER.format(source="slm.training.config.TrainConfig").rstrip(),
              "# Every training field with its default.",
-             *render(TrainConfig, special={"objective": "${oc.select:model.objective,causal_lm}"}, groups=groups)]
+             *render(TrainConfig, special={"objective": "${oc.select:model.objective,causal_lm}"})]
     return "\n".join(lines) + "\n"
 
 

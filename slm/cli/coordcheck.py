@@ -25,7 +25,7 @@ it null for an exact check), model.mup.base_width, train.lr, optimizer, betas, w
 (the lr is constant: no warmup or decay), train.seed (model init and the batches), the data and the tokenizer
 (the vocabulary is the tokenizer's). model.n_kv_heads is set to null (= n_heads) unless given, since a preset's
 fixed KV head count does not divide the head counts of small widths. The loss is always causal_lm's. Runs on a
-GPU when one is visible (train.accelerator auto or gpu), else on the CPU. llama3 (head_dim 48) is checked at
+GPU when one is visible (train.parallel.accelerator auto or gpu), else on the CPU. llama3 (head_dim 48) is checked at
 widths 48, 144, 240, 528, 1008 in under two minutes on two CPU cores.
 
 DIR/coordcheck.json holds the settings, rows {scheme, width, seed, step, layer, rms} (layers: embedding,
@@ -274,7 +274,7 @@ def run(argv: list[str]) -> None:
     base = (spec.get("mup") or {}).get("base_width")
     batch = chosen("batch", "train.batch_size", train_cfg.batch_size, overrides, options)
     batches = training_batches(prepared, batch, context, train_cfg.seed, train_cfg.window_sampling, steps)
-    device = "cuda" if torch.cuda.is_available() and train_cfg.accelerator in ("auto", "gpu", "cuda") else "cpu"
+    device = "cuda" if torch.cuda.is_available() and train_cfg.parallel.accelerator in ("auto", "gpu", "cuda") else "cpu"
     setup = (f"n_layers={spec['n_layers']}, context {context}, batch {batch}, {train_cfg.optimizer} lr "
              f"{train_cfg.lr:g}, base width {base}")
     print(f"{PROG}: {family}, {setup}, {steps} step{'' if steps == 1 else 's'} x {len(seeds)} seed(s), widths {','.join(map(str, widths))} "
@@ -287,7 +287,7 @@ def run(argv: list[str]) -> None:
         "settings": {"model": family, "widths": widths, "steps": steps, "seeds": seeds, "schemes": schemes,
                      "n_layers": spec["n_layers"], "head_dim": head_dim, "context_length": context,
                      "vocab_size": spec["vocab_size"], "batch_size": batch, "optimizer": train_cfg.optimizer,
-                     "lr": train_cfg.lr, "weight_decay": train_cfg.weight_decay, "grad_clip": train_cfg.grad_clip,
+                     "lr": train_cfg.lr, "weight_decay": train_cfg.optim.adamw.weight_decay, "grad_clip": train_cfg.grad_clip,
                      "base_width": base, "device": device, "data": prepared.config.name, "overrides": overrides,
                      "seconds": round(time.perf_counter() - started, 1)},
         "slopes_at_last_step": slopes,

@@ -53,7 +53,7 @@ def float_fields() -> frozenset[str]:
 
 def _spelling(override) -> str:
     value = override.value()
-    if override.key_or_group in float_fields() and isinstance(value, int) and not isinstance(value, bool):
+    if _today(override.key_or_group) in float_fields() and isinstance(value, int) and not isinstance(value, bool):
         return str(float(value))
     return override.get_value_element_as_str()
 
@@ -82,7 +82,7 @@ def canonical_overrides(overrides: Iterable[str], exclude: Iterable[str] = (), l
             if not excluded(line.split("=", 1)[0], exclude):
                 lines.append(line)
             continue
-        if excluded(override.key_or_group, exclude):
+        if excluded(override.key_or_group, exclude) or excluded(_today(override.key_or_group), exclude):
             continue
         if override.is_delete() or override.value_type is None:
             lines.append(line)  # `~key`, `~key=value`: nothing to spell differently

@@ -126,7 +126,7 @@ def _local_parallel_sweep(cfg: dict) -> str | None:
     world = int(train.get("devices") or 1) * int(train.get("num_nodes") or 1)
     if world == 1 or started_by_launcher():
         return None
-    return (f"train.devices x train.num_nodes = {world} processes per job: a local sweep cannot start them; run "
+    return (f"train.parallel.devices x train.parallel.num_nodes = {world} processes per job: a local sweep cannot start them; run "
             "the sweep on Slurm with hydra/launcher=slurm_multigpu (a task per device), or train one run at a "
             "time without -m (Lightning starts the processes)")
 

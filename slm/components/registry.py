@@ -45,7 +45,9 @@ class Registry(Generic[T]):
         "train.schedule.kind=linear: unknown schedule 'linear'; choose one of: constant, cosine, wsd"."""
         if not isinstance(key, str) or key not in self._entries:
             shown = key if isinstance(key, str) else repr(key)
-            raise error(f"{setting}={shown}: unknown {self.kind} {key!r}; choose one of: {', '.join(self.keys())}")
+            err = error(f"{setting}={shown}: unknown {self.kind} {key!r}; choose one of: {', '.join(self.keys())}")
+            err.key, err.value = setting, key  # as slm.settings.SettingsError says them
+            raise err
         return self._entries[key]
 
     def keys(self) -> list[str]:

@@ -108,7 +108,7 @@ class SourceConfig:
     valid_paths: list[str] = field(default_factory=list)
     """local: files or globs of the validation split; empty holds out the last valid_fraction instead."""
     test_paths: list[str] = field(default_factory=list)
-    """local: files or globs of the test split (scored after training with train.eval_windows); empty: none."""
+    """local: files or globs of the test split (scored after training with train.validation.windows); empty: none."""
     valid_fraction: float = 0.05
     """local without valid_paths: share held out for validation, from the end: of the characters of text files,
     the records of jsonl, the rows of parquet (rounded to a whole one; a text split moves to the nearest point

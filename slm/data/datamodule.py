@@ -146,7 +146,7 @@ class SLMDataModule(pl.LightningDataModule):
     def test_batches(self) -> list[torch.Tensor]:
         """The first eval_windows windows of every source's test split at stride 1 (needs eval_windows)."""
         if self.eval_windows is None:
-            raise DataError("test batches need train.eval_windows (the first N windows of the test split)")
+            raise DataError("test batches need train.validation.windows (the first N windows of the test split)")
         tokens = [s.test.tokens() for s in self.prepared.sources]  # present and long enough: checked in __init__
         batches = first_windows(tokens, self.weights, self.batch_size, self.context_length, self.eval_windows)
         return [torch.from_numpy(b) for b in batches]

@@ -80,17 +80,17 @@ class PreparedData:
 
     def check_first_windows(self, n_windows: int, context_length: int) -> None:
         """Raise DataError unless every source's validation and test splits hold its share of the first
-        `n_windows` windows of context_length + 1 tokens (train.eval_windows)."""
+        `n_windows` windows of context_length + 1 tokens (train.validation.windows)."""
         from slm.data.mix import shares
 
         for s, n in zip(self.sources, shares([s.weight for s in self.sources], n_windows)):
             if s.test is None:
-                raise DataError(f"train.eval_windows={n_windows}: source {s.name!r} has no test split (give its "
-                                f"files: data.sources.N.test_paths), or set train.eval_windows=null")
+                raise DataError(f"train.validation.windows={n_windows}: source {s.name!r} has no test split (give its "
+                                f"files: data.sources.N.test_paths), or set train.validation.windows=null")
             for split, shard in (("valid", s.valid), ("test", s.test)):
                 if shard.n_tokens - context_length < n:
                     origin = f" ({s.origin(split)})" if s.origin(split) else ""
-                    raise DataError(f"train.eval_windows={n_windows}: source {s.name!r} has {shard.n_tokens} "
+                    raise DataError(f"train.validation.windows={n_windows}: source {s.name!r} has {shard.n_tokens} "
                                     f"{SPLIT_LABELS[split]} tokens, fewer than its {n} windows of "
                                     f"{context_length + 1} need{origin}")
 

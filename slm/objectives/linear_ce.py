@@ -31,65 +31,21 @@ plain's result to float rounding (tests/test_linear_ce.py).
 
 from __future__ import annotations
 
-import importlib.util
-from dataclasses import asdict, dataclass
+
 from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 
-from slm.typecheck import check_types, settings_from_node
+from slm.objectives.loss_settings import IMPLS, LossSettings, LossSettingsError, liger_installed, loss_settings
 
-IMPLS = ("auto", "plain", "chunked", "liger")
+__all__ = ["IMPLS", "LossSettings", "LossSettingsError", "liger_installed", "loss_settings", "choose_path", "LossPath"]
 PATHS = ("plain", "chunked", "liger")
 """What runs (LossPath.name, and the record's `loss_impl`)."""
 IGNORE_INDEX = -100  # F.cross_entropy's: a target that is not scored
 PLAIN_BELOW_BYTES = 4 * 2**20
 """auto's rule: a loss whose float32 logits (rows x vocab x 4 bytes) are smaller than this takes the plain
 computation (measured with bench/loss_step.py: docs/benchmarks.md, "The head and the loss on a CPU")."""
-
-
-class LossSettingsError(ValueError):
-    """Bad `train.loss.*` settings; the message names the field, the value and what is allowed."""
-
-
-def liger_installed() -> bool:
-    """Whether liger_kernel can be imported (looked up without importing it: it loads Triton)."""
-    return importlib.util.find_spec("liger_kernel") is not None
-
-
-@dataclass
-class LossSettings:
-    """`train.loss`: how the head and the cross-entropy of the training loss are computed."""
-
-    impl: str = "auto"
-    """auto (liger on CUDA where liger_kernel is installed, else chunked), plain (the whole float32 logits, then
-    F.cross_entropy), chunked (chunk_tokens rows at a time, gradients in the forward pass) or liger (Liger's fused
-    kernel on CUDA, chunked on other devices; refused where liger_kernel is not installed, unlike auto). Where
-    auto and liger take the chunked path, a loss whose float32 logits are under PLAIN_BELOW_BYTES is computed as
-    plain computes it (there the chunks save no memory worth having, and cost time)."""
-    chunk_tokens: int = 256
-    """Rows (tokens) per chunk of the chunked path: its float32 buffers are a few chunk_tokens x vocab."""
-
-    def __post_init__(self) -> None:
-        check_types(self, "train.loss", LossSettingsError)
-        if self.impl not in IMPLS:
-            raise LossSettingsError(f"train.loss.impl={self.impl!r} is invalid: choose one of: {', '.join(IMPLS)}")
-        if self.impl == "liger" and not liger_installed():
-            raise LossSettingsError("train.loss.impl=liger is invalid here: the liger_kernel package is not installed "
-                                    "(pip install liger-kernel, CUDA only); use auto or chunked")
-        if self.chunk_tokens < 1:
-            raise LossSettingsError(f"train.loss.chunk_tokens={self.chunk_tokens!r} is invalid: a positive integer")
-
-
-def loss_settings(node) -> LossSettings:
-    """`train.loss` as LossSettings (defaults filled in); an unknown field or a bad value is one line."""
-    return settings_from_node(LossSettings, node, "train.loss", LossSettingsError)
-
-
-def loss_defaults() -> dict:
-    """The default settings as plain values (conf/train/default.yaml's `loss`)."""
-    return asdict(LossSettings())
 
 
 # ---------------------------------------------------------------------------------------------- the chunked path

@@ -49,9 +49,9 @@ class Built:
 
 def _strategy(train_cfg) -> str:
     """Lightning's strategy: ddp for a job of several processes (gloo on a CPU, NCCL on GPUs), else auto."""
-    if train_cfg.strategy == "auto" and train_cfg.world_size > 1:
+    if train_cfg.parallel.strategy == "auto" and train_cfg.world_size > 1:
         return "ddp"
-    return train_cfg.strategy
+    return train_cfg.parallel.strategy
 
 
 def build(job: PreparedJob, resume: Path | None) -> Built:
@@ -79,18 +79,18 @@ def build(job: PreparedJob, resume: Path | None) -> Built:
     if job.init is not None:  # a fresh start (prepare leaves init None for a resumed run): weights only
         load_weights(module.model, job.init, model_cfg.mask_token_id)
     datamodule = SLMDataModule(job.data, train_cfg.batch_size, model_cfg.context_length, train_cfg.seed,
-                               train_cfg.val_batches, sampling=train_cfg.window_sampling,
-                               eval_windows=train_cfg.eval_windows, micro_batch_size=train_cfg.micro_batch())
+                               train_cfg.validation.batches, sampling=train_cfg.window_sampling,
+                               eval_windows=train_cfg.validation.windows, micro_batch_size=train_cfg.micro_batch())
     throughput = ThroughputMonitor(job.tokens_per_step, job.counts.flops_per_token, train_cfg.precision,
-                                   train_cfg.log_interval, train_cfg.peak_flops, devices=train_cfg.world_size)
-    checkpoint = RunCheckpoint(run_dir / CHECKPOINT.parent, train_cfg.ckpt_interval)
+                                   train_cfg.logging.interval, train_cfg.logging.peak_flops, devices=train_cfg.world_size)
+    checkpoint = RunCheckpoint(run_dir / CHECKPOINT.parent, train_cfg.checkpoint.interval)
     preemption = SignalCheckpoint(run_dir / CHECKPOINT)
-    keep = KeepCheckpoints(run_dir / CHECKPOINT.parent, train_cfg.keeps)
-    routing = RoutingLoad(train_cfg.log_interval)
-    bar = train_cfg.progress_bar and interactive()  # a bar only on a terminal: in a file it is a stream of \r
+    keep = KeepCheckpoints(run_dir / CHECKPOINT.parent, train_cfg.checkpoint.keeps)
+    routing = RoutingLoad(train_cfg.logging.interval)
+    bar = train_cfg.logging.progress_bar and interactive()  # a bar only on a terminal: in a file it is a stream of \r
     resumed_from = str(Path(resume).relative_to(run_dir)) if resume is not None else None
     talk = [StartLine(resumed_from), StepsBar(throughput) if bar else
-            ProgressLog(throughput, max_steps, train_cfg.print_every(max_steps))] if rank_zero else []
+            ProgressLog(throughput, max_steps, train_cfg.logging.print_every(max_steps))] if rank_zero else []
     # Requeueing is submitit's (conf/hydra/launcher/slurm.yaml): where Lightning would pick SLURMEnvironment,
     # it gets one with its own auto-requeue off.
     plugins = [AtomicCheckpointIO(), *([SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else [])]
@@ -102,21 +102,22 @@ def build(job: PreparedJob, resume: Path | None) -> Built:
         "tensorboard": lambda: TensorBoardLogger(run_dir, name="logs", version="tensorboard"),
         "wandb": lambda: WandbLogger(save_dir=str(run_dir), name=run_dir.name, id=run_dir.name, resume="allow"),
     }
-    loggers = [make_logger[name]() for name in train_cfg.loggers]
+    loggers = [make_logger[name]() for name in train_cfg.logging.loggers]
     # the loggers write on rank 0 only (Lightning), and so do these
     history = [CSVHistory(logger) for logger in loggers if isinstance(logger, KeptCSVLogger)] if rank_zero else []
     step_log = [StepLog(run_dir / TRAIN_LOG)] if rank_zero else []
     trainer = L.Trainer(
-        default_root_dir=run_dir, accelerator=train_cfg.accelerator, devices=train_cfg.devices,
-        num_nodes=train_cfg.num_nodes, strategy=_strategy(train_cfg), precision=train_cfg.precision,
+        default_root_dir=run_dir, accelerator=train_cfg.parallel.accelerator, devices=train_cfg.parallel.devices,
+        num_nodes=train_cfg.parallel.num_nodes, strategy=_strategy(train_cfg), precision=train_cfg.precision,
         accumulate_grad_batches=train_cfg.accumulation(),
         max_steps=max_steps, max_epochs=-1, val_check_interval=min(val_every, max_steps), check_val_every_n_epoch=None,
-        limit_val_batches=train_cfg.val_batches if train_cfg.eval_windows is None else None, num_sanity_val_steps=0, log_every_n_steps=train_cfg.log_interval,
+        limit_val_batches=train_cfg.validation.batches if train_cfg.validation.windows is None else None,
+        num_sanity_val_steps=0, log_every_n_steps=train_cfg.logging.interval,
         logger=loggers, plugins=plugins,
         # routing before anything that saves a checkpoint on a step's end (its load is in the checkpoint);
         # keep before preemption: a kept step that is also interrupted is saved before the run stops
         callbacks=[*talk, routing, checkpoint, throughput, *step_log, *history, keep, preemption],
-        enable_progress_bar=bar, enable_model_summary=False, detect_anomaly=train_cfg.detect_anomaly,
+        enable_progress_bar=bar, enable_model_summary=False, detect_anomaly=train_cfg.logging.detect_anomaly,
         use_distributed_sampler=False,
     )
     return Built(module, datamodule, trainer, throughput, preemption, routing, resume, resumed_from)

@@ -74,7 +74,7 @@ def machine_problem(err: BaseException, run_dir: Path, train_cfg) -> str | None:
     if _out_of_memory(err):
         reason = " ".join(str(err).split())[:160] or type(err).__name__
         micro = train_cfg.micro_batch()
-        smaller = (f"set train.micro_batch_size below {micro} (gradients accumulated over smaller micro-batches) or "
+        smaller = (f"set train.parallel.micro_batch_size below {micro} (gradients accumulated over smaller micro-batches) or "
                    "make the model smaller" if micro > 1 else "make the model or model.context_length smaller")
         return (f"out of memory ({type(err).__name__}: {reason}) with {micro} sequence{'s' if micro != 1 else ''} per "
                 f"forward: {smaller} (a new run), or free memory and run the same command again (a sweep: with "

@@ -10,7 +10,7 @@ step) and exit 128 + the signal (130, 143); a second one stops at once (slm.trai
 
 While it trains, a run prints what it is (the run directory, the model, the length, the optimisation, the
 parameter count), where it starts (step 0, or the step it resumed from), then a progress bar on a terminal or
-a progress line every train.print_interval steps elsewhere (slm.training.progress).
+a progress line every train.logging.print_interval steps elsewhere (slm.training.progress).
 
 train_run decides whether the run trains (its lock, its record, its checkpoint), then runs the steps in order,
 each taking what the ones before it made:
@@ -21,8 +21,8 @@ each taking what the ones before it made:
                     loggers, Trainer
   fit               Trainer.fit from the checkpoint or from step 0: the record's training section (on a signal
                     the record counts the interruption and the signal goes on)
-  validate          the final validation, the best weights restored (train.restore_best), the test split
-                    (train.eval_windows)
+  validate          the final validation, the best weights restored (train.validation.restore_best), the test split
+                    (train.validation.windows)
   record_completed  the weights saved, the record `completed` (record_diverged instead: `diverged`, no weights)
   evaluate          the eval suite on the saved model, merged into the record (its failure leaves the run
                     completed)
@@ -254,7 +254,7 @@ def fit(job: PreparedJob, built: Built, started: float) -> dict:
     if load is not None:
         training["moe_load"] = load
     if train_cfg.world_size > 1:
-        training.update(devices=train_cfg.devices, num_nodes=train_cfg.num_nodes, world_size=train_cfg.world_size)
+        training.update(devices=train_cfg.parallel.devices, num_nodes=train_cfg.parallel.num_nodes, world_size=train_cfg.world_size)
     if train_cfg.accumulation() > 1:
         training.update(micro_batch_size=train_cfg.micro_batch(), accumulation=train_cfg.accumulation())
     return training
@@ -263,13 +263,13 @@ def fit(job: PreparedJob, built: Built, started: float) -> dict:
 # --------------------------------------------------------------------------------------------------- validate
 def validate(job: PreparedJob, built: Built) -> dict | None:
     """The last step's validation (unless training ended on one), the best validation's weights restored
-    (train.restore_best) and the test split's first windows scored (train.eval_windows); on every rank. Returns
+    (train.validation.restore_best) and the test split's first windows scored (train.validation.windows); on every rank. Returns
     the metrics of the last validation that a restored best replaced (None when nothing was restored)."""
     module, trainer, datamodule = built.module, built.trainer, built.datamodule
     if module.val_metrics.get("val_step") != trainer.global_step:
         trainer.validate(module, datamodule=datamodule, verbose=False)
-    last_val = module.restore_best() if job.train_cfg.restore_best else None
-    if job.train_cfg.eval_windows is not None:  # the test split's first windows, scored by the model saved next
+    last_val = module.restore_best() if job.train_cfg.validation.restore_best else None
+    if job.train_cfg.validation.windows is not None:  # the test split's first windows, scored by the model saved next
         module.scoring_test = True
         trainer.validate(module, dataloaders=datamodule.test_dataloader(), verbose=False)
         module.scoring_test = False

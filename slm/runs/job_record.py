@@ -69,7 +69,7 @@ def _optimizer_words(train_cfg) -> str:
     """The optimizer with its peak learning rates: 'adamw lr 0.001', 'muon lr 0.02 on the hidden matrices + adamw lr
     0.001 on the rest'."""
     if train_cfg.optimizer == "muon":
-        return f"muon lr {train_cfg.optim['muon'].lr:g} on the hidden matrices + adamw lr {train_cfg.lr:g} on the rest"
+        return f"muon lr {train_cfg.optim.muon.lr:g} on the hidden matrices + adamw lr {train_cfg.lr:g} on the rest"
     return f"{train_cfg.optimizer} lr {train_cfg.lr:g}"
 
 
@@ -102,7 +102,7 @@ def _banner(job: PreparedJob) -> list[str]:
     warmup = train_cfg.warmup(max_steps)
     lines.append(f"slm-train: {length}; {train_cfg.objective}, {_optimizer_words(train_cfg)} ({train_cfg.schedule.kind}, "
                  f"warmup {warmup} step{'s' if warmup != 1 else ''}), {_parametrization_words(model_cfg)}, precision "
-                 f"{train_cfg.precision}, accelerator {train_cfg.accelerator}, seed {train_cfg.seed}")
+                 f"{train_cfg.precision}, accelerator {train_cfg.parallel.accelerator}, seed {train_cfg.seed}")
     if job.init is not None:
         lines.append(f"slm-train: weights from {job.init.given}")
     return lines

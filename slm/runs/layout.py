@@ -7,7 +7,7 @@
                            save leaves the previous one intact; checked before a resume
   checkpoints/previous.ckpt  the checkpoint before it (a hard link), the fallback when last.ckpt is damaged
                            (`bad_checkpoint=previous`; `bad_checkpoint=restart` trains from step 0)
-  checkpoints/step-<N>.ckpt  the checkpoints train.keep_every / train.keep_steps keep (never deleted; a full
+  checkpoints/step-<N>.ckpt  the checkpoints train.checkpoint.keep_every / train.checkpoint.keep_steps keep (never deleted; a full
                            training state, and a train.init_from source)
   model/                   final weights (model.safetensors), config.json and the tokenizer
   train_log.jsonl          one line per optimizer step: step, loss, lr; a damaged line past the checkpoint's step is

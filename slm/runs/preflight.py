@@ -53,8 +53,8 @@ def prepare(cfg: dict, run_dir: Path) -> PreparedJob:
     """Check the config (settings, loggers, accelerator, eval suite, objective against model, length, memory,
     init source) and prepare the data; raises one line for bad input, before anything is written."""
     train_cfg = TrainConfig.from_node(cfg["train"])
-    train_cfg.check_loggers()  # a logger whose package is missing (wandb): one line, before the data is prepared
-    train_cfg.check_accelerator()  # an accelerator or precision this machine cannot run: before the data too
+    train_cfg.logging.check_installed()  # a logger whose package is missing (wandb): one line, before the data
+    train_cfg.parallel.check_machine(train_cfg.precision)  # an accelerator or precision this machine cannot run
     eval_run.preflight(cfg.get("eval"))  # hub tasks while offline, unknown tasks, bad fields: fail before training
     data = slm.data.prepare(cfg["data"], tokenizer_node_for(train_cfg.objective, cfg["tokenizer"]))
     mask = {"mask_token_id": data.tokenizer.mask_id} if data.tokenizer.mask_id is not None else {}
@@ -66,8 +66,8 @@ def prepare(cfg: dict, run_dir: Path) -> PreparedJob:
     if train_cfg.block_curriculum is not None:
         model_cfg = config_from_spec(_curriculum_spec(spec, train_cfg.block_curriculum, model_cfg.context_length))
     eval_run.check_model(cfg.get("eval"), model_cfg)  # e.g. a diffusion sampler's cache the saved model cannot use
-    if train_cfg.eval_windows is not None:
-        data.check_first_windows(train_cfg.eval_windows, model_cfg.context_length)
+    if train_cfg.validation.windows is not None:
+        data.check_first_windows(train_cfg.validation.windows, model_cfg.context_length)
     counts = count(model_cfg)
     max_steps = train_cfg.max_steps(model_cfg.context_length)
     train_cfg.check_length(max_steps)
@@ -88,7 +88,7 @@ def _check_memory(train_cfg, params: int, model_cfg=None) -> None:
     on: a model whose weights, gradients and optimizer state alone exceed it (a typo such as d_model=65536 would
     otherwise allocate until the kernel kills the job), or a batch whose activations alone do (batch_size=10**7
     would otherwise tokenize, sample and allocate for minutes first); see activation_bytes."""
-    gpu = train_cfg.accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
+    gpu = train_cfg.parallel.accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
     device = "cuda" if gpu else "cpu"
     free = weights.available_memory(device)
     need = params * TRAIN_BYTES_PER_PARAM
@@ -101,7 +101,7 @@ def _check_memory(train_cfg, params: int, model_cfg=None) -> None:
     rows, context = train_cfg.micro_batch(), model_cfg.context_length
     activations = activation_bytes(model_cfg, rows)
     if need + activations > free:
-        name, value = (("train.micro_batch_size", train_cfg.micro_batch_size) if train_cfg.micro_batch_size
+        name, value = (("train.parallel.micro_batch_size", train_cfg.parallel.micro_batch_size) if train_cfg.parallel.micro_batch_size
                        else ("train.batch_size", train_cfg.batch_size))
         per_device = f" per device (of {train_cfg.world_size})" if train_cfg.world_size > 1 else ""
         raise TrainConfigError(
@@ -109,7 +109,7 @@ def _check_memory(train_cfg, params: int, model_cfg=None) -> None:
             f"{per_device} holds at least {_size(activations)} of activations (each layer's input kept "
             f"for the backward pass), beside {_size(need)} of weights, gradients and optimizer state, and "
             f"the {device} has {_size(free)} available; lower {name}"
-            + ("" if train_cfg.micro_batch_size else " or set train.micro_batch_size (gradients accumulated over "
+            + ("" if train_cfg.parallel.micro_batch_size else " or set train.parallel.micro_batch_size (gradients accumulated over "
                "smaller micro-batches)"))
 
 
@@ -138,7 +138,7 @@ def _curriculum_spec(spec: dict, curriculum, context: int) -> dict:
         raise TrainConfigError(f"model.attention_block={spec['attention_block']} is set with train.block_curriculum, "
                                "which chooses the block of every step and the saved model's (its decay_block): "
                                "leave model.attention_block null")
-    curriculum.check(context)
+    curriculum.check_context(context)
     smallest = min([*curriculum.warmup_blocks(context), curriculum.decay_block or context])
     if smallest < context:  # ModelConfig's own checks of block-causal attention (causal, Canon)
         try:

@@ -1,7 +1,7 @@
 """Callbacks: the rolling last.ckpt wherever the run directory lives, throughput and MFU, the per-step training log
 used for exact loss curves, the CSV log's rows kept across a resume, the checkpoint taken on a Slurm preemption
-signal or a stop signal (Ctrl-C, SIGTERM), and the step checkpoints kept on request (train.keep_every,
-train.keep_steps)."""
+signal or a stop signal (Ctrl-C, SIGTERM), and the step checkpoints kept on request (train.checkpoint.keep_every,
+train.checkpoint.keep_steps)."""
 
 from __future__ import annotations
 

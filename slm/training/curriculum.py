@@ -18,61 +18,56 @@ trains with exactly the blocks of an uninterrupted one. A block >= the context i
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import ClassVar
 
-from slm.typecheck import settings_from_node
+from slm.settings import Settings, SettingsError, setting
 
-
-class CurriculumError(ValueError):
-    """An invalid block curriculum; the message names the field, the value and what is allowed."""
-
-
-def _integer(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+CurriculumError = SettingsError  # the name this module's callers knew
 
 
 @dataclass
-class BlockCurriculum:
-    start: int = 1
+class BlockCurriculum(Settings):
+    """`train.block_curriculum` (mdlm only; None: the model's own attention)."""
+
+    optional: ClassVar[bool] = True
+
+    start: int = setting(1, ge=1)
     """Attention block of the first warm-up steps (1: causal, as an AR model was trained)."""
-    growth: int = 2
+    growth: int = setting(2, ge=2)
     """The block is multiplied by this at each warm-up stage until it reaches the context."""
-    warmup_fraction: float = 0.1
+    warmup_fraction: float = setting(0.1, ge=0, lt=1)
     """Share of the steps over which the block grows from `start` to the context (stages evenly spaced)."""
-    decay_fraction: float = 0.0
+    decay_fraction: float = setting(0.0, ge=0, lt=1)
     """Share of the steps at the end trained with `decay_block` (0: none; the run ends as plain MDLM)."""
-    decay_block: int | None = None
+    decay_block: int | None = setting(None, ge=1, null="no decay phase")
     """Block of the decay phase (LLaDA 2.0 uses 32); the saved model's attention_block. Needs decay_fraction > 0."""
 
-    def __post_init__(self) -> None:
-        for name, low in (("start", 1), ("growth", 2)):
-            value = getattr(self, name)
-            if not _integer(value) or value < low:
-                raise CurriculumError(f"train.block_curriculum.{name}={value!r} is invalid: must be an integer "
-                                      f">= {low}")
-        for name in ("warmup_fraction", "decay_fraction"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-                raise CurriculumError(f"train.block_curriculum.{name}={value!r} is invalid: must be in [0, 1)")
+    def check(self, key: str, root) -> None:
         if self.warmup_fraction + self.decay_fraction > 1:
-            raise CurriculumError(f"train.block_curriculum: warmup_fraction {self.warmup_fraction} + decay_fraction "
-                                  f"{self.decay_fraction} is invalid: must be <= 1")
-        if self.decay_block is not None and (not _integer(self.decay_block) or self.decay_block < 1):
-            raise CurriculumError(f"train.block_curriculum.decay_block={self.decay_block!r} is invalid: must be a "
-                                  "positive integer or null")
+            raise SettingsError(f"{key}: warmup_fraction {self.warmup_fraction} + decay_fraction "
+                                f"{self.decay_fraction} is invalid: must be <= 1", key=f"{key}.decay_fraction",
+                                value=self.decay_fraction)
         if (self.decay_block is None) != (self.decay_fraction == 0):
-            raise CurriculumError(f"train.block_curriculum.decay_block={self.decay_block!r} with decay_fraction="
-                                  f"{self.decay_fraction!r} is invalid: set both (a decay phase) or neither")
+            raise SettingsError(f"{key}.decay_block={self.decay_block!r} with decay_fraction={self.decay_fraction!r}"
+                                " is invalid: set both (a decay phase) or neither", key=f"{key}.decay_block",
+                                value=self.decay_block)
+        if root is not self and getattr(root, "objective", "mdlm") != "mdlm":
+            raise SettingsError(f"{key} is set with train.objective={root.objective}: the attention-block "
+                                "curriculum is for masked diffusion (train.objective=mdlm)", key=key, value=asdict(self))
 
     @classmethod
-    def from_node(cls, node) -> "BlockCurriculum | None":
-        """From a config mapping (None stays None); an unknown key is an error naming the known ones."""
-        return None if node is None else settings_from_node(cls, node, "train.block_curriculum", CurriculumError)
+    def from_config(cls, node) -> "BlockCurriculum | None":
+        """From a config mapping (None stays None), checked on its own (no enclosing config)."""
+        out = cls.from_node(node, "train.block_curriculum")
+        if out is not None:
+            out.settle("train.block_curriculum")
+        return out
 
-    def check(self, context: int) -> None:
-        """Raise CurriculumError if the curriculum does not fit a model of this context length."""
+    def check_context(self, context: int) -> None:
+        """Raise SettingsError if the curriculum does not fit a model of this context length."""
         if self.decay_block is not None and self.decay_block >= context:
-            raise CurriculumError(f"train.block_curriculum.decay_block={self.decay_block} is invalid: must be smaller "
-                                  f"than the context ({context}); a block that large is full attention")
+            raise SettingsError.invalid("train.block_curriculum.decay_block", self.decay_block, f"must be smaller "
+                                        f"than the context ({context}); a block that large is full attention")
 
     def warmup_blocks(self, context: int) -> list[int]:
         """The warm-up's blocks, one per stage: start, start x growth, ... while below the context."""

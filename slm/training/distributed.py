@@ -1,6 +1,6 @@
 """Which process of a data-parallel job this is, before Lightning has set anything up.
 
-A job of train.devices x train.num_nodes processes is started by one of: Slurm (srun / submitit starts every
+A job of train.parallel.devices x train.parallel.num_nodes processes is started by one of: Slurm (srun / submitit starts every
 task: SLURM_PROCID), torchrun (RANK), or Lightning itself, which starts ranks 1.. of a single-node job by
 running the same command again with LOCAL_RANK and NODE_RANK set (rank 0 is the process the user started).
 Only rank 0 owns the run directory: it takes the lock, writes the record, the logs, the checkpoints and the

@@ -1,7 +1,7 @@
 """Peak dense FLOP/s per device, for MFU. Figures from NVIDIA's product datasheets (dense, no sparsity).
 
 MFU is reported only where the device is known; on a CPU, or an unknown GPU, it is None unless
-`train.peak_flops` gives the peak, since a made-up denominator would make the number meaningless.
+`train.logging.peak_flops` gives the peak, since a made-up denominator would make the number meaningless.
 """
 
 from __future__ import annotations

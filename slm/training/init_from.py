@@ -2,7 +2,7 @@
 
 Weights only: the optimizer, the schedule and the data position start afresh. The source is a run directory
 (its `model/`), an slm checkpoint directory (`config.json` + `model.safetensors`), or a training checkpoint file
-slm-train wrote (`<run>/checkpoints/step-<N>.ckpt`, kept by train.keep_every / keep_steps, or last.ckpt): its
+slm-train wrote (`<run>/checkpoints/step-<N>.ckpt`, kept by train.checkpoint.keep_every / keep_steps, or last.ckpt): its
 records are CRC-checked and it is read weights-only (torch's restricted unpickler: no code in the file runs), the
 model's tensors taken from its state dict and its config and tokenizer fingerprint from what the run stored beside
 them (`slm_meta`). Every tensor is checked

@@ -56,7 +56,7 @@ class LanguageModelModule(L.LightningModule):
         self.settled: list[dict] = []  # train_log rows read back and not yet written (StepLog takes them)
         self.last_lr: float | None = None
         self.val_metrics: dict[str, float] = {}
-        self.best: dict | None = None  # train.restore_best: the best validation so far, and its weights
+        self.best: dict | None = None  # train.validation.restore_best: the best validation so far, and its weights
         self.best_state: dict[str, torch.Tensor] | None = None
         self.test_metrics: dict[str, float] = {}
         self.scoring_test = False  # the validation loop is scoring the test batches (slm.runs.job, at the end)
@@ -127,7 +127,7 @@ class LanguageModelModule(L.LightningModule):
         """Whether this step's metrics reach the loggers: Lightning writes on-step metrics every log_interval
         steps (and when training stops) and drops the others, and each self.log call costs ~1 ms of bookkeeping
         (a tenth of a small model's step on a CPU), so they are logged on those steps only."""
-        return (self.global_step + 1) % self.train_cfg.log_interval == 0 or self.trainer.should_stop
+        return (self.global_step + 1) % self.train_cfg.logging.interval == 0 or self.trainer.should_stop
 
     def _single(self) -> bool:
         """One process and one micro-batch a step: the loss is read back on the logging cadence, not every step."""
@@ -219,7 +219,7 @@ class LanguageModelModule(L.LightningModule):
             self.test_metrics = {"test_nll": nll, ppl: math.exp(min(nll, 700.0)), "test_targets": count}
             return
         self.val_metrics = {"val_nll": nll, "val_ppl": math.exp(min(nll, 700.0)), "val_step": self.global_step}
-        if self.train_cfg.restore_best and (self.best is None or nll < self.best["val_nll"]):
+        if self.train_cfg.validation.restore_best and (self.best is None or nll < self.best["val_nll"]):
             self.best = dict(self.val_metrics)
             self.best_state = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
         # every rank validates every batch (the same numbers): sync_dist only tells Lightning the value is global
@@ -231,7 +231,7 @@ class LanguageModelModule(L.LightningModule):
             self.log("val/attention_block", float(block), sync_dist=True)
 
     def restore_best(self) -> dict | None:
-        """Load the best validation's weights (train.restore_best) and make its metrics the current ones;
+        """Load the best validation's weights (train.validation.restore_best) and make its metrics the current ones;
         returns the metrics of the last validation it replaced (None if nothing was restored)."""
         if self.best_state is None:
             return None

@@ -3,37 +3,34 @@ the roles the model's parametrization assigns (slm.components.parametrization).
 
     adamw  torch.optim.AdamW: decoupled weight decay on matrices (not norms, biases or, by default, embeddings)
     muon   torch.optim.Muon (momentum orthogonalised by Newton-Schulz; Jordan et al. 2024) for the hidden 2-D
-           matrices, at train.optim.muon.lr / momentum / weight_decay; AdamW (train.lr, betas, eps,
-           weight_decay) for embeddings, the head, norms, biases and matrices that are not 2-D (stacked experts,
+           matrices, at train.optim.muon.lr / momentum / weight_decay; AdamW (train.lr, train.optim.adamw) for
+           embeddings, the head, norms, biases and matrices that are not 2-D (stacked experts,
            depthwise convolutions), as modded-nanogpt splits them. Under mup / completep the Muon matrices keep
            the depth factor of their learning rate but not μP's Adam width factor 1/m: an orthogonalised update
            has a width-independent spectral norm, so its effect on the activations does not grow with width
            (torch's adjust_lr_fn="original" adds sqrt(max(1, rows / cols)) for non-square matrices)
     lion   Lion (Chen et al. 2023, arXiv 2302.06675): p <- p (1 - lr wd) - lr sign(b1 m + (1 - b1) g), then
-           m <- b2 m + (1 - b2) g; train.lr, train.weight_decay, train.optim.lion.betas. Its update is a sign
+           m <- b2 m + (1 - b2) g; train.lr, train.optim.lion (betas, weight_decay). Its update is a sign
            per coordinate, so μP's Adam rules apply to it unchanged
 
-Each optimizer owns its settings (a dataclass under `train.optim.<name>`, checked when the config is made). The
-learning-rate schedule scales every group's lr by the same factor (LambdaLR over `param_groups`).
+Each optimizer owns its settings (a slm.settings.Settings group under `train.optim.<name>`, its class the registered
+optimizer's `Settings`; `OptimSettings` has one field per registered optimizer that has settings). train.lr is the
+one peak lr that the schedule and lr_search scale. The learning-rate schedule scales every group's lr by the same factor (LambdaLR over `param_groups`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, make_dataclass
 
 import torch
 from torch import nn
 
 from slm.components.parametrization import GroupScale, roles, scheme_of
 from slm.components.registry import Registry
-from slm.typecheck import check_types, settings_from_node
+from slm.settings import Settings, SettingsError, setting
 
 OPTIMIZERS: Registry[type["Optimizer"]] = Registry("optimizer")
-
-
-class OptimSettingsError(ValueError):
-    """Bad `train.optim.*` settings; the message names the field, the value and what is allowed."""
+OptimSettingsError = SettingsError  # the name this module's callers knew
 
 
 @dataclass(frozen=True)
@@ -42,7 +39,7 @@ class ParamEntry:
 
     param: nn.Parameter
     decay: bool
-    """Weight decay applies (matrices; embeddings only with train.decay_embeddings)."""
+    """Weight decay applies (matrices; embeddings only with train.optim.adamw.decay_embeddings)."""
     scale: GroupScale
     """The parametrization's multipliers of its lr, decay and ε."""
     matrix: bool
@@ -55,7 +52,7 @@ def parameter_entries(model: nn.Module, cfg) -> list[ParamEntry]:
     scheme = scheme_of(model_cfg) if model_cfg is not None and hasattr(model_cfg, "parametrization") else None
     out = []
     for _, p, role in roles(model):
-        decay = p.ndim >= 2 and (cfg.decay_embeddings or role.kind != "embedding")
+        decay = p.ndim >= 2 and (cfg.optim.adamw.decay_embeddings or role.kind != "embedding")
         scale = scheme.group_scale(role) if scheme is not None else GroupScale()
         out.append(ParamEntry(p, decay, scale, role.kind == "hidden" and p.ndim == 2))
     return out
@@ -64,7 +61,8 @@ def parameter_entries(model: nn.Module, cfg) -> list[ParamEntry]:
 def param_groups(model: nn.Module, cfg) -> list[dict]:
     """AdamW-style groups (lr from train.lr, weight_decay, eps) for every parameter: under the standard
     parametrization two groups, weight-decayed and not; otherwise one per distinct scale as well."""
-    return _groups(parameter_entries(model, cfg), cfg.lr, cfg.weight_decay, cfg.eps)
+    adamw = cfg.optim.adamw
+    return _groups(parameter_entries(model, cfg), cfg.lr, adamw.weight_decay, adamw.eps)
 
 
 def _groups(entries: list[ParamEntry], lr: float, weight_decay: float, eps: float | None,
@@ -100,49 +98,56 @@ class Optimizer:
         raise NotImplementedError
 
 
+@dataclass
+class AdamWSettings(Settings):
+    """`train.optim.adamw`: AdamW's own settings (its lr is train.lr); also Muon's AdamW for the rest, and the
+    decay Muon's and Lion's fall back to."""
+
+    betas: list[float] = setting(factory=lambda: [0.9, 0.95], ge=0, lt=1, each=True)
+    """(b1, b2): the moments' decay rates."""
+    eps: float = setting(1.0e-8, gt=0)
+    """Added to the second moment's square root."""
+    weight_decay: float = setting(0.1, ge=0)
+    """Decoupled weight decay on matrices."""
+    decay_embeddings: bool = False
+    """Also decay embeddings (norm weights and biases are never decayed)."""
+
+    def check(self, key: str, root) -> None:
+        if len(self.betas) != 2:
+            raise SettingsError.invalid(f"{key}.betas", self.betas, "two numbers in [0, 1), e.g. [0.9, 0.95]")
+
+
 @OPTIMIZERS.register("adamw")
 class AdamW(Optimizer):
     """torch.optim.AdamW (fused on CUDA)."""
 
+    Settings = AdamWSettings
+
     @classmethod
     def build(cls, model, cfg):
         fused = next(model.parameters()).is_cuda
-        return torch.optim.AdamW(param_groups(model, cfg), lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps,
+        s: AdamWSettings = cfg.optim.adamw
+        return torch.optim.AdamW(param_groups(model, cfg), lr=cfg.lr, betas=tuple(s.betas), eps=s.eps,
                                  fused=fused or None)
 
 
 @dataclass
-class MuonSettings:
+class MuonSettings(Settings):
     """`train.optim.muon`: the hidden matrices' optimizer (torch.optim.Muon)."""
 
-    lr: float = 0.02
+    lr: float = setting(0.02, gt=0)
     """Peak learning rate of the Muon matrices (the schedule scales it with train.lr's)."""
-    momentum: float = 0.95
+    momentum: float = setting(0.95, ge=0, lt=1)
     """Momentum coefficient."""
     nesterov: bool = True
     """Nesterov momentum."""
-    ns_steps: int = 5
+    ns_steps: int = setting(5, gt=0)
     """Newton-Schulz iterations of the orthogonalisation."""
-    weight_decay: float | None = None
-    """Decoupled weight decay of the Muon matrices; None: train.weight_decay."""
-    adjust_lr: str = "original"
+    weight_decay: float | None = setting(None, ge=0, null="train.optim.adamw.weight_decay")
+    """Decoupled weight decay of the Muon matrices; None: train.optim.adamw.weight_decay."""
+    adjust_lr: str = setting("original", choices=("original", "match_rms_adamw"))
     """Per-shape lr factor: original (sqrt(max(1, rows / cols)), Keller Jordan's) or match_rms_adamw
     (0.2 sqrt(max(rows, cols)): an AdamW-sized update, so lr can be AdamW's)."""
-
-    def __post_init__(self) -> None:
-        check_types(self, "train.optim.muon", OptimSettingsError)
-        if not self.lr > 0:
-            raise OptimSettingsError(f"train.optim.muon.lr={self.lr!r} is invalid: must be > 0")
-        if not 0 <= self.momentum < 1:
-            raise OptimSettingsError(f"train.optim.muon.momentum={self.momentum!r} is invalid: must be in [0, 1)")
-        if self.ns_steps < 1:
-            raise OptimSettingsError(f"train.optim.muon.ns_steps={self.ns_steps!r} is invalid: a positive integer")
-        if self.weight_decay is not None and not self.weight_decay >= 0:
-            raise OptimSettingsError(f"train.optim.muon.weight_decay={self.weight_decay!r} is invalid: >= 0, or null "
-                                     "(train.weight_decay)")
-        if self.adjust_lr not in ("original", "match_rms_adamw"):
-            raise OptimSettingsError(f"train.optim.muon.adjust_lr={self.adjust_lr!r} is invalid: choose one of: "
-                                     "original, match_rms_adamw")
 
 
 class Combined(torch.optim.Optimizer):
@@ -199,34 +204,37 @@ class Muon(Optimizer):
 
     @classmethod
     def build(cls, model, cfg):
-        s: MuonSettings = cfg.optim["muon"]
+        s: MuonSettings = cfg.optim.muon
         entries = parameter_entries(model, cfg)
         matrices = [e for e in entries if e.matrix]
         rest = [e for e in entries if not e.matrix]
         if not matrices:
-            raise OptimSettingsError("train.optimizer=muon: the model has no hidden 2-D matrix for Muon; use adamw")
-        decay = cfg.weight_decay if s.weight_decay is None else s.weight_decay
+            raise SettingsError.invalid("train.optimizer", "muon", "the model has no hidden 2-D matrix for Muon; use "
+                                        "adamw")
+        adamw_s: AdamWSettings = cfg.optim.adamw
+        decay = adamw_s.weight_decay if s.weight_decay is None else s.weight_decay
         groups = [g for g in _groups(matrices, s.lr, decay, None, width=False) if g["params"]]
         muon = torch.optim.Muon(groups, lr=s.lr, weight_decay=decay,
                                 momentum=s.momentum, nesterov=s.nesterov, ns_steps=s.ns_steps,
                                 adjust_lr_fn=s.adjust_lr)
         fused = next(model.parameters()).is_cuda
-        adamw = torch.optim.AdamW(_groups(rest, cfg.lr, cfg.weight_decay, cfg.eps), lr=cfg.lr,
-                                  betas=tuple(cfg.betas), eps=cfg.eps, fused=fused or None)
+        adamw = torch.optim.AdamW(_groups(rest, cfg.lr, adamw_s.weight_decay, adamw_s.eps), lr=cfg.lr,
+                                  betas=tuple(adamw_s.betas), eps=adamw_s.eps, fused=fused or None)
         return Combined([muon, adamw])
 
 
 @dataclass
-class LionSettings:
-    """`train.optim.lion`: Lion's momentum coefficients (lr and weight decay are train.lr, train.weight_decay)."""
+class LionSettings(Settings):
+    """`train.optim.lion`: Lion's momentum coefficients and decay (its lr is train.lr)."""
 
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.99])
+    betas: list[float] = setting(factory=lambda: [0.9, 0.99], ge=0, lt=1, each=True)
     """(b1, b2): b1 interpolates the update's momentum, b2 is the momentum's own decay (the paper's 0.9, 0.99)."""
+    weight_decay: float | None = setting(None, ge=0, null="train.optim.adamw.weight_decay")
+    """Decoupled weight decay; None: train.optim.adamw.weight_decay."""
 
-    def __post_init__(self) -> None:
-        check_types(self, "train.optim.lion", OptimSettingsError)
-        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
-            raise OptimSettingsError(f"train.optim.lion.betas={self.betas!r} is invalid: two numbers in [0, 1)")
+    def check(self, key: str, root) -> None:
+        if len(self.betas) != 2:
+            raise SettingsError.invalid(f"{key}.betas", self.betas, "two numbers in [0, 1), e.g. [0.9, 0.99]")
 
 
 class LionOptimizer(torch.optim.Optimizer):
@@ -265,31 +273,24 @@ class Lion(Optimizer):
 
     @classmethod
     def build(cls, model, cfg):
-        groups = _groups(parameter_entries(model, cfg), cfg.lr, cfg.weight_decay, None)
-        return LionOptimizer(groups, lr=cfg.lr, betas=cfg.optim["lion"].betas, weight_decay=cfg.weight_decay)
+        s: LionSettings = cfg.optim.lion
+        decay = cfg.optim.adamw.weight_decay if s.weight_decay is None else s.weight_decay
+        groups = _groups(parameter_entries(model, cfg), cfg.lr, decay, None)
+        return LionOptimizer(groups, lr=cfg.lr, betas=s.betas, weight_decay=decay)
 
 
-def optim_settings(node) -> dict:
-    """`train.optim` as {optimizer: its Settings}, every optimizer with settings present (defaults filled in);
-    an unknown optimizer or field is one line."""
-    if node is None:
-        node = {}
-    if not isinstance(node, Mapping):
-        raise OptimSettingsError(f"train.optim={node!r} is invalid: a mapping of optimizer name to its settings")
-    owners = {name: OPTIMIZERS.get(name).Settings for name in OPTIMIZERS.keys() if OPTIMIZERS.get(name).Settings}
-    unknown = sorted(set(node) - set(owners))
-    if unknown:
-        raise OptimSettingsError(f"train.optim.{unknown[0]} is invalid: only these optimizers have settings: "
-                                 f"{', '.join(owners)}")
-    out = {}
-    for name, Settings in owners.items():
-        out[name] = settings_from_node(Settings, node.get(name), f"train.optim.{name}", OptimSettingsError)
-    return out
+OptimSettings = make_dataclass(
+    "OptimSettings",
+    [(name, OPTIMIZERS.get(name).Settings, field(default_factory=OPTIMIZERS.get(name).Settings))
+     for name in OPTIMIZERS.keys() if OPTIMIZERS.get(name).Settings],
+    bases=(Settings,))
+OptimSettings.__doc__ = """`train.optim`: one group per optimizer that has settings (train.optim.<name>.<field>), made from
+OPTIMIZERS: an optimizer registered above with a `Settings` class gets its group here."""
 
 
 def optim_defaults() -> dict:
     """Every optimizer's default settings as plain values (conf/train/default.yaml's `optim`)."""
-    return {name: asdict(s) for name, s in optim_settings({}).items()}
+    return asdict(OptimSettings())
 
 
 def build_optimizer(model: nn.Module, cfg) -> torch.optim.Optimizer:

@@ -1,5 +1,5 @@
 """What a run says while it trains: a line when it starts (or resumes), then either a progress bar (on a terminal)
-or a progress line every `train.print_interval` steps (anywhere else: a file, a pipe, a Slurm log).
+or a progress line every `train.logging.print_interval` steps (anywhere else: a file, a pipe, a Slurm log).
 
 The loss and the learning rate are the floats LanguageModelModule keeps (`last_train_loss`, `last_lr`); a progress
 line first asks the module to read its queued losses back (`settle`: one device read per line, every

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 
 from slm.components.registry import Registry
+from slm.settings import Settings, SettingsError, setting
 
 SCHEDULES: Registry[type["Schedule"]] = Registry("schedule")
 
@@ -54,34 +55,26 @@ class WarmupStableDecay(Schedule):
         return 1.0 - (1 - self.min_ratio) * min(1.0, progress)
 
 
-class ScheduleSettingsError(ValueError):
-    """An invalid `train.schedule` setting; the message names the field, the value and what is allowed."""
+ScheduleSettingsError = SettingsError  # the name this module's callers knew
 
 
 @dataclass
-class ScheduleSettings:
+class ScheduleSettings(Settings):
     """`train.schedule`: the learning-rate schedule, a multiplier of train.lr at each step."""
 
     kind: str = "cosine"
     """Schedule (SCHEDULES): cosine, wsd (warmup-stable-decay) or constant; all with linear warmup."""
-    warmup_fraction: float = 0.05
+    warmup_fraction: float = setting(0.05, ge=0, lt=1)
     """Warmup length as a fraction of the steps."""
-    warmup_steps: int | None = None
+    warmup_steps: int | None = setting(None, ge=0, null="train.schedule.warmup_fraction")
     """Warmup length in steps; overrides warmup_fraction when set."""
-    decay_fraction: float = 0.2
+    decay_fraction: float = setting(0.2, gt=0, le=1)
     """wsd: fraction of the steps spent in the final (linear) decay."""
-    min_lr_ratio: float = 0.1
+    min_lr_ratio: float = setting(0.1, ge=0, le=1)
     """Final learning rate as a fraction of train.lr (cosine and wsd)."""
 
-    def check(self) -> None:
-        SCHEDULES.check(self.kind, "train.schedule.kind", ScheduleSettingsError)
-        for name, ok, rule in (("warmup_fraction", 0 <= self.warmup_fraction < 1, "must be in [0, 1)"),
-                               ("decay_fraction", 0 < self.decay_fraction <= 1, "must be in (0, 1]"),
-                               ("min_lr_ratio", 0 <= self.min_lr_ratio <= 1, "must be in [0, 1]"),
-                               ("warmup_steps", self.warmup_steps is None or self.warmup_steps >= 0,
-                                "an integer >= 0, or null (train.schedule.warmup_fraction)")):
-            if not ok:
-                raise ScheduleSettingsError(f"train.schedule.{name}={getattr(self, name)!r} is invalid: {rule}")
+    def check(self, key: str, root) -> None:
+        SCHEDULES.check(self.kind, f"{key}.kind", SettingsError)
 
     def warmup(self, max_steps: int) -> int:
         """Warmup steps of a run of max_steps."""

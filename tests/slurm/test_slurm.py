@@ -24,8 +24,8 @@ pytestmark = pytest.mark.slurm
 LAUNCHER = ["hydra/launcher=slurm", "hydra.launcher.gpus_per_node=null", "hydra.launcher.cpus_per_task=1",
             "hydra.launcher.mem_gb=null", "hydra.launcher.timeout_min=20",
             "hydra.launcher.setup=['export OMP_NUM_THREADS=1']"]
-LONG = ["model=debug", "eval=none", "train.length.steps=600", "train.ckpt_interval=1000", "train.val_interval=200", "train.val_batches=2",
-        "train.log_interval=10", "train.progress_bar=false"]
+LONG = ["model=debug", "eval=none", "train.length.steps=600", "train.checkpoint.interval=1000", "train.validation.interval=200", "train.validation.batches=2",
+        "train.logging.interval=10", "train.logging.progress_bar=false"]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -133,15 +133,15 @@ REF, CUT = 200, 300
 def test_preemption_checkpoints_requeues_and_resumes_to_the_same_weights(tmp_path):
     # two jobs that train the same weights: validating every 200 or 300 steps changes what is logged, not what
     # is trained (training batches are a function of seed and step; debug has no dropout), and keys the job apart
-    settings = [a for a in LONG if not a.startswith("train.val_interval=")]
-    proc, log = start(tmp_path, "run_group=pre", *settings, f"train.val_interval={REF},{CUT}")
+    settings = [a for a in LONG if not a.startswith("train.validation.interval=")]
+    proc, log = start(tmp_path, "run_group=pre", *settings, f"train.validation.interval={REF},{CUT}")
     sweep_dir = tmp_path / "runs" / "pre"
-    job = slurm_job(log, sweep_dir, f"train.val_interval={CUT}")
-    cut = wait_for_step(sweep_dir, f"train.val_interval={CUT}", 100, proc)
+    job = slurm_job(log, sweep_dir, f"train.validation.interval={CUT}")
+    cut = wait_for_step(sweep_dir, f"train.validation.interval={CUT}", 100, proc)
     subprocess.run(["scancel", "--signal=USR2", job], check=True, timeout=60)
     proc.wait(timeout=900)
     assert proc.returncode == 0, log.read_text()[-3000:]
-    (ref,) = sweep_dir.glob(f"*train.val_interval={REF}*")
+    (ref,) = sweep_dir.glob(f"*train.validation.interval={REF}*")
     r = record(cut)
     assert r["status"] == "completed" and r["training"]["resumed_from"] == "checkpoints/last.ckpt"
     assert r["training"]["interruptions"] == 1 and r["training"]["interrupted"]["signal"] == "SIGUSR2"
@@ -177,7 +177,7 @@ def test_optuna_trials_run_as_slurm_jobs(tmp_path):
     import optuna
 
     out = sweep(tmp_path, "hydra/sweeper=optuna", "run_group=opt", "model=debug", "eval=none", "train.length.steps=10",
-                "train.val_batches=1", "train.progress_bar=false", "hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2")
+                "train.validation.batches=1", "train.logging.progress_bar=false", "hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2")
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
     sweep_dir = tmp_path / "runs" / "opt"
     study = optuna.load_study(study_name="opt", storage=f"sqlite:///{sweep_dir / 'optuna.db'}")
@@ -190,12 +190,12 @@ def test_optuna_trials_run_as_slurm_jobs(tmp_path):
 
 
 def test_a_two_task_job_trains_data_parallel_like_one_process(tmp_path):
-    """hydra/launcher=slurm_multigpu with train.devices=2 on the CPU: one Slurm job of 2 tasks (gloo); rank 0
+    """hydra/launcher=slurm_multigpu with train.parallel.devices=2 on the CPU: one Slurm job of 2 tasks (gloo); rank 0
     alone writes the record and the per-step log, whose losses follow a single-process run of the same batch."""
     tiny = ["model=debug", "model.n_layers=1", "model.context_length=32", "eval=none", "train.length.steps=8",
-            "train.batch_size=4", "train.val_batches=1", "train.progress_bar=false", "train.accelerator=cpu"]
+            "train.batch_size=4", "train.validation.batches=1", "train.logging.progress_bar=false", "train.parallel.accelerator=cpu"]
     launcher = [a.replace("hydra/launcher=slurm", "hydra/launcher=slurm_multigpu") for a in LAUNCHER]
-    out = subprocess.run([sys.executable, "-m", "slm.cli.train", "-m", "run_group=dp", *tiny, "train.devices=2",
+    out = subprocess.run([sys.executable, "-m", "slm.cli.train", "-m", "run_group=dp", *tiny, "train.parallel.devices=2",
                           *launcher], env=env(tmp_path), capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
     assert "1 completed" in out.stdout
