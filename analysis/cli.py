@@ -339,7 +339,7 @@ def fit_main(argv: list[str] | None = None) -> None:
     p = OneLineParser(prog=prog, description="Scaling-law fit of the completed runs' validation NLL, L(N, D) = "
                       "E + A/N^alpha + B/D^beta (Hoffmann et al. 2022's approach 3, as replicated by Besiroglu et al. "
                       "2024, and approach 2's IsoFLOP parabolas), bootstrap intervals over runs, the compute-optimal N "
-                      "and D; writes fit.json (slm-plan fit=...) and fit.png (analysis/fit.py).")
+                      "and D; writes fit.json (slm-plan fit=...) and fit.png (analysis/fit.py, fit_output.py).")
     p.add_argument("results", nargs="+", help="results tables (.parquet/.csv from slm-collect) or runs directories")
     p.add_argument("-o", "--out-dir", default="fit", help="output directory for fit.json and fit.png (default: fit)")
     p.add_argument("--params", default="non_embedding", choices=["non_embedding", "total", "active"],
@@ -353,7 +353,8 @@ def fit_main(argv: list[str] | None = None) -> None:
     _logging(prog)
     import pandas as pd
 
-    from analysis.fit import FitError, fit, fit_data, summary, write
+    from analysis.fit import FitError, fit, fit_data
+    from analysis.fit_output import summary, write
 
     if args.bootstrap < 0 or args.keep < 0:
         fail(prog, f"--bootstrap {args.bootstrap} --keep {args.keep}: must be >= 0")

@@ -36,7 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.fit import NAMES, load_fit, optimal, predict
+from analysis.fit import NAMES, optimal, predict
+from analysis.fit_output import load_fit
 
 PUBLISHED = {
     "hoffmann": {

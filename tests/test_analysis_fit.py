@@ -12,8 +12,8 @@ import pytest
 
 from analysis import collect, save_results
 from analysis.cli import fit_main
-from analysis.fit import (FitData, FitError, approach2, compute_groups, fit, fit_data, objective, optimal, predict,
-                          to_json)
+from analysis.fit import FitData, FitError, approach2, compute_groups, fit, fit_data, objective, optimal, predict
+from analysis.fit_output import to_json
 from tests.test_analysis_collect import make_record, write as write_record
 
 TRUE = {"E": 1.5, "A": 300.0, "B": 400.0, "alpha": 0.35, "beta": 0.3}

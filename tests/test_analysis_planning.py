@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from analysis.cli import plan_main
-from analysis.fit import FitData, fit, optimal, predict, write
+from analysis.fit import FitData, fit, optimal, predict
+from analysis.fit_output import write
 from analysis.planning import GPU_PEAK_FLOPS, PUBLISHED, PlanError, parse, plan
 from tests.test_analysis_collect import make_record, write as write_record
 

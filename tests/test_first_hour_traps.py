@@ -135,7 +135,8 @@ def test_slm_plan_takes_params_and_tokens(capsys):
 def test_slm_plan_with_params_and_tokens_uses_an_slm_fit_results_convention_and_intervals(tmp_path):
     import numpy as np
 
-    from analysis.fit import FitData, fit, predict, write
+    from analysis.fit import FitData, fit, predict
+    from analysis.fit_output import write
     from analysis.planning import parse, plan
 
     law = {"E": 1.5, "A": 300.0, "B": 400.0, "alpha": 0.35, "beta": 0.3}
