@@ -286,7 +286,10 @@ def decode_model(s: Setup, opts: Options, **changes):
     from slm.model import build_model
 
     torch.manual_seed(0)
-    model = build_model(dataclasses.replace(s.model_cfg, **changes) if changes else s.model_cfg).eval()
+    cfg = s.model_cfg
+    if changes:  # {group: {field: value}}
+        cfg = dataclasses.replace(cfg, **{g: dataclasses.replace(getattr(cfg, g), **f) for g, f in changes.items()})
+    model = build_model(cfg).eval()
     dtype = torch.bfloat16 if opts.device.type == "cuda" else torch.float32
     return model.to(device=opts.device, dtype=dtype)
 
@@ -422,7 +425,7 @@ def decode_diffusion(s: Setup, opts: Options) -> list[dict]:
 
     device, P, N = opts.device, opts.prompt, opts.new
     model = decode_model(s, opts)
-    ar = decode_model(s, opts, causal=True, attention_block=None)
+    ar = decode_model(s, opts, attention={"causal": True, "block": None})
     steps = max(1, N // 4)
     rows = []
     for b in opts.batches:
@@ -558,7 +561,7 @@ def run(opts: Options, points: dict[str, list[str]], out_json: Path | None) -> d
             by_family[family].append({**base, "part": "setup", "note": f"error: {one_line(err)}",
                                       "error": one_line(err, 2000)})
             continue
-        diffusion = not s.model_cfg.causal
+        diffusion = not s.model_cfg.attention.causal
         if "train" in opts.parts:
             row = {**base, "part": "train", "batch": f"{s.train_cfg.batch_size}x{s.model_cfg.context_length}",
                    "variant": f"{s.train_cfg.precision}{' compile' if s.train_cfg.compile else ' eager'}"

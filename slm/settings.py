@@ -48,10 +48,33 @@ class SettingsError(ValueError):
         return cls(f"{key}={value!r} is invalid: {allowed}", key=key, value=value)
 
 
+def nested(fields: dict) -> dict:
+    """A mapping whose keys may be dotted (`attention.n_heads`) as nested mappings ({"attention": {"n_heads": ...}}),
+    the form a Settings class takes; a key both dotted and given as a mapping is merged."""
+    out: dict = {}
+    for key, value in fields.items():
+        *groups, leaf = key.split(".")
+        node = out
+        for group in groups:
+            node[group] = dict(node.get(group) or {})
+            node = node[group]
+        node[leaf] = {**node[leaf], **value} if isinstance(value, dict) and isinstance(node.get(leaf), dict) else value
+    return out
+
+
+def require(*rules: tuple[bool, str, Any, str]) -> None:
+    """Cross-field checks as data: each rule is (holds, key, value, allowed); the first that does not hold raises
+    `SettingsError.invalid(key, value, allowed)`."""
+    for holds, key, value, allowed in rules:
+        if not holds:
+            raise SettingsError.invalid(key, value, allowed)
+
+
 def setting(default=MISSING, *, factory=None, gt=None, ge=None, lt=None, le=None, choices=None,
             null: str | None = None, each: bool = False):
-    """A dataclass field with declared limits: gt/ge/lt/le (numbers), choices (a tuple of allowed values), null
-    (what None means, for the message of an optional field), each (the limits apply to every item of a list)."""
+    """A dataclass field with declared limits: gt/ge/lt/le (numbers), choices (the allowed values: a tuple, or a
+    registry, any container that iterates over its keys, read when a value is checked), null (what None means,
+    for the message of an optional field), each (the limits apply to every item of a list)."""
     meta = {k: v for k, v in dict(gt=gt, ge=ge, lt=lt, le=le, choices=choices, null=null, each=each).items()
             if v is not None and v is not False}
     if factory is not None:
@@ -62,7 +85,7 @@ def setting(default=MISSING, *, factory=None, gt=None, ge=None, lt=None, le=None
 def _rule(meta: dict, integer: bool) -> str:
     """The declared limits in words: `an integer > 0`, `a number in [0, 1)`, `one of: a, b`."""
     if "choices" in meta:
-        return "one of: " + ", ".join(str(c) for c in meta["choices"])
+        return ("every item " if meta.get("each") else "") + "one of: " + ", ".join(str(c) for c in meta["choices"])
     lo = ("gt", meta["gt"]) if "gt" in meta else ("ge", meta["ge"]) if "ge" in meta else None
     hi = ("lt", meta["lt"]) if "lt" in meta else ("le", meta["le"]) if "le" in meta else None
     noun = "an integer" if integer else "a number"
@@ -136,7 +159,14 @@ class Settings:
         return cls(**dict(node))
 
     def adopt_groups(self, key: str) -> None:
-        """Each nested group's mapping (from YAML or a stored config) made into its Settings object."""
+        """Each nested group's mapping (from YAML or a stored config) made into its Settings object, and a list of
+        strings given as one comma-separated string (the command line's `layer_types=local_attn,attn`) made into
+        its list."""
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, str) and hints[f.name] == list[str]:
+                setattr(self, f.name, [part.strip() for part in value.split(",") if part.strip()])
         for name, group in group_fields(type(self)).items():
             value = group.from_node(getattr(self, name), f"{key}.{name}")
             setattr(self, name, value)

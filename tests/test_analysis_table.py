@@ -50,7 +50,7 @@ CLAIMS_COLUMNS_BEFORE = [
 fields: n_experts, canon, ... as they were stored)."""
 
 CLAIMS_VALUES_BEFORE = {
-    "model.n_kv_heads=2,model.n_layers=1,model=llama3,train.lr=0.001,train.seed=0": {
+    "model.attention.n_kv_heads=2,model.n_layers=1,model=llama3,train.lr=0.001,train.seed=0": {
         "family": "llama3", "n_layers": 1, "d_model": 128, "layer_types": "attn", "n_experts": 0, "canon": "conv",
         "canon_set": "", "params_total": 200192, "params_active": 200192, "train_flops": 159677153280.0,
         "val_nll": 2.4593945503234864, "val_bpb": 3.548156321341036, "seed": 0, "lr": 0.001,
@@ -190,6 +190,6 @@ def test_mup_settings_are_columns_only_where_a_parametrization_reads_them(tmp_pa
 @pytest.mark.parametrize("key, column", [
     ("model.n_layers", "n_layers"), ("model.moe.top_k", "moe_top_k"), ("model.top_k", "moe_top_k"),
     ("model.canon_set", "canon_set"), ("model.canon.set", "canon_set"), ("train.lr", "lr"), ("train.seed", "seed"),
-    ("model.mup.base_width", None), ("model.rope_theta", None), ("data", None), ("hydra.job.name", None)])
+    ("model.parametrization.base_width", None), ("model.position.rope_theta", None), ("data", None), ("hydra.job.name", None)])
 def test_a_sweep_override_names_its_column(key, column):
     assert override_column(key) == column

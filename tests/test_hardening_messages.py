@@ -11,19 +11,20 @@ import pytest
 
 from slm.model.config import REGISTRY_FIELDS, ConfigError, ModelConfig
 from slm.training.config import TrainConfig, TrainConfigError
+from slm.settings import nested
 from tests.test_bad_input import RUN, _train, snapshot, workdir  # noqa: F401 - workdir is a fixture
 
 CASES = [  # (override, how the one line starts after "slm-train: error: ")
     ("train.schedule.kind=linear", "train.schedule.kind=linear: unknown schedule 'linear'; choose one of: constant, cosine, wsd"),
     ("train.objective=mlm", "train.objective=mlm: unknown objective 'mlm'; choose one of: causal_lm,"),
     ("train.optimizer=adam", "train.optimizer=adam: unknown optimizer 'adam'; choose one of: adamw,"),
-    ("model.norm=batchnorm", "model.norm=batchnorm: unknown norm 'batchnorm'; choose one of: layernorm,"),
-    ("model.mlp=swish", "model.mlp=swish: unknown mlp 'swish'; choose one of: gelu,"),
-    ("model.init=xavier", "model.init=xavier: unknown init scheme 'xavier'; choose one of: gpt2,"),
-    ("model.position=alibi", "model.position=alibi: unknown position 'alibi'; choose one of: none,"),
+    ("model.norm.kind=batchnorm", "model.norm.kind=batchnorm: unknown norm 'batchnorm'; choose one of: layernorm,"),
+    ("model.mlp.kind=swish", "model.mlp.kind=swish: unknown mlp 'swish'; choose one of: gelu,"),
+    ("model.parametrization.init=xavier", "model.parametrization.init=xavier: unknown init scheme 'xavier'; choose one of: gpt2,"),
+    ("model.position.kind=alibi", "model.position.kind=alibi: unknown position 'alibi'; choose one of: none,"),
     ("model.canon.kind=dense", "model.canon.kind=dense: unknown canon 'dense'; choose one of: conv,"),
     ("model.canon=dense", "model.canon.kind=dense: unknown canon 'dense'; choose one of: conv,"),  # the old spelling
-    ("model.parametrization=mvp", "model.parametrization=mvp: unknown parametrization 'mvp'; choose one of: sp,"),
+    ("model.parametrization.kind=mvp", "model.parametrization.kind=mvp: unknown parametrization 'mvp'; choose one of: sp,"),
     ("model.kind=cnn", "model.kind=cnn: unknown model kind 'cnn'; choose one of: transformer,"),
     ("model.layer_types=[attn,mamba]", "model.layer_types=['attn', 'mamba'] is invalid: unknown mixer 'mamba'"),
     ("model.mlp_types=[dense,sparse]", "model.mlp_types=['dense', 'sparse'] is invalid: unknown mlp type 'sparse'"),
@@ -49,7 +50,7 @@ def test_an_unknown_component_names_its_setting(workdir, capsys, override, start
 @pytest.mark.parametrize("name", sorted(REGISTRY_FIELDS))
 def test_every_registry_field_of_the_model_is_checked_by_name(name):
     with pytest.raises(ConfigError, match=rf"^model\.{name}=nope: unknown .* 'nope'; choose one of: "):
-        ModelConfig(n_heads=2, **{name: "nope"})
+        ModelConfig(**nested({"attention.n_heads": 2, **{name: "nope"}}))
 
 
 @pytest.mark.parametrize("name, spelt", [("objective", "objective"), ("schedule", "schedule.kind"),
@@ -64,8 +65,8 @@ def test_the_registry_itself_keeps_its_plain_message():
 
     with pytest.raises(UnknownKeyError, match=r"^unknown norm 'x'; choose one of: "):
         NORMS.get("x")
-    with pytest.raises(ConfigError, match=r"^model.norm=\['x'\]: unknown norm \['x'\]; choose one of: "):
-        NORMS.check(["x"], "model.norm", ConfigError)  # an unhashable value is refused, not a TypeError
+    with pytest.raises(ConfigError, match=r"^model.norm.kind=\['x'\]: unknown norm \['x'\]; choose one of: "):
+        NORMS.check(["x"], "model.norm.kind", ConfigError)  # an unhashable value is refused, not a TypeError
 
 
 def test_a_vocab_size_smaller_than_the_tokenizers_is_said_to_be_replaced(workdir):  # noqa: F811

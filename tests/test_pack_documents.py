@@ -1,4 +1,4 @@
-"""Packed documents (data.pack_documents, model.document_end_id): in a packed window a document scores as if it
+"""Packed documents (data.pack_documents, model.embedding.document_end_id): in a packed window a document scores as if it
 were alone; the convolutions (conv mixers, Canon) are the documented exception; bad settings are one line; a
 tiny training run with packing works end to end."""
 
@@ -16,11 +16,12 @@ from slm.model import ModelConfig, config_from_spec
 from slm.model.cache import KVCache
 from slm.model.config import ConfigError
 from slm.model.transformer import Transformer
+from slm.settings import nested
 from tests.conftest import compose_model_node
 from tests.test_train_cli import FAST, record, run_dir, slm_train
 
 END = 7
-SMALL = ["model.n_layers=2", "model.d_model=64", "model.head_dim=16", "model.n_kv_heads=2", "model.vocab_size=256",
+SMALL = ["model.n_layers=2", "model.d_model=64", "model.attention.head_dim=16", "model.attention.n_kv_heads=2", "model.vocab_size=256",
          "model.context_length=128"]
 
 
@@ -108,13 +109,13 @@ def test_a_kv_cache_ignores_document_ends():
 
 
 def test_bad_document_settings_are_one_line():
-    base = dict(n_layers=2, d_model=32, n_heads=4, vocab_size=61, context_length=16)
-    with pytest.raises(ConfigError, match=r"model.document_end_id=61 is invalid: must be null or a token id in 0..60"):
-        ModelConfig(**base, document_end_id=61)
-    with pytest.raises(ConfigError, match="model.document_end_id=3 is invalid: packed documents need kind=transformer"):
-        ModelConfig(**base, document_end_id=3, memory=dict(layers=[0], segment=4))
-    with pytest.raises(ConfigError, match="model.document_end_id=3 is invalid: packed documents need kind=transformer"):
-        ModelConfig(**{**base, "n_layers": 1}, kind="linear", document_end_id=3)
+    base = {"n_layers": 2, "d_model": 32, "attention.n_heads": 4, "vocab_size": 61, "context_length": 16}
+    with pytest.raises(ConfigError, match=r"model.embedding.document_end_id=61 is invalid: must be null or a token id in 0..60"):
+        ModelConfig(**nested({**base, "embedding.document_end_id": 61}))
+    with pytest.raises(ConfigError, match="model.embedding.document_end_id=3 is invalid: packed documents need kind=transformer"):
+        ModelConfig(**nested({**base, "embedding.document_end_id": 3, "memory": dict(layers=[0], segment=4)}))
+    with pytest.raises(ConfigError, match="model.embedding.document_end_id=3 is invalid: packed documents need kind=transformer"):
+        ModelConfig(**nested({**{**base, "n_layers": 1}, "kind": "linear", "embedding.document_end_id": 3}))
     with pytest.raises(DataError, match=r"^data.pack_documents=true needs tokenizer.eot=true .*; set tokenizer.eot"):
         DataConfig.from_node({"pack_documents": True}).check_tokenizer(TokenizerConfig())
     DataConfig.from_node({"pack_documents": True}).check_tokenizer(TokenizerConfig(eot=True))

@@ -50,14 +50,14 @@ def test_the_diffusion_sweeps_keep_their_job_keys():
     """The sweeps name train.objective=mdlm in their points: it stays in the key, so their runs resume."""
     from slm.cli.job_keys import key_from_overrides
 
-    assert key_from_overrides(["model=dllm", "model.n_kv_heads=2", "model.n_layers=4", "train.objective=mdlm"]) == \
-        "model.n_kv_heads=2,model.n_layers=4,model=dllm,train.objective=mdlm"
+    assert key_from_overrides(["model=dllm", "model.attention.n_kv_heads=2", "model.n_layers=4", "train.objective=mdlm"]) == \
+        "model.attention.n_kv_heads=2,model.n_layers=4,model=dllm,train.objective=mdlm"
     points = OmegaConf.load("sweeps/cpu_default.yaml").hydra.sweeper.points
-    assert ["model=dllm", "model.n_kv_heads=2", "model.n_layers=4", "train.objective=mdlm"] in \
+    assert ["model=dllm", "model.attention.n_kv_heads=2", "model.n_layers=4", "train.objective=mdlm"] in \
         [list(point) for point in points]
 
 
-TINY_DLLM = ["model=dllm", "model.n_layers=2", "model.d_model=64", "model.head_dim=16", "model.n_kv_heads=2",
+TINY_DLLM = ["model=dllm", "model.n_layers=2", "model.d_model=64", "model.attention.head_dim=16", "model.attention.n_kv_heads=2",
              "model.context_length=32", "train.length.steps=3", "train.batch_size=4"]
 
 

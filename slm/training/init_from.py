@@ -7,8 +7,8 @@ records are CRC-checked and it is read weights-only (torch's restricted unpickle
 model's tensors taken from its state dict and its config and tokenizer fingerprint from what the run stored beside
 them (`slm_meta`). Every tensor is checked
 against the model being built before anything is written: the same names and the same shapes, and tied
-weights tied in both. Config fields that change no shape may differ (causal -> bidirectional,
-attention_block, mask_token_id, dropout, ...). The source's tokenizer, when its directory has one, must give
+weights tied in both. Config fields that change no shape may differ (attention.causal -> bidirectional,
+attention.block, embedding.mask_token_id, block.dropout, ...). The source's tokenizer, when its directory has one, must give
 the same ids as the run's (a mask token added for diffusion is allowed: it is a new last id).
 
 A masked-diffusion run needs a row for its mask token: with the GPT-2 vocabulary padded to 50304 the mask
@@ -210,7 +210,7 @@ def check_shapes(source: InitSource, model: nn.Module, mask_token_id: int | None
                                 "a different architecture (layers, Canon, untied head)")
         if len(present) > 1:
             raise InitFromError(f"{head} the source has separate {present[0]} and {present[1]}, which this model "
-                                "ties (model.tie_embeddings)")
+                                "ties (model.embedding.tie)")
 
 
 def load_weights(model: nn.Module, source: InitSource, mask_token_id: int | None = None) -> None:
