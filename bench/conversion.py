@@ -36,7 +36,8 @@ import time
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parent / "out"
-SHAPE = ["model.n_layers=4", "model.d_model=128", "model.attention.head_dim=32", "model.attention.n_kv_heads=2", "model.context_length=128"]
+SHAPE = ["model.n_layers=4", "model.d_model=128", "model.attention.head_dim=32", "model.attention.n_kv_heads=2",
+         "model.context_length=128"]
 COMMON = ["eval=none", "train.progress_bar=false", "train.batch_size=16", "train.val_batches=8",
           "train.log_interval=10", "train.ckpt_interval=1000"]
 

@@ -152,7 +152,8 @@ def main() -> None:
     rules = {"": None} if args.no_threshold else {"": None, "+thr": args.threshold}
     samplers = {f"dllm/{c}{r}": DiffusionSampler(dllm_model, args.block_length, steps, t, cache=c)
                 for r, t in rules.items() for c in CACHES}
-    dhara = Transformer(dataclasses.replace(cfg, attention=dataclasses.replace(cfg.attention, block=args.block_length))).eval()
+    block_causal = dataclasses.replace(cfg, attention=dataclasses.replace(cfg.attention, block=args.block_length))
+    dhara = Transformer(block_causal).eval()
     dhara.load_state_dict(dllm_model.state_dict())
     samplers["dhara"] = DiffusionSampler(dhara, args.block_length, steps)
     decoders = {b: Decoder(ar_model, batch_size=b, capacity=args.prompt + args.new - 1) for b in args.batches}

@@ -58,7 +58,7 @@ ORDER = ("llama3", "dllm", "gpt2", "qwen3", "gemma3", "llama3_canon", "lfm2", "m
 decoding) first, so a tight --budget-s skips the others."""
 COLUMNS = ("part", "family", "variant", "batch", "tokens/s (min-max)", "MFU", "peak GiB", "reference",
            "ref tokens/s", "ratio (min-max)", "attention", "loss", "note")
-SMOKE_MODEL = {"n_layers": 6, "d_model": 64, "head_dim": 16, "context_length": 64}  # 6: gemma3's unit of layers
+SMOKE_MODEL = {"n_layers": 6, "d_model": 64, "attention.head_dim": 16, "context_length": 64}  # 6: gemma3's unit
 SMOKE_MOE = {"n_experts": 4, "expert_d_ff": 64}
 SMOKE_TRAIN = {"batch_size": 2, "precision": "32", "compile": False, "accelerator": "cpu"}
 
@@ -170,6 +170,7 @@ def setup(family: str, overrides: list[str], smoke: bool) -> Setup:
     from slm.data.prepare import build_tokenizer
     from slm.model import config_from_spec, count
     from slm.objectives import OBJECTIVES, tokenizer_node_for
+    from slm.settings import nested
     from slm.training.config import TrainConfig
 
     cfg = compose_config([f"sweep={SWEEP}", *overrides])
@@ -177,18 +178,18 @@ def setup(family: str, overrides: list[str], smoke: bool) -> Setup:
     model_node = OmegaConf.to_container(cfg.model, resolve=True)
     if smoke:
         train_node.update(SMOKE_TRAIN)
-        model_node.update(SMOKE_MODEL)
+        model_node = nested({**model_node, **SMOKE_MODEL})
         if model_node["moe"]["n_experts"]:
             model_node["moe"].update(SMOKE_MOE)
-        if model_node.get("sliding_window"):  # a window inside the short context, so that it masks something
-            model_node["sliding_window"] = SMOKE_MODEL["context_length"] // 2
+        if model_node["attention"].get("sliding_window"):  # a window inside the short context: it masks something
+            model_node["attention"]["sliding_window"] = SMOKE_MODEL["context_length"] // 2
     train_cfg = TrainConfig.from_node(train_node)
     tok_cfg = TokenizerConfig.from_node(tokenizer_node_for(train_cfg.objective,
                                                            OmegaConf.to_container(cfg.tokenizer, resolve=True)))
     tokenizer = build_tokenizer(tok_cfg, [], Path(tempfile.gettempdir()))  # gpt2: nothing fitted, nothing written
     spec = {**model_node, "vocab_size": tok_cfg.padded(tokenizer.vocab_size)}
     if tokenizer.mask_id is not None:
-        spec["mask_token_id"] = tokenizer.mask_id
+        spec = nested({**spec, "embedding.mask_token_id": tokenizer.mask_id})
     model_cfg = config_from_spec(spec)
     OBJECTIVES.get(train_cfg.objective)().check(model_cfg)
     data_vocab = tokenizer.vocab_size - (tokenizer.mask_id is not None)

@@ -38,8 +38,8 @@ COMMON = ["train.batch_size=16", "train.val_interval=0", "train.val_batches=1", 
           "train.ckpt_interval=100000", "train.log_interval=10", "eval=none", "train.accelerator=cpu"]
 SIZES = {
     "debug": ["model=debug"],
-    "small": ["model=llama3", "model.n_layers=4", "model.d_model=128", "model.attention.head_dim=32", "model.attention.n_kv_heads=2",
-              "model.context_length=256"],
+    "small": ["model=llama3", "model.n_layers=4", "model.d_model=128", "model.attention.head_dim=32",
+              "model.attention.n_kv_heads=2", "model.context_length=256"],
 }
 
 

@@ -8,7 +8,8 @@ TrainConfig. This module maps each flat name to its group and field, so that
   `upgrade_train_fields`);
 - an old command line (`model.n_experts=8`) composes, with one line naming the new spelling (`upgrade_override`);
 - a job finds its run directory: keys are spelt as today, and `key_spelling` gives the former key of a moved
-  field (`model.moe.n_experts` -> `model.n_experts`), under which runs made before were named
+  field under each former rule (`model.moe.n_experts` -> `model.n_experts`; FORMER_KEY_RULES), under which runs
+  made before were named
   (slm.cli.job_keys.key_from_overrides looks for those).
 
 Standard library only (the analysis reads records through it without importing torch).
@@ -139,9 +140,12 @@ def _move(fields_: dict, moved: dict[str, tuple[str, str]], section: str) -> dic
     for old, (group, name) in moved.items():
         if old == group and old in out and not isinstance(out[old], (str, int, float, bool)):
             continue  # the group itself (model.canon: {...}), not the flat field of the same name
+        at = list(out).index(old.partition(".")[0]) if old.partition(".")[0] in out else len(out)
         value = _take(out, old)
         if value is _MISSING:
             continue
+        if group not in out:  # a group made here sits where the field that made it was
+            out = dict([*list(out.items())[:at], (group, {}), *list(out.items())[at:]])
         *parents, leaf = [group, *name.split(".")]  # train.betas -> optim.adamw.betas: nested groups
         node = out
         for part in parents:
@@ -206,6 +210,14 @@ def upgrade_override(line: str) -> tuple[str, str | None]:
     return new, f"{section}.{rest} is now spelt {section}.{group}.{name}; read {line!r} as {new!r}"
 
 
+def moved_group(key: str) -> str | None:
+    """Today's spelling of a former group whose fields all moved into another (`model.mup` -> `model.parametrization`),
+    or None."""
+    section, _, rest = key.partition(".")
+    targets = {group for old, (group, _) in SECTIONS.get(section, {}).items() if old.startswith(f"{rest}.")}
+    return f"{section}.{targets.pop()}" if len(targets) == 1 else None
+
+
 def model_column(group: str, name: str) -> str:
     """The results-table column of the model setting model.<group>.<name>: its former name for the groups of
     COLUMN_GROUPS (`norm.kind` -> norm, `attention.n_heads` -> n_heads, `parametrization.base_width` ->
@@ -217,12 +229,25 @@ def model_column(group: str, name: str) -> str:
     return f"{group}_{name}"
 
 
-def key_spelling(key: str) -> str:
-    """The former spelling of an override key in a job key (a moved field by its flat name: `model.moe.n_experts`
-    -> `model.n_experts`), under which run directories made before today's keys were named."""
+FORMER_KEY_RULES = ("issue 40", "flat")
+"""How job keys spelt moved settings before today's rule, newest first: `issue 40`, keys made before ModelConfig's
+flat fields moved into groups (model.n_kv_heads=2 flat, but model.moe.n_experts=8 already as today); `flat`, keys
+made when every moved setting was still spelt flat (model.n_experts=8). A run directory named by either is found."""
+
+
+def _spelt_flat(section: str, old: str, rule: str) -> bool:
+    """Whether a job key made under `rule` spelt the moved setting `section.old` by its flat name."""
+    group = SECTIONS[section][old][0]
+    return rule == "flat" or (rule == "issue 40" and section == "model" and group in COLUMN_GROUPS)
+
+
+def key_spelling(key: str, rule: str = "flat") -> str:
+    """The spelling of an override key in a job key made under a former rule (FORMER_KEY_RULES; default: every
+    moved field by its flat name, `model.moe.n_experts` -> `model.n_experts`), under which run directories made
+    before today's keys were named."""
     prefix, section, rest = _split(key)
     for old, (group, name) in SECTIONS.get(section, {}).items():
-        if rest == f"{group}.{name}":
+        if rest == f"{group}.{name}" and _spelt_flat(section, old, rule):
             return f"{prefix}{section}.{old}"
     return key
 

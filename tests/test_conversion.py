@@ -15,10 +15,10 @@ from omegaconf import OmegaConf
 from slm.model import ModelConfig, Transformer
 from slm.model.weights import load_config, load_model, save_model
 from slm.objectives import OBJECTIVES
+from slm.settings import nested
 from slm.training.config import TrainConfig, TrainConfigError
 from slm.training.curriculum import BlockCurriculum
 from slm.training.init_from import InitFromError, check_shapes, find_source, load_weights
-from slm.settings import nested
 from tests.test_train_cli import _steps, assert_same_run, kill_at_step, record, slm_train
 
 V = 21  # 20 symbols + the mask token
@@ -260,8 +260,8 @@ def test_a_converted_run_starts_from_the_source_follows_the_curriculum_and_recor
     assert init["model_dir"] == str(ar_run / "model") and init["run_dir"] == str(ar_run)
     assert init["source_run"]["objective"] == "causal_lm" and init["source_run"]["steps"] == 20
     assert init["source_run"]["status"] == "completed" and len(init["weights_sha256"]) == 64
-    assert init["source_model"] == {"family": "llama3_canon", "causal": True, "attention_block": None,
-                                    "vocab_size": 66, "mask_token_id": 65}
+    assert init["source_model"] == {"family": "llama3_canon", "vocab_size": 66,
+                                    "attention": {"causal": True, "block": None}, "embedding": {"mask_token_id": 65}}
     # 10 warm-up steps over blocks 1, 2, 4, 8, 16; the full context (32); the last 8 steps at the decay block 8
     assert r["training"]["attention_blocks"] == [[0, 1], [2, 2], [4, 4], [6, 8], [8, 16], [10, 32], [32, 8]]
     log = [json.loads(line) for line in (converted / "train_log.jsonl").read_text().splitlines()]
@@ -270,7 +270,7 @@ def test_a_converted_run_starts_from_the_source_follows_the_curriculum_and_recor
     header = (converted / "logs" / "csv" / "metrics.csv").read_text().splitlines()[0]
     assert "train/attention_block" in header and "val/attention_block" in header
     # the saved model decodes block by block; the record's model section says the same
-    assert load_config(converted / "model").attention_block == 8 and r["model"]["attention_block"] == 8
+    assert load_config(converted / "model").attention.block == 8 and r["model"]["attention"]["block"] == 8
     # the first step trained the AR weights with block 1: its loss is the one computed here from them (and
     # not the full-attention one)
     monkeypatch.setenv("SLM_CACHE", str(converted.parents[3] / "slm-cache"))  # where slm_train cached the data

@@ -10,9 +10,9 @@ import torch
 from omegaconf import OmegaConf
 
 from slm.cli.config import compose_config
+from slm.settings import nested
 from slm.training.config import TrainConfig
 from slm.training.coordcheck import layer_names, measure, slope, width_config
-from slm.settings import nested
 
 WIDTHS = [32, 64, 128, 256]
 STEPS = 5

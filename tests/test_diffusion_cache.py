@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from slm.model import ModelConfig, Transformer
-from slm.settings import nested
 from slm.model.cache import KVCache
 from slm.model.diffusion import DiffusionSampler
+from slm.settings import nested
 
 MASK = 49
 CFG = {"n_layers": 2, "d_model": 32, "attention.n_heads": 4, "attention.n_kv_heads": 2, "vocab_size": 50,

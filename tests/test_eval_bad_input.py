@@ -22,6 +22,7 @@ from slm.eval.offline_tasks import speeches
 from slm.model import ModelConfig, Transformer
 from slm.model.weights import CheckpointError, check_memory, load_model, save_model
 from slm.runs.record import update_record
+from slm.settings import nested
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -50,7 +51,7 @@ def run(template, tmp_path) -> Path:
 
 def _edit_config(run: Path, **change) -> None:
     path = run / "model" / "config.json"
-    path.write_text(json.dumps({**json.loads(path.read_text()), **change}))
+    path.write_text(json.dumps(nested({**json.loads(path.read_text()), **change})))  # a dotted key: in its group
 
 
 def _fail_fsync_of(fragment: str, monkeypatch) -> None:
@@ -95,7 +96,7 @@ def config_not_object(run, mp):
 
 
 def config_huge_width(run, mp):
-    _edit_config(run, d_ff=1 << 40)  # 2.1e14 parameters: more than any machine's memory
+    _edit_config(run, **{"mlp.d_ff": 1 << 40})  # 2.1e14 parameters: more than any machine's memory
 
 
 def config_huge_depth(run, mp):

@@ -10,11 +10,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from slm.settings import nested
 from slm.model import ModelConfig, build_model, config_from_spec, count
 from slm.model.config import ConfigError
 from slm.model.counting import breakdown
 from slm.objectives import OBJECTIVES, ObjectiveError
+from slm.settings import nested
 from tests.conftest import compose_model_node
 
 # Published parameter counts: Table 1 and the RoPE ablation of arXiv 2512.20877, and the counts its reference

@@ -13,8 +13,8 @@ from slm.objectives import OBJECTIVES
 from slm.objectives.linear_ce import (PLAIN_BELOW_BYTES, ChunkedPath, LossSettings, LossSettingsError, PlainPath,
                                       choose_path, liger_installed, linear_cross_entropy)
 from slm.objectives.mdlm import masked_log_probs
-from slm.training.config import TrainConfig, TrainConfigError
 from slm.settings import nested
+from slm.training.config import TrainConfig, TrainConfigError
 
 TINY = {"n_layers": 2, "d_model": 32, "attention.n_heads": 4, "vocab_size": 61, "context_length": 16}
 HEADS = {  # every head Transformer.head can be: tied or not, bias, soft-cap, μP's readout multiplier

@@ -11,9 +11,9 @@ import torch
 
 from slm.components.parametrization import roles
 from slm.model import ModelConfig, build_model
+from slm.settings import nested
 from slm.training.config import TrainConfig, TrainConfigError
 from slm.training.optim import build_optimizer
-from slm.settings import nested
 from tests.test_train_cli import FAST, _steps, assert_same_run, kill_at_step, record, run_dir, slm_train
 
 TINY = {"n_layers": 2, "d_model": 32, "attention.head_dim": 8, "vocab_size": 50, "context_length": 16,

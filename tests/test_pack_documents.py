@@ -28,7 +28,7 @@ SMALL = ["model.n_layers=2", "model.d_model=64", "model.attention.head_dim=16", 
 def _model(preset: str, *overrides: str, end: int | None = END) -> Transformer:
     spec = compose_model_node(f"model={preset}", *(SMALL if preset != "debug" else ()), *overrides)
     spec.pop("objective", None)
-    return Transformer(config_from_spec({**spec, "document_end_id": end})).eval()
+    return Transformer(config_from_spec(nested({**spec, "embedding.document_end_id": end}))).eval()
 
 
 def _documents(*lengths: int) -> list[torch.Tensor]:
@@ -140,7 +140,7 @@ def test_training_with_packed_documents_end_to_end(tmp_path):
     r = record(path)
     assert r["status"] == "completed" and 0 < r["eval"]["val_nll"] < 6
     eot = r["data"]["tokenizer"]["eot_id"]
-    assert eot is not None and json.loads((path / "model" / "config.json").read_text())["document_end_id"] == eot
+    assert eot is not None and json.loads((path / "model" / "config.json").read_text())["embedding"]["document_end_id"] == eot
     out = slm_train(tmp_path, *FAST, "data=local", f"data.sources.0.paths=[{corpus}]", "data.pack_documents=true",
                     "train.length.steps=6", group="refused")
     assert out.returncode == 2

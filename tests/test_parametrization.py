@@ -14,9 +14,9 @@ from slm.cli.config import compose_config
 from slm.components.parametrization import ParametrizationSettings, Role, roles, scheme_of
 from slm.model import ModelConfig, build_model
 from slm.model.budget import config_from_spec
+from slm.settings import nested
 from slm.training.config import TrainConfig
 from slm.training.optim import param_groups
-from slm.settings import nested
 
 PRESETS = ["llama3", "gpt2", "llama3_canon", "lfm2", "moe"]
 

@@ -14,7 +14,6 @@ from slm.data.tokenizers import CharTokenizer
 from slm.eval.lm import SLMLM
 from slm.eval.offline_tasks import mc_documents, speeches
 from slm.components.position import RoPE
-from slm.settings import nested
 from slm.components.titans import MemoryAsContext
 from slm.model.cache import KVCache, static_cache_ok
 from slm.model.config import ConfigError, ModelConfig
@@ -23,6 +22,7 @@ from slm.model.generate import Decoder, generate
 from slm.model.transformer import SequenceContext, Transformer
 from slm.model.weights import save_model
 from slm.runs.record import update_record
+from slm.settings import nested
 
 
 def mlp(weights, x):

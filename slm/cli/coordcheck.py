@@ -9,8 +9,8 @@ Under a correct μP every curve is flat in width; under sp the logits and hidden
 
 Options:
     --widths W,W,...  d_model values; heads follow the width (n_heads = d_model / head_dim), so each must be a
-                      multiple of the model's attention.head_dim; default: the multiples of head_dim nearest 64, 128, 256,
-                      512 and 1024
+                      multiple of the model's attention.head_dim; default: the multiples of head_dim nearest 64,
+                      128, 256, 512 and 1024
     --steps N         training steps, each recorded before its update (default 5)
     --seeds N         seeds train.seed, train.seed + 1, ... averaged (default 1)
     --schemes A,B     model.parametrization.kind values to compare (default sp,mup)

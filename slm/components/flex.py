@@ -1,7 +1,7 @@
 """Masked attention of a whole-sequence forward, through SDPA or FlexAttention, and the rule that picks one.
 
 `Masking` says which keys each query may see: causal or bidirectional, a sliding window, block-causal blocks
-(`attention_block`) and documents (ids (B, T) from `document_ids`: packed documents attend only within
+(`attention.block`) and documents (ids (B, T) from `document_ids`: packed documents attend only within
 themselves). It gives that mask in the two forms the backends take: `dense()`, a boolean tensor for
 `scaled_dot_product_attention` (None where SDPA's fused causal or full attention suffices), and
 `block_mask()`, a FlexAttention BlockMask (static ones are cached per shape; a document mask is built once

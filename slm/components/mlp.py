@@ -1,9 +1,9 @@
 """Feed-forward sublayers.
 
-Each layer's feed-forward kind comes from FFNS by `model.mlp_types`: `dense` is one MLP of the kind
-`model.mlp.kind` (MLPS below; its settings, `MlpSettings`, model.mlp); `moe` (slm.components.moe) a mixture of experts of that kind. An FFNS entry
-provides `build(cfg)` (the module), `num_params(cfg)` and `active_params(cfg)` (the parameters one token
-uses), and its module runs `forward(x, seq, kv)` like a mixer (slm.components.mixer).
+Each layer's feed-forward kind comes from FFNS by `model.mlp_types`: `dense` is one MLP of the kind `model.mlp.kind`
+(MLPS below; its settings, model.mlp, are `MlpSettings`); `moe` (slm.components.moe) a mixture of experts of that
+kind. An FFNS entry provides `build(cfg)` (the module), `num_params(cfg)` and `active_params(cfg)` (the parameters
+one token uses), and its module runs `forward(x, seq, kv)` like a mixer (slm.components.mixer).
 
 MLPS: two-matrix MLPs (`gelu`, `relu`): down(act(up(x))). Gated MLPs (`swiglu`, `geglu`, Shazeer 2020):
 down(act(gate(x)) * up(x)), with gate and up fused into one matrix `fc_in` of 2 * d_ff rows,

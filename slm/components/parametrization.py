@@ -33,13 +33,13 @@ inside the network is hidden unless it is a depthwise convolution; everything el
 `in_block` marks the parameters inside a residual branch. The same roles give the optimizer its parameter groups
 (slm.training.optim), so the scheme's init and learning-rate rules always agree on which tensor is which.
 
-Width is d_model: every hidden matrix is scaled by the same m, as nanoGPT-mup does, which is exact when the
-sizes that follow d_model (heads via head_dim, a derived d_ff) do. A size held fixed while d_model moves (an
-explicit d_ff, n_kv_heads) is scaled as if it followed, which is not μP for that matrix: an MLP whose d_ff stays
-fixed while d_model grows sees its down-projection's init and lr shrink with a fan-in that does not grow (leave
-mlp.d_ff null, or set mlp.ratio, for a width sweep). The MoE router (d_model -> n_experts) takes the hidden rule (its logits
-stay O(1) at init; strict μP would start them at 0 like the readout's). Models these rules do not cover are refused
-by `check`.
+Width is d_model: every hidden matrix is scaled by the same m, as nanoGPT-mup does, which is exact when the sizes
+that follow d_model (heads via head_dim, a derived d_ff) do. A size held fixed while d_model moves (an explicit
+d_ff, n_kv_heads) is scaled as if it followed, which is not μP for that matrix: an MLP whose d_ff stays fixed while
+d_model grows sees its down-projection's init and lr shrink with a fan-in that does not grow (leave mlp.d_ff null,
+or set mlp.ratio, for a width sweep). The MoE router (d_model -> n_experts) takes the hidden rule (its logits stay
+O(1) at init; strict μP would start them at 0 like the readout's). Models these rules do not cover are refused by
+`check`.
 """
 
 from __future__ import annotations
@@ -165,11 +165,11 @@ class Parametrization:
         return None
 
     def attention_scale(self, scale: float, head_dim: int) -> float:
-        """The q.k scale given the standard one (`attn_scale`, or 1/sqrt(head_dim))."""
+        """The q.k scale given the standard one (`attention.scale`, or 1/sqrt(head_dim))."""
         return scale
 
     def embedding_scale(self, scale: float) -> float:
-        """The token embeddings' multiplier given the model's (`scale_embeddings`: sqrt(d_model), Gemma)."""
+        """The token embeddings' multiplier given the model's (`embedding.scale`: sqrt(d_model), Gemma)."""
         return scale
 
     # ------------------------------------------------------------------ init

@@ -292,7 +292,8 @@ class MemoryAsContext(Mixer):
         B, S, heads = cache.batch, cfg.memory.segment, cfg.memory.heads
         wide = torch.promote_types(cache.dtype, torch.float32)
         zeros = lambda *shape: torch.zeros(shape, device=cache.device, dtype=wide)  # noqa: E731
-        kv = lambda: torch.zeros(B, cfg.attention.n_kv_heads, 2 * S, cfg.attention.head_dim, device=cache.device, dtype=cache.dtype)  # noqa: E731
+        a = cfg.attention
+        kv = lambda: torch.zeros(B, a.n_kv_heads, 2 * S, a.head_dim, device=cache.device, dtype=cache.dtype)  # noqa: E731
         return MemoryState(cache, cfg, {
             "weights": [zeros(B, heads, i, o) for i, o in memory.layer_shapes(cfg)],
             "momentum": [zeros(B, heads, i, o) for i, o in memory.layer_shapes(cfg)],

@@ -90,7 +90,8 @@ def moe_to_hf(cfg: ModelConfig):
     common = dict(**decoder_kwargs(cfg), num_experts_per_tok=cfg.moe.top_k, router_aux_loss_coef=cfg.moe.aux_coef)
     if qwen:
         hf_cfg = Qwen3MoeConfig(
-            **common, intermediate_size=cfg.mlp.d_ff, moe_intermediate_size=cfg.moe.expert_d_ff, num_experts=cfg.moe.n_experts,
+            **common, intermediate_size=cfg.mlp.d_ff, moe_intermediate_size=cfg.moe.expert_d_ff,
+            num_experts=cfg.moe.n_experts,
             norm_topk_prob=cfg.moe.norm_topk_prob, decoder_sparse_step=1,
             mlp_only_layers=[i for i in range(cfg.n_layers) if cfg.mlp_type(i) == "dense"],
             use_sliding_window=local, sliding_window=cfg.attention.sliding_window if local else None)

@@ -5,7 +5,7 @@
     logits = model(next_token[:, None], cache)           # (B, 1, V); attends over every cached slot
 
 Every block *application* has its own slot (`layers[a]` for the a-th entry of `cfg.block_schedule()`: with
-layer_repeat = k, block i runs k times on different inputs, so each run caches its own state) holding its mixer's state (`state`,
+block.repeat = k, block i runs k times on different inputs, so each run caches its own state) holding its mixer's state (`state`,
 made by the mixer's `new_state`: keys/values (B, KV, S, hd) for attention, the last kernel - 1 inputs for
 a short convolution) and the inputs that Canon layers still need (their last kernel - 1 inputs).
 
@@ -18,7 +18,7 @@ each row's own positions however the rows are padded.
 `static=True` keeps every shape fixed (queries attend over all S slots, masked) and reads the fill level
 from a tensor, so a one-token step can be captured in a CUDA graph (`slm.model.generate`).
 
-A block-causal model (`attention_block`, block diffusion) caches too: a query sees every cached key of its
+A block-causal model (`attention.block`, block diffusion) caches too: a query sees every cached key of its
 own block and the blocks before, and `peek()` runs a chunk without keeping it (slm.model.diffusion).
 
 A fully bidirectional model caches only when asked (`bidirectional=True`, Fast-dLLM's approximate prefix and

@@ -26,7 +26,7 @@ exact) and keep its keys and values (`KVCache(bidirectional=True)`) for the bloc
     suffix (the masked positions after the block).
 The cached states are those of the block's first step: the block's commits since then are not in them
 (refreshed at the next block). Attention-only models (layer_types attn, no Canon layers); a model with a
-short convolution, a sliding window or Canon layers is refused. A block-causal model (`attention_block`,
+short convolution, a sliding window or Canon layers is refused. A block-causal model (`attention.block`,
 e.g. a converted Dhara after its compact-block decay) sees only its own and earlier blocks: committed blocks
 go into a KV cache once (one forward each), exactly, and a step runs only the current block against the
 cache (`KVCache.peek`). Its decode blocks are then its attention blocks, aligned to absolute positions as in

@@ -1,9 +1,10 @@
 """Next-token models over one flattened window (the baselines of arXiv 2512.20877, Sec. 3): the embeddings
 of a window of exactly `context_length` tokens are concatenated and mapped to the logits of the token after
-it, initialised by the config's `init` scheme. No attention, no positions (a token's place in the window is its place in the concatenation).
+it, initialised by the config's `parametrization.init` scheme. No attention, no positions (a token's place in the
+window is its place in the concatenation).
 
     linear   embed (V, d) -> flatten (T d) -> Linear(T d, V)
-    mlp      embed -> flatten -> [Linear -> ReLU -> Dropout] per width in window_hidden -> Linear(., V)
+    mlp      embed -> flatten -> [Linear -> ReLU -> Dropout] per width in mlp.window_hidden -> Linear(., V)
 
 Every Linear has a bias. `forward(idx)` takes idx (B, T) with T = context_length and returns logits
 (B, 1, V) for the position after the window, so an objective reads the last position's logits the same way
@@ -89,4 +90,5 @@ class WindowLinear(WindowModel):
 
 @NETWORKS.register("mlp")
 class WindowMLP(WindowModel):
-    """The MLP baseline: hidden ReLU layers of widths `window_hidden` between the flattened window and the logits."""
+    """The MLP baseline: hidden ReLU layers of widths `mlp.window_hidden` between the flattened window and the
+    logits."""

@@ -100,7 +100,8 @@ class MDLM(Objective):
         out, extra = path.forward(model, xt, aux=aux, **block)
         targets = torch.where(masked, x0, IGNORE_INDEX)
         weights = (1 / t)[:, None].expand_as(x0)
-        total = path(model, out, targets, row_weights=weights, exclude=model.cfg.embedding.mask_token_id, reduction="sum")
+        total = path(model, out, targets, row_weights=weights, exclude=model.cfg.embedding.mask_token_id,
+                     reduction="sum")
         return (total / x0.numel() if mean else total), extra
 
     def terms(self, model: nn.Module, tokens: torch.Tensor, seed: int | None = None,
