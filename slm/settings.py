@@ -12,10 +12,15 @@ A config is made in four steps, always in this order (`Settings.settle`, called 
 when they are created):
 
 1. `from_node`: each nested group from its mapping (groups are found by a loop over the fields whose type is a
-   Settings subclass); an unknown key is refused with the closest known one;
+   Settings subclass); an unknown key is refused with the closest known one; a list given as a tuple or, of
+   strings, as one comma-separated string is read as its list;
 2. types and declared bounds, at every level (`check_fields`);
 3. `derive(root)`: sizes left null filled in, top level first (the only step that may change values);
-4. `check(key, root)`: the checks that read several fields or the enclosing config, innermost groups first.
+4. `check(key, root)`: the checks that read several fields or the enclosing config, innermost groups first; each
+   is a rule as data where it can be (`require((holds, key, value, allowed), ...)`).
+
+`nested` turns a mapping with dotted keys (`{"attention.n_heads": 4}`, as a command line spells a setting) into
+the nested mappings a Settings class takes.
 
 Every bad value raises `SettingsError`, whose message names the full dotted key, the value and what is allowed
 (`train.checkpoint.interval=0 is invalid: must be an integer > 0`), and whose `key` and `value` say the same to
@@ -159,14 +164,16 @@ class Settings:
         return cls(**dict(node))
 
     def adopt_groups(self, key: str) -> None:
-        """Each nested group's mapping (from YAML or a stored config) made into its Settings object, and a list of
-        strings given as one comma-separated string (the command line's `layer_types=local_attn,attn`) made into
-        its list."""
+        """Each nested group's mapping (from YAML or a stored config) made into its Settings object, and a list
+        given as a tuple, or a list of strings as one comma-separated string (the command line's
+        `layer_types=local_attn,attn`), made into its list."""
         hints = typing.get_type_hints(type(self))
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if isinstance(value, str) and hints[f.name] == list[str]:
                 setattr(self, f.name, [part.strip() for part in value.split(",") if part.strip()])
+            elif isinstance(value, tuple) and typing.get_origin(hints[f.name]) is list:
+                setattr(self, f.name, list(value))
         for name, group in group_fields(type(self)).items():
             value = group.from_node(getattr(self, name), f"{key}.{name}")
             setattr(self, name, value)

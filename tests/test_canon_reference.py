@@ -26,7 +26,8 @@ def _load(name: str, reference_order: bool) -> tuple[Transformer, torch.Tensor, 
         c = json.loads(f.metadata()["config"])
         w = {k: f.get_tensor(k) for k in f.keys()}
     cfg = ModelConfig(n_layers=c["num_hidden_layers"], d_model=c["hidden_size"],
-                      attention=dict(n_heads=c["num_attention_heads"], n_kv_heads=c["num_key_value_heads"], qk_norm=c["qk_norm"], qk_norm_scope="all_heads" if reference_order else "head"),
+                      attention=dict(n_heads=c["num_attention_heads"], n_kv_heads=c["num_key_value_heads"],
+                                     qk_norm=c["qk_norm"], qk_norm_scope="all_heads" if reference_order else "head"),
                       mlp=dict(d_ff=c["intermediate_size"]), vocab_size=c["vocab_size"],
                       context_length=c["max_position_embeddings"], norm=dict(eps=c["rms_norm_eps"]),
                       position=dict(rope_theta=c["rope_theta"]),

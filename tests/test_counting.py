@@ -62,11 +62,10 @@ def test_gpt2_grid_counts(layers, width):
 
 @pytest.mark.parametrize(
     "variant",
-    [{"embedding.tie": False}, {"canon": dict(set="ABCD"), "mlp.kind": "gelu"}, {"norm.placement": "post",
-                                                                            "norm.kind": "layernorm",
-                                                                            "block.bias": True},
-     {"norm.placement": "sandwich", "attention.qk_norm": True, "norm.kind": "layernorm", "block.bias": True}, {"position.kind": "learned",
-                                                                                  "block.repeat": 3},
+    [{"embedding.tie": False}, {"canon": dict(set="ABCD"), "mlp.kind": "gelu"},
+     {"norm.placement": "post", "norm.kind": "layernorm", "block.bias": True},
+     {"norm.placement": "sandwich", "attention.qk_norm": True, "norm.kind": "layernorm", "block.bias": True},
+     {"position.kind": "learned", "block.repeat": 3},
      {"attention.qk_norm": True, "attention.qk_norm_scope": "all_heads",
       "canon": dict(set="B", b_after_qk_norm=True), "norm.kind": "layernorm", "block.bias": True},
      {"layer_types": ["conv", "local_attn"], "attention.sliding_window": 8, "conv.kernel": 5, "block.bias": True},

@@ -307,7 +307,8 @@ def test_a_diffusion_model_trains_its_bound_falls_and_resume_is_exact(tmp_path):
     ref = run_dir(ref_dir)
     r = record(ref)
     assert r["status"] == "completed" and r["eval"]["val_nll_kind"] == "nelbo"
-    assert r["model"]["causal"] is False and r["model"]["mask_token_id"] == 65 and r["model"]["vocab_size"] == 66
+    assert r["model"]["attention"]["causal"] is False and r["model"]["embedding"]["mask_token_id"] == 65 \
+        and r["model"]["vocab_size"] == 66
     import csv
 
     rows = list(csv.DictReader((ref / "logs" / "csv" / "metrics.csv").open()))
