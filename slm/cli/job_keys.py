@@ -64,10 +64,13 @@ def excluded(key: str, exclude: Iterable[str]) -> bool:
     return any(key == e or key.startswith(e + ".") for e in exclude)
 
 
-def canonical_overrides(overrides: Iterable[str], exclude: Iterable[str] = (), legacy: str | None = None) -> list[str]:
+def canonical_overrides(overrides: Iterable[str], exclude: Iterable[str] = (),
+                        legacy: str | bool | None = None) -> list[str]:
     """The overrides that define what is trained, each as `key=value` with Hydra's spelling of the value and the
     key in today's spelling (`legacy`: a former rule of slm.renames.FORMER_KEY_RULES, moved settings spelt as keys
-    were made under it), sorted; an override Hydra cannot parse is kept as given (composing it fails and says why)."""
+    were made under it; True: the oldest, every moved setting flat), sorted; an override Hydra cannot parse is kept
+    as given (composing it fails and says why)."""
+    rule = FORMER_KEY_RULES[-1] if legacy is True else legacy or None
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
@@ -90,7 +93,7 @@ def canonical_overrides(overrides: Iterable[str], exclude: Iterable[str] = (), l
         prefix = "++" if override.is_force_add() else "+" if override.is_add() else ""
         package = f"@{override.package}" if override.package else ""
         key = _today(override.key_or_group)
-        key = key_spelling(key, legacy) if legacy else key  # model.moe.n_experts -> model.n_experts: a former rule
+        key = key_spelling(key, rule) if rule else key  # model.moe.n_experts -> model.n_experts: a former rule
         lines.append(f"{prefix}{key}{package}={_spelling(override)}")
     return sorted(lines)
 
