@@ -47,7 +47,7 @@ from analysis.records import ABSENT, Record, model_section, relative
 from analysis.schema import (ANALYSIS, LEADING_AXES, MODEL, PLACEHOLDERS, SWEEP, block, columns, declared,
                              model_cells)
 from slm.metrics import LOSS, METRICS
-from slm.renames import MODEL_MOVED, TRAIN_MOVED
+from slm.renames import MODEL_MOVED, TRAIN_MOVED, model_column
 from slm.runs.record import RESULT_FILE, RecordError, load_record
 from slm.runs.status import ORDER, PENDING, listed_jobs, live_status, sweep_lr_multipliers
 
@@ -98,11 +98,14 @@ def row_from_record(record: dict, run_dir: str | os.PathLike, root: str | os.Pat
 
 def override_column(key: str) -> str | None:
     """The column of a sweep override's key (model.n_layers -> n_layers, model.moe.top_k and the old spelling
-    model.top_k -> moe_top_k, train.lr -> lr) when it is one of LEADING_AXES, else None."""
+    model.top_k -> moe_top_k, model.attention.n_heads and the old model.n_heads -> n_heads, train.lr -> lr) when it
+    is one of LEADING_AXES, else None."""
     section, _, rest = key.partition(".")
     if section == "model":
         group, name = MODEL_MOVED.get(rest, (None, rest))
-        name = f"{group}_{name}" if group else rest.replace(".", "_")
+        if group is None and "." in rest:
+            group, _, name = rest.partition(".")
+        name = model_column(group, name) if group else rest
     elif section == "train":
         old = next((o for o, (g, f) in TRAIN_MOVED.items() if rest == f"{g}.{f}"), None)
         name = old or rest.split(".")[-1]  # train.schedule.kind -> schedule, train.length.epochs -> epochs

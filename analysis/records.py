@@ -61,9 +61,9 @@ def get(record: dict, path: tuple[str, ...]):
 
 def model_section(record: dict) -> dict:
     """The record's model section (its config's model node for a run that failed before writing one) in
-    today's spelling (slm.renames: flat fields of an optional part moved into its group, the legacy
-    attention_pattern made layer_types), with what records from before a field existed imply: a dense model's
-    active parameters are its total, the init scheme gpt2, the parametrization sp, the feed-forward dense.
+    today's spelling (slm.renames: flat fields moved into their groups, the legacy attention_pattern made
+    layer_types), with what records from before a field existed imply: a dense model's active parameters are its
+    total, the init scheme gpt2, the parametrization sp, the feed-forward dense.
     Raises slm.renames.RenameError (a ValueError) for fields that cannot be read."""
     model = record.get("model") or {}
     config = record.get("config") or {}
@@ -73,9 +73,10 @@ def model_section(record: dict) -> dict:
     if "layer_types" in model:
         model.setdefault("mlp_types", ["dense"])
     if "params_total" in model:
-        model.setdefault("init", "gpt2")  # the one scheme before init schemes were a choice
+        scheme = model["parametrization"] = dict(model.get("parametrization") or {})
+        scheme.setdefault("init", "gpt2")  # the one scheme before init schemes were a choice
         model.setdefault("params_active", model["params_total"])
-        model.setdefault("parametrization", "sp")  # the only one before model.parametrization
+        scheme.setdefault("kind", "sp")  # the only one before model.parametrization
     return model
 
 

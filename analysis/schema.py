@@ -40,6 +40,7 @@ import analysis.records as read
 from analysis.readers import BadFile, is_number, shown
 from analysis.records import ABSENT, Record, get, number, scalar
 from slm.metrics import BY_METRIC, LM_EVAL, METRICS, PER_RUN, TASKS, Metric
+from slm.renames import model_column
 from slm.runs.record import RESULT_FILE
 from slm.runs.status import ORDER
 
@@ -136,13 +137,16 @@ _BEFORE_METRICS: tuple[Column, ...] = (
     Column("eval_error", "identity", "why the lm-eval suite failed after training (the run itself completed)",
            ("eval", "lm_eval_error"), "text", "identity"),
     # the model section: open-ended
-    Column("<field>", "config", "a model setting: every ModelConfig field under its own name (documented in "
-           "conf/model_base/base.yaml); lists of names as \"conv,conv,attn\", other lists as JSON; records from "
-           "before a field moved or existed are read in today's spelling (slm.renames)", MODEL, "value"),
-    Column("<group>_<field>", "config", "a nested model setting, model.<group>.<field> (moe, memory, canon, ...)",
+    Column("<field>", "config", "a model setting under its own name (documented in conf/model_base/base.yaml): "
+           "ModelConfig's top-level fields, and the fields of its groups attention, position, mlp, conv, norm, "
+           "embedding, block and parametrization under the flat names they had before they moved (model.norm.kind: "
+           "norm, model.attention.n_heads: n_heads, model.parametrization.init: init; slm.renames.model_column); "
+           "lists of names as \"conv,conv,attn\", other lists as JSON; records from before a field moved or existed "
+           "are read in today's spelling (slm.renames)", MODEL, "value"),
+    Column("<group>_<field>", "config", "a nested model setting, model.<group>.<field> (moe, memory, canon)",
            MODEL, "value"),
-    Column("mup_<field>", "config", "model.mup.<field>: the base shape mup / completep scale from (base_width, "
-           "base_depth, ...); empty under sp, which ignores it", MODEL, "value"),
+    Column("mup_<field>", "config", "model.parametrization.<field> of the base shape mup / completep scale from "
+           "(base_width, base_depth, ...; once model.mup.<field>); empty under sp, which ignores it", MODEL, "value"),
     Column("params_total", "count", "parameters of the model (a tied embedding and head counted once)", MODEL,
            "integer", "counts"),
     Column("params_active", "count", "parameters one token uses (= params_total except for a mixture of experts)",
@@ -351,24 +355,26 @@ def describe(table: pd.DataFrame) -> pd.DataFrame:
                          "doc": [doc_of(str(c)) for c in table.columns]})
 
 
-def group_used(group: str, model: dict) -> bool:
-    """Whether a nested model setting is a column: model.mup only where a parametrization reads it (sp ignores
-    it: empty, as in records from before it); every other group always."""
-    return group != "mup" or model.get("parametrization", "sp") != "sp"
+def column_used(column: str, model: dict) -> bool:
+    """Whether a nested model setting's column is written: the mup_* columns (the base shape the μP family scales
+    from) only where a parametrization reads them (sp ignores them: empty, as in records from before them); every
+    other one always."""
+    return not column.startswith("mup_") or (model.get("parametrization") or {}).get("kind", "sp") != "sp"
 
 
 def model_cells(model: dict) -> dict:
     """The model section's columns (source MODEL): each field under its own name, in the record's order, as one
-    cell (scalar; notes joined by "; "); a nested setting that is no declared column as <group>_<field>
-    (group_used); MODEL_SKIPPED left out."""
+    cell (scalar; notes joined by "; "); a nested setting that is no declared column under its column name
+    (slm.renames.model_column: a field of the groups made from flat fields under its former name, norm, n_heads,
+    mup_base_width; others as <group>_<field>, column_used); MODEL_SKIPPED left out."""
     cells = {}
     by_name = _index(columns())[0]
     for key, value in model.items():
         if key in MODEL_SKIPPED:
             continue
         if isinstance(value, dict) and key not in by_name:
-            if group_used(key, model):
-                cells.update({f"{key}_{name}": scalar(v) for name, v in value.items()})
+            cells.update({column: scalar(v) for column, v in ((model_column(key, name), v) for name, v in value.items())
+                          if column_used(column, model)})
             continue
         cells[key] = "; ".join(value) if key == "notes" else scalar(value)
     return cells

@@ -58,8 +58,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     T = args.length
-    cfg = ModelConfig(n_layers=1, d_model=HEADS * HEAD_DIM, n_heads=HEADS, n_kv_heads=KV_HEADS, vocab_size=128,
-                      context_length=T)
+    cfg = ModelConfig(n_layers=1, d_model=HEADS * HEAD_DIM, attention=dict(n_heads=HEADS, n_kv_heads=KV_HEADS),
+                      vocab_size=128, context_length=T)
     attn = MultiHeadAttention(cfg).eval()
     gen = torch.Generator().manual_seed(0)
     q = torch.randn(args.batch, HEADS, T, HEAD_DIM, generator=gen)

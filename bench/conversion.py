@@ -36,7 +36,8 @@ import time
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parent / "out"
-SHAPE = ["model.n_layers=4", "model.d_model=128", "model.head_dim=32", "model.n_kv_heads=2", "model.context_length=128"]
+SHAPE = ["model.n_layers=4", "model.d_model=128", "model.attention.head_dim=32", "model.attention.n_kv_heads=2",
+         "model.context_length=128"]
 COMMON = ["eval=none", "train.logging.progress_bar=false", "train.batch_size=16", "train.validation.batches=8",
           "train.logging.interval=10", "train.checkpoint.interval=1000"]
 

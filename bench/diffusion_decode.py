@@ -47,6 +47,7 @@ from slm.cpu_busy import OtherWork
 from slm.model import ModelConfig, Transformer
 from slm.model.diffusion import DiffusionSampler
 from slm.model.generate import Decoder
+from slm.settings import nested
 
 STUDY_SHAPE = dict(layers=4, width=96, heads=6, kv_heads=2, d_ff=344, vocab=65, context=128)  # cpu_default depth 4
 CACHES = ("none", "prefix", "dual")
@@ -94,14 +95,15 @@ def random_models(args) -> tuple[Transformer, Transformer, list[list[int]], list
 
     def build(**kind) -> Transformer:
         torch.manual_seed(0)  # the same weights for both (the dllm's extra row is its mask token)
-        cfg = ModelConfig(family="llama3", n_layers=shape["layers"], d_model=shape["width"], n_heads=shape["heads"],
-                          n_kv_heads=shape["kv_heads"], d_ff=shape["d_ff"], context_length=shape["context"],
-                          init="normal", **kind)
+        cfg = ModelConfig(family="llama3", n_layers=shape["layers"], d_model=shape["width"],
+                          context_length=shape["context"], mlp=dict(d_ff=shape["d_ff"]),
+                          parametrization=dict(init="normal"), **nested({
+                              "attention.n_heads": shape["heads"], "attention.n_kv_heads": shape["kv_heads"], **kind}))
         return Transformer(cfg).eval()
 
     V = shape["vocab"]
     ar = build(vocab_size=V)
-    dllm = build(vocab_size=V + 1, causal=False, mask_token_id=V)
+    dllm = build(vocab_size=V + 1, **{"attention.causal": False, "embedding.mask_token_id": V})
     gen = torch.Generator().manual_seed(0)
     prompts = [torch.randint(0, V, (args.prompt,), generator=gen).tolist() for _ in range(max(args.batches))]
     return ar, dllm, prompts, [], {"weights": "random", "shape": shape}
@@ -150,7 +152,8 @@ def main() -> None:
     rules = {"": None} if args.no_threshold else {"": None, "+thr": args.threshold}
     samplers = {f"dllm/{c}{r}": DiffusionSampler(dllm_model, args.block_length, steps, t, cache=c)
                 for r, t in rules.items() for c in CACHES}
-    dhara = Transformer(dataclasses.replace(cfg, attention_block=args.block_length)).eval()
+    block_causal = dataclasses.replace(cfg, attention=dataclasses.replace(cfg.attention, block=args.block_length))
+    dhara = Transformer(block_causal).eval()
     dhara.load_state_dict(dllm_model.state_dict())
     samplers["dhara"] = DiffusionSampler(dhara, args.block_length, steps)
     decoders = {b: Decoder(ar_model, batch_size=b, capacity=args.prompt + args.new - 1) for b in args.batches}
@@ -239,8 +242,8 @@ def main() -> None:
                   f"{a['tokens_per_step_mean']:.2f} (median {a['tokens_per_step']['median']:.2f}, "
                   f"{a['tokens_per_step']['min']:.2f}-{a['tokens_per_step']['max']:.2f})")
 
-    result = {**info, "shape": {"n_layers": cfg.n_layers, "d_model": cfg.d_model, "n_heads": cfg.n_heads,
-                                "n_kv_heads": cfg.n_kv_heads, "context_length": cfg.context_length},
+    result = {**info, "shape": {"n_layers": cfg.n_layers, "d_model": cfg.d_model, "n_heads": cfg.attention.n_heads,
+                                "n_kv_heads": cfg.attention.n_kv_heads, "context_length": cfg.context_length},
               "prompt_tokens": args.prompt, "new_tokens": args.new, "block_length": args.block_length,
               "steps": steps, "threshold": args.threshold, "threads": args.threads, "rounds": args.rounds,
               "device": "cpu", **load, "tokens_per_s": {str(b): r for b, r in rates.items()},

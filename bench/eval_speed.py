@@ -10,7 +10,7 @@
 
     python bench/eval_speed.py --threads 1 --compile          # the cases below
     python bench/eval_speed.py --case llama3_70m --json bench/out/eval_speed.json
-    python bench/eval_speed.py --case small --set n_layers=6 position="'learned'"
+    python bench/eval_speed.py --case small --set n_layers=6 position.kind="'learned'"
 
 Cases are LLaMA-3-style (RMSNorm, SwiGLU, RoPE, GQA, tied): `small` (4x128, vocab 512: the size of a
 Tiny Shakespeare model), `llama3_19m` (8x256, vocab 50304) and `llama3_70m` (the study's 70M shape,
@@ -36,19 +36,22 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import torch  # noqa: E402
 
 from slm.model import ModelConfig, Transformer  # noqa: E402
+from slm.settings import nested  # noqa: E402
 
-LLAMA3 = dict(family="llama3", head_dim=48, n_kv_heads=4, norm="rmsnorm", mlp="swiglu", position="rope",
-              vocab_size=50304, context_length=512)
+LLAMA3 = {"family": "llama3", "attention.head_dim": 48, "attention.n_kv_heads": 4, "norm.kind": "rmsnorm",
+          "mlp.kind": "swiglu", "position.kind": "rope", "vocab_size": 50304, "context_length": 512}
 CASES = {
-    "small": {**LLAMA3, "n_layers": 4, "d_model": 128, "head_dim": 32, "n_kv_heads": 2, "vocab_size": 512},
-    "llama3_19m": {**LLAMA3, "n_layers": 8, "d_model": 256, "head_dim": 32},
+    "small": {**LLAMA3, "n_layers": 4, "d_model": 128, "attention.head_dim": 32, "attention.n_kv_heads": 2,
+              "vocab_size": 512},
+    "llama3_19m": {**LLAMA3, "n_layers": 8, "d_model": 256, "attention.head_dim": 32},
     "llama3_70m": {**LLAMA3, "n_layers": 32, "d_model": 384},
 }
+"""Model fields, a dotted one inside its group (slm.settings.nested)."""
 
 
 def build_model(fields: dict) -> Transformer:
     torch.manual_seed(0)
-    return Transformer(ModelConfig(**fields)).eval()
+    return Transformer(ModelConfig(**nested(fields))).eval()
 
 
 def median_time(fn, repeats: int) -> float:
@@ -154,7 +157,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--case", nargs="*", default=["small", "llama3_19m"], choices=list(CASES),
                         help="model cases (default: small llama3_19m)")
-    parser.add_argument("--set", nargs="*", default=[], help="override model fields, e.g. n_layers=4 d_model=256")
+    parser.add_argument("--set", nargs="*", default=[],
+                        help="override model fields, e.g. n_layers=4 attention.head_dim=32 (a dotted one: its group's)")
     parser.add_argument("--prompt_tokens", type=int, default=64)
     parser.add_argument("--new_tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)

@@ -58,7 +58,7 @@ ORDER = ("llama3", "dllm", "gpt2", "qwen3", "gemma3", "llama3_canon", "lfm2", "m
 decoding) first, so a tight --budget-s skips the others."""
 COLUMNS = ("part", "family", "variant", "batch", "tokens/s (min-max)", "MFU", "peak GiB", "reference",
            "ref tokens/s", "ratio (min-max)", "attention", "loss", "note")
-SMOKE_MODEL = {"n_layers": 6, "d_model": 64, "head_dim": 16, "context_length": 64}  # 6: gemma3's unit of layers
+SMOKE_MODEL = {"n_layers": 6, "d_model": 64, "attention.head_dim": 16, "context_length": 64}  # 6: gemma3's unit
 SMOKE_MOE = {"n_experts": 4, "expert_d_ff": 64}
 SMOKE_TRAIN = {"batch_size": 2, "precision": "32", "compile": False, "parallel": {"accelerator": "cpu"}}
 
@@ -170,6 +170,7 @@ def setup(family: str, overrides: list[str], smoke: bool) -> Setup:
     from slm.data.prepare import build_tokenizer
     from slm.model import config_from_spec, count
     from slm.objectives import OBJECTIVES, tokenizer_node_for
+    from slm.settings import nested
     from slm.training.config import TrainConfig
 
     cfg = compose_config([f"sweep={SWEEP}", *overrides])
@@ -177,18 +178,18 @@ def setup(family: str, overrides: list[str], smoke: bool) -> Setup:
     model_node = OmegaConf.to_container(cfg.model, resolve=True)
     if smoke:
         train_node.update(SMOKE_TRAIN)
-        model_node.update(SMOKE_MODEL)
+        model_node = nested({**model_node, **SMOKE_MODEL})
         if model_node["moe"]["n_experts"]:
             model_node["moe"].update(SMOKE_MOE)
-        if model_node.get("sliding_window"):  # a window inside the short context, so that it masks something
-            model_node["sliding_window"] = SMOKE_MODEL["context_length"] // 2
+        if model_node["attention"].get("sliding_window"):  # a window inside the short context: it masks something
+            model_node["attention"]["sliding_window"] = SMOKE_MODEL["context_length"] // 2
     train_cfg = TrainConfig.from_node(train_node)
     tok_cfg = TokenizerConfig.from_node(tokenizer_node_for(train_cfg.objective,
                                                            OmegaConf.to_container(cfg.tokenizer, resolve=True)))
     tokenizer = build_tokenizer(tok_cfg, [], Path(tempfile.gettempdir()))  # gpt2: nothing fitted, nothing written
     spec = {**model_node, "vocab_size": tok_cfg.padded(tokenizer.vocab_size)}
     if tokenizer.mask_id is not None:
-        spec["mask_token_id"] = tokenizer.mask_id
+        spec = nested({**spec, "embedding.mask_token_id": tokenizer.mask_id})
     model_cfg = config_from_spec(spec)
     OBJECTIVES.get(train_cfg.objective)().check(model_cfg)
     data_vocab = tokenizer.vocab_size - (tokenizer.mask_id is not None)
@@ -286,7 +287,10 @@ def decode_model(s: Setup, opts: Options, **changes):
     from slm.model import build_model
 
     torch.manual_seed(0)
-    model = build_model(dataclasses.replace(s.model_cfg, **changes) if changes else s.model_cfg).eval()
+    cfg = s.model_cfg
+    if changes:  # {group: {field: value}}
+        cfg = dataclasses.replace(cfg, **{g: dataclasses.replace(getattr(cfg, g), **f) for g, f in changes.items()})
+    model = build_model(cfg).eval()
     dtype = torch.bfloat16 if opts.device.type == "cuda" else torch.float32
     return model.to(device=opts.device, dtype=dtype)
 
@@ -422,7 +426,7 @@ def decode_diffusion(s: Setup, opts: Options) -> list[dict]:
 
     device, P, N = opts.device, opts.prompt, opts.new
     model = decode_model(s, opts)
-    ar = decode_model(s, opts, causal=True, attention_block=None)
+    ar = decode_model(s, opts, attention={"causal": True, "block": None})
     steps = max(1, N // 4)
     rows = []
     for b in opts.batches:
@@ -558,7 +562,7 @@ def run(opts: Options, points: dict[str, list[str]], out_json: Path | None) -> d
             by_family[family].append({**base, "part": "setup", "note": f"error: {one_line(err)}",
                                       "error": one_line(err, 2000)})
             continue
-        diffusion = not s.model_cfg.causal
+        diffusion = not s.model_cfg.attention.causal
         if "train" in opts.parts:
             row = {**base, "part": "train", "batch": f"{s.train_cfg.batch_size}x{s.model_cfg.context_length}",
                    "variant": f"{s.train_cfg.precision}{' compile' if s.train_cfg.compile else ' eager'}"

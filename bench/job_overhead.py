@@ -46,10 +46,10 @@ from slm.omp_wait import USER_SETTINGS as WAIT_SETTINGS
 ROOT = Path(__file__).resolve().parents[1]
 POINTS = {  # the default study's points (sweeps/cpu_default.yaml) by a short name
     "gpt2-2": ["model=gpt2", "model.n_layers=2"],
-    "llama3-4": ["model=llama3", "model.n_kv_heads=2", "model.n_layers=4"],
-    "canon-8": ["model=llama3_canon", "model.n_kv_heads=2", "model.n_layers=8"],
-    "lfm2-4": ["model=lfm2", "model.n_kv_heads=2", "model.n_layers=4"],
-    "dllm-4": ["model=dllm", "model.n_kv_heads=2", "model.n_layers=4", "train.objective=mdlm"],
+    "llama3-4": ["model=llama3", "model.attention.n_kv_heads=2", "model.n_layers=4"],
+    "canon-8": ["model=llama3_canon", "model.attention.n_kv_heads=2", "model.n_layers=8"],
+    "lfm2-4": ["model=lfm2", "model.attention.n_kv_heads=2", "model.n_layers=4"],
+    "dllm-4": ["model=dllm", "model.attention.n_kv_heads=2", "model.n_layers=4", "train.objective=mdlm"],
 }
 VARIANTS = {  # name -> environment; the after variant leaves the wait to slm (slm.omp_wait: GOMP_SPINCOUNT=1000)
     "before": {"GOMP_SPINCOUNT": "300000"},  # libgomp's own default when OMP_WAIT_POLICY is unset

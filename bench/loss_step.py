@@ -75,8 +75,8 @@ def worker(case: str, impl: str, steps: int, threads: int, chunk: int, compiled:
             h.grad = weight.grad = None
             loss().backward()
     else:
-        model = Transformer(ModelConfig(n_layers=layers, d_model=d, head_dim=16 if d < 128 else 32, vocab_size=vocab,
-                                        context_length=context, init="normal"))
+        model = Transformer(ModelConfig(n_layers=layers, d_model=d, attention={"head_dim": 16 if d < 128 else 32},
+                                        vocab_size=vocab, context_length=context, parametrization={"init": "normal"}))
         train_cfg = TrainConfig(loss=LossSettings(impl=impl, chunk_tokens=chunk))
         optimizer = build_optimizer(model, train_cfg)
         objective = objective_for(train_cfg)

@@ -26,11 +26,12 @@ from slm.training.config import TrainConfig
 from slm.training.optim import build_optimizer
 from slm.training.step import objective_for, train_step
 
-SHAPE = dict(n_layers=4, d_model=256, head_dim=32, n_kv_heads=4, vocab_size=512, context_length=256, init="normal")
+SHAPE = dict(n_layers=4, d_model=256, attention=dict(head_dim=32, n_kv_heads=4), vocab_size=512, context_length=256,
+             parametrization=dict(init="normal"))
 
 
 def models(experts: int, top_k: int, expert_d_ff: int) -> dict[str, ModelConfig]:
-    return {"dense": ModelConfig(**SHAPE, d_ff=top_k * expert_d_ff),
+    return {"dense": ModelConfig(**SHAPE, mlp=dict(d_ff=top_k * expert_d_ff)),
             "moe": ModelConfig(**SHAPE, mlp_types=["moe"],
                                    moe=dict(n_experts=experts, top_k=top_k, expert_d_ff=expert_d_ff))}
 

@@ -64,12 +64,13 @@ class Task:
 
 def configs(task: Task, width: int, canon: str = "A", **memory_settings) -> dict[str, ModelConfig]:
     """The memory model (memory_settings: model.memory fields lr, chunk, depth, ...) and the local model."""
-    shape = dict(n_layers=2, d_model=width, head_dim=16, vocab_size=task.vocab, context_length=task.length,
-                 sliding_window=task.segment, init="normal", canon=dict(set=canon))
+    shape = dict(n_layers=2, d_model=width, attention=dict(head_dim=16, sliding_window=task.segment),
+                 vocab_size=task.vocab, context_length=task.length, parametrization=dict(init="normal"),
+                 canon=dict(set=canon))
     memory = ModelConfig(**shape, layer_types=["attn", "local_attn"],
                          memory=dict(layers=[0], segment=task.segment, persistent_tokens=4, **memory_settings))
     target = count(memory).params_total
-    local = min((ModelConfig(**shape, layer_types=["local_attn"], d_ff=f) for f in range(8, 16 * width, 8)),
+    local = min((ModelConfig(**shape, layer_types=["local_attn"], mlp=dict(d_ff=f)) for f in range(8, 16 * width, 8)),
                 key=lambda c: abs(count(c).params_total - target))
     return {"memory": memory, "local": local}
 

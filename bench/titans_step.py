@@ -36,7 +36,7 @@ from slm.model import ModelConfig
 from slm.model.transformer import SequenceContext
 
 MEMORY = dict(layers=[0], segment=128, persistent_tokens=32, depth=2)
-SHAPE = dict(d_model=384, head_dim=48, n_kv_heads=4, context_length=1024)
+SHAPE = dict(d_model=384, attention=dict(head_dim=48, n_kv_heads=4), context_length=1024)
 
 
 def step(layer: torch.nn.Module, cfg: ModelConfig, rope: RoPE, x: torch.Tensor) -> float:

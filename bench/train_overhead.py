@@ -38,8 +38,8 @@ COMMON = ["train.batch_size=16", "train.validation.interval=0", "train.validatio
           "train.checkpoint.interval=100000", "train.logging.interval=10", "eval=none", "train.parallel.accelerator=cpu"]
 SIZES = {
     "debug": ["model=debug"],
-    "small": ["model=llama3", "model.n_layers=4", "model.d_model=128", "model.head_dim=32", "model.n_kv_heads=2",
-              "model.context_length=256"],
+    "small": ["model=llama3", "model.n_layers=4", "model.d_model=128", "model.attention.head_dim=32",
+              "model.attention.n_kv_heads=2", "model.context_length=256"],
 }
 
 

@@ -28,9 +28,9 @@ def check_sampler(block_length, steps, threshold, cache, cfg=None) -> None:
         raise ValueError(f"cache={cache!r}: must be one of {', '.join(CACHES)}")
     if cfg is None or cache == "none":
         return
-    if cfg.attention_block is not None:
+    if cfg.attention.block is not None:
         raise ValueError(f"cache={cache!r} is for fully bidirectional models; this one is block-causal "
-                         f"(attention_block={cfg.attention_block}) and caches its committed blocks exactly: "
+                         f"(attention.block={cfg.attention.block}) and caches its committed blocks exactly: "
                          "use cache='none'")
     from slm.model.cache import bidirectional_cache_refusal  # a model exists: torch is loaded
 

@@ -12,10 +12,15 @@ A config is made in four steps, always in this order (`Settings.settle`, called 
 when they are created):
 
 1. `from_node`: each nested group from its mapping (groups are found by a loop over the fields whose type is a
-   Settings subclass); an unknown key is refused with the closest known one;
+   Settings subclass); an unknown key is refused with the closest known one; a list given as a tuple or, of
+   strings, as one comma-separated string is read as its list;
 2. types and declared bounds, at every level (`check_fields`);
 3. `derive(root)`: sizes left null filled in, top level first (the only step that may change values);
-4. `check(key, root)`: the checks that read several fields or the enclosing config, innermost groups first.
+4. `check(key, root)`: the checks that read several fields or the enclosing config, innermost groups first; each
+   is a rule as data where it can be (`require((holds, key, value, allowed), ...)`).
+
+`nested` turns a mapping with dotted keys (`{"attention.n_heads": 4}`, as a command line spells a setting) into
+the nested mappings a Settings class takes.
 
 Every bad value raises `SettingsError`, whose message names the full dotted key, the value and what is allowed
 (`train.checkpoint.interval=0 is invalid: must be an integer > 0`), and whose `key` and `value` say the same to
@@ -48,10 +53,33 @@ class SettingsError(ValueError):
         return cls(f"{key}={value!r} is invalid: {allowed}", key=key, value=value)
 
 
+def nested(fields: dict) -> dict:
+    """A mapping whose keys may be dotted (`attention.n_heads`) as nested mappings ({"attention": {"n_heads": ...}}),
+    the form a Settings class takes; a key both dotted and given as a mapping is merged."""
+    out: dict = {}
+    for key, value in fields.items():
+        *groups, leaf = key.split(".")
+        node = out
+        for group in groups:
+            node[group] = dict(node.get(group) or {})
+            node = node[group]
+        node[leaf] = {**node[leaf], **value} if isinstance(value, dict) and isinstance(node.get(leaf), dict) else value
+    return out
+
+
+def require(*rules: tuple[bool, str, Any, str]) -> None:
+    """Cross-field checks as data: each rule is (holds, key, value, allowed); the first that does not hold raises
+    `SettingsError.invalid(key, value, allowed)`."""
+    for holds, key, value, allowed in rules:
+        if not holds:
+            raise SettingsError.invalid(key, value, allowed)
+
+
 def setting(default=MISSING, *, factory=None, gt=None, ge=None, lt=None, le=None, choices=None,
             null: str | None = None, each: bool = False):
-    """A dataclass field with declared limits: gt/ge/lt/le (numbers), choices (a tuple of allowed values), null
-    (what None means, for the message of an optional field), each (the limits apply to every item of a list)."""
+    """A dataclass field with declared limits: gt/ge/lt/le (numbers), choices (the allowed values: a tuple, or a
+    registry, any container that iterates over its keys, read when a value is checked), null (what None means,
+    for the message of an optional field), each (the limits apply to every item of a list)."""
     meta = {k: v for k, v in dict(gt=gt, ge=ge, lt=lt, le=le, choices=choices, null=null, each=each).items()
             if v is not None and v is not False}
     if factory is not None:
@@ -62,7 +90,7 @@ def setting(default=MISSING, *, factory=None, gt=None, ge=None, lt=None, le=None
 def _rule(meta: dict, integer: bool) -> str:
     """The declared limits in words: `an integer > 0`, `a number in [0, 1)`, `one of: a, b`."""
     if "choices" in meta:
-        return "one of: " + ", ".join(str(c) for c in meta["choices"])
+        return ("every item " if meta.get("each") else "") + "one of: " + ", ".join(str(c) for c in meta["choices"])
     lo = ("gt", meta["gt"]) if "gt" in meta else ("ge", meta["ge"]) if "ge" in meta else None
     hi = ("lt", meta["lt"]) if "lt" in meta else ("le", meta["le"]) if "le" in meta else None
     noun = "an integer" if integer else "a number"
@@ -136,7 +164,16 @@ class Settings:
         return cls(**dict(node))
 
     def adopt_groups(self, key: str) -> None:
-        """Each nested group's mapping (from YAML or a stored config) made into its Settings object."""
+        """Each nested group's mapping (from YAML or a stored config) made into its Settings object, and a list
+        given as a tuple, or a list of strings as one comma-separated string (the command line's
+        `layer_types=local_attn,attn`), made into its list."""
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, str) and hints[f.name] == list[str]:
+                setattr(self, f.name, [part.strip() for part in value.split(",") if part.strip()])
+            elif isinstance(value, tuple) and typing.get_origin(hints[f.name]) is list:
+                setattr(self, f.name, list(value))
         for name, group in group_fields(type(self)).items():
             value = group.from_node(getattr(self, name), f"{key}.{name}")
             setattr(self, name, value)

@@ -1,5 +1,5 @@
 """Check a config dataclass's values against its field annotations, so that a string in a numeric field or an
-infinite learning rate is one line naming the field (`model.rope_theta='abc' is invalid: expected a finite
+infinite learning rate is one line naming the field (`model.position.rope_theta='abc' is invalid: expected a finite
 number`) rather than a TypeError deep inside the model or a run that trains on nonsense.
 
 Handles the annotations the configs use: bool, int (not bool), float (an int is fine; NaN and infinity are

@@ -76,7 +76,7 @@ CASES = [
     ("slm-train", [*RUN, "model.n_layers=[1"], "cannot parse the override 'model.n_layers=[1'"),
     ("slm-train", [*RUN, "model.n_layers"], "cannot parse the override 'model.n_layers'"),
     # values of the wrong type, non-finite, or out of range
-    ("slm-train", [*RUN, "model.rope_theta=abc"], "model.rope_theta='abc' is invalid"),
+    ("slm-train", [*RUN, "model.position.rope_theta=abc"], "model.position.rope_theta='abc' is invalid"),
     ("slm-train", [*RUN, "model.n_layers=2.5"], "model.n_layers=2.5 is invalid"),
     ("slm-train", [*RUN, "train.batch_size=abc"], "train.batch_size='abc' is invalid"),
     ("slm-train", [*RUN, "train.lr=inf"], "train.lr=inf is invalid"),
@@ -107,7 +107,7 @@ CASES = [
     ("slm-params", ["model=gpt2", "model.n_layer=4"], "did you mean model.n_layers?"),
     ("slm-params", ["model=gpt22"], "did you mean model=gpt2?"),
     ("slm-params", ["model=llama3", "model.param_budget=10"], "model.param_budget=10 is out of reach"),
-    ("slm-params", ["model=llama3", "model.norm_eps=nan"], "model.norm_eps=nan is invalid"),
+    ("slm-params", ["model=llama3", "model.norm.eps=nan"], "model.norm.eps=nan is invalid"),
     ("slm-status", ["{tmp}/nowhere"], "nowhere: no such run group or directory"),
     ("slm-status", ["--bogus"], "(see slm-status --help)"),
     ("slm-collect", ["{tmp}/nowhere"], "nowhere"),

@@ -1,4 +1,4 @@
-"""The budget solver's second knob: after the width, the MLP hidden size (d_ff, or expert_d_ff) is tuned
+"""The budget solver's second knob: after the width, the MLP hidden size (mlp.d_ff, or moe.expert_d_ff) is tuned
 in steps of model.d_ff_step so that every job of a budgeted sweep lands within model.budget_tolerance."""
 
 from __future__ import annotations
@@ -12,14 +12,15 @@ from omegaconf import OmegaConf
 
 from slm.model import ConfigError, build_model, config_from_spec, count
 from slm.model.budget import KNOB_RANGE, SOLVER_KEYS, budget_fit, budget_knob
+from slm.settings import nested
 from tests.conftest import compose_model_node
 
-TINY = ("model.vocab_size=65", "model.context_length=128", "model.head_dim=16", "model.width_step=16")
+TINY = ("model.vocab_size=65", "model.context_length=128", "model.attention.head_dim=16", "model.width_step=16")
 FAMILIES = {  # cpu_default's points (LLaMA-style families with 2 KV heads; the MoE sized by its active count)
     "gpt2": ("model=gpt2",),
-    "llama3": ("model=llama3", "model.n_kv_heads=2"),
-    "lfm2": ("model=lfm2", "model.n_kv_heads=2"),
-    "moe": ("model=moe", "model.n_kv_heads=2", "model.moe.n_experts=8", "model.moe.expert_d_ff=160",
+    "llama3": ("model=llama3", "model.attention.n_kv_heads=2"),
+    "lfm2": ("model=lfm2", "model.attention.n_kv_heads=2"),
+    "moe": ("model=moe", "model.attention.n_kv_heads=2", "model.moe.n_experts=8", "model.moe.expert_d_ff=160",
             "model.budget_count=active"),
 }
 
@@ -34,7 +35,7 @@ def spec(family: str, layers: int, *more: str) -> dict:
 def family_config(node: dict, width: int):
     """The family's own config at `width` (its MLP rule, no budget)."""
     fields = {k: v for k, v in node.items() if k not in SOLVER_KEYS}
-    return config_from_spec({**fields, "d_model": width, "n_heads": None})
+    return config_from_spec(nested({**fields, "d_model": width, "attention.n_heads": None}))
 
 
 def params(cfg, counted: str) -> int:
@@ -50,13 +51,13 @@ def test_the_second_knob_lands_within_the_default_tolerance(family, layers):
     fit = budget_fit(cfg)
     assert SOLVER_KEYS["budget_tolerance"] == node["budget_tolerance"] == 0.03
     assert abs(params(cfg, counted) / 5e5 - 1) <= 0.03
-    knob = "moe.expert_d_ff" if family == "moe" else "d_ff"
-    value = lambda c: c.moe.expert_d_ff if family == "moe" else c.d_ff  # noqa: E731
+    knob = "moe.expert_d_ff" if family == "moe" else "mlp.d_ff"
+    value = lambda c: c.moe.expert_d_ff if family == "moe" else c.mlp.d_ff  # noqa: E731
     assert fit.knob == knob and fit.d_model == cfg.d_model and fit.value == value(cfg)
     own = value(family_config(node, cfg.d_model))  # the family's rule (or set value) at that width
     assert fit.family_value == own and KNOB_RANGE[0] <= fit.value / own <= KNOB_RANGE[1]
     assert fit.value == own or fit.value % node["d_ff_step"] == 0
-    assert (cfg.head_dim, cfg.n_heads * cfg.head_dim) == (16, cfg.d_model)  # heads still follow the width
+    assert (cfg.attention.head_dim, cfg.attention.n_heads * cfg.attention.head_dim) == (16, cfg.d_model)  # heads still follow the width
     # the width is the one the width-only solver picks: the MLP absorbs what is left
     width_only = config_from_spec({**node, "d_ff_step": None, "budget_tolerance": None})
     assert width_only.d_model == cfg.d_model and budget_knob(width_only) == "d_model"
@@ -65,12 +66,8 @@ def test_the_second_knob_lands_within_the_default_tolerance(family, layers):
     for value in (fit.value - node["d_ff_step"], fit.value + node["d_ff_step"]):
         if KNOB_RANGE[0] * own <= value <= KNOB_RANGE[1] * own:
             fields = {k: v for k, v in node.items() if k not in SOLVER_KEYS}
-            fields = {**fields, "d_model": cfg.d_model, "n_heads": None}
-            if family == "moe":
-                fields["moe"] = {**fields["moe"], "expert_d_ff": value}
-            else:
-                fields["d_ff"] = value
-            other = config_from_spec(fields)
+            fields = {**fields, "d_model": cfg.d_model, "attention.n_heads": None, f"{knob}": value}
+            other = config_from_spec(nested(fields))
             assert abs(params(cfg, counted) - 5e5) <= abs(params(other, counted) - 5e5)
 
 
@@ -78,7 +75,7 @@ def test_what_moved_is_said(capsys):
     cfg = config_from_spec(spec("lfm2", 4, "model.param_budget=5e5"))
     fit = budget_fit(cfg)
     assert fit.family_value == 320 and fit.value != 320  # 3 x 96 rounded up to 64, then tuned
-    assert budget_knob(cfg) == fit.moved == f"d_model, d_ff 320→{fit.value}"
+    assert budget_knob(cfg) == fit.moved == f"d_model, mlp.d_ff 320→{fit.value}"
     assert config_from_spec(spec("lfm2", 4)).__dict__.get("_budget_fit") is None  # d_model as given
     assert budget_knob(config_from_spec(spec("lfm2", 4))) is None
 
@@ -120,7 +117,7 @@ def test_other_widths_when_the_mlp_alone_cannot_land():
 def test_d_ff_step_null_is_the_width_alone():
     node = spec("llama3", 4, "model.param_budget=5e5", "model.d_ff_step=null", "model.budget_tolerance=0.25")
     cfg = config_from_spec(node)
-    assert (cfg.d_model, cfg.d_ff) == (96, 256) and count(cfg).params_total == 400_320  # -19.9%: the width alone
+    assert (cfg.d_model, cfg.mlp.d_ff) == (96, 256) and count(cfg).params_total == 400_320  # -19.9%: the width alone
     with pytest.raises(ConfigError, match=r"^model.param_budget=500000 is out of reach: the closest width, "
                                           r"d_model=96 \(the MLP size is not tuned: model.d_ff_step=null\), has "
                                           r"400,320 total parameters \(-19.9%; allowed: ±3%"):
@@ -129,7 +126,7 @@ def test_d_ff_step_null_is_the_width_alone():
 
 def test_out_of_reach_names_the_closest_config():
     with pytest.raises(ConfigError, match=r"^model.param_budget=200000 is out of reach: the closest config, "
-                                          r"d_model=64 with d_ff=\d+ \(the family's 192 at that width, moved within "
+                                          r"d_model=64 with mlp.d_ff=\d+ \(the family's 192 at that width, moved within "
                                           r"0.5x-2x of it\), has [\d,]+ total parameters \([-+]\d+\.\d%; allowed: ±3%, "
                                           r"model.budget_tolerance\); d_model=64 is the narrowest multiple of "
                                           r"model.width_step=64; model.width_step=32 fits \(d_model=32, .*\), or change "
@@ -195,11 +192,11 @@ def test_slm_params_and_the_dry_run_show_the_knob(tmp_path, monkeypatch, capsys)
     from slm.cli.params import run
     from tests.test_plan_calibration import ESTIMATE
 
-    run(["model=llama3", "model.n_layers=4", "model.param_budget=30e6", "model.head_dim=32", "model.n_kv_heads=2",
+    run(["model=llama3", "model.n_layers=4", "model.param_budget=30e6", "model.attention.head_dim=32", "model.attention.n_kv_heads=2",
          "--json"])
     report = json.loads(capsys.readouterr().out)
     fit = report["budget_fit"]
-    assert fit["knob"] == "d_ff" and fit["moved"] == f"d_model, d_ff {fit['family_value']}→{report['d_ff']}"
+    assert fit["knob"] == "mlp.d_ff" and fit["moved"] == f"d_model, mlp.d_ff {fit['family_value']}→{report['mlp']['d_ff']}"
     assert abs(report["budget_error"]) <= 0.03
     monkeypatch.setenv("SLM_RUNS", str(tmp_path / "runs"))
     jobs = [Job([name], tmp_path / "plan" / name, compose_config([*overrides, "tokenizer=gpt2", "train.length.tokens=1e6"]))
@@ -208,7 +205,7 @@ def test_slm_params_and_the_dry_run_show_the_knob(tmp_path, monkeypatch, capsys)
     rows = {r["key"]: r for r in print_plan("t", tmp_path / "plan", jobs, ESTIMATE)}
     out = capsys.readouterr().out
     d_model = rows["solved"]["d_model"]
-    assert re.fullmatch(rf"d_model, d_ff {4 * d_model}→\d+", rows["solved"]["budget_knob"])  # GPT-2's 4 d, tuned
+    assert re.fullmatch(rf"d_model, mlp.d_ff {4 * d_model}→\d+", rows["solved"]["budget_knob"])  # GPT-2's 4 d, tuned
     assert rows["given"]["budget_knob"] is None
     assert "budget knob" in out.splitlines()[1] and rows["solved"]["budget_knob"] in out
     assert "budget knob: d_model solved with the family's MLP, then the MLP hidden size" in out

@@ -25,10 +25,12 @@ def _load(name: str, reference_order: bool) -> tuple[Transformer, torch.Tensor, 
     with safe_open(str(path), "pt") as f:
         c = json.loads(f.metadata()["config"])
         w = {k: f.get_tensor(k) for k in f.keys()}
-    cfg = ModelConfig(n_layers=c["num_hidden_layers"], d_model=c["hidden_size"], n_heads=c["num_attention_heads"],
-                      n_kv_heads=c["num_key_value_heads"], d_ff=c["intermediate_size"], vocab_size=c["vocab_size"],
-                      context_length=c["max_position_embeddings"], norm_eps=c["rms_norm_eps"],
-                      rope_theta=c["rope_theta"], qk_norm=c["qk_norm"], qk_norm_scope="all_heads" if reference_order else "head",
+    cfg = ModelConfig(n_layers=c["num_hidden_layers"], d_model=c["hidden_size"],
+                      attention=dict(n_heads=c["num_attention_heads"], n_kv_heads=c["num_key_value_heads"],
+                                     qk_norm=c["qk_norm"], qk_norm_scope="all_heads" if reference_order else "head"),
+                      mlp=dict(d_ff=c["intermediate_size"]), vocab_size=c["vocab_size"],
+                      context_length=c["max_position_embeddings"], norm=dict(eps=c["rms_norm_eps"]),
+                      position=dict(rope_theta=c["rope_theta"]),
                       canon=dict(set=c["canon_set"], kernel=c["canon_kernel"], b_after_qk_norm=reference_order))
     sd = {"tok_emb.weight": w["model.embed_tokens.weight"], "lm_head.weight": w["model.embed_tokens.weight"],
           "norm.weight": w["model.norm.weight"]}
@@ -40,10 +42,10 @@ def _load(name: str, reference_order: bool) -> tuple[Transformer, torch.Tensor, 
         sd[f"{s}mlp_norm.weight"] = w[f"{h}post_attention_layernorm.weight"]
         sd[f"{s}mlp.fc_in.weight"] = torch.cat([w[f"{h}mlp.gate_proj.weight"], w[f"{h}mlp.up_proj.weight"]])
         sd[f"{s}mlp.fc_out.weight"] = w[f"{h}mlp.down_proj.weight"]
-        if cfg.qk_norm:
+        if cfg.attention.qk_norm:
             for p in "qk":
                 weight = w[f"{h}self_attn.{p}_norm.weight"]  # (heads * hd,)
-                sd[f"{s}attn.{p}_norm.weight"] = weight if reference_order else weight[:cfg.head_dim]
+                sd[f"{s}attn.{p}_norm.weight"] = weight if reference_order else weight[:cfg.attention.head_dim]
         ours = {"A": "canon_a", "C": "canon_c", "B": "attn.canon_b", "D": "mlp.canon_d"}
         theirs = {"A": "canonA", "C": "canonC", "B": "self_attn.canonB", "D": "mlp.canonD"}
         for letter in cfg.canon.set:

@@ -41,31 +41,31 @@ def test_new_family_counts(capsys, preset, total, active):
 def test_notes_say_when_a_window_does_nothing(capsys):
     run(["model=gemma3", "--json"])
     assert any("sliding window has no effect" in note for note in json.loads(capsys.readouterr().out)["notes"])
-    run(["model=gemma3", "model.sliding_window=512", "--json"])
+    run(["model=gemma3", "model.attention.sliding_window=512", "--json"])
     assert json.loads(capsys.readouterr().out)["notes"] == []
     run(["model=gemma3"])
-    assert "  note: sliding_window=1024 >= context_length=1024: the sliding window has no effect" in \
+    assert "  note: attention.sliding_window=1024 >= context_length=1024: the sliding window has no effect" in \
         capsys.readouterr().out
 
 
 def test_budget_shows_width(capsys):
     run(["model=gpt2", "model.n_layers=24", "model.param_budget=70e6", "tokenizer=gpt2", "--json"])
     report = json.loads(capsys.readouterr().out)
-    assert report["param_budget"] == 70e6 and report["d_model"] == 384 and report["n_heads"] == 6
+    assert report["param_budget"] == 70e6 and report["d_model"] == 384 and report["attention"]["n_heads"] == 6
     assert report["budget_error"] == pytest.approx((report["params_total"] - 70e6) / 70e6)
 
 
 @pytest.mark.parametrize(
     "args, line",
     [
-        (["model.norm=rsmnorm"], "slm-params: error: model.norm=rsmnorm: unknown norm 'rsmnorm'; choose one of: layernorm, rmsnorm, rmsnorm_gemma"),
-        (["model=llama3", "model.n_kv_heads=3"], "slm-params: error: model.n_kv_heads=3 is invalid: must divide n_heads=8"),
+        (["model.norm.kind=rsmnorm"], "slm-params: error: model.norm.kind='rsmnorm' is invalid: one of: layernorm, rmsnorm, rmsnorm_gemma"),
+        (["model=llama3", "model.attention.n_kv_heads=3"], "slm-params: error: model.attention.n_kv_heads=3 is invalid: must divide n_heads=8"),
         (["model=gpt3"], "slm-params: error: model=gpt3: there is no conf/model/gpt3.yaml (did you mean model=gpt2?); choose one of: debug,"),
         (["model=base"], "slm-params: error: model=base: there is no conf/model/base.yaml; choose one of: debug,"),
         (["model=lfm2", "model.n_layers=2"], "slm-params: error: model.layer_types=['conv', 'conv', 'attn'] is invalid: "
                                              "has 3 entries for n_layers=2"),
         (["model.layer_types=[attn,mamba]"], "slm-params: error: model.layer_types=['attn', 'mamba'] is invalid: "
-                                             "unknown mixer 'mamba'; choose one of: attn, local_attn, conv"),
+                                             "every item one of: attn, local_attn, conv, mac"),
         (["model=moe", "model.moe.top_k=17"], "slm-params: error: model.moe.top_k=17 is invalid: must be an integer in 1..n_experts=16"),
         (["model=moe", "model.moe.n_experts=0"], "slm-params: error: model.moe.n_experts=0 is invalid: model.mlp_types ['moe'] has moe "
                                              "layers"),
@@ -83,13 +83,13 @@ def test_bad_input_is_one_line(capsys, args, line):
 
 
 def test_bad_input_from_the_command_line_exits_2_with_one_line():
-    out = slm_params("model=llama3", "model.n_kv_heads=3")
+    out = slm_params("model=llama3", "model.attention.n_kv_heads=3")
     assert out.returncode == 2 and out.stdout == ""
-    assert out.stderr == "slm-params: error: model.n_kv_heads=3 is invalid: must divide n_heads=8\n"
+    assert out.stderr == "slm-params: error: model.attention.n_kv_heads=3 is invalid: must divide n_heads=8\n"
 
 
 def test_full_error_shows_traceback():
-    out = slm_params("model.norm=rsmnorm", env={"HYDRA_FULL_ERROR": "1"})
+    out = slm_params("model.norm.kind=rsmnorm", env={"HYDRA_FULL_ERROR": "1"})
     assert out.returncode != 0 and "Traceback" in out.stderr
 
 
@@ -107,10 +107,10 @@ def test_the_default_output_is_a_short_summary(capsys):
     out = capsys.readouterr().out
     assert "16 experts of 672, top-2" in out and "parameters     327,371,136 (327.4M)" in out
     assert "active         67,258,752 (67.26M) per token" in out and "budget" not in out
-    run(["model=llama3", "model.n_layers=4", "model.param_budget=30e6", "model.head_dim=32", "model.n_kv_heads=2",
+    run(["model=llama3", "model.n_layers=4", "model.param_budget=30e6", "model.attention.head_dim=32", "model.attention.n_kv_heads=2",
          "tokenizer=gpt2"])
     (budget,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  budget")]
-    assert re.fullmatch(r"  budget         30,000,000 total parameters: [+-]\d\.\d\d% \(solved: d_model, d_ff \d+→\d+\)",
+    assert re.fullmatch(r"  budget         30,000,000 total parameters: [+-]\d\.\d\d% \(solved: d_model, mlp.d_ff \d+→\d+\)",
                         budget), budget
     run(["model=titans_mac"])
     assert "mixers 4 mac + 24 attn" in capsys.readouterr().out

@@ -21,6 +21,7 @@ from slm.model.diffusion import diffusion_generate
 from slm.model.generate import generate
 from slm.model.networks import build_model
 from slm.model.weights import load_model, save_model
+from slm.settings import nested
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n"
@@ -30,9 +31,10 @@ SYMBOLS = sorted(set(TEXT))
 def _run_dir(path: Path, tok=None, **cfg) -> Path:
     """A run directory as slm-train leaves it (model/ with weights, config.json and the tokenizer), random init."""
     tok = tok or CharTokenizer(SYMBOLS, unk=False, eot=False)
-    fields = dict(n_layers=2, d_model=32, n_heads=4, n_kv_heads=2, vocab_size=tok.vocab_size, context_length=64)
+    fields = {"n_layers": 2, "d_model": 32, "attention.n_heads": 4, "attention.n_kv_heads": 2,
+              "vocab_size": tok.vocab_size, "context_length": 64}
     torch.manual_seed(0)
-    model = build_model(ModelConfig(**{**fields, **cfg}))
+    model = build_model(ModelConfig(**nested({**fields, **cfg})))
     with torch.no_grad():  # random weights far from init, so greedy text varies and logits are not tiny
         for p in model.parameters():
             p.normal_(0.0, 0.3)
@@ -88,7 +90,8 @@ def test_generate_masked_diffusion_titans_and_window_models(tmp_path, capsys):
 
     # masked diffusion: the mask token is the tokenizer's last id; the sampler's output, never a mask
     tok = CharTokenizer(SYMBOLS, unk=False, eot=False).reserve_mask()
-    run_dir = _run_dir(tmp_path / "dllm", tok=tok, causal=False, mask_token_id=tok.mask_id)
+    run_dir = _run_dir(tmp_path / "dllm", tok=tok, attention=dict(causal=False),
+                       embedding=dict(mask_token_id=tok.mask_id))
     model = load_model(run_dir / "model")
     (text,) = run([str(run_dir), "All:", "-t", "0", "-n", "16", "--steps", "8", "--block-length", "8"])
     ids = diffusion_generate(model, [tok.encode("All:")], 16, block_length=8, steps=8)[0]
@@ -107,7 +110,7 @@ def test_generate_masked_diffusion_titans_and_window_models(tmp_path, capsys):
            "an autoregressive model", prog="slm-generate")
 
     # arXiv 2512.20877's linear window model: the last context_length tokens, sliding
-    window = _run_dir(tmp_path / "linear", kind="linear", context_length=8, tie_embeddings=False)
+    window = _run_dir(tmp_path / "linear", kind="linear", context_length=8, embedding=dict(tie=False))
     (text,) = run([str(window), "Before we", "-t", "0", "-n", "6"])
     assert text.startswith("Before we") and len(text) == len("Before we") + 6
     _fails(run, [str(window), "All", "-n", "3"], capsys, "predicts from exactly 8 tokens; the prompt has 3",
@@ -152,7 +155,8 @@ def test_console_scripts_are_installed():
 # =============================================================================================== slm-export-hf
 @pytest.mark.parametrize("family", [
     dict(),                                                        # LLaMA style (debug, llama3)
-    dict(position="learned", norm="layernorm", mlp="gelu", bias=True, n_kv_heads=None, init="gpt2"),  # GPT-2
+    {"position.kind": "learned", "norm.kind": "layernorm", "mlp.kind": "gelu", "block.bias": True,
+     "attention.n_kv_heads": None, "parametrization.init": "gpt2"},  # GPT-2
 ])
 def test_export_hf_logits_and_tokenizer_equal_slms(tmp_path, capsys, family):
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -192,20 +196,20 @@ def test_export_hf_refuses_what_transformers_lacks(tmp_path, capsys):
     canon = _run_dir(tmp_path / "canon", canon=dict(set="AC"))
     _fails(run, [str(canon), str(tmp_path / "out")], capsys, "cannot be exported to transformers",
            "Canon layers", "gpt2 (GPT2LMHeadModel)", prog="slm-export-hf")
-    window = _run_dir(tmp_path / "linear", kind="linear", context_length=8, tie_embeddings=False)
+    window = _run_dir(tmp_path / "linear", kind="linear", context_length=8, embedding=dict(tie=False))
     _fails(run, [str(window), str(tmp_path / "out")], capsys, "window model", prog="slm-export-hf")
     _fails(run, [str(tmp_path / "nowhere"), str(tmp_path / "out")], capsys, "no such run", prog="slm-export-hf")
     assert not (tmp_path / "out").exists()  # nothing written
     # every preset the message offers does export (at a tiny size of its own shape)
     tiny = {"gpt2": ["model.n_layers=2", "model.d_model=64"], "design_40m": ["model.n_layers=2", "model.d_model=80"],
-            "mobilellm": ["model.n_layers=2", "model.d_model=96", "model.head_dim=32"],
-            "lfm2": ["model.n_layers=3", "model.d_model=64", "model.head_dim=16"],
-            "moe": ["model.n_layers=2", "model.d_model=64", "model.head_dim=16", "model.moe.n_experts=4",
+            "mobilellm": ["model.n_layers=2", "model.d_model=96", "model.attention.head_dim=32"],
+            "lfm2": ["model.n_layers=3", "model.d_model=64", "model.attention.head_dim=16"],
+            "moe": ["model.n_layers=2", "model.d_model=64", "model.attention.head_dim=16", "model.moe.n_experts=4",
                     "model.moe.expert_d_ff=32"]}
     offered = ("gpt2", "llama3", "debug", "design_40m", "mobilellm", "lfm2", "moe")
     assert all(re.search(rf"\b{name}\b", EXPORTABLE) for name in offered)
     for preset in offered:
-        over = tiny.get(preset, ["model.n_layers=2", "model.d_model=64", "model.head_dim=16"])
+        over = tiny.get(preset, ["model.n_layers=2", "model.d_model=64", "model.attention.head_dim=16"])
         cfg = config_from_spec(compose_model_node(f"model={preset}", "model.vocab_size=64",
                                                   "model.context_length=64", *over))
         to_hf(Transformer(cfg))  # raises if it cannot
@@ -219,7 +223,8 @@ def test_export_hf_gpt2_tokenizer_encodes_as_slm(tmp_path, capsys):
     from slm.data.tokenizers import GPT2Tokenizer
 
     tok = GPT2Tokenizer()
-    run_dir = _run_dir(tmp_path / "run", tok=tok, vocab_size=50304, n_layers=1, d_model=16, n_heads=2, n_kv_heads=1)
+    run_dir = _run_dir(tmp_path / "run", tok=tok, vocab_size=50304, n_layers=1, d_model=16,
+                       attention=dict(n_heads=2, n_kv_heads=1))
     out = run([str(run_dir), str(tmp_path / "hf"), "--no-check"])
     hf_tok = AutoTokenizer.from_pretrained(out, local_files_only=True)
     text = (ROOT / "tests" / "data" / "wikitext2_valid_excerpt.txt").read_text()[:20000] + " héllo 🤖\n\n  x"

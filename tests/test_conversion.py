@@ -15,14 +15,16 @@ from omegaconf import OmegaConf
 from slm.model import ModelConfig, Transformer
 from slm.model.weights import load_config, load_model, save_model
 from slm.objectives import OBJECTIVES
+from slm.settings import nested
 from slm.training.config import TrainConfig, TrainConfigError
 from slm.training.curriculum import BlockCurriculum
 from slm.training.init_from import InitFromError, check_shapes, find_source, load_weights
 from tests.test_train_cli import _steps, assert_same_run, kill_at_step, record, slm_train
 
 V = 21  # 20 symbols + the mask token
-TINY = dict(n_layers=2, d_model=32, n_heads=4, n_kv_heads=2, vocab_size=V, context_length=16, canon=dict(set="AC"),
-            mlp="swiglu", norm="rmsnorm", position="rope", init="normal")
+TINY = {"n_layers": 2, "d_model": 32, "attention.n_heads": 4, "attention.n_kv_heads": 2, "vocab_size": V,
+        "context_length": 16, "canon": dict(set="AC"), "mlp.kind": "swiglu", "norm.kind": "rmsnorm",
+        "position.kind": "rope", "parametrization.init": "normal"}
 
 
 # ---------------------------------------------------------------- the curriculum
@@ -82,7 +84,8 @@ class Recorder(torch.nn.Module):
 def test_the_objective_runs_the_model_with_the_block(method):
     """Block 1 is causal: the logits at the positions before k do not move when the tokens from k on change;
     with full attention (no block) they do. Same seed, so the same times and masks."""
-    model = Recorder(Transformer(ModelConfig(**TINY, causal=False, mask_token_id=V - 1)))
+    model = Recorder(Transformer(ModelConfig(**nested({**TINY, "attention.causal": False,
+                                                       "embedding.mask_token_id": V - 1}))))
     a = torch.randint(0, V - 1, (4, 17), generator=torch.Generator().manual_seed(0))
     b = a.clone()
     b[:, 9:] = (a[:, 9:] + 1) % (V - 1)
@@ -101,14 +104,15 @@ def test_the_objective_runs_the_model_with_the_block(method):
 def _source(tmp_path: Path, **fields) -> Path:
     torch.manual_seed(1)
     path = tmp_path / "source" / "model"
-    save_model(Transformer(ModelConfig(**{**TINY, **fields})), path)
+    save_model(Transformer(ModelConfig(**nested({**TINY, **fields}))), path)
     return path.parent
 
 
 def test_init_from_loads_exactly_the_source_weights(tmp_path):
     run_dir = _source(tmp_path)  # a causal model (the AR run), found through its run directory
     torch.manual_seed(2)
-    target = Transformer(ModelConfig(**TINY, causal=False, mask_token_id=V - 1, attention_block=4))
+    target = Transformer(ModelConfig(**nested({**TINY, "attention.causal": False, "embedding.mask_token_id": V - 1,
+                                               "attention.block": 4})))
     source = find_source(run_dir)
     assert source.model_dir == run_dir / "model" and source.run_dir == run_dir
     load_weights(target, source, V - 1)
@@ -125,7 +129,7 @@ MISMATCHES = {
     "canon": (dict(canon=dict(set="A")), ("the source has tensor blocks.0.canon_c.conv.weight [32, 1, 4], which this "
                                     "model lacks (2 such tensors)")),
     "depth": (dict(n_layers=3), "this model's tensor blocks.2.attn_norm.weight [32] is not in the source"),
-    "untied": (dict(tie_embeddings=False), "this model's tensor tok_emb.weight"),
+    "untied": ({"embedding.tie": False}, "this model's tensor tok_emb.weight"),
 }
 
 
@@ -133,15 +137,15 @@ MISMATCHES = {
 def test_a_shape_mismatch_names_the_tensor_and_both_shapes(tmp_path, target, message):
     source = find_source(_source(tmp_path))
     with torch.device("meta"):
-        model = Transformer(ModelConfig(**{**TINY, **target}))
+        model = Transformer(ModelConfig(**nested({**TINY, **target})))
     with pytest.raises(InitFromError, match=re.escape(message)):
         check_shapes(source, model)
 
 
 def test_untied_source_into_a_tied_model_is_refused(tmp_path):
-    source = find_source(_source(tmp_path, tie_embeddings=False))
+    source = find_source(_source(tmp_path, embedding=dict(tie=False)))
     with pytest.raises(InitFromError, match="the source has separate tok_emb.weight and lm_head.weight"):
-        check_shapes(source, Transformer(ModelConfig(**TINY)))
+        check_shapes(source, Transformer(ModelConfig(**nested(TINY))))
 
 
 # ---------------------------------------------------------------- the study's two sweep files
@@ -169,7 +173,7 @@ def test_stage_two_starts_from_stage_one_run_directory(monkeypatch):
 
 
 # ---------------------------------------------------------------- through slm-train
-TINY_RUN = ["model.n_layers=2", "model.d_model=32", "model.head_dim=16", "model.n_kv_heads=2",
+TINY_RUN = ["model.n_layers=2", "model.d_model=32", "model.attention.head_dim=16", "model.attention.n_kv_heads=2",
             "model.context_length=32", "eval=none", "train.logging.progress_bar=false", "train.validation.batches=2",
             "train.logging.interval=5", "train.batch_size=8"]
 CURRICULUM = ["+train.block_curriculum.warmup_fraction=0.25", "+train.block_curriculum.decay_fraction=0.2",
@@ -243,7 +247,7 @@ def _first_loss_from(ar: Path, converted: Path, block: int | None) -> float:
     prepared = prepare(cfg["data"], tokenizer_node_for("mdlm", cfg["tokenizer"]))
     batch = torch.from_numpy(SLMDataModule(prepared, 8, 32, 0, 2).sampler.batch(0))
     model = Transformer(load_config(converted / "model"))
-    load_weights(model, find_source(ar), model.cfg.mask_token_id)
+    load_weights(model, find_source(ar), model.cfg.embedding.mask_token_id)
     with torch.no_grad():
         return OBJECTIVES.get("mdlm")().terms(model, batch, seed=step_seed(0, 0), attention_block=block)["loss"].item()
 
@@ -256,8 +260,8 @@ def test_a_converted_run_starts_from_the_source_follows_the_curriculum_and_recor
     assert init["model_dir"] == str(ar_run / "model") and init["run_dir"] == str(ar_run)
     assert init["source_run"]["objective"] == "causal_lm" and init["source_run"]["steps"] == 20
     assert init["source_run"]["status"] == "completed" and len(init["weights_sha256"]) == 64
-    assert init["source_model"] == {"family": "llama3_canon", "causal": True, "attention_block": None,
-                                    "vocab_size": 66, "mask_token_id": 65}
+    assert init["source_model"] == {"family": "llama3_canon", "vocab_size": 66,
+                                    "attention": {"causal": True, "block": None}, "embedding": {"mask_token_id": 65}}
     # 10 warm-up steps over blocks 1, 2, 4, 8, 16; the full context (32); the last 8 steps at the decay block 8
     assert r["training"]["attention_blocks"] == [[0, 1], [2, 2], [4, 4], [6, 8], [8, 16], [10, 32], [32, 8]]
     log = [json.loads(line) for line in (converted / "train_log.jsonl").read_text().splitlines()]
@@ -266,7 +270,7 @@ def test_a_converted_run_starts_from_the_source_follows_the_curriculum_and_recor
     header = (converted / "logs" / "csv" / "metrics.csv").read_text().splitlines()[0]
     assert "train/attention_block" in header and "val/attention_block" in header
     # the saved model decodes block by block; the record's model section says the same
-    assert load_config(converted / "model").attention_block == 8 and r["model"]["attention_block"] == 8
+    assert load_config(converted / "model").attention.block == 8 and r["model"]["attention"]["block"] == 8
     # the first step trained the AR weights with block 1: its loss is the one computed here from them (and
     # not the full-attention one)
     monkeypatch.setenv("SLM_CACHE", str(converted.parents[3] / "slm-cache"))  # where slm_train cached the data

@@ -10,12 +10,14 @@ import torch
 from omegaconf import OmegaConf
 
 from slm.cli.config import compose_config
+from slm.settings import nested
 from slm.training.config import TrainConfig
 from slm.training.coordcheck import layer_names, measure, slope, width_config
 
 WIDTHS = [32, 64, 128, 256]
 STEPS = 5
-TINY = {"n_layers": 2, "head_dim": 16, "n_kv_heads": None, "context_length": 32, "mup": {"base_width": 32}}
+TINY = {"n_layers": 2, "attention.head_dim": 16, "attention.n_kv_heads": None, "context_length": 32,
+        "parametrization.base_width": 32}
 """A llama3-style model (RMSNorm, SwiGLU, RoPE, tied embeddings, init normal) small enough for a second a scheme."""
 
 
@@ -33,7 +35,7 @@ def shakespeare(tmp_path_factory):
 
 def slopes(shakespeare, scheme: str) -> dict[str, float]:
     cfg, vocab, batches = shakespeare
-    spec = {**cfg["model"], **TINY, "vocab_size": vocab, "parametrization": scheme}
+    spec = nested({**cfg["model"], **TINY, "vocab_size": vocab, "parametrization.kind": scheme})
     train = TrainConfig.from_node({**cfg["train"], "lr": 5e-3})  # AdamW, betas 0.9/0.95, decay 0.1, clip 1
     rows = measure(spec, WIDTHS, train, batches, STEPS)
     assert {r["width"] for r in rows} == set(WIDTHS) and {r["step"] for r in rows} == set(range(1, STEPS + 1))
@@ -57,10 +59,12 @@ def test_sp_logits_and_hidden_states_grow_with_width(shakespeare, one_thread):
 
 
 def test_heads_follow_the_width():
-    spec = {"family": "llama3", "n_layers": 2, "d_model": 384, "head_dim": 48, "n_kv_heads": None, "mlp": "swiglu"}
+    spec = {"family": "llama3", "n_layers": 2, "d_model": 384, "attention": {"head_dim": 48, "n_kv_heads": None},
+            "mlp": {"kind": "swiglu"}}
     cfg = width_config(spec, 96)
-    assert (cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.d_ff) == (96, 2, 48, 256)
-    assert width_config({**spec, "head_dim": None, "n_heads": 8}, 96).head_dim == 48  # the model's own head_dim
+    assert (cfg.d_model, cfg.attention.n_heads, cfg.attention.head_dim, cfg.mlp.d_ff) == (96, 2, 48, 256)
+    own = nested({**spec, "attention.head_dim": None, "attention.n_heads": 8})
+    assert width_config(own, 96).attention.head_dim == 48  # the model's own head_dim
     with pytest.raises(ValueError, match="multiple of head_dim=48"):
         width_config(spec, 100)
 
@@ -97,7 +101,7 @@ def test_cli_writes_record_and_figure(tmp_path, monkeypatch, capsys, one_thread)
     (["model=debug", "--steps", "0"], "--steps='0' is invalid"),
     (["model=debug"], "-o DIR is required"),
     (["model=debug", "--width", "64,128"], "unknown option '--width'"),
-    (["model=dllm"], "model.causal=false"),  # a bidirectional model has no causal LM loss
+    (["model=dllm"], "model.attention.causal=false"),  # a bidirectional model has no causal LM loss
     (["model=ladder_linear"], "model.kind=linear"),
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path, monkeypatch, capsys, argv, fragment):

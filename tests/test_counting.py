@@ -6,6 +6,7 @@ import torch
 from slm.components.mlp import SwiGLU
 from slm.model import ModelConfig, Transformer, config_from_spec, count, solve_width
 from slm.model.budget import SOLVER_KEYS
+from slm.settings import nested
 from tests.conftest import PRESETS, compose_model_node
 
 # Published or derived-by-hand sizes (all with tied embeddings):
@@ -55,21 +56,26 @@ def test_preset_counts_match_built_model(preset):
 @pytest.mark.parametrize("layers, width", GPT2_GRID)
 def test_gpt2_grid_counts(layers, width):
     cfg = config_from_spec(compose_model_node("model=gpt2", f"model.n_layers={layers}", f"model.d_model={width}"))
-    assert cfg.n_heads == width // 64 and cfg.vocab_size == 50257
+    assert cfg.attention.n_heads == width // 64 and cfg.vocab_size == 50257
     assert count(cfg).params_total == built_count(cfg)
 
 
 @pytest.mark.parametrize(
     "variant",
-    [dict(tie_embeddings=False), dict(canon=dict(set="ABCD"), mlp="gelu"), dict(norm_placement="post", norm="layernorm", bias=True),
-     dict(norm_placement="sandwich", qk_norm=True, norm="layernorm", bias=True), dict(position="learned", layer_repeat=3),
-     dict(qk_norm=True, qk_norm_scope="all_heads", canon=dict(set="B", b_after_qk_norm=True), norm="layernorm", bias=True),
-     dict(layer_types=["conv", "local_attn"], sliding_window=8, conv_kernel=5, bias=True),
-     dict(mlp_types=["moe", "dense"], moe=dict(n_experts=3, top_k=2, expert_d_ff=20, shared_expert_d_ff=12), mlp="geglu"),
-     dict(mlp_types=["moe"], moe=dict(n_experts=2, top_k=1), mlp="relu", layer_repeat=2)],
+    [{"embedding.tie": False}, {"canon": dict(set="ABCD"), "mlp.kind": "gelu"},
+     {"norm.placement": "post", "norm.kind": "layernorm", "block.bias": True},
+     {"norm.placement": "sandwich", "attention.qk_norm": True, "norm.kind": "layernorm", "block.bias": True},
+     {"position.kind": "learned", "block.repeat": 3},
+     {"attention.qk_norm": True, "attention.qk_norm_scope": "all_heads",
+      "canon": dict(set="B", b_after_qk_norm=True), "norm.kind": "layernorm", "block.bias": True},
+     {"layer_types": ["conv", "local_attn"], "attention.sliding_window": 8, "conv.kernel": 5, "block.bias": True},
+     {"mlp_types": ["moe", "dense"], "moe": dict(n_experts=3, top_k=2, expert_d_ff=20, shared_expert_d_ff=12),
+      "mlp.kind": "geglu"},
+     {"mlp_types": ["moe"], "moe": dict(n_experts=2, top_k=1), "mlp.kind": "relu", "block.repeat": 2}],
 )
 def test_variant_counts_match(variant):
-    cfg = ModelConfig(n_layers=3, d_model=48, n_heads=4, n_kv_heads=2, vocab_size=97, context_length=40, **variant)
+    cfg = ModelConfig(**nested({"n_layers": 3, "d_model": 48, "attention.n_heads": 4, "attention.n_kv_heads": 2,
+                                "vocab_size": 97, "context_length": 40, **variant}))
     assert count(cfg).params_total == built_count(cfg)
 
 
@@ -84,9 +90,9 @@ def test_flops_follow_palm_formula():
     assert shared.params_total == single.params_total and shared.flops_per_token > 1.8 * single.flops_per_token
     # a mixture of experts costs its active parameters: the same as a dense model of the same active size
     moe = config_from_spec(compose_model_node("model=moe"))
-    dense = config_from_spec(compose_model_node("model=llama3", "model.n_layers=24", "model.d_ff=1344"))
+    dense = config_from_spec(compose_model_node("model=llama3", "model.n_layers=24", "model.mlp.d_ff=1344"))
     assert count(moe).flops_per_token - count(dense).flops_per_token == 6 * 24 * 384 * 16  # the routers
-    windowed = count(config_from_spec(compose_model_node("model=gemma3", "model.sliding_window=256")))
+    windowed = count(config_from_spec(compose_model_node("model=gemma3", "model.attention.sliding_window=256")))
     full = count(config_from_spec(compose_model_node("model=gemma3")))
     assert windowed.flops_per_token < full.flops_per_token
 
@@ -96,13 +102,13 @@ def test_budget_solver_picks_closest_width(preset, layers):
     spec = compose_model_node(f"model={preset}", f"model.n_layers={layers}", "model.param_budget=70e6")
     cfg = config_from_spec(spec)
     got = count(cfg).params_total
-    assert cfg.n_layers == layers and cfg.d_model % 64 == 0 and cfg.n_heads * cfg.head_dim == cfg.d_model
+    assert cfg.n_layers == layers and cfg.d_model % 64 == 0 and cfg.attention.n_heads * cfg.attention.head_dim == cfg.d_model
     assert built_count(cfg) == got
     # no other admissible width is closer
     base = {k: v for k, v in spec.items() if k not in SOLVER_KEYS}
     for width in range(64, 2048, 64):
         try:
-            other = ModelConfig(**{**base, "d_model": width, "n_heads": None})
+            other = ModelConfig(**nested({**base, "d_model": width, "attention.n_heads": None}))
         except ValueError:
             continue
         assert abs(got - 70e6) <= abs(count(other).params_total - 70e6)
@@ -111,10 +117,10 @@ def test_budget_solver_picks_closest_width(preset, layers):
 def test_budget_solver_keeps_design():
     spec = {k: v for k, v in compose_model_node("model=llama3").items() if k not in SOLVER_KEYS}
     cfg = solve_width(spec, 30e6, step=48, d_ff_step=None)  # the width alone
-    assert cfg.d_model != 384 and cfg.n_kv_heads == 4 and cfg.head_dim == 48
-    assert cfg.d_ff == SwiGLU.default_d_ff(cfg.d_model, 64)  # re-derived at the new width
+    assert cfg.d_model != 384 and cfg.attention.n_kv_heads == 4 and cfg.attention.head_dim == 48
+    assert cfg.mlp.d_ff == SwiGLU.default_d_ff(cfg.d_model, 64)  # re-derived at the new width
     tuned = solve_width(spec, 30e6, step=48)  # then the MLP (tests/test_budget.py): same width and heads
-    assert (tuned.d_model, tuned.n_heads, tuned.n_kv_heads) == (cfg.d_model, cfg.n_heads, cfg.n_kv_heads)
+    assert (tuned.d_model, tuned.attention.n_heads, tuned.attention.n_kv_heads) == (cfg.d_model, cfg.attention.n_heads, cfg.attention.n_kv_heads)
 
 
 def test_budget_errors():

@@ -68,7 +68,7 @@ def test_muon_and_mup_under_data_parallel_and_accumulation_follow_one_batch(tmp_
     """train.optimizer=muon (torch's Muon + AdamW, stepping as one) with mup's per-group learning rates: the
     reduced gradients are the same sums, so 2 processes and 2 micro-batches follow the 1-batch run."""
     root = tmp_path / "runs"
-    extra = ["train.optimizer=muon", "model.parametrization=mup", "model.mup.base_width=32"]
+    extra = ["train.optimizer=muon", "model.parametrization.kind=mup", "model.parametrization.base_width=32"]
     one = losses(train(root, "one", *extra))
     for group, more in (("micro", ["train.parallel.micro_batch_size=2"]), ("two", ["train.parallel.devices=2"])):
         np.testing.assert_allclose(losses(train(root, group, *extra, *more)), one, rtol=2e-5, err_msg=group)
@@ -110,8 +110,8 @@ def test_row_slices_equal_the_whole_batch():
 
 
 def test_diffusion_noise_of_a_part_is_the_whole_batch_noise():
-    cfg = ModelConfig(n_layers=1, d_model=16, n_heads=2, vocab_size=20, context_length=8, causal=False,
-                      mask_token_id=19)
+    cfg = ModelConfig(n_layers=1, d_model=16, attention=dict(n_heads=2, causal=False), vocab_size=20,
+                      context_length=8, embedding=dict(mask_token_id=19))
     model, mdlm = build_model(cfg), OBJECTIVES.get("mdlm")()
     x = torch.randint(0, 19, (6, 9), generator=torch.Generator().manual_seed(0))
     whole = mdlm.terms(model, x, seed=5)["loss"]

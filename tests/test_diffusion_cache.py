@@ -8,15 +8,17 @@ import torch
 from slm.model import ModelConfig, Transformer
 from slm.model.cache import KVCache
 from slm.model.diffusion import DiffusionSampler
+from slm.settings import nested
 
 MASK = 49
-CFG = dict(n_layers=2, d_model=32, n_heads=4, n_kv_heads=2, vocab_size=50, context_length=64, causal=False,
-           mask_token_id=MASK, init="normal")
+CFG = {"n_layers": 2, "d_model": 32, "attention.n_heads": 4, "attention.n_kv_heads": 2, "vocab_size": 50,
+       "context_length": 64, "attention.causal": False, "embedding.mask_token_id": MASK,
+       "parametrization.init": "normal"}
 
 
 def _model(**over) -> Transformer:
     torch.manual_seed(0)
-    return Transformer(ModelConfig(**{**CFG, **over})).eval()
+    return Transformer(ModelConfig(**nested({**CFG, **over}))).eval()
 
 
 def _prompts(*lengths: int) -> list[list[int]]:
@@ -142,7 +144,7 @@ def test_bad_cache_settings_fail_in_one_line():
     model = _model()
     with pytest.raises(ValueError, match="cache='full': must be one of none, prefix, dual"):
         DiffusionSampler(model, cache="full")
-    block_causal = _model(attention_block=4)
+    block_causal = _model(attention=dict(block=4))
     with pytest.raises(ValueError, match="block-causal"):
         DiffusionSampler(block_causal, cache="dual")
     assert DiffusionSampler(block_causal).settings(8)["cache"] == "committed_blocks"
@@ -151,7 +153,7 @@ def test_bad_cache_settings_fail_in_one_line():
     with pytest.raises(ValueError, match="Canon layers AC"):
         DiffusionSampler(_model(canon=dict(set="AC")), cache="dual")
     with pytest.raises(ValueError, match="fully bidirectional"):
-        KVCache(_model(causal=True, mask_token_id=None).cfg, 1, 8, bidirectional=True)
+        KVCache(_model(attention=dict(causal=True), embedding=dict(mask_token_id=None)).cfg, 1, 8, bidirectional=True)
     with pytest.raises(ValueError, match="causal or block-causal"):
         KVCache(model.cfg, 1, 8)  # a bidirectional model caches only when asked
     for err in (lambda: DiffusionSampler(model).generate([], 8), lambda: DiffusionSampler(model).generate([[]], 8)):

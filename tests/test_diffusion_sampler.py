@@ -7,9 +7,11 @@ import torch
 from slm.model import ModelConfig, Transformer
 from slm.model.diffusion import DiffusionSampler, diffusion_generate, split_evenly
 from slm.objectives.mdlm import MDLM
+from slm.settings import nested
 
 MASK = 7
-TINY = dict(n_layers=2, d_model=32, n_heads=4, vocab_size=8, context_length=32, causal=False, mask_token_id=MASK)
+TINY = {"n_layers": 2, "d_model": 32, "attention.n_heads": 4, "vocab_size": 8, "context_length": 32,
+        "attention.causal": False, "embedding.mask_token_id": MASK}
 
 
 def test_split_evenly():
@@ -17,7 +19,7 @@ def test_split_evenly():
 
 
 def test_blocks_fill_left_to_right_and_the_mask_never_comes_out():
-    model = Transformer(ModelConfig(**TINY)).eval()
+    model = Transformer(ModelConfig(**nested(TINY))).eval()
     model.lm_head.weight.data[MASK] += 10.0  # the mask would be every argmax if it could be predicted
     canvases = []
     hidden = model.hidden
@@ -34,7 +36,7 @@ def test_blocks_fill_left_to_right_and_the_mask_never_comes_out():
 
 
 def test_threshold_commits_everything_confident():
-    model = Transformer(ModelConfig(**TINY)).eval()
+    model = Transformer(ModelConfig(**nested(TINY))).eval()
     sure = DiffusionSampler(model, block_length=4, threshold=1e-9)
     sure.generate([[1, 2]], 12)
     assert sure.last_timing["forwards"] == 3  # one step per block
@@ -46,8 +48,8 @@ def test_threshold_commits_everything_confident():
 def test_block_causal_cache_gives_the_uncached_tokens():
     """A block-causal model: committed blocks cached, the current block run against the cache, equals
     running the whole canvas each step (the attention mask makes later blocks invisible)."""
-    cfg = ModelConfig(**{**TINY, "vocab_size": 50, "context_length": 48, "mask_token_id": 49}, attention_block=4,
-                      canon=dict(set="AC"))
+    cfg = ModelConfig(**nested({**{**TINY, "vocab_size": 50, "context_length": 48, "embedding.mask_token_id": 49},
+                                "attention.block": 4, "canon": dict(set="AC")}))
     model = Transformer(cfg).eval()
     prompt = torch.randint(0, 49, (8,)).tolist()  # two whole blocks
     cached = DiffusionSampler(model, steps=12)
@@ -61,10 +63,11 @@ def test_block_causal_cache_gives_the_uncached_tokens():
 
 
 def test_bad_settings_fail_clearly():
-    causal = Transformer(ModelConfig(n_layers=1, d_model=16, n_heads=2, vocab_size=8, context_length=16))
+    causal = Transformer(ModelConfig(n_layers=1, d_model=16, attention=dict(n_heads=2), vocab_size=8,
+                                     context_length=16))
     with pytest.raises(ValueError, match="masked diffusion model"):
         DiffusionSampler(causal)
-    model = Transformer(ModelConfig(**TINY))
+    model = Transformer(ModelConfig(**nested(TINY)))
     with pytest.raises(ValueError, match="threshold=1.5"):
         DiffusionSampler(model, threshold=1.5)
     with pytest.raises(ValueError, match="exceeds context_length"):
@@ -74,7 +77,7 @@ def test_bad_settings_fail_clearly():
 def test_a_trained_model_continues_its_pattern(one_thread):
     """Sequences count up mod 7 from a random start; after 300 MDLM steps the sampler continues a prompt."""
     torch.manual_seed(0)
-    model = Transformer(ModelConfig(**TINY, init="normal"))
+    model = Transformer(ModelConfig(**nested({**TINY, "parametrization.init": "normal"})))
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     objective = MDLM()
     for step in range(300):
@@ -92,12 +95,12 @@ def test_a_trained_model_continues_its_pattern(one_thread):
 def test_decode_speed_of_a_diffusion_model_records_its_sampler():
     from slm.eval.throughput import measure_decode
 
-    model = Transformer(ModelConfig(**TINY))
+    model = Transformer(ModelConfig(**nested(TINY)))
     stats = measure_decode(model, prompt_tokens=8, new_tokens=64, repeats=1, diffusion={"block_length": 8})
     assert stats["decoder"] == "masked_diffusion" and stats["new_tokens"] == 24  # 8 + 24 fill the context of 32
     assert stats["sampler"]["steps"] == 6 and stats["sampler"]["block_length"] == 8 and stats["sampler"]["forwards"] == 6
     assert stats["decode_tokens_per_s"] > 0 and stats["generate_tokens_per_s"] > 0 and stats["kv_cache_bytes"] == 0
     with pytest.raises(ValueError, match="unknown"):
         measure_decode(model, 8, 8, repeats=1, diffusion={"blocks": 8})
-    ar = measure_decode(Transformer(ModelConfig(**{**TINY, "causal": True})), 8, 8, repeats=1)
+    ar = measure_decode(Transformer(ModelConfig(**nested({**TINY, "attention.causal": True}))), 8, 8, repeats=1)
     assert ar["decoder"] == "autoregressive" and ar["generate_tokens_per_s"] > 0

@@ -22,6 +22,7 @@ from slm.eval.offline_tasks import speeches
 from slm.model import ModelConfig, Transformer
 from slm.model.weights import CheckpointError, check_memory, load_model, save_model
 from slm.runs.record import update_record
+from slm.settings import nested
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -34,7 +35,8 @@ def template(tmp_path_factory) -> Path:
     run = tmp_path_factory.mktemp("template") / "run"
     text = "\n\n".join("\n".join(s) for s in speeches())
     tok = CharTokenizer(CharTokenizer.select(CharTokenizer.fit_counts([text]), None), unk=False, eot=False)
-    model = Transformer(ModelConfig(n_layers=2, d_model=32, n_heads=4, vocab_size=tok.vocab_size, context_length=64))
+    model = Transformer(ModelConfig(n_layers=2, d_model=32, attention=dict(n_heads=4), vocab_size=tok.vocab_size,
+                                    context_length=64))
     save_model(model, run / "model")
     tok.save(run / "model")
     update_record(run, status="completed", eval={"val_nll": 4.0})
@@ -49,7 +51,7 @@ def run(template, tmp_path) -> Path:
 
 def _edit_config(run: Path, **change) -> None:
     path = run / "model" / "config.json"
-    path.write_text(json.dumps({**json.loads(path.read_text()), **change}))
+    path.write_text(json.dumps(nested({**json.loads(path.read_text()), **change})))  # a dotted key: in its group
 
 
 def _fail_fsync_of(fragment: str, monkeypatch) -> None:
@@ -94,7 +96,7 @@ def config_not_object(run, mp):
 
 
 def config_huge_width(run, mp):
-    _edit_config(run, d_ff=1 << 40)  # 2.1e14 parameters: more than any machine's memory
+    _edit_config(run, **{"mlp.d_ff": 1 << 40})  # 2.1e14 parameters: more than any machine's memory
 
 
 def config_huge_depth(run, mp):

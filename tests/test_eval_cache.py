@@ -10,36 +10,43 @@ import torch
 from slm.model import ModelConfig, Transformer
 from slm.model.cache import KVCache
 from slm.model.generate import Decoder, generate, sample
+from slm.settings import nested
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 V, CTX, TOL = 97, 48, 1e-5
 
-VARIANTS = {
-    "llama_gqa": dict(n_kv_heads=2),
-    "gpt2_learned_layernorm_bias": dict(position="learned", norm="layernorm", mlp="gelu", bias=True),
-    "nope": dict(position="none"),
-    "sliding_window_local_theta": dict(sliding_window=5, layer_types=["local_attn", "local_attn", "attn"], rope_theta_local=100.0),
-    "layer_repeat": dict(layer_repeat=2, n_kv_heads=1),
-    "softcaps_window": dict(attn_logit_softcap=3.0, final_logit_softcap=5.0, sliding_window=4, layer_types=["local_attn", "attn"]),
-    "canon_abcd": dict(canon=dict(set="ABCD"), mlp="gelu"),
-    "canon_ac_kernel1": dict(canon=dict(set="AC", kernel=1)),
-    "canon_bd_repeat_gated": dict(canon=dict(set="BD", kernel=3), layer_repeat=2),
-    "gemma_sandwich_qknorm": dict(norm="rmsnorm_gemma", norm_placement="sandwich", qk_norm=True, mlp="geglu",
-                                  scale_embeddings=True, sliding_window=6, layer_types=["local_attn", "attn"]),
-    "post_norm_partial_rotary": dict(norm_placement="post", rotary_fraction=0.5),
-    "lfm2_conv_attn": dict(layer_types=["conv", "conv", "attn"], qk_norm=True, n_kv_heads=2),
-    "conv_only_bias_kernel4_canon": dict(layer_types=["conv"], conv_kernel=4, bias=True, canon=dict(set="AC"),
-                                         position="learned", norm="layernorm", mlp="gelu"),
-    "conv_kernel1_local_repeat": dict(layer_types=["conv", "local_attn"], conv_kernel=1, sliding_window=5,
-                                      layer_repeat=2),
-    "moe_dense_mix": dict(mlp_types=["dense", "moe"], moe=dict(n_experts=4, top_k=2, expert_d_ff=32, shared_expert_d_ff=16)),
-}
+VARIANTS = {"llama_gqa": {"attention.n_kv_heads": 2},
+            "gpt2_learned_layernorm_bias": {"position.kind": "learned", "norm.kind": "layernorm", "mlp.kind": "gelu",
+                                            "block.bias": True},
+            "nope": {"position.kind": "none"},
+            "sliding_window_local_theta": {"attention.sliding_window": 5,
+                                           "layer_types": ["local_attn", "local_attn", "attn"],
+                                           "position.rope_theta_local": 100.0},
+            "layer_repeat": {"block.repeat": 2, "attention.n_kv_heads": 1},
+            "softcaps_window": {"attention.logit_softcap": 3.0, "embedding.logit_softcap": 5.0,
+                                "attention.sliding_window": 4, "layer_types": ["local_attn", "attn"]},
+            "canon_abcd": {"canon": dict(set="ABCD"), "mlp.kind": "gelu"},
+            "canon_ac_kernel1": dict(canon=dict(set="AC", kernel=1)),
+            "canon_bd_repeat_gated": {"canon": dict(set="BD", kernel=3), "block.repeat": 2},
+            "gemma_sandwich_qknorm": {"norm.kind": "rmsnorm_gemma", "norm.placement": "sandwich",
+                                      "attention.qk_norm": True, "mlp.kind": "geglu", "embedding.scale": True,
+                                      "attention.sliding_window": 6, "layer_types": ["local_attn", "attn"]},
+            "post_norm_partial_rotary": {"norm.placement": "post", "position.rotary_fraction": 0.5},
+            "lfm2_conv_attn": {"layer_types": ["conv", "conv", "attn"], "attention.qk_norm": True,
+                               "attention.n_kv_heads": 2},
+            "conv_only_bias_kernel4_canon": {"layer_types": ["conv"], "conv.kernel": 4, "block.bias": True,
+                                             "canon": dict(set="AC"), "position.kind": "learned",
+                                             "norm.kind": "layernorm", "mlp.kind": "gelu"},
+            "conv_kernel1_local_repeat": {"layer_types": ["conv", "local_attn"], "conv.kernel": 1,
+                                          "attention.sliding_window": 5, "block.repeat": 2},
+            "moe_dense_mix": dict(mlp_types=["dense", "moe"], moe=dict(n_experts=4, top_k=2, expert_d_ff=32, shared_expert_d_ff=16))}
 
 
 
 def _model(**change) -> Transformer:
-    model = Transformer(ModelConfig(n_layers=3, d_model=64, n_heads=4, vocab_size=V, context_length=CTX, **change))
+    model = Transformer(ModelConfig(**nested({"n_layers": 3, "d_model": 64, "attention.n_heads": 4, "vocab_size": V,
+                                              "context_length": CTX, **change})))
     with torch.no_grad():  # random norm weights and canon kernels, so nothing is an identity by accident
         for p in model.parameters():
             if p.ndim == 1:
@@ -164,7 +171,7 @@ def test_chained_greedy_decoding_gives_the_step_by_step_tokens(variant):
 
 def test_cache_refuses_what_it_cannot_do():
     with pytest.raises(ValueError, match="causal"):
-        KVCache(ModelConfig(n_layers=1, d_model=32, n_heads=2, causal=False), batch=1, capacity=8)
+        KVCache(ModelConfig(n_layers=1, d_model=32, attention=dict(n_heads=2, causal=False)), batch=1, capacity=8)
     model = _model()
     cache = KVCache(model.cfg, batch=1, capacity=8)
     with pytest.raises(ValueError, match="full"):

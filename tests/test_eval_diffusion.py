@@ -43,8 +43,9 @@ def run_dir(tmp_path_factory):
     run = tmp_path_factory.mktemp("dllm")
     tok = _tokenizer(eot=True).reserve_mask()
     torch.manual_seed(0)
-    model = Transformer(ModelConfig(n_layers=2, d_model=32, n_heads=4, vocab_size=tok.vocab_size, context_length=CTX,
-                                    causal=False, mask_token_id=tok.mask_id))
+    model = Transformer(ModelConfig(n_layers=2, d_model=32, attention=dict(n_heads=4, causal=False),
+                                    vocab_size=tok.vocab_size, context_length=CTX,
+                                    embedding=dict(mask_token_id=tok.mask_id)))
     with torch.no_grad():
         for p in model.parameters():
             if p.ndim > 1:
@@ -69,7 +70,7 @@ def _subs_logp(lm: SLMLM, rows: list[list[int]]) -> torch.Tensor:
     set to -inf before the log-softmax."""
     with torch.no_grad():
         logits = lm.model(torch.tensor(rows)).float()
-    logits[..., lm.cfg.mask_token_id] = -math.inf
+    logits[..., lm.cfg.embedding.mask_token_id] = -math.inf
     return logits.log_softmax(-1)
 
 
@@ -78,7 +79,7 @@ def test_a_one_token_continuation_is_scored_exactly(lm):
     args = [(d["context"].rstrip(), d["choices"][0][1:2]) for d in docs]  # one letter
     args += [("ROMEO:\n" * 20 + "HENR", "Y"), ("", "H")]  # truncated from the left; empty context: the prefix token
     got = lm.loglikelihood(_requests("loglikelihood", args), disable_tqdm=True)
-    mask = lm.cfg.mask_token_id
+    mask = lm.cfg.embedding.mask_token_id
     for (context, cont), (score, greedy) in zip(args, got):
         ctx_ids, cont_ids = lm._encode_pair(context, cont) if context else ([lm.prefix_token_id], lm.tok_encode(cont))
         assert len(cont_ids) == 1
@@ -91,7 +92,7 @@ def test_a_one_token_continuation_is_scored_exactly(lm):
 
 def _brute_force(lm: SLMLM, ctx: list[int], cont: list[int]) -> float:
     """E_l E_S [(n/l) sum_{i in S} log p(x_i | x with S masked)], l uniform on 1..n, S every l-subset."""
-    n, mask = len(cont), lm.cfg.mask_token_id
+    n, mask = len(cont), lm.cfg.embedding.mask_token_id
     subsets = [S for l in range(1, n + 1) for S in itertools.combinations(range(n), l)]
     rows = [ctx + [mask if i in S else t for i, t in enumerate(cont)] for S in subsets]
     logp = _subs_logp(lm, rows)
@@ -173,7 +174,8 @@ def test_model_args_are_checked_and_ignored_by_autoregressive_models(run_dir, tm
     assert (lm.diffusion.mc_batch, lm.diffusion.steps, lm.diffusion.block_length) == (5, None, 32)
 
     tok = _tokenizer(eot=False)
-    ar = Transformer(ModelConfig(n_layers=1, d_model=32, n_heads=4, vocab_size=tok.vocab_size, context_length=CTX))
+    ar = Transformer(ModelConfig(n_layers=1, d_model=32, attention=dict(n_heads=4), vocab_size=tok.vocab_size,
+                                 context_length=CTX))
     save_model(ar, tmp_path / "ar")
     tok.save(tmp_path / "ar")
     with caplog.at_level(logging.INFO, logger="slm.eval.lm_diffusion"):
@@ -187,8 +189,8 @@ def test_model_args_are_checked_and_ignored_by_autoregressive_models(run_dir, tm
     assert ar_lm.loglikelihood(req, disable_tqdm=True)[0][0] == pytest.approx(
         float(sum(direct[t - 1, ids[t]] for t in range(len(ids) - 3, len(ids)))), abs=1e-5)
 
-    bidirectional = Transformer(ModelConfig(n_layers=1, d_model=32, n_heads=4, vocab_size=tok.vocab_size,
-                                            context_length=CTX, causal=False))
+    bidirectional = Transformer(ModelConfig(n_layers=1, d_model=32, attention=dict(n_heads=4, causal=False),
+                                            vocab_size=tok.vocab_size, context_length=CTX))
     save_model(bidirectional, tmp_path / "bi")
     tok.save(tmp_path / "bi")
     with pytest.raises(ValueError, match="without mask_token_id"):

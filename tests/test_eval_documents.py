@@ -36,8 +36,8 @@ def _tiny_run(path: Path, seed: int) -> Path:
     text = "\n\n".join("\n".join(s) for s in speeches())
     tok = CharTokenizer(CharTokenizer.select(CharTokenizer.fit_counts([text]), None), unk=False, eot=False)
     torch.manual_seed(seed)
-    model = Transformer(ModelConfig(n_layers=2, d_model=48, n_heads=4, n_kv_heads=2, vocab_size=tok.vocab_size,
-                                    context_length=64))
+    model = Transformer(ModelConfig(n_layers=2, d_model=48, attention=dict(n_heads=4, n_kv_heads=2),
+                                    vocab_size=tok.vocab_size, context_length=64))
     save_model(model, path / "model")
     tok.save(path / "model")
     update_record(path, status="completed", eval={"val_nll": 4.0})

@@ -53,8 +53,8 @@ def test_the_report_is_made_once_and_copied(counted_reports, tmp_path, monkeypat
 def _tiny_run(path: Path) -> Path:
     text = "\n\n".join("\n".join(s) for s in speeches())
     tok = CharTokenizer(CharTokenizer.select(CharTokenizer.fit_counts([text]), None), unk=False, eot=False)
-    model = Transformer(ModelConfig(n_layers=1, d_model=32, n_heads=2, n_kv_heads=1, vocab_size=tok.vocab_size,
-                                    context_length=64))
+    model = Transformer(ModelConfig(n_layers=1, d_model=32, attention=dict(n_heads=2, n_kv_heads=1),
+                                    vocab_size=tok.vocab_size, context_length=64))
     save_model(model, path / "model")
     tok.save(path / "model")
     return path

@@ -34,8 +34,8 @@ def run_dir(tmp_path_factory):
     text = "\n\n".join("\n".join(s) for s in speeches())
     tok = CharTokenizer(CharTokenizer.select(CharTokenizer.fit_counts([text]), None), unk=False, eot=False)
     torch.manual_seed(0)
-    model = Transformer(ModelConfig(n_layers=2, d_model=48, n_heads=4, n_kv_heads=2, vocab_size=tok.vocab_size,
-                                    context_length=CTX, canon=dict(set="AC")))
+    model = Transformer(ModelConfig(n_layers=2, d_model=48, attention=dict(n_heads=4, n_kv_heads=2),
+                                    vocab_size=tok.vocab_size, context_length=CTX, canon=dict(set="AC")))
     save_model(model, run / "model")
     tok.save(run / "model")
     update_record(run, status="completed", eval={"val_nll": 4.0, "val_ppl": 54.6})

@@ -80,7 +80,7 @@ def test_dllm_canon_has_the_study_count():
     assert millions(dllm_canon_formula(50_304, kv_heads=4, d_ff=1024)) == 71.34
 
     cfg = job_model("families_70m", point("families_70m", "dllm_canon"))
-    assert (cfg.vocab_size, cfg.n_heads, cfg.n_kv_heads, cfg.d_ff, cfg.n_layers, cfg.d_model) == \
+    assert (cfg.vocab_size, cfg.attention.n_heads, cfg.attention.n_kv_heads, cfg.mlp.d_ff, cfg.n_layers, cfg.d_model) == \
         (50_258, 8, 8, 1024, 32, 384)
     assert count(cfg).params_total == built(cfg) == expected
     preset = config_from_spec(compose_model_node("model=dllm_canon"))  # slm-params model=dllm_canon
@@ -93,7 +93,7 @@ def test_gpt2_has_the_study_count():
     assert millions(gpt2_formula(50_304)) == 76.49  # padded to a multiple of 64 it misses the study
 
     cfg = job_model("families_70m", point("families_70m", "gpt2"))
-    assert (cfg.vocab_size, cfg.n_layers, cfg.d_model, cfg.n_heads) == (GPT2_IDS, 32, 384, 6)
+    assert (cfg.vocab_size, cfg.n_layers, cfg.d_model, cfg.attention.n_heads) == (GPT2_IDS, 32, 384, 6)
     assert count(cfg).params_total == built(cfg) == expected
 
 
@@ -104,12 +104,12 @@ def test_the_other_families_keep_the_padded_vocabulary(preset):
 
 def test_gemma3_in_the_study_setting_and_with_a_local_window():
     study = job_model("families_70m", point("families_70m", "gemma3"))
-    assert study.sliding_window == study.context_length == 1024  # the study's: every layer sees the whole window
+    assert study.attention.sliding_window == study.context_length == 1024  # the study's: every layer sees the whole window
     assert any("has no effect" in note for note in study.notes())
 
     (local_point,) = yaml.safe_load((SWEEPS / "gemma3_local_70m.yaml").read_text())["hydra"]["sweeper"]["points"]
     local = job_model("gemma3_local_70m", local_point)
-    assert local.sliding_window == 512 < local.context_length == 1024
+    assert local.attention.sliding_window == 512 < local.context_length == 1024
     layers = [local.layer_type(i) for i in range(local.n_layers)]
     n_local = layers.count("local_attn")
     assert (n_local, layers.count("attn")) == (27, 5)  # five local layers of every six; the sixth global
@@ -119,4 +119,4 @@ def test_gemma3_in_the_study_setting_and_with_a_local_window():
     # 12 * H * hd * (keys per query), is that much smaller per local layer
     assert count(local).params_total == count(study).params_total
     assert count(study).flops_per_token - count(local).flops_per_token == \
-        n_local * 12 * local.n_heads * local.head_dim * (1024 - 512)
+        n_local * 12 * local.attention.n_heads * local.attention.head_dim * (1024 - 512)

@@ -30,24 +30,29 @@ FILE = Path(__file__).parent / "data" / "logit_fingerprints.json"
 
 # Tiny configurations that reach code paths no preset uses (post-norm, learned positions with sharing,
 # every Canon position, soft-caps, partial rotary, bidirectional attention, a Titans memory that learns).
-TINY = dict(n_layers=3, d_model=32, n_heads=4, vocab_size=61, context_length=16)
+TINY = {"n_layers": 3, "d_model": 32, "attention.n_heads": 4, "vocab_size": 61, "context_length": 16}
 VARIANTS = {
-    "post_norm_shared_learned": dict(norm_placement="post", norm="layernorm", bias=True, position="learned",
-                                     layer_repeat=2, mlp="relu"),
-    "canon_abcd_gelu_untied": dict(canon=dict(set="ABCD"), mlp="gelu", tie_embeddings=False, n_kv_heads=2),
-    "window_softcaps": dict(sliding_window=4, layer_types=["local_attn", "attn"], attn_logit_softcap=5.0,
-                            final_logit_softcap=3.0, rope_theta_local=100.0),
-    "partial_rotary_bidirectional": dict(rotary_fraction=0.5, causal=False, qk_norm=True, attn_scale=0.3),
-    "titans_mac_learning": dict(memory=dict(layers=[0, 2], segment=4, chunk=2, persistent_tokens=2,
-                                            heads=2), n_kv_heads=2),
+    "post_norm_shared_learned": {"norm.placement": "post", "norm.kind": "layernorm", "block.bias": True,
+                                 "position.kind": "learned", "block.repeat": 2, "mlp.kind": "relu"},
+    "canon_abcd_gelu_untied": {"canon": dict(set="ABCD"), "mlp.kind": "gelu", "embedding.tie": False,
+                               "attention.n_kv_heads": 2},
+    "window_softcaps": {"attention.sliding_window": 4, "layer_types": ["local_attn", "attn"],
+                        "attention.logit_softcap": 5.0, "embedding.logit_softcap": 3.0,
+                        "position.rope_theta_local": 100.0},
+    "partial_rotary_bidirectional": {"position.rotary_fraction": 0.5, "attention.causal": False,
+                                     "attention.qk_norm": True, "attention.scale": 0.3},
+    "titans_mac_learning": {"memory": dict(layers=[0, 2], segment=4, chunk=2, persistent_tokens=2,
+                                            heads=2),
+                            "attention.n_kv_heads": 2},
 }
 
 
 def _config(name: str):
     from slm.model import ModelConfig, config_from_spec
+    from slm.settings import nested
 
     if name in VARIANTS:
-        return ModelConfig(**TINY, **VARIANTS[name])
+        return ModelConfig(**nested({**TINY, **VARIANTS[name]}))
     return config_from_spec(compose_model_node(f"model={name}"))
 
 

@@ -46,7 +46,7 @@ def test_one_run_of_a_sweep_file_is_allowed_when_the_command_line_sets_what_it_s
 # -- the banner ----------------------------------------------------------------------------------------------------
 
 def test_the_banner_names_the_optimizer_its_lrs_and_the_parametrization(workdir, capsys):
-    _train([*RUN, "train.optimizer=muon", "train.optim.muon.lr=0.03", "model.parametrization=completep"])
+    _train([*RUN, "train.optimizer=muon", "train.optim.muon.lr=0.03", "model.parametrization.kind=completep"])
     out = capsys.readouterr().out
     line = next(line for line in out.splitlines() if " steps of " in line)
     assert "muon lr 0.03 on the hidden matrices + adamw lr 0.001 on the rest (cosine, warmup 0 steps)" in line
@@ -91,7 +91,7 @@ def test_a_cut_key_keeps_its_whole_text_beside_it(workdir):
     from slm.runs.keys import MAX_LEN, read_full_key
 
     long = ["train.seed=4000000000", "train.lr=0.00123456", "train.optim.adamw.weight_decay=0.0123456", "train.grad_clip=0.987654",
-            "model.rope_theta=123456.0", "train.schedule.min_lr_ratio=0.0123", "train.validation.interval=0"]
+            "model.position.rope_theta=123456.0", "train.schedule.min_lr_ratio=0.0123", "train.validation.interval=0"]
     _train([*RUN, *long])
     (run,) = (workdir / "runs" / "train").iterdir()
     whole = read_full_key(run)

@@ -31,9 +31,9 @@ def _params_json(capsys, *settings: str) -> dict:
 # ======================================================================== slm-params counts what slm-train builds
 @pytest.mark.parametrize("settings, vocab", [
     ([], "65: the char vocabulary fitted on the shipped slm/data/corpora/tiny_shakespeare/train.txt"),
-    (["tokenizer=word", "model.param_budget=2e6", "model.width_step=16", "model.n_kv_heads=1"],
+    (["tokenizer=word", "model.param_budget=2e6", "model.width_step=16", "model.attention.n_kv_heads=1"],
      "22,073: the word vocabulary fitted on"),
-    (["model.causal=false", "train.objective=mdlm", "tokenizer.pad_vocab_multiple=8"],
+    (["model.attention.causal=false", "train.objective=mdlm", "tokenizer.pad_vocab_multiple=8"],
      "72: the char vocabulary fitted on the shipped slm/data/corpora/tiny_shakespeare/train.txt (65 ids) + a mask "
      "token (train.objective=mdlm), padded to a multiple of 8 (tokenizer.pad_vocab_multiple)"),
 ], ids=["char", "word-budget", "mdlm-padded"])
@@ -81,7 +81,7 @@ def test_a_vocabulary_fitted_on_hub_data_is_not_downloaded_and_that_is_said(cach
 
 @pytest.mark.parametrize("argv, line", [
     (["train.objective=foo"], "train.objective=foo: unknown objective 'foo'; choose one of: causal_lm, last_token, mdlm"),
-    (["train.objective=mdlm"], "train.objective=mdlm needs a bidirectional model: set model.causal=false"),
+    (["train.objective=mdlm"], "train.objective=mdlm needs a bidirectional model: set model.attention.causal=false"),
     (["model=dllm", "train.objective=causal_lm"], "train.objective=causal_lm contradicts the model preset (dllm)"),
 ])
 def test_slm_params_checks_the_objective_as_slm_train_does(cache, capsys, argv, line):
@@ -177,44 +177,44 @@ def _refusal(*overrides: str) -> str:
     return str(err.value)
 
 
-TINY_LLAMA = ("model=llama3", "model.n_layers=4", "model.vocab_size=65", "model.head_dim=16", "model.width_step=16")
+TINY_LLAMA = ("model=llama3", "model.n_layers=4", "model.vocab_size=65", "model.attention.head_dim=16", "model.width_step=16")
 
 
 def test_the_presets_kv_heads_are_named_when_they_refuse_the_widths():
     """llama3's 4 KV heads make d_model a multiple of 16 x 4 = 64: 4e5 falls between 64 and 128."""
     line = _refusal(*TINY_LLAMA, "model.param_budget=4e5")
-    assert "the widths between d_model=64 and 128 are refused by the llama3 config's model.n_kv_heads=4 (d_model=80: " \
-           "model.n_kv_heads=4 is invalid: must divide n_heads=5)" in line
-    assert "model.n_kv_heads=3 fits (d_model=96" in line and "width_step" not in line and "head_dim" not in line
-    fixed = config_from_spec(compose_model_node(*TINY_LLAMA, "model.param_budget=4e5", "model.n_kv_heads=3"))
+    assert "the widths between d_model=64 and 128 are refused by the llama3 config's model.attention.n_kv_heads=4 (d_model=80: " \
+           "model.attention.n_kv_heads=4 is invalid: must divide n_heads=5)" in line
+    assert "model.attention.n_kv_heads=3 fits (d_model=96" in line and "width_step" not in line and "head_dim" not in line
+    fixed = config_from_spec(compose_model_node(*TINY_LLAMA, "model.param_budget=4e5", "model.attention.n_kv_heads=3"))
     assert abs(count(fixed).params_total / 4e5 - 1) <= 0.03  # the suggestion lands
     narrow = _refusal(*TINY_LLAMA, "model.param_budget=5e4")
-    assert "narrower widths are refused by the llama3 config's model.n_kv_heads=4" in narrow
-    assert "model.n_kv_heads=2 fits (d_model=32" in narrow
+    assert "narrower widths are refused by the llama3 config's model.attention.n_kv_heads=4" in narrow
+    assert "model.attention.n_kv_heads=2 fits (d_model=32" in narrow
 
 
 def test_head_dim_width_step_and_the_embeddings_are_named_when_they_block():
     head = _refusal("model=llama3", "model.n_layers=4", "model.vocab_size=65", "model.param_budget=5e5")
-    assert "refused by the llama3 config's model.head_dim=48" in head and "model.head_dim=16 fits" in head
-    step = _refusal(*TINY_LLAMA, "model.n_kv_heads=2", "model.n_layers=8", "model.param_budget=2e5",
+    assert "refused by the llama3 config's model.attention.head_dim=48" in head and "model.attention.head_dim=16 fits" in head
+    step = _refusal(*TINY_LLAMA, "model.attention.n_kv_heads=2", "model.n_layers=8", "model.param_budget=2e5",
                     "model.width_step=64")
     assert "d_model=64 is the narrowest multiple of model.width_step=64; model.width_step=32 fits" in step
     vocab = _refusal(*TINY_LLAMA, "model.vocab_size=50304", "model.param_budget=5e5")
     assert "most of it is the embeddings, 3,219,456 parameters (vocabulary 50,304)" in vocab
     assert vocab.endswith("change n_layers or the budget, or use a smaller vocabulary (the tokenizer sets it)")
-    none = _refusal(*TINY_LLAMA, "model.n_kv_heads=2000", "model.param_budget=5e5")
+    none = _refusal(*TINY_LLAMA, "model.attention.n_kv_heads=2000", "model.param_budget=5e5")
     assert none.startswith("model.param_budget=500000 is invalid: every d_model up to 16384 in steps of "
-                           "model.width_step=16 is refused by the llama3 config's model.n_kv_heads=2000")
+                           "model.width_step=16 is refused by the llama3 config's model.attention.n_kv_heads=2000")
 
 
 def test_slm_params_names_the_kv_heads_in_one_line(cache, capsys):
     from slm.cli.params import run
 
     with pytest.raises(SystemExit) as exit_:
-        run(["model=llama3", "model.param_budget=4e5", "model.n_layers=4", "model.head_dim=16", "model.width_step=16"])
+        run(["model=llama3", "model.param_budget=4e5", "model.n_layers=4", "model.attention.head_dim=16", "model.width_step=16"])
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and err.count("\n") == 1 and err.startswith("slm-params: error: model.param_budget=")
-    assert "model.n_kv_heads=4" in err and "model.n_kv_heads=3 fits" in err
+    assert "model.attention.n_kv_heads=4" in err and "model.attention.n_kv_heads=3 fits" in err
 
 
 # ========================================================== slm-generate: what it can do with unknown characters

@@ -12,22 +12,25 @@ from slm.components.flex import (Masking, attention_backends, backends_used, cho
                                  use_backend)
 from slm.model import ModelConfig
 from slm.model.transformer import Transformer
+from slm.settings import nested
 
-TINY = dict(n_layers=2, d_model=32, n_heads=4, vocab_size=61, context_length=160)
+TINY = {"n_layers": 2, "d_model": 32, "attention.n_heads": 4, "vocab_size": 61, "context_length": 160}
 
 CASES = {  # name: (config fields, documents in the batch)
     "causal": (dict(), False),
-    "bidirectional": (dict(causal=False), False),
-    "window": (dict(sliding_window=8, layer_types=["local_attn", "attn"]), False),
-    "window_bidirectional": (dict(causal=False, sliding_window=8, layer_types=["local_attn", "attn"]), False),
-    "block": (dict(causal=False, attention_block=16), False),
-    "documents": (dict(document_end_id=3), True),
-    "documents_window_gqa": (dict(sliding_window=8, layer_types=["local_attn", "attn"], n_kv_heads=2,
-                                  document_end_id=3), True),
-    "documents_block": (dict(causal=False, attention_block=16, document_end_id=3), True),
-    "softcap_gqa": (dict(attn_logit_softcap=2.0, n_kv_heads=1, attn_scale=2.0), False),
-    "softcap_window_documents": (dict(attn_logit_softcap=2.0, sliding_window=8, attn_scale=2.0,
-                                      layer_types=["local_attn", "attn"], document_end_id=3), True),
+    "bidirectional": ({"attention.causal": False}, False),
+    "window": ({"attention.sliding_window": 8, "layer_types": ["local_attn", "attn"]}, False),
+    "window_bidirectional": ({"attention.causal": False, "attention.sliding_window": 8,
+                              "layer_types": ["local_attn", "attn"]}, False),
+    "block": ({"attention.causal": False, "attention.block": 16}, False),
+    "documents": ({"embedding.document_end_id": 3}, True),
+    "documents_window_gqa": ({"attention.sliding_window": 8, "layer_types": ["local_attn", "attn"],
+                              "attention.n_kv_heads": 2, "embedding.document_end_id": 3}, True),
+    "documents_block": ({"attention.causal": False, "attention.block": 16, "embedding.document_end_id": 3}, True),
+    "softcap_gqa": ({"attention.logit_softcap": 2.0, "attention.n_kv_heads": 1, "attention.scale": 2.0}, False),
+    "softcap_window_documents": ({"attention.logit_softcap": 2.0, "attention.sliding_window": 8,
+                                  "attention.scale": 2.0, "layer_types": ["local_attn", "attn"],
+                                  "embedding.document_end_id": 3}, True),
 }
 
 
@@ -88,7 +91,8 @@ def test_document_ids_end_at_and_include_the_end_token():
 def test_attend_equals_attention_written_out_on_both_backends(causal, window, block, documents, kv_heads,
                                                               softcap):
     T, H, hd = 24, 4, 8
-    cfg = ModelConfig(**{**TINY, "causal": causal, "n_kv_heads": kv_heads, "attn_logit_softcap": softcap})
+    cfg = ModelConfig(**nested({**TINY, "attention.causal": causal, "attention.n_kv_heads": kv_heads,
+                                "attention.logit_softcap": softcap}))
     attn = MultiHeadAttention(cfg).eval()
     q = 2 * torch.randn(2, H, T, hd)
     k, v = 2 * torch.randn(2, kv_heads, T, hd), torch.randn(2, kv_heads, T, hd)
@@ -123,7 +127,7 @@ def test_dense_masks_are_the_definitions():
 @pytest.mark.parametrize("case", list(CASES))
 def test_model_logits_are_the_same_with_flex(case):
     fields, documents = CASES[case]
-    model = Transformer(ModelConfig(**TINY, **fields)).eval()
+    model = Transformer(ModelConfig(**nested({**TINY, **fields}))).eval()
     idx = _ids(150, documents)
     with torch.no_grad():
         want = model(idx)
@@ -133,14 +137,14 @@ def test_model_logits_are_the_same_with_flex(case):
     assert set(ran.values()) == {"flex_eager"} and len(ran) == len(set(model.cfg.layer_types))
     assert torch.allclose(got, want, atol=1e-5, rtol=1e-5), (got - want).abs().max()
     if documents:  # and the documents matter: without them the logits move
-        off = Transformer(ModelConfig(**TINY, **{**fields, "document_end_id": None})).eval()
+        off = Transformer(ModelConfig(**nested({**TINY, **fields, "embedding.document_end_id": None}))).eval()
         off.load_state_dict(model.state_dict())
         with torch.no_grad():
             assert not torch.allclose(off(idx), want, atol=1e-3)
 
 
 def test_block_curriculum_size_per_call_goes_through_flex():
-    model = Transformer(ModelConfig(**{**TINY, "causal": False})).eval()
+    model = Transformer(ModelConfig(**nested({**TINY, "attention.causal": False}))).eval()
     idx = _ids(150)
     with torch.no_grad():
         want = model(idx, attention_block=32)
@@ -165,15 +169,16 @@ def test_the_rule_per_device_and_its_override():
     assert choose(plain, cpu, False, 0.0) == "sdpa"
     with pytest.raises(ValueError, match="attention backend 'triton' is invalid: choose one of: auto, sdpa, flex"):
         set_backend("triton")
-    cfg = ModelConfig(**TINY, sliding_window=8, layer_types=["local_attn", "attn"], document_end_id=3)
+    cfg = ModelConfig(**nested({**TINY, "attention.sliding_window": 8, "layer_types": ["local_attn", "attn"],
+                                "embedding.document_end_id": 3}))
     assert attention_backends(cfg, "cuda") == {"causal+window+document": "flex", "causal+document": "flex"}
     assert attention_backends(cfg, "cpu") == {"causal+window+document": "sdpa", "causal+document": "sdpa"}
-    assert attention_backends(ModelConfig(**TINY), "cuda") == {"causal": "sdpa"}
+    assert attention_backends(ModelConfig(**nested(TINY)), "cuda") == {"causal": "sdpa"}
 
 
 def test_training_on_cpu_takes_sdpa_with_documents_and_gradients_flow():
-    model = Transformer(ModelConfig(**TINY, sliding_window=8, layer_types=["local_attn", "attn"],
-                                    document_end_id=3)).train()
+    model = Transformer(ModelConfig(**nested({**TINY, "attention.sliding_window": 8,
+                                              "layer_types": ["local_attn", "attn"], "embedding.document_end_id": 3}))).train()
     idx = _ids(150, True)
     model(idx).logsumexp(-1).mean().backward()
     assert backends_used(reset=True) == {"causal+window+document": "sdpa", "causal+document": "sdpa"}
@@ -184,7 +189,7 @@ def test_training_on_cpu_takes_sdpa_with_documents_and_gradients_flow():
 def test_compiled_flex_equals_sdpa():
     """torch.compile(flex_attention) on the CPU (forward only: flex has no CPU backward): one compile."""
     fields, _ = CASES["softcap_window_documents"]
-    model = Transformer(ModelConfig(**TINY, **{**fields, "n_kv_heads": 2})).eval()
+    model = Transformer(ModelConfig(**nested({**TINY, **fields, "attention.n_kv_heads": 2}))).eval()
     idx = _ids(150, True)
     with torch.no_grad():
         want = model(idx)

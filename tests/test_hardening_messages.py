@@ -4,12 +4,15 @@ the tokenizer overrides is said to be replaced."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from contextlib import redirect_stdout
 
 import pytest
 
-from slm.model.config import REGISTRY_FIELDS, ConfigError, ModelConfig
+from slm.components.registry import Registry
+from slm.model.config import ConfigError, ModelConfig
+from slm.settings import group_fields, nested
 from slm.training.config import TrainConfig, TrainConfigError
 from tests.test_bad_input import RUN, _train, snapshot, workdir  # noqa: F401 - workdir is a fixture
 
@@ -17,17 +20,32 @@ CASES = [  # (override, how the one line starts after "slm-train: error: ")
     ("train.schedule.kind=linear", "train.schedule.kind=linear: unknown schedule 'linear'; choose one of: constant, cosine, wsd"),
     ("train.objective=mlm", "train.objective=mlm: unknown objective 'mlm'; choose one of: causal_lm,"),
     ("train.optimizer=adam", "train.optimizer=adam: unknown optimizer 'adam'; choose one of: adamw,"),
-    ("model.norm=batchnorm", "model.norm=batchnorm: unknown norm 'batchnorm'; choose one of: layernorm,"),
-    ("model.mlp=swish", "model.mlp=swish: unknown mlp 'swish'; choose one of: gelu,"),
-    ("model.init=xavier", "model.init=xavier: unknown init scheme 'xavier'; choose one of: gpt2,"),
-    ("model.position=alibi", "model.position=alibi: unknown position 'alibi'; choose one of: none,"),
-    ("model.canon.kind=dense", "model.canon.kind=dense: unknown canon 'dense'; choose one of: conv,"),
-    ("model.canon=dense", "model.canon.kind=dense: unknown canon 'dense'; choose one of: conv,"),  # the old spelling
-    ("model.parametrization=mvp", "model.parametrization=mvp: unknown parametrization 'mvp'; choose one of: sp,"),
-    ("model.kind=cnn", "model.kind=cnn: unknown model kind 'cnn'; choose one of: transformer,"),
-    ("model.layer_types=[attn,mamba]", "model.layer_types=['attn', 'mamba'] is invalid: unknown mixer 'mamba'"),
-    ("model.mlp_types=[dense,sparse]", "model.mlp_types=['dense', 'sparse'] is invalid: unknown mlp type 'sparse'"),
+    ("model.norm.kind=batchnorm", "model.norm.kind='batchnorm' is invalid: one of: layernorm, rmsnorm,"),
+    ("model.norm=batchnorm", "model.norm.kind='batchnorm' is invalid: one of: layernorm,"),  # the old spelling
+    ("model.mlp.kind=swish", "model.mlp.kind='swish' is invalid: one of: gelu,"),
+    ("model.parametrization.init=xavier", "model.parametrization.init='xavier' is invalid: one of: gpt2,"),
+    ("model.position.kind=alibi", "model.position.kind='alibi' is invalid: one of: none,"),
+    ("model.canon.kind=dense", "model.canon.kind='dense' is invalid: one of: conv,"),
+    ("model.canon=dense", "model.canon.kind='dense' is invalid: one of: conv,"),  # the old spelling
+    ("model.parametrization.kind=mvp", "model.parametrization.kind='mvp' is invalid: one of: sp,"),
+    ("model.kind=cnn", "model.kind='cnn' is invalid: one of: transformer,"),
+    ("model.layer_types=[attn,mamba]", "model.layer_types=['attn', 'mamba'] is invalid: every item one of: attn,"),
+    ("model.mlp_types=[dense,sparse]", "model.mlp_types=['dense', 'sparse'] is invalid: every item one of: dense, moe"),
 ]
+
+
+def registry_fields(cls=ModelConfig, prefix: str = "") -> dict:
+    """{dotted field: its registry} of every setting of the model whose choices are a registry's keys."""
+    out = {}
+    for f in dataclasses.fields(cls):
+        if isinstance(f.metadata.get("choices"), Registry):
+            out[prefix + f.name] = f.metadata["choices"]
+    for name, group in group_fields(cls).items():
+        out.update(registry_fields(group, f"{prefix}{name}."))
+    return out
+
+
+REGISTRY_FIELDS = registry_fields()
 
 
 @pytest.mark.parametrize("override, start", CASES, ids=[c[0] for c in CASES])
@@ -46,10 +64,20 @@ def test_an_unknown_component_names_its_setting(workdir, capsys, override, start
     assert not runs.exists() or not [p for p in runs.rglob("*") if p.parent != runs], "a run directory was left"
 
 
+def test_every_registry_of_the_model_backs_a_setting():
+    from slm.components import REGISTRIES
+
+    assert {r.kind for r in REGISTRY_FIELDS.values()} == {*REGISTRIES} | {"model kind"}
+    assert {"kind", "norm.kind", "position.kind", "mlp.kind", "parametrization.init", "parametrization.kind",
+            "canon.kind", "layer_types", "mlp_types"} == set(REGISTRY_FIELDS)
+
+
 @pytest.mark.parametrize("name", sorted(REGISTRY_FIELDS))
 def test_every_registry_field_of_the_model_is_checked_by_name(name):
-    with pytest.raises(ConfigError, match=rf"^model\.{name}=nope: unknown .* 'nope'; choose one of: "):
-        ModelConfig(n_heads=2, **{name: "nope"})
+    value = ["nope"] if name.endswith("_types") else "nope"
+    with pytest.raises(ConfigError, match=rf"^model\.{name}={value!r} is invalid: (every item )?one of: ".replace("[", r"\[")
+                       .replace("]", r"\]")):
+        ModelConfig(**nested({"attention.n_heads": 2, name: value}))
 
 
 @pytest.mark.parametrize("name, spelt", [("objective", "objective"), ("schedule", "schedule.kind"),
@@ -64,8 +92,8 @@ def test_the_registry_itself_keeps_its_plain_message():
 
     with pytest.raises(UnknownKeyError, match=r"^unknown norm 'x'; choose one of: "):
         NORMS.get("x")
-    with pytest.raises(ConfigError, match=r"^model.norm=\['x'\]: unknown norm \['x'\]; choose one of: "):
-        NORMS.check(["x"], "model.norm", ConfigError)  # an unhashable value is refused, not a TypeError
+    with pytest.raises(ConfigError, match=r"^model.norm.kind=\['x'\]: unknown norm \['x'\]; choose one of: "):
+        NORMS.check(["x"], "model.norm.kind", ConfigError)  # an unhashable value is refused, not a TypeError
 
 
 def test_a_vocab_size_smaller_than_the_tokenizers_is_said_to_be_replaced(workdir):  # noqa: F811

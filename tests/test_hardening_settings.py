@@ -152,8 +152,8 @@ def test_every_eval_setting_is_checked_before_training(workdir, capsys, override
 
 def test_a_sampler_cache_the_model_cannot_use_is_refused_before_training(workdir, capsys):
     """Fast-dLLM's caches hold attention keys and values only: a diffusion model with Canon layers is refused."""
-    line = one_line_exit_2(capsys, ["model=dllm_canon", "model.n_layers=1", "model.d_model=64", "model.n_heads=2",
-                                    "model.n_kv_heads=2", "train.length.steps=2", "eval=offline", "eval.tasks=[]",
+    line = one_line_exit_2(capsys, ["model=dllm_canon", "model.n_layers=1", "model.d_model=64", "model.attention.n_heads=2",
+                                    "model.attention.n_kv_heads=2", "train.length.steps=2", "eval=offline", "eval.tasks=[]",
                                     "eval.throughput.diffusion.cache=prefix"])
     assert line.startswith("eval.throughput.diffusion.cache='prefix': a bidirectional cache keeps attention") and \
         "Canon layers" in line

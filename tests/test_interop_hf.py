@@ -11,6 +11,7 @@ from slm.cli.import_hf import main as import_hf
 from slm.interop.hf import from_hf, to_hf
 from slm.model import ModelConfig, Transformer
 from slm.model.weights import load_model
+from slm.settings import nested
 
 V, D, CTX, WINDOW = 128, 64, 64, 8
 T = 3 * WINDOW  # >= 2x the window, so sliding layers really drop keys
@@ -79,16 +80,16 @@ def test_from_hf_maps_the_config():
     """The mapped fields that decide the function: checked directly, so a mapping that is wrong but
     harmless on the tiny cases above still fails here."""
     gpt2 = from_hf(HF_CASES["gpt2"]()).cfg
-    assert (gpt2.family, gpt2.position, gpt2.norm, gpt2.mlp, gpt2.gelu_approximate, gpt2.bias) == (
+    assert (gpt2.family, gpt2.position.kind, gpt2.norm.kind, gpt2.mlp.kind, gpt2.mlp.gelu_approximate, gpt2.block.bias) == (
         "gpt2", "learned", "layernorm", "gelu", "tanh", True)
     llama = from_hf(HF_CASES["llama_gqa_untied"]()).cfg
-    assert (llama.n_heads, llama.n_kv_heads, llama.rope_theta, llama.tie_embeddings) == (4, 2, 500.0, False)
+    assert (llama.attention.n_heads, llama.attention.n_kv_heads, llama.position.rope_theta, llama.embedding.tie) == (4, 2, 500.0, False)
     qwen = from_hf(HF_CASES["qwen3_gqa_sliding"]()).cfg
-    assert (qwen.qk_norm, qwen.layer_types, qwen.sliding_window) == (True, ["attn", "local_attn", "local_attn"], WINDOW)
+    assert (qwen.attention.qk_norm, qwen.layer_types, qwen.attention.sliding_window) == (True, ["attn", "local_attn", "local_attn"], WINDOW)
     gemma = from_hf(HF_CASES["gemma3_local_global"]()).cfg
-    assert (gemma.layer_types, gemma.rope_theta, gemma.rope_theta_local) == (["local_attn", "local_attn", "attn"], 20000.0, 100.0)
-    assert (gemma.norm_placement, gemma.scale_embeddings, gemma.final_logit_softcap) == ("sandwich", True, 3.0)
-    assert gemma.attn_scale == pytest.approx(24**-0.5)
+    assert (gemma.layer_types, gemma.position.rope_theta, gemma.position.rope_theta_local) == (["local_attn", "local_attn", "attn"], 20000.0, 100.0)
+    assert (gemma.norm.placement, gemma.embedding.scale, gemma.embedding.logit_softcap) == ("sandwich", True, 3.0)
+    assert gemma.attention.scale == pytest.approx(24**-0.5)
 
 
 def test_gemma3_pattern_is_shortened_to_its_repeating_unit():
@@ -116,24 +117,25 @@ def test_from_hf_refuses_what_it_cannot_represent(make, match):
 
 
 SLM_CASES = {
-    "gpt2_style": dict(position="learned", norm="layernorm", norm_eps=1e-5, mlp="gelu", bias=True,
-                       norm_placement="pre"),
-    "gpt2_style_untied_no_bias_relu": dict(position="learned", norm="layernorm", mlp="relu", bias=False,
-                                           tie_embeddings=False),
-    "llama_style": dict(position="rope", norm="rmsnorm", mlp="swiglu", n_kv_heads=2, rope_theta=777.0),
-    "llama_style_untied_bias": dict(position="rope", norm="rmsnorm", mlp="swiglu", head_dim=24, bias=True,
-                                    tie_embeddings=False),
+    "gpt2_style": {"position.kind": "learned", "norm.kind": "layernorm", "norm.eps": 1e-5, "mlp.kind": "gelu",
+                   "block.bias": True, "norm.placement": "pre"},
+    "gpt2_style_untied_no_bias_relu": {"position.kind": "learned", "norm.kind": "layernorm", "mlp.kind": "relu",
+                                       "block.bias": False, "embedding.tie": False},
+    "llama_style": {"position.kind": "rope", "norm.kind": "rmsnorm", "mlp.kind": "swiglu", "attention.n_kv_heads": 2,
+                    "position.rope_theta": 777.0},
+    "llama_style_untied_bias": {"position.kind": "rope", "norm.kind": "rmsnorm", "mlp.kind": "swiglu",
+                                "attention.head_dim": 24, "block.bias": True, "embedding.tie": False},
 }
 
 
 @pytest.mark.parametrize("case", SLM_CASES)
 def test_to_hf_round_trip(case):
-    model = _perturb(Transformer(ModelConfig(n_layers=2, d_model=D, n_heads=4, vocab_size=V, context_length=CTX,
-                                             **SLM_CASES[case])))
+    model = _perturb(Transformer(ModelConfig(**nested({"n_layers": 2, "d_model": D, "attention.n_heads": 4,
+                                                       "vocab_size": V, "context_length": CTX, **SLM_CASES[case]}))))
     hf_model = to_hf(model)
-    expected = tf.GPT2LMHeadModel if model.cfg.position == "learned" else tf.LlamaForCausalLM
+    expected = tf.GPT2LMHeadModel if model.cfg.position.kind == "learned" else tf.LlamaForCausalLM
     assert type(hf_model) is expected and not hf_model.training
-    assert (hf_model.lm_head.weight is hf_model.get_input_embeddings().weight) == model.cfg.tie_embeddings
+    assert (hf_model.lm_head.weight is hf_model.get_input_embeddings().weight) == model.cfg.embedding.tie
     assert _max_diff(hf_model, model, _tokens()) < TOL
     back = from_hf(hf_model)
     assert _max_diff(hf_model, back, _tokens()) < TOL
@@ -141,16 +143,17 @@ def test_to_hf_round_trip(case):
 
 @pytest.mark.parametrize("change, match", [
     (dict(canon=dict(set="AC")), "Canon layers"),
-    (dict(layer_repeat=2), "layer_repeat=2"),
-    (dict(qk_norm=True), "qk_norm=True"),
-    (dict(sliding_window=8, layer_types=["local_attn"]), "layer_types=.*needs attn only"),
-    (dict(norm="rmsnorm_gemma", norm_placement="sandwich"), "norm_placement='sandwich'.*norm='rmsnorm_gemma'"),
-    (dict(position="none"), "position='none'"),
-    (dict(rotary_fraction=0.5), "partial rotary"),
-    (dict(parametrization="mup", mup={"base_width": D}), "parametrization=mup multiplies the logits"),
+    ({"block.repeat": 2}, "block.repeat=2"),
+    ({"attention.qk_norm": True}, "qk_norm=True"),
+    ({"attention.sliding_window": 8, "layer_types": ["local_attn"]}, "layer_types=.*needs attn only"),
+    ({"norm.kind": "rmsnorm_gemma", "norm.placement": "sandwich"}, "norm.placement='sandwich'.*norm.kind='rmsnorm_gemma'"),
+    ({"position.kind": "none"}, "position.kind='none'"),
+    ({"position.rotary_fraction": 0.5}, "partial rotary"),
+    ({"parametrization.kind": "mup", "parametrization.base_width": D}, "parametrization.kind=mup multiplies the logits"),
 ])
 def test_to_hf_refuses_what_it_cannot_represent(change, match):
-    model = Transformer(ModelConfig(n_layers=1, d_model=D, n_heads=4, vocab_size=V, context_length=CTX, **change))
+    model = Transformer(ModelConfig(**nested({"n_layers": 1, "d_model": D, "attention.n_heads": 4, "vocab_size": V,
+                                              "context_length": CTX, **change})))
     with pytest.raises(ValueError, match=match):
         to_hf(model)
 
@@ -218,9 +221,9 @@ def test_lfm2_config_traps_are_mapped():
     """transformers' defaults that would silently differ: the rescaled MLP width, the padding row, RoPE 1e6."""
     hf_model = _lfm2()
     cfg = from_hf(hf_model).cfg
-    assert cfg.d_ff == hf_model.model.layers[0].feed_forward.w1.weight.shape[0] == 256  # 96 -> 64 -> up to 256
-    assert (cfg.embedding_padding_idx, cfg.rope_theta, cfg.conv_kernel) == (0, 1e6, 3)
-    assert (cfg.family, cfg.layer_types, cfg.qk_norm) == ("lfm2", ["conv", "conv", "attn"], True)  # repeating unit
+    assert cfg.mlp.d_ff == hf_model.model.layers[0].feed_forward.w1.weight.shape[0] == 256  # 96 -> 64 -> up to 256
+    assert (cfg.embedding.padding_idx, cfg.position.rope_theta, cfg.conv.kernel) == (0, 1e6, 3)
+    assert (cfg.family, cfg.layer_types, cfg.attention.qk_norm) == ("lfm2", ["conv", "conv", "attn"], True)  # repeating unit
     assert [cfg.layer_type(i) for i in range(4)] == ["conv", "conv", "attn", "conv"]
     assert from_hf(_lfm2(layer_types=["full_attention", "conv"] * 2)).cfg.layer_types == ["attn", "conv"]
     with pytest.raises(ValueError, match="conv_bias=True"):
@@ -228,8 +231,8 @@ def test_lfm2_config_traps_are_mapped():
 
 
 def test_lfm2_padding_row_gets_no_gradient_from_the_lookup():
-    model = Transformer(ModelConfig(n_layers=2, d_model=D, n_heads=4, vocab_size=V, layer_types=["conv", "attn"],
-                                    embedding_padding_idx=3, tie_embeddings=False))
+    model = Transformer(ModelConfig(n_layers=2, d_model=D, attention=dict(n_heads=4), vocab_size=V,
+                                    layer_types=["conv", "attn"], embedding=dict(padding_idx=3, tie=False)))
     assert torch.all(model.tok_emb.weight[3] == 0)
     model(torch.tensor([[3, 5, 3, 7]])).sum().backward()
     assert torch.all(model.tok_emb.weight.grad[3] == 0) and model.tok_emb.weight.grad[5].abs().sum() > 0
@@ -237,9 +240,12 @@ def test_lfm2_padding_row_gets_no_gradient_from_the_lookup():
 
 @pytest.mark.parametrize("layer_types", [["conv", "conv", "attn"], ["conv"]])
 def test_lfm2_to_hf_round_trip(layer_types):
-    model = _perturb(Transformer(ModelConfig(n_layers=4, d_model=D, n_heads=4, n_kv_heads=2, vocab_size=V,
-                                             context_length=CTX, layer_types=layer_types, qk_norm=True, d_ff=80,
-                                             rope_theta=5000.0, tie_embeddings=False)))
+    model = _perturb(Transformer(ModelConfig(n_layers=4, d_model=D,
+                                             attention=dict(n_heads=4, n_kv_heads=2, qk_norm=True),
+                                             vocab_size=V, context_length=CTX, layer_types=layer_types,
+                                             mlp=dict(d_ff=80),
+                                             position=dict(rope_theta=5000.0),
+                                             embedding=dict(tie=False))))
     hf_model = to_hf(model)
     assert type(hf_model) is tf.Lfm2ForCausalLM and hf_model.config.pad_token_id is None
     assert hf_model.model.embed_tokens.padding_idx is None
@@ -262,13 +268,16 @@ def test_lfm2_greedy_generation_equals_transformers():
 
 
 def test_lfm2_to_hf_refuses_what_it_cannot_represent():
-    base = dict(n_layers=3, d_model=D, n_heads=4, vocab_size=V, context_length=CTX, layer_types=["conv", "conv", "attn"])
-    for change, match in [(dict(qk_norm=False), "qk_norm=False"), (dict(qk_norm=True, bias=True), "bias=True"),
-                          (dict(qk_norm=True, mlp="gelu"), "mlp='gelu'"),
-                          (dict(qk_norm=True, layer_types=["conv", "local_attn"], sliding_window=4),
+    base = {"n_layers": 3, "d_model": D, "attention.n_heads": 4, "vocab_size": V, "context_length": CTX,
+            "layer_types": ["conv", "conv", "attn"]}
+    for change, match in [({"attention.qk_norm": False}, "qk_norm=False"),
+                          ({"attention.qk_norm": True, "block.bias": True}, "block.bias=True"),
+                          ({"attention.qk_norm": True, "mlp.kind": "gelu"}, "mlp.kind='gelu'"),
+                          ({"attention.qk_norm": True, "layer_types": ["conv", "local_attn"],
+                            "attention.sliding_window": 4},
                            "needs conv, attn only")]:
         with pytest.raises(ValueError, match=match):
-            to_hf(Transformer(ModelConfig(**{**base, **change})))
+            to_hf(Transformer(ModelConfig(**nested({**base, **change}))))
 
 
 def test_import_hf_cli_lfm2(tmp_path, capsys):
@@ -278,7 +287,7 @@ def test_import_hf_cli_lfm2(tmp_path, capsys):
     import_hf([str(tmp_path / "hf"), str(tmp_path / "slm")])
     model = load_model(tmp_path / "slm")
     assert capsys.readouterr().out.strip() == f"{tmp_path / 'slm'}: lfm2, {model.num_params():,} parameters"
-    assert model.cfg.embedding_padding_idx == 0 and _max_diff(hf_model, model, _tokens()) < TOL
+    assert model.cfg.embedding.padding_idx == 0 and _max_diff(hf_model, model, _tokens()) < TOL
 
 
 # ----------------------------------------------------------------------------------- mixtures of experts
@@ -315,11 +324,11 @@ def test_moe_from_hf_matches_transformers(make):
 
 def test_moe_config_is_mapped():
     cfg = from_hf(_qwen3_moe()).cfg
-    assert (cfg.mlp_types, cfg.moe.n_experts, cfg.moe.top_k, cfg.moe.expert_d_ff, cfg.d_ff) == (["dense", "moe", "moe"], 6, 2, 24, 80)
-    assert (cfg.moe.norm_topk_prob, cfg.moe.aux_coef, cfg.moe.aux_scope, cfg.qk_norm) == (True, 0.02, "pooled", True)
+    assert (cfg.mlp_types, cfg.moe.n_experts, cfg.moe.top_k, cfg.moe.expert_d_ff, cfg.mlp.d_ff) == (["dense", "moe", "moe"], 6, 2, 24, 80)
+    assert (cfg.moe.norm_topk_prob, cfg.moe.aux_coef, cfg.moe.aux_scope, cfg.attention.qk_norm) == (True, 0.02, "pooled", True)
     assert from_hf(_qwen3_moe(decoder_sparse_step=2, mlp_only_layers=[])).cfg.mlp_types == ["dense", "moe"]
     mixtral = from_hf(_mixtral(sliding_window=WINDOW)).cfg
-    assert (mixtral.layer_types, mixtral.sliding_window, mixtral.qk_norm) == (["local_attn"], WINDOW, False)
+    assert (mixtral.layer_types, mixtral.attention.sliding_window, mixtral.attention.qk_norm) == (["local_attn"], WINDOW, False)
     with pytest.raises(ValueError, match="router_jitter_noise=0.1"):
         from_hf(_mixtral(router_jitter_noise=0.1))
 
@@ -350,15 +359,16 @@ def test_moe_aux_loss_equals_transformers():
 
 
 @pytest.mark.parametrize("change, expected", [
-    (dict(qk_norm=True, mlp_types=["dense", "moe"], moe=dict(norm_topk_prob=False)), tf.Qwen3MoeForCausalLM),
-    (dict(qk_norm=False, mlp_types=["moe"], tie_embeddings=False), tf.MixtralForCausalLM),
-    (dict(qk_norm=True, mlp_types=["moe"], layer_types=["local_attn"], sliding_window=6), tf.Qwen3MoeForCausalLM),
+    ({"attention.qk_norm": True, "mlp_types": ["dense", "moe"], "moe": dict(norm_topk_prob=False)}, tf.Qwen3MoeForCausalLM),
+    ({"attention.qk_norm": False, "mlp_types": ["moe"], "embedding.tie": False}, tf.MixtralForCausalLM),
+    ({"attention.qk_norm": True, "mlp_types": ["moe"], "layer_types": ["local_attn"], "attention.sliding_window": 6}, tf.Qwen3MoeForCausalLM),
 ])
 def test_moe_to_hf_round_trip(change, expected):
     change = dict(change)
     moe = dict(n_experts=4, top_k=2, expert_d_ff=20, **change.pop("moe", {}))
-    model = _perturb(Transformer(ModelConfig(n_layers=3, d_model=D, n_heads=4, n_kv_heads=2, vocab_size=V,
-                                             context_length=CTX, d_ff=72, moe=moe, **change)))
+    model = _perturb(Transformer(ModelConfig(**nested({"n_layers": 3, "d_model": D, "attention.n_heads": 4,
+                                                       "attention.n_kv_heads": 2, "vocab_size": V,
+                                                       "context_length": CTX, "mlp.d_ff": 72, "moe": moe, **change}))))
     hf_model = to_hf(model)
     assert type(hf_model) is expected
     assert _max_diff(hf_model, model, _tokens()) < TOL
@@ -368,14 +378,16 @@ def test_moe_to_hf_round_trip(change, expected):
 
 
 def test_moe_to_hf_refuses_what_it_cannot_represent():
-    base = dict(n_layers=2, d_model=D, n_heads=4, vocab_size=V, context_length=CTX, moe=dict(n_experts=4, expert_d_ff=16))
+    base = {"n_layers": 2, "d_model": D, "attention.n_heads": 4, "vocab_size": V, "context_length": CTX,
+            "moe": dict(n_experts=4, expert_d_ff=16)}
     for change, match in [(dict(mlp_types=["moe"], moe=dict(n_experts=4, expert_d_ff=16, shared_expert_d_ff=8)), "shared_expert_d_ff=8"),
                           (dict(mlp_types=["dense", "moe"]), "Mixtral routes every layer"),
                           (dict(mlp_types=["moe"], moe=dict(n_experts=4, expert_d_ff=16, norm_topk_prob=False)), "norm_topk_prob=False"),
-                          (dict(mlp_types=["moe"], layer_types=["local_attn", "attn"], sliding_window=4, qk_norm=True),
+                          ({"mlp_types": ["moe"], "layer_types": ["local_attn", "attn"],
+                            "attention.sliding_window": 4, "attention.qk_norm": True},
                            "one sliding window for all layers")]:
         with pytest.raises(ValueError, match=match):
-            to_hf(Transformer(ModelConfig(**{**base, **change})))
+            to_hf(Transformer(ModelConfig(**nested({**base, **change}))))
 
 
 def test_moe_preset_converts_to_mixtral():

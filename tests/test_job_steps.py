@@ -21,7 +21,7 @@ from slm.runs.record import load_record
 
 TINY = ["model=debug", "eval=none", "train.length.steps=6", "train.validation.interval=3", "train.checkpoint.interval=3",
         "train.validation.batches=1", "train.logging.print_interval=0", "train.logging.progress_bar=false", "train.logging.interval=2"]
-MOE = ["model=moe", "model.n_layers=2", "model.d_model=32", "model.head_dim=16", "model.n_kv_heads=1",
+MOE = ["model=moe", "model.n_layers=2", "model.d_model=32", "model.attention.head_dim=16", "model.attention.n_kv_heads=1",
        "model.moe.n_experts=4", "model.moe.expert_d_ff=32", "model.context_length=32", "train.batch_size=4",
        "eval=none", "train.validation.batches=1", "train.logging.print_interval=0", "train.logging.progress_bar=false"]
 

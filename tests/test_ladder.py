@@ -14,6 +14,7 @@ from slm.model import ModelConfig, build_model, config_from_spec, count
 from slm.model.config import ConfigError
 from slm.model.counting import breakdown
 from slm.objectives import OBJECTIVES, ObjectiveError
+from slm.settings import nested
 from tests.conftest import compose_model_node
 
 # Published parameter counts: Table 1 and the RoPE ablation of arXiv 2512.20877, and the counts its reference
@@ -24,11 +25,11 @@ PUBLISHED = [
     ("ladder_attention", [], 231_617),
     ("ladder_transformer", [], 430_785),
     ("ladder_rope", [], 414_401),
-    ("ladder_rope", ["model.position=learned"], 430_785),
+    ("ladder_rope", ["model.position.kind=learned"], 430_785),
     ("ladder_linear", ["model.context_length=32"], 274_625),
     ("ladder_linear", ["model.context_length=64"], 540_865),
-    ("ladder_mlp", ["model.window_hidden=[128,128]"], 2_130_497),
-    ("ladder_mlp", ["model.window_hidden=[512,512]"], 8_693_441),
+    ("ladder_mlp", ["model.mlp.window_hidden=[128,128]"], 2_130_497),
+    ("ladder_mlp", ["model.mlp.window_hidden=[512,512]"], 8_693_441),
     ("ladder_transformer", ["model.n_layers=2"], 298_305),
     ("ladder_transformer", ["model.n_layers=4"], 563_265),
 ]
@@ -50,14 +51,14 @@ def test_counts_match_the_paper(name, overrides, published):
 def test_word_level_counts_match_the_paper(vocab, published):
     """The word-level Transformer as sweeps/ladder_word.yaml composes it, at PTB's and WikiText-2's vocabularies."""
     cfg = config_from_spec(compose_model_node("sweep=ladder_word", f"model.vocab_size={vocab}"))
-    assert (cfg.context_length, cfg.n_layers, cfg.d_ff) == (64, 3, 256)
+    assert (cfg.context_length, cfg.n_layers, cfg.mlp.d_ff) == (64, 3, 256)
     assert count(cfg).params_total == published
 
 
 def reference_stack(cfg: ModelConfig, norm_first: bool) -> nn.ModuleDict:
     """The paper's Self-Attention / Transformer built from torch.nn: embeddings + learned positions,
     TransformerEncoderLayer blocks (causal mask), a final LayerNorm, a biased head."""
-    layer = lambda: nn.TransformerEncoderLayer(cfg.d_model, cfg.n_heads, cfg.d_ff, dropout=0.0,  # noqa: E731
+    layer = lambda: nn.TransformerEncoderLayer(cfg.d_model, cfg.attention.n_heads, cfg.mlp.d_ff, dropout=0.0,  # noqa: E731
                                                activation="relu", batch_first=True, norm_first=norm_first)
     return nn.ModuleDict({"tok": nn.Embedding(cfg.vocab_size, cfg.d_model),
                           "pos": nn.Embedding(cfg.context_length, cfg.d_model),
@@ -94,9 +95,9 @@ def run_reference(ref: nn.ModuleDict, idx: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize("name, overrides, norm_first", [("ladder_attention", [], False),
                                                           ("ladder_transformer", [], False),
-                                                          ("ladder_rope", ["model.position=learned"], True)])
+                                                          ("ladder_rope", ["model.position.kind=learned"], True)])
 def test_blocks_equal_torch_transformer_encoder_layers(name, overrides, norm_first):
-    cfg = preset(name, *overrides, "model.dropout=0.0")
+    cfg = preset(name, *overrides, "model.block.dropout=0.0")
     model = build_model(cfg).eval()
     ref = reference_stack(cfg, norm_first).eval()
     copy_into(ref, model, norm_first)
@@ -110,7 +111,7 @@ def test_window_models_equal_plain_torch_stacks():
         cfg = preset(name, "model.context_length=16")
         model = build_model(cfg).eval()
         layers = [nn.Embedding(cfg.vocab_size, cfg.d_model), nn.Flatten()]
-        widths = [16 * cfg.d_model, *cfg.window_hidden]
+        widths = [16 * cfg.d_model, *cfg.mlp.window_hidden]
         for a, b in zip(widths[:-1], widths[1:]):
             layers += [nn.Linear(a, b), nn.ReLU()]
         ref = nn.Sequential(*layers, nn.Linear(widths[-1], cfg.vocab_size)).eval()
@@ -134,7 +135,7 @@ def test_torch_init_is_pytorch_defaults():
 
 @pytest.mark.parametrize("name", ["ladder_linear", "ladder_transformer"])
 def test_last_token_scores_the_token_after_the_window(name):
-    cfg = preset(name, "model.context_length=16", "model.dropout=0.0")
+    cfg = preset(name, "model.context_length=16", "model.block.dropout=0.0")
     model = build_model(cfg).eval()
     objective = OBJECTIVES.get("last_token")()
     objective.check(cfg)
@@ -153,14 +154,14 @@ def test_causal_lm_refuses_a_window_model():
 
 
 @pytest.mark.parametrize("kw, match", [
-    (dict(kind="cnn"), "model.kind=cnn: unknown model kind 'cnn'"),
-    (dict(kind="linear", window_hidden=[8]), "window_hidden"),
+    (dict(kind="cnn"), "model.kind='cnn' is invalid: one of: transformer, linear, mlp"),
+    ({"kind": "linear", "mlp.window_hidden": [8]}, "window_hidden"),
     (dict(kind="mlp"), "window_hidden.*at least one"),
-    (dict(kind="mlp", window_hidden=[0]), "window_hidden"),
+    ({"kind": "mlp", "mlp.window_hidden": [0]}, "window_hidden"),
 ])
 def test_bad_kind_settings_name_the_field(kw, match):
     with pytest.raises(ConfigError, match=match):
-        ModelConfig(**kw)
+        ModelConfig(**nested(kw))
 
 
 def dropout_calls(model: nn.Module, idx: torch.Tensor, monkeypatch) -> list[tuple[int, ...]]:
@@ -194,12 +195,13 @@ def test_dropout_sits_where_the_reference_puts_it(name, sublayer_drops, attentio
 
 def test_default_dropout_sites_are_every_site(monkeypatch):
     """Every other preset keeps dropout on the embeddings, attention probabilities and both sublayer outputs."""
-    cfg = ModelConfig(vocab_size=32, d_model=16, n_layers=2, n_heads=2, context_length=8, dropout=0.1)
+    cfg = ModelConfig(vocab_size=32, d_model=16, n_layers=2, attention=dict(n_heads=2), context_length=8,
+                      block=dict(dropout=0.1))
     model = build_model(cfg)
     assert [block.attn.dropout for block in model.blocks] == [0.1, 0.1]
     assert dropout_calls(model, torch.randint(0, 32, (1, 8)), monkeypatch) == [(1, 8, 16)] * 5
-    off = build_model(ModelConfig(vocab_size=32, d_model=16, n_layers=2, n_heads=2, context_length=8,
-                                  dropout=0.1, dropout_at=[]))
+    off = build_model(ModelConfig(vocab_size=32, d_model=16, n_layers=2, attention=dict(n_heads=2), context_length=8,
+                                  block=dict(dropout=0.1, dropout_at=[])))
     assert dropout_calls(off, torch.randint(0, 32, (1, 8)), monkeypatch) == []
     assert [block.attn.dropout for block in off.blocks] == [0.0, 0.0]
 
@@ -209,7 +211,7 @@ def test_torch_mha_init_is_multihead_attentions():
     fused qkv: Xavier-uniform over the (3d, d) matrix, zero biases), the rest PyTorch's Linear defaults."""
     cfg = preset("ladder_attention")
     attn = build_model(cfg).blocks[0].attn
-    peer = nn.MultiheadAttention(cfg.d_model, cfg.n_heads, bias=True, batch_first=True)
+    peer = nn.MultiheadAttention(cfg.d_model, cfg.attention.n_heads, bias=True, batch_first=True)
     bound = (6 / sum(peer.in_proj_weight.shape)) ** 0.5  # Xavier-uniform's bound
     for w in (attn.qkv.weight, peer.in_proj_weight):
         assert w.shape == (3 * cfg.d_model, cfg.d_model) and 0.97 * bound < w.abs().max() <= bound

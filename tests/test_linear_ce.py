@@ -13,13 +13,15 @@ from slm.objectives import OBJECTIVES
 from slm.objectives.linear_ce import (PLAIN_BELOW_BYTES, ChunkedPath, LossSettings, LossSettingsError, PlainPath,
                                       choose_path, liger_installed, linear_cross_entropy)
 from slm.objectives.mdlm import masked_log_probs
+from slm.settings import nested
 from slm.training.config import TrainConfig, TrainConfigError
 
-TINY = dict(n_layers=2, d_model=32, n_heads=4, vocab_size=61, context_length=16)
+TINY = {"n_layers": 2, "d_model": 32, "attention.n_heads": 4, "vocab_size": 61, "context_length": 16}
 HEADS = {  # every head Transformer.head can be: tied or not, bias, soft-cap, μP's readout multiplier
     "tied": {},
-    "untied_bias_softcap": dict(tie_embeddings=False, head_bias=True, final_logit_softcap=3.0),
-    "mup_readout_softcap": dict(parametrization="mup", mup={"base_width": 8}, final_logit_softcap=5.0),
+    "untied_bias_softcap": {"embedding.tie": False, "embedding.head_bias": True, "embedding.logit_softcap": 3.0},
+    "mup_readout_softcap": {"parametrization.kind": "mup", "parametrization.base_width": 8,
+                            "embedding.logit_softcap": 5.0},
 }
 
 
@@ -38,7 +40,7 @@ def head_grads(model: Transformer, h: torch.Tensor, loss: torch.Tensor) -> list[
 @pytest.mark.parametrize("chunk", [7, 64, 1000])  # several chunks with a short last one, one chunk
 def test_loss_and_gradients_equal_the_plain_head(head, chunk):
     torch.manual_seed(0)
-    model = Transformer(ModelConfig(**TINY, **HEADS[head]))
+    model = Transformer(ModelConfig(**nested({**TINY, **HEADS[head]})))
     if model.lm_head.bias is not None:
         torch.nn.init.normal_(model.lm_head.bias)
     assert (model.readout_scale is not None) == (head == "mup_readout_softcap")
@@ -55,7 +57,7 @@ def test_loss_and_gradients_equal_the_plain_head(head, chunk):
 
 def test_a_tied_head_adds_its_gradient_to_the_embeddings():
     torch.manual_seed(0)
-    model = Transformer(ModelConfig(**TINY))
+    model = Transformer(ModelConfig(**nested(TINY)))
     assert model.lm_head.weight is model.tok_emb.weight
     tokens = torch.randint(0, 61, (2, 17))
     grads = {}
@@ -98,13 +100,13 @@ def _step(objective: str, impl: str, cfg: ModelConfig, tokens: torch.Tensor):
 
 
 @pytest.mark.parametrize("objective, extra", [
-    ("causal_lm", dict(final_logit_softcap=4.0)),
+    ("causal_lm", {"embedding.logit_softcap": 4.0}),
     ("causal_lm", dict(mlp_types=["dense", "moe"], moe=dict(n_experts=4, top_k=2, expert_d_ff=16))),  # with its aux loss
-    ("mdlm", dict(causal=False, mask_token_id=60)),
-    ("last_token", dict(tie_embeddings=False, head_bias=True)),
+    ("mdlm", {"attention.causal": False, "embedding.mask_token_id": 60}),
+    ("last_token", {"embedding.tie": False, "embedding.head_bias": True}),
 ])
 def test_a_training_step_chunked_equals_plain(objective, extra):
-    cfg = ModelConfig(**TINY, **extra)
+    cfg = ModelConfig(**nested({**TINY, **extra}))
     tokens = torch.randint(0, 60, (4, 17))
     loss_p, grads_p, after_p = _step(objective, "plain", cfg, tokens)
     loss_c, grads_c, after_c = _step(objective, "chunked", cfg, tokens)
@@ -115,7 +117,8 @@ def test_a_training_step_chunked_equals_plain(objective, extra):
 
 def test_under_bf16_autocast_equal_to_bfloat16_rounding():
     """train.precision=bf16-mixed: both paths multiply in bfloat16 and take the softmax in float32."""
-    cfg = ModelConfig(**TINY, tie_embeddings=False, head_bias=True, final_logit_softcap=3.0)
+    cfg = ModelConfig(**nested({**TINY, "embedding.tie": False, "embedding.head_bias": True,
+                                "embedding.logit_softcap": 3.0}))
     tokens = torch.randint(0, 60, (4, 17))
     out = {}
     for impl in ("plain", "chunked"):
@@ -129,11 +132,12 @@ def test_under_bf16_autocast_equal_to_bfloat16_rounding():
     assert all(close(c, p, 2e-2) for c, p in zip(out["chunked"][1], out["plain"][1]))
 
 
-@pytest.mark.parametrize("objective, extra", [("causal_lm", {}), ("mdlm", dict(causal=False, mask_token_id=60)),
+@pytest.mark.parametrize("objective, extra", [("causal_lm", {}), ("mdlm", {"attention.causal": False,
+                                                                           "embedding.mask_token_id": 60}),
                                               ("last_token", {})])
 def test_validation_sums_equal(objective, extra):
     torch.manual_seed(0)
-    model = Transformer(ModelConfig(**TINY, **extra)).eval()
+    model = Transformer(ModelConfig(**nested({**TINY, **extra}))).eval()
     tokens = torch.randint(0, 60, (4, 17))
     with torch.no_grad():
         plain = OBJECTIVES.get(objective)(LossSettings(impl="plain")).nll(model, tokens, seed=1)
@@ -143,7 +147,8 @@ def test_validation_sums_equal(objective, extra):
 
 def test_head_false_gives_the_hidden_states_the_logits_come_from():
     torch.manual_seed(0)
-    model = Transformer(ModelConfig(**TINY, mlp_types=["dense", "moe"], moe=dict(n_experts=4, top_k=2, expert_d_ff=16)))
+    model = Transformer(ModelConfig(**nested({**TINY, "mlp_types": ["dense", "moe"],
+                                              "moe": dict(n_experts=4, top_k=2, expert_d_ff=16)})))
     idx = torch.randint(0, 61, (2, 9))
     logits, aux = model(idx, return_aux=True)
     h, aux_h = model(idx, return_aux=True, head=False)
@@ -153,13 +158,13 @@ def test_head_false_gives_the_hidden_states_the_logits_come_from():
 
 def test_only_transformers_head_is_fused_and_auto_is_chunked_on_a_cpu_where_the_logits_are_large():
     cpu = torch.device("cpu")
-    window = WindowLinear(ModelConfig(kind="linear", **{**TINY, "n_layers": 1}))
+    window = WindowLinear(ModelConfig(**nested({"kind": "linear", **TINY, "n_layers": 1})))
     assert type(choose_path(LossSettings(impl="chunked"), window, cpu)) is PlainPath  # its head is not Transformer's
-    auto = choose_path(LossSettings(), Transformer(ModelConfig(**TINY)), cpu)
+    auto = choose_path(LossSettings(), Transformer(ModelConfig(**nested(TINY))), cpu)
     assert type(auto) is ChunkedPath and auto.plain_below == PLAIN_BELOW_BYTES
     large = PLAIN_BELOW_BYTES // (4 * 61) + 1  # rows of a 61-token head whose float32 logits reach the threshold
     assert auto.ran(large, 61) == "chunked" and auto.ran(large - 1, 61) == "plain"
-    assert type(choose_path(None, Transformer(ModelConfig(**TINY)), cpu)) is PlainPath  # an objective without settings
+    assert type(choose_path(None, Transformer(ModelConfig(**nested(TINY))), cpu)) is PlainPath  # an objective without settings
     tokens = torch.randint(0, 61, (3, 17))  # a window model trains on the plain path whatever train.loss says
     terms = OBJECTIVES.get("last_token")(LossSettings(impl="chunked")).terms(window, tokens)
     assert torch.isfinite(terms["loss"])
@@ -189,10 +194,10 @@ def test_settings_reach_the_objective():
     from slm.training.module import LanguageModelModule
 
     cfg = TrainConfig(loss={"impl": "plain", "chunk_tokens": 32}, length={"steps": 2})
-    module = LanguageModelModule(ModelConfig(**TINY), cfg, max_steps=2, tokens_per_step=64)
+    module = LanguageModelModule(ModelConfig(**nested(TINY)), cfg, max_steps=2, tokens_per_step=64)
     assert module.objective.loss_settings == LossSettings(impl="plain", chunk_tokens=32)
     assert cfg.to_dict()["loss"] == {"impl": "plain", "chunk_tokens": 32}
-    compiled = LanguageModelModule(ModelConfig(**TINY), TrainConfig(compile=True, length={"steps": 2}), max_steps=2,
+    compiled = LanguageModelModule(ModelConfig(**nested(TINY)), TrainConfig(compile=True, length={"steps": 2}), max_steps=2,
                                    tokens_per_step=64)
     compiled.configure_model()  # train.compile: the model, and the objective's forward + head + loss with it
     assert compiled._forward is not compiled.model
@@ -206,7 +211,7 @@ def test_the_compiled_loss_equals_the_eager_one():
     import torch._dynamo.utils
 
     torch.manual_seed(0)
-    model = Transformer(ModelConfig(**TINY, final_logit_softcap=3.0))
+    model = Transformer(ModelConfig(**nested({**TINY, "embedding.logit_softcap": 3.0})))
     tokens = torch.randint(0, 61, (4, 17))
     eager = OBJECTIVES.get("causal_lm")(LossSettings(impl="chunked", chunk_tokens=24))
     loss = eager.terms(model, tokens)["loss"]

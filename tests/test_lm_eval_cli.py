@@ -41,7 +41,8 @@ def run(tmp_path_factory) -> Path:
     text = "\n\n".join("\n".join(s) for s in speeches())
     tok = CharTokenizer(CharTokenizer.select(CharTokenizer.fit_counts([text]), None), unk=False, eot=False)
     torch.manual_seed(0)
-    model = Transformer(ModelConfig(n_layers=2, d_model=32, n_heads=4, vocab_size=tok.vocab_size, context_length=64))
+    model = Transformer(ModelConfig(n_layers=2, d_model=32, attention=dict(n_heads=4), vocab_size=tok.vocab_size,
+                                    context_length=64))
     save_model(model, run / "model")
     tok.save(run / "model")
     update_record(run, status="completed", eval={"val_nll": 4.0})

@@ -18,6 +18,7 @@ from slm.objectives import causal_lm, last_token, mdlm
 from slm.objectives import linear_ce
 from slm.objectives.linear_ce import (PLAIN_BELOW_BYTES, ChunkedPath, LigerPath, LossSettings, PlainPath,
                                       choose_path)
+from slm.settings import nested
 from tests.test_linear_ce import TINY, close
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
@@ -25,7 +26,7 @@ CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 
 def tiny() -> Transformer:
     torch.manual_seed(0)
-    return Transformer(ModelConfig(**TINY))
+    return Transformer(ModelConfig(**nested(TINY)))
 
 
 @pytest.mark.parametrize("impl, device, liger, want, plain_below, note", [
@@ -48,7 +49,7 @@ def test_the_path_is_chosen_from_the_settings_and_the_device(monkeypatch, impl, 
 
 
 def test_without_settings_or_transformers_head_the_path_is_plain():
-    window = WindowLinear(ModelConfig(kind="linear", **{**TINY, "n_layers": 1}))
+    window = WindowLinear(ModelConfig(**nested({"kind": "linear", **TINY, "n_layers": 1})))
     assert type(choose_path(LossSettings(impl="chunked"), window, CPU)) is PlainPath
     assert type(choose_path(None, tiny(), CPU)) is PlainPath  # coordcheck's objective: hooks see the logits
 
@@ -82,16 +83,16 @@ def test_no_objective_asks_which_path_it_has(module):
 
 
 @pytest.mark.parametrize("objective, extra", [
-    ("causal_lm", dict(final_logit_softcap=4.0)),
+    ("causal_lm", {"embedding.logit_softcap": 4.0}),
     ("causal_lm", dict(mlp_types=["dense", "moe"], moe=dict(n_experts=4, top_k=2, expert_d_ff=16))),
-    ("mdlm", dict(causal=False, mask_token_id=60)),
-    ("last_token", dict(tie_embeddings=False, head_bias=True)),
-    ("causal_lm", dict(parametrization="mup", mup={"base_width": 8})),
+    ("mdlm", {"attention.causal": False, "embedding.mask_token_id": 60}),
+    ("last_token", {"embedding.tie": False, "embedding.head_bias": True}),
+    ("causal_lm", {"parametrization.kind": "mup", "parametrization.base_width": 8}),
 ])
 def test_auto_on_small_logits_equals_plain(objective, extra):
     """auto at a 61-token vocabulary computes as plain does (the chunked path's plain_below): the same loss and
     gradients to float rounding, and the same validation sums."""
-    cfg = ModelConfig(**TINY, **extra)
+    cfg = ModelConfig(**nested({**TINY, **extra}))
     tokens = torch.randint(0, 60, (4, 17))
     out = {}
     for impl in ("plain", "auto"):
@@ -112,8 +113,8 @@ def test_auto_on_small_logits_equals_plain(objective, extra):
 def test_the_record_names_the_path_the_training_batch_takes(monkeypatch):
     """Objective.loss_impl (bench/gpu.py's `loss_impl`): the rows the loss scores (every position; last_token one a
     window) times the head's rows, against PLAIN_BELOW_BYTES; Liger's notes as before."""
-    study = ModelConfig(n_layers=2, d_model=64, head_dim=16, vocab_size=65, context_length=128)
-    big = ModelConfig(n_layers=1, d_model=16, head_dim=16, vocab_size=50304, context_length=256)
+    study = ModelConfig(n_layers=2, d_model=64, attention=dict(head_dim=16), vocab_size=65, context_length=128)
+    big = ModelConfig(n_layers=1, d_model=16, attention=dict(head_dim=16), vocab_size=50304, context_length=256)
     auto = LossSettings()
     causal = OBJECTIVES.get("causal_lm")(auto)
     assert causal.loss_impl(Transformer(study), CPU, (32, 129)) == "plain"  # the default study: 1 MB of logits
@@ -126,8 +127,8 @@ def test_the_record_names_the_path_the_training_batch_takes(monkeypatch):
     assert OBJECTIVES.get("causal_lm")(auto).loss_impl(Transformer(big), CUDA, (8, 257)) == \
         "chunked (liger_kernel not installed)"
     monkeypatch.setattr(linear_ce, "liger_installed", lambda: True)
-    diffusion = ModelConfig(n_layers=1, d_model=16, head_dim=16, vocab_size=50304, context_length=256, causal=False,
-                            mask_token_id=50303)
+    diffusion = ModelConfig(n_layers=1, d_model=16, attention=dict(head_dim=16, causal=False), vocab_size=50304,
+                            context_length=256, embedding=dict(mask_token_id=50303))
     assert OBJECTIVES.get("causal_lm")(auto).loss_impl(Transformer(big), CUDA, (8, 257)) == "liger"
     assert OBJECTIVES.get("mdlm")(auto).loss_impl(Transformer(diffusion), CUDA, (8, 257)) == \
         "chunked (mdlm's row weights: not liger)"

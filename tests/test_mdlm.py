@@ -11,9 +11,11 @@ import torch
 from slm.model import ModelConfig, Transformer
 from slm.objectives import OBJECTIVES, ObjectiveError
 from slm.objectives.mdlm import EPS, corrupt, masked_log_probs, sample_times
+from slm.settings import nested
 
 V = 20
-CFG = dict(n_layers=2, d_model=32, n_heads=4, vocab_size=V, context_length=32, causal=False, mask_token_id=V - 1)
+CFG = {"n_layers": 2, "d_model": 32, "attention.n_heads": 4, "vocab_size": V, "context_length": 32,
+       "attention.causal": False, "embedding.mask_token_id": V - 1}
 
 
 def test_times_are_stratified_over_the_batch():
@@ -38,7 +40,7 @@ def test_subs_never_predicts_the_mask_token():
 def test_loss_is_the_nelbo_of_a_uniform_model():
     """A model with all logits equal predicts uniformly over the V - 1 real tokens: each masked token costs
     log(V - 1) and E[#masked / t] = (1 - eps) T, so the NELBO per token is (1 - eps) log(V - 1)."""
-    model = Transformer(ModelConfig(**CFG))
+    model = Transformer(ModelConfig(**nested(CFG)))
     with torch.no_grad():
         model.lm_head.weight.zero_()  # tied: the embedding is zero too, every logit is 0
     tokens = torch.randint(0, V - 1, (256, 33))
@@ -49,7 +51,7 @@ def test_loss_is_the_nelbo_of_a_uniform_model():
 
 
 def test_visible_tokens_cost_nothing_and_validation_is_seeded():
-    model = Transformer(ModelConfig(**CFG))
+    model = Transformer(ModelConfig(**nested(CFG)))
     tokens = torch.randint(0, V - 1, (4, 33))
     mdlm = OBJECTIVES.get("mdlm")()
     a, b = mdlm.nll(model, tokens, seed=3), mdlm.nll(model, tokens, seed=3)
@@ -61,13 +63,13 @@ def test_visible_tokens_cost_nothing_and_validation_is_seeded():
 
 
 def test_objectives_refuse_the_wrong_model():
-    bidirectional = ModelConfig(**CFG)
-    with pytest.raises(ObjectiveError, match="train.objective=causal_lm needs a causal model, but model.causal=false"):
+    bidirectional = ModelConfig(**nested(CFG))
+    with pytest.raises(ObjectiveError, match="train.objective=causal_lm needs a causal model, but model.attention.causal=false"):
         OBJECTIVES.get("causal_lm")().check(bidirectional)
     with pytest.raises(ObjectiveError, match="train.objective=mdlm needs a bidirectional model"):
-        OBJECTIVES.get("mdlm")().check(ModelConfig(**{**CFG, "causal": True}))
-    with pytest.raises(ObjectiveError, match="needs model.mask_token_id"):
-        OBJECTIVES.get("mdlm")().check(ModelConfig(**{**CFG, "mask_token_id": None}))
+        OBJECTIVES.get("mdlm")().check(ModelConfig(**nested({**CFG, "attention.causal": True})))
+    with pytest.raises(ObjectiveError, match="needs model.embedding.mask_token_id"):
+        OBJECTIVES.get("mdlm")().check(ModelConfig(**nested({**CFG, "embedding.mask_token_id": None})))
     assert OBJECTIVES.get("mdlm").nll_kind == "nelbo" and OBJECTIVES.get("causal_lm").nll_kind == "nll"
 
 

@@ -7,15 +7,17 @@ from slm.components.canon import CausalConvCanon, CenteredConvCanon
 from slm.model.config import ConfigError
 from slm.model import ModelConfig, Transformer
 from slm.model.weights import load_model, save_model
+from slm.settings import nested
 
-TINY = dict(n_layers=2, d_model=32, n_heads=4, vocab_size=50, context_length=32)
+TINY = {"n_layers": 2, "d_model": 32, "attention.n_heads": 4, "vocab_size": 50, "context_length": 32}
 CAUSAL_VARIANTS = [
     dict(),
-    dict(position="learned", norm="layernorm", mlp="gelu", bias=True),
-    dict(n_kv_heads=2, qk_norm=True, norm="rmsnorm_gemma", norm_placement="sandwich", mlp="geglu"),
-    dict(sliding_window=4, layer_types="local_attn,attn", attn_logit_softcap=10.0),
+    {"position.kind": "learned", "norm.kind": "layernorm", "mlp.kind": "gelu", "block.bias": True},
+    {"attention.n_kv_heads": 2, "attention.qk_norm": True, "norm.kind": "rmsnorm_gemma",
+     "norm.placement": "sandwich", "mlp.kind": "geglu"},
+    {"attention.sliding_window": 4, "layer_types": "local_attn,attn", "attention.logit_softcap": 10.0},
     dict(canon=dict(set="ABCD")),
-    dict(layer_repeat=2, norm_placement="post", position="none"),
+    {"block.repeat": 2, "norm.placement": "post", "position.kind": "none"},
 ]
 
 
@@ -31,41 +33,43 @@ def _logits_after_changing(cfg: ModelConfig, t: int) -> tuple[torch.Tensor, torc
 @pytest.mark.parametrize("variant", CAUSAL_VARIANTS)
 def test_causal_masking(variant):
     t = 11
-    a, b = _logits_after_changing(ModelConfig(**TINY, **variant), t)
+    a, b = _logits_after_changing(ModelConfig(**nested({**TINY, **variant})), t)
     assert torch.equal(a[:, :t], b[:, :t]), "a logit before t changed"
     assert not torch.allclose(a[:, t:], b[:, t:]), "changing token t changed nothing after it"
 
 
 def test_bidirectional_attention_sees_the_future():
     t = 11
-    a, b = _logits_after_changing(ModelConfig(**TINY, causal=False), t)
+    a, b = _logits_after_changing(ModelConfig(**nested({**TINY, "attention.causal": False})), t)
     assert not torch.allclose(a[:, :t], b[:, :t])
 
 
 def test_block_causal_attention_sees_its_block_and_the_ones_before():
-    cfg = ModelConfig(**TINY, causal=False, attention_block=4)
+    cfg = ModelConfig(**nested({**TINY, "attention.causal": False, "attention.block": 4}))
     t = 9  # block 2 = positions 8..11
     a, b = _logits_after_changing(cfg, t)
     diff = (a - b).abs().amax(dim=-1)[0]
     assert torch.all(diff[:8] == 0) and torch.all(diff[8:] > 0)
-    plain = Transformer(ModelConfig(**TINY, causal=False)).eval()  # the same weights, per-call block sizes
+    plain = Transformer(ModelConfig(**nested({**TINY, "attention.causal": False}))).eval()  # the same weights, per-call block sizes
     idx = torch.randint(0, 50, (1, 12))
     with torch.no_grad():
         assert torch.equal(plain(idx, attention_block=12), plain(idx))  # one block: fully bidirectional
         one = plain(idx, attention_block=1)
-    causal = Transformer(ModelConfig(**TINY)).eval()
+    causal = Transformer(ModelConfig(**nested(TINY))).eval()
     causal.load_state_dict(plain.state_dict())
     with torch.no_grad():
         assert torch.allclose(one, causal(idx), atol=1e-6)  # blocks of one: causal
-    with pytest.raises(ConfigError, match="attention_block.*causal=false"):
-        ModelConfig(**TINY, attention_block=4)
+    with pytest.raises(ConfigError, match="model.attention.block=4 is invalid: .*causal=false"):
+        ModelConfig(**nested({**TINY, "attention.block": 4}))
     with pytest.raises(ConfigError, match="canon"):
-        ModelConfig(**TINY, causal=False, attention_block=4, canon=dict(set="A", kind="conv_centered"))
+        ModelConfig(**nested({**TINY, "attention.causal": False, "attention.block": 4,
+                              "canon": dict(set="A", kind="conv_centered")}))
 
 
 def test_sliding_window_limits_what_a_token_sees():
     # one local layer of window 4: position p sees only p-3..p, so a change at t reaches t..t+3
-    cfg = ModelConfig(**{**TINY, "n_layers": 1}, sliding_window=4, layer_types=["local_attn"])
+    cfg = ModelConfig(**nested({**{**TINY, "n_layers": 1}, "attention.sliding_window": 4,
+                                "layer_types": ["local_attn"]}))
     t = 5
     a, b = _logits_after_changing(cfg, t)
     diff = (a - b).abs().amax(dim=-1)[0]
@@ -104,22 +108,22 @@ def test_centred_canon_sees_two_before_and_one_after():
 
 def test_centred_canon_is_for_bidirectional_models_only():
     with pytest.raises(ConfigError, match="canon.*conv_centered"):
-        ModelConfig(**TINY, canon=dict(set="A", kind="conv_centered"))
-    cfg = ModelConfig(**TINY, canon=dict(set="A", kind="conv_centered"), causal=False)
+        ModelConfig(**nested({**TINY, "canon": dict(set="A", kind="conv_centered")}))
+    cfg = ModelConfig(**nested({**TINY, "canon": dict(set="A", kind="conv_centered"), "attention.causal": False}))
     t = 11
     a, b = _logits_after_changing(cfg, t)
     assert not torch.allclose(a[:, :t], b[:, :t])
 
 
 def test_model_init_leaves_canon_default():
-    model = Transformer(ModelConfig(**TINY, canon=dict(set="A")))
+    model = Transformer(ModelConfig(**nested({**TINY, "canon": dict(set="A")})))
     w = model.blocks[0].canon_a.conv.weight
     assert w.abs().max() <= 0.5 and w.std() > 0.1  # not the 0.02 normal of linear layers
 
 
 def _assert_equals_unrolled(shared: Transformer, order: list[int]) -> None:
     """A model that reuses blocks equals a plain model holding copies of its blocks in `order`."""
-    unrolled = Transformer(ModelConfig(**{**TINY, "n_layers": len(order)})).eval()
+    unrolled = Transformer(ModelConfig(**nested({**TINY, "n_layers": len(order)}))).eval()
     sd = {k: v for k, v in shared.state_dict().items() if not k.startswith("blocks.")}
     for i, src in enumerate(order):
         for k, v in shared.blocks[src].state_dict().items():
@@ -131,32 +135,33 @@ def _assert_equals_unrolled(shared: Transformer, order: list[int]) -> None:
 
 
 def test_layer_sharing_applies_each_block_k_times():
-    shared = Transformer(ModelConfig(**TINY, layer_repeat=2)).eval()
-    plain = Transformer(ModelConfig(**TINY)).eval()
+    shared = Transformer(ModelConfig(**nested({**TINY, "block.repeat": 2}))).eval()
+    plain = Transformer(ModelConfig(**nested(TINY))).eval()
     assert shared.num_params() == plain.num_params()
     _assert_equals_unrolled(shared, [0, 0, 1, 1])  # the same weights applied twice in a row
 
 
 def test_refinement_loop_reapplies_the_last_blocks_as_a_group():
-    assert ModelConfig(**{**TINY, "n_layers": 4}, loop_layers=2, loop_steps=3).block_schedule() == [0, 1, 2, 3, 2, 3, 2, 3]
-    assert ModelConfig(**TINY, layer_repeat=2, loop_layers=1, loop_steps=2).block_schedule() == [0, 0, 1, 1, 1, 1]
-    looped = Transformer(ModelConfig(**{**TINY, "n_layers": 3}, loop_layers=2, loop_steps=2)).eval()
-    assert looped.num_params() == Transformer(ModelConfig(**{**TINY, "n_layers": 3})).num_params()
+    assert ModelConfig(**nested({**{**TINY, "n_layers": 4}, "block.loop_layers": 2, "block.loop_steps": 3})).block_schedule() == [0, 1, 2, 3, 2, 3, 2, 3]
+    assert ModelConfig(**nested({**TINY, "block.repeat": 2, "block.loop_layers": 1, "block.loop_steps": 2})).block_schedule() == [0, 0, 1, 1, 1, 1]
+    looped = Transformer(ModelConfig(**nested({**{**TINY, "n_layers": 3}, "block.loop_layers": 2,
+                                               "block.loop_steps": 2}))).eval()
+    assert looped.num_params() == Transformer(ModelConfig(**nested({**TINY, "n_layers": 3}))).num_params()
     _assert_equals_unrolled(looped, [0, 1, 2, 1, 2])
     with pytest.raises(ConfigError, match="loop_layers"):
-        ModelConfig(**TINY, loop_layers=3)
+        ModelConfig(**nested({**TINY, "block.loop_layers": 3}))
 
 
 def test_tying():
-    tied = Transformer(ModelConfig(**TINY))
+    tied = Transformer(ModelConfig(**nested(TINY)))
     assert tied.lm_head.weight is tied.tok_emb.weight
-    untied = Transformer(ModelConfig(**TINY, tie_embeddings=False))
+    untied = Transformer(ModelConfig(**nested({**TINY, "embedding.tie": False})))
     assert untied.lm_head.weight is not untied.tok_emb.weight
     assert untied.num_params() == tied.num_params() + 50 * 32
 
 
 def test_residual_projections_scaled_at_init():
-    model = Transformer(ModelConfig(**{**TINY, "n_layers": 8, "d_model": 128}))
+    model = Transformer(ModelConfig(**nested({**TINY, "n_layers": 8, "d_model": 128})))
     assert model.blocks[0].attn.qkv.weight.std().item() == pytest.approx(0.02, rel=0.1)
     assert model.blocks[0].attn.proj.weight.std().item() == pytest.approx(0.02 / 4, rel=0.1)
 
@@ -167,8 +172,8 @@ def test_init_schemes_follow_each_reference():
     Canon layers keep PyTorch's conv init under both (PhysicsLM4 resets them to it)."""
     big = {**TINY, "n_layers": 8, "d_model": 128, "canon": {"set": "A"}, "layer_types": ["conv", "attn"],
            "mlp_types": ["dense", "moe"], "moe": {"n_experts": 4, "expert_d_ff": 256}}
-    gpt2 = Transformer(ModelConfig(**big, init="gpt2"))
-    normal = Transformer(ModelConfig(**big, init="normal"))
+    gpt2 = Transformer(ModelConfig(**nested({**big, "parametrization.init": "gpt2"})))
+    normal = Transformer(ModelConfig(**nested({**big, "parametrization.init": "normal"})))
     scaled = 0.02 / 4  # 0.02 / sqrt(2 * 8)
     for model, out in ((gpt2, scaled), (normal, 0.02)):
         attn, conv = model.blocks[1], model.blocks[0]
@@ -188,17 +193,17 @@ def test_init_schemes_follow_each_reference():
 def test_presets_use_their_reference_init(preset, scheme):
     from tests.conftest import compose_model_node
 
-    assert compose_model_node(f"model={preset}")["init"] == scheme
+    assert compose_model_node(f"model={preset}")["parametrization"]["init"] == scheme
 
 
 def test_sequence_longer_than_context_rejected():
-    model = Transformer(ModelConfig(**TINY))
+    model = Transformer(ModelConfig(**nested(TINY)))
     with pytest.raises(ValueError, match="exceeds context_length=32"):
         model(torch.zeros(1, 33, dtype=torch.long))
 
 
 def test_checkpoint_roundtrip_without_pickle(tmp_path):
-    model = Transformer(ModelConfig(**TINY, tie_embeddings=True, canon=dict(set="AC"))).eval()
+    model = Transformer(ModelConfig(**nested({**TINY, "embedding.tie": True, "canon": dict(set="AC")}))).eval()
     save_model(model, tmp_path / "ckpt")
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["config.json", "model.safetensors"]
     loaded = load_model(tmp_path / "ckpt").eval()

@@ -11,11 +11,13 @@ import torch
 
 from slm.components.parametrization import roles
 from slm.model import ModelConfig, build_model
+from slm.settings import nested
 from slm.training.config import TrainConfig, TrainConfigError
 from slm.training.optim import build_optimizer
 from tests.test_train_cli import FAST, _steps, assert_same_run, kill_at_step, record, run_dir, slm_train
 
-TINY = dict(n_layers=2, d_model=32, head_dim=8, vocab_size=50, context_length=16, bias=True)
+TINY = {"n_layers": 2, "d_model": 32, "attention.head_dim": 8, "vocab_size": 50, "context_length": 16,
+        "block.bias": True}
 
 
 def _loss(model, idx):
@@ -33,7 +35,7 @@ def _steps_of(model, optimizer, n=3):
 
 def test_muon_is_torch_muon_on_the_hidden_matrices_and_adamw_on_the_rest():
     torch.manual_seed(0)
-    model = build_model(ModelConfig(**TINY))
+    model = build_model(ModelConfig(**nested(TINY)))
     peer = copy.deepcopy(model)
     cfg = TrainConfig(optimizer="muon", lr=3e-3, optim={"adamw": {"weight_decay": 0.1}, "muon": {"lr": 0.05, "momentum": 0.9}})
     ours = build_optimizer(model, cfg)
@@ -73,7 +75,7 @@ def test_muon_is_torch_muon_on_the_hidden_matrices_and_adamw_on_the_rest():
 
 def test_lion_is_the_papers_update():
     torch.manual_seed(0)
-    model = build_model(ModelConfig(**TINY))
+    model = build_model(ModelConfig(**nested(TINY)))
     start = {n: p.detach().clone() for n, p in model.named_parameters()}
     cfg = TrainConfig(optimizer="lion", lr=1e-3, optim={"adamw": {"weight_decay": 0.5}, "lion": {"betas": [0.8, 0.95]}})
     optimizer = build_optimizer(model, cfg)
@@ -111,8 +113,8 @@ def test_bad_optimizer_settings_are_one_line(fields, key, value):
 
 
 @pytest.mark.parametrize("setup", [
-    ["train.optimizer=muon", "model.parametrization=completep", "model.mup.base_width=32"],
-    pytest.param(["train.optimizer=lion", "train.lr=3e-4", "model.parametrization=mup", "model.mup.base_width=16"],
+    ["train.optimizer=muon", "model.parametrization.kind=completep", "model.parametrization.base_width=32"],
+    pytest.param(["train.optimizer=lion", "train.lr=3e-4", "model.parametrization.kind=mup", "model.parametrization.base_width=16"],
                  marks=pytest.mark.slow),  # ~25 s each; make test keeps the Combined (Muon + AdamW) one
 ])
 def test_resume_after_sigkill_is_exact_for_each_optimizer(tmp_path, setup):
@@ -129,7 +131,7 @@ def test_resume_after_sigkill_is_exact_for_each_optimizer(tmp_path, setup):
     assert_same_run(run_dir(ref_dir), cut)
     r = record(run_dir(ref_dir))
     assert r["config"]["train"]["optimizer"] == setup[0].split("=")[1]
-    assert r["model"]["parametrization"] == setup[-2].split("=")[1] and r["model"]["scaling"]["width_multiplier"] > 0
+    assert r["model"]["parametrization"]["kind"] == setup[-2].split("=")[1] and r["model"]["scaling"]["width_multiplier"] > 0
 
 
 @pytest.mark.parametrize("name", ["llama3", "gpt2", "llama3_canon", "lfm2", "moe"])
@@ -140,7 +142,7 @@ def test_each_optimizer_steps_every_preset_under_each_parametrization(name, opti
     from tests.test_parametrization import preset
 
     for scheme in ("sp", "mup", "completep"):
-        cfg = preset(name, parametrization=scheme, mup={"base_width": 32, "base_depth": 1})
+        cfg = preset(name, parametrization=dict(kind=scheme, base_width=32, base_depth=1))
         torch.manual_seed(0)
         model = build_model(cfg)
         before = {n: p.detach().clone() for n, p in model.named_parameters()}

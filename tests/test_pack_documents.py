@@ -1,4 +1,4 @@
-"""Packed documents (data.pack_documents, model.document_end_id): in a packed window a document scores as if it
+"""Packed documents (data.pack_documents, model.embedding.document_end_id): in a packed window a document scores as if it
 were alone; the convolutions (conv mixers, Canon) are the documented exception; bad settings are one line; a
 tiny training run with packing works end to end."""
 
@@ -16,18 +16,19 @@ from slm.model import ModelConfig, config_from_spec
 from slm.model.cache import KVCache
 from slm.model.config import ConfigError
 from slm.model.transformer import Transformer
+from slm.settings import nested
 from tests.conftest import compose_model_node
 from tests.test_train_cli import FAST, record, run_dir, slm_train
 
 END = 7
-SMALL = ["model.n_layers=2", "model.d_model=64", "model.head_dim=16", "model.n_kv_heads=2", "model.vocab_size=256",
+SMALL = ["model.n_layers=2", "model.d_model=64", "model.attention.head_dim=16", "model.attention.n_kv_heads=2", "model.vocab_size=256",
          "model.context_length=128"]
 
 
 def _model(preset: str, *overrides: str, end: int | None = END) -> Transformer:
     spec = compose_model_node(f"model={preset}", *(SMALL if preset != "debug" else ()), *overrides)
     spec.pop("objective", None)
-    return Transformer(config_from_spec({**spec, "document_end_id": end})).eval()
+    return Transformer(config_from_spec(nested({**spec, "embedding.document_end_id": end}))).eval()
 
 
 def _documents(*lengths: int) -> list[torch.Tensor]:
@@ -108,13 +109,13 @@ def test_a_kv_cache_ignores_document_ends():
 
 
 def test_bad_document_settings_are_one_line():
-    base = dict(n_layers=2, d_model=32, n_heads=4, vocab_size=61, context_length=16)
-    with pytest.raises(ConfigError, match=r"model.document_end_id=61 is invalid: must be null or a token id in 0..60"):
-        ModelConfig(**base, document_end_id=61)
-    with pytest.raises(ConfigError, match="model.document_end_id=3 is invalid: packed documents need kind=transformer"):
-        ModelConfig(**base, document_end_id=3, memory=dict(layers=[0], segment=4))
-    with pytest.raises(ConfigError, match="model.document_end_id=3 is invalid: packed documents need kind=transformer"):
-        ModelConfig(**{**base, "n_layers": 1}, kind="linear", document_end_id=3)
+    base = {"n_layers": 2, "d_model": 32, "attention.n_heads": 4, "vocab_size": 61, "context_length": 16}
+    with pytest.raises(ConfigError, match=r"model.embedding.document_end_id=61 is invalid: must be null or a token id in 0..60"):
+        ModelConfig(**nested({**base, "embedding.document_end_id": 61}))
+    with pytest.raises(ConfigError, match="model.embedding.document_end_id=3 is invalid: packed documents need kind=transformer"):
+        ModelConfig(**nested({**base, "embedding.document_end_id": 3, "memory": dict(layers=[0], segment=4)}))
+    with pytest.raises(ConfigError, match="model.embedding.document_end_id=3 is invalid: packed documents need kind=transformer"):
+        ModelConfig(**nested({**{**base, "n_layers": 1}, "kind": "linear", "embedding.document_end_id": 3}))
     with pytest.raises(DataError, match=r"^data.pack_documents=true needs tokenizer.eot=true .*; set tokenizer.eot"):
         DataConfig.from_node({"pack_documents": True}).check_tokenizer(TokenizerConfig())
     DataConfig.from_node({"pack_documents": True}).check_tokenizer(TokenizerConfig(eot=True))
@@ -139,7 +140,7 @@ def test_training_with_packed_documents_end_to_end(tmp_path):
     r = record(path)
     assert r["status"] == "completed" and 0 < r["eval"]["val_nll"] < 6
     eot = r["data"]["tokenizer"]["eot_id"]
-    assert eot is not None and json.loads((path / "model" / "config.json").read_text())["document_end_id"] == eot
+    assert eot is not None and json.loads((path / "model" / "config.json").read_text())["embedding"]["document_end_id"] == eot
     out = slm_train(tmp_path, *FAST, "data=local", f"data.sources.0.paths=[{corpus}]", "data.pack_documents=true",
                     "train.length.steps=6", group="refused")
     assert out.returncode == 2

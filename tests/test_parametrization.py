@@ -1,4 +1,4 @@
-"""Parametrizations (model.parametrization): sp is untouched, mup and completep equal sp at the base shape and
+"""Parametrizations (model.parametrization.kind): sp is untouched, mup and completep equal sp at the base shape and
 scale exactly as μP (Yang et al. 2022, Table 3 / microsoft/mup's MuReadout + MuAdam) and CompleteP (Dey et al.
 2025, its reference implementation in EleutherAI/nanoGPT-mup) say away from it; models they do not cover are
 refused in one line."""
@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from slm.cli.config import compose_config
-from slm.components.parametrization import MupSettings, Role, roles, scheme_of
+from slm.components.parametrization import ParametrizationSettings, Role, roles, scheme_of
 from slm.model import ModelConfig, build_model
 from slm.model.budget import config_from_spec
+from slm.settings import nested
 from slm.training.config import TrainConfig
 from slm.training.optim import param_groups
 
@@ -26,10 +27,12 @@ def preset(name: str, **fields) -> ModelConfig:
     from omegaconf import OmegaConf
 
     node = OmegaConf.to_container(compose_config([f"model={name}"]).model, resolve=True)
-    node.update(n_layers=3 if name == "lfm2" else 2, d_model=64, head_dim=16, n_kv_heads=None, vocab_size=96, context_length=32)
+    node = nested({**node, "n_layers": 3 if name == "lfm2" else 2, "d_model": 64, "attention.head_dim": 16,
+                   "attention.n_kv_heads": None, "vocab_size": 96, "context_length": 32})
     if name == "moe":
         node["moe"].update(n_experts=4, expert_d_ff=32)
-    node.update(fields)
+    for key, value in nested(fields).items():  # a group (or a dotted field) changes the fields it names
+        node[key] = {**node[key], **value} if isinstance(value, dict) and isinstance(node.get(key), dict) else value
     return config_from_spec(node)
 
 
@@ -46,7 +49,7 @@ def logits(cfg: ModelConfig, seed: int = 0) -> torch.Tensor:
 def test_at_the_base_shape_the_initial_forward_is_sp(name, scheme):
     """Width = base width (and depth = base depth): every multiplier is 1, so the logits are bit-identical."""
     sp = preset(name)
-    other = preset(name, parametrization=scheme, mup={"base_width": 64, "base_depth": sp.n_layers})
+    other = preset(name, parametrization=dict(kind=scheme, base_width=64, base_depth=sp.n_layers))
     assert torch.equal(logits(sp), logits(other))
 
 
@@ -54,7 +57,7 @@ def test_at_the_base_shape_the_initial_forward_is_sp(name, scheme):
 def test_mup_away_from_the_base_width(name):
     """Width 4x the base: hidden matrices drawn at std x 1/2 (the same draws), everything else as sp, and the
     head reads h / 4."""
-    sp, mup = preset(name), preset(name, parametrization="mup", mup={"base_width": 16})
+    sp, mup = preset(name), preset(name, parametrization=dict(kind="mup", base_width=16))
     torch.manual_seed(0)
     a = build_model(sp)
     torch.manual_seed(0)
@@ -70,7 +73,7 @@ def test_mup_away_from_the_base_width(name):
 
 
 def test_roles_follow_where_a_parameter_sits():
-    cfg = preset("llama3_canon", tie_embeddings=False)
+    cfg = preset("llama3_canon", embedding=dict(tie=False))
     model = build_model(cfg)
     kinds = {name: role for name, _, role in roles(model)}
     assert kinds["tok_emb.weight"] == Role("embedding", False)
@@ -97,7 +100,7 @@ def _lrs(model, train: TrainConfig) -> dict:
 
 
 def test_mup_scales_the_hidden_adam_learning_rate_only():
-    model = build_model(preset("gpt2", parametrization="mup", mup={"base_width": 16}))
+    model = build_model(preset("gpt2", parametrization=dict(kind="mup", base_width=16)))
     train = TrainConfig(lr=1e-2, optim={"adamw": {"weight_decay": 0.1, "eps": 1e-8}})
     lrs = _lrs(model, train)
     assert lrs["blocks.0.attn.qkv.weight"] == (pytest.approx(1e-2 / 4), 0.1, 1e-8)
@@ -113,7 +116,7 @@ def test_the_hidden_decay_rule_is_a_setting(scheme, rule, multiplier):
     """mup's default leaves AdamW's decay of hidden matrices x1, so lr x decay falls as 1/m (nanoGPT-mup, microsoft/mup's
     MuAdamW(decoupled_wd=True)); width_independent multiplies it by m (microsoft/mup's default, CompleteP's)."""
     mup = {"base_width": 16, **({"decay": rule} if rule else {})}
-    model = build_model(preset("gpt2", parametrization=scheme, mup=mup))
+    model = build_model(preset("gpt2", parametrization={"kind": scheme, **mup}))
     lr, decay, _ = _lrs(model, TrainConfig(lr=1e-2, optim={"adamw": {"weight_decay": 0.1, "eps": 1e-8}}))["blocks.0.attn.qkv.weight"]
     assert decay == pytest.approx(0.1 * multiplier) and lr * decay == pytest.approx(1e-2 / 4 * 0.1 * multiplier)
     assert scheme_of(model.cfg).describe()["hidden_weight_decay_multiplier"] == multiplier
@@ -124,8 +127,8 @@ def test_completep_follows_its_reference_implementation():
     x r^(alpha-1) / m and decay x m, in-block vectors' lr x r^(alpha-1), every eps x r^-alpha / m (nanoGPT-mup,
     branch completep, configure_optimizers)."""
     for alpha in (1.0, 0.5):
-        cfg = preset("llama3", n_layers=8, parametrization="completep",
-                     mup={"base_width": 16, "base_depth": 2, "depth_alpha": alpha})
+        cfg = preset("llama3", n_layers=8,
+                     parametrization=dict(kind="completep", base_width=16, base_depth=2, depth_alpha=alpha))
         model = build_model(cfg)
         m, r = 4.0, 4.0
         assert model.blocks[0].branch_scale == pytest.approx(r**-alpha)
@@ -141,7 +144,7 @@ def test_completep_follows_its_reference_implementation():
 def test_completep_branch_multiplier_acts_on_the_forward():
     """With every block's output projections zeroed except block 0's attention, the residual stream after the
     blocks is h0 + r^-alpha * attn(h0): the branch multiplier is applied once, before the add."""
-    cfg = preset("llama3", n_layers=4, parametrization="completep", mup={"base_width": 64, "base_depth": 1})
+    cfg = preset("llama3", n_layers=4, parametrization=dict(kind="completep", base_width=64, base_depth=1))
     torch.manual_seed(0)
     model = build_model(cfg).eval()
     idx = torch.randint(0, cfg.vocab_size, (1, 8))
@@ -166,11 +169,12 @@ def _context(model, idx):
 
 
 def test_mup_attention_scale_is_one_over_head_dim_from_its_base():
-    base = preset("llama3", parametrization="mup", mup={"base_width": 64, "base_head_dim": 16})
-    wide = preset("llama3", head_dim=64, parametrization="mup", mup={"base_width": 64, "base_head_dim": 16})
+    base = preset("llama3", parametrization=dict(kind="mup", base_width=64, base_head_dim=16))
+    wide = preset("llama3", attention=dict(head_dim=64),
+                  parametrization=dict(kind="mup", base_width=64, base_head_dim=16))
     assert build_model(base).blocks[0].attn.scale == pytest.approx(16**-0.5)  # SP's at the base head_dim
     assert build_model(wide).blocks[0].attn.scale == pytest.approx(math.sqrt(16) / 64)  # 1 / head_dim beyond it
-    sp_wide = preset("llama3", head_dim=64)
+    sp_wide = preset("llama3", attention=dict(head_dim=64))
     assert build_model(sp_wide).blocks[0].attn.scale == pytest.approx(64**-0.5)
 
 
@@ -178,37 +182,38 @@ def test_gpt2_residual_init_under_completep_keeps_the_base_depth():
     """GPT-2's residual projections start at std / sqrt(2 depth) under sp; completep fixes that depth at
     base_depth (CompleteP: init variance independent of depth), so deeper models start the same per block."""
     assert scheme_of(preset("gpt2", n_layers=8)).init_depth() == 8
-    assert scheme_of(preset("gpt2", n_layers=8, parametrization="completep", mup={"base_width": 64})).init_depth() == 2
+    assert scheme_of(preset("gpt2", n_layers=8, parametrization=dict(kind="completep", base_width=64))).init_depth() == 2
 
 
 @pytest.mark.parametrize("fields, message", [
-    (dict(model="ladder_transformer", parametrization="mup"), "model.init=torch_mha: PyTorch's fan-in init"),
-    (dict(model="titans_mac", parametrization="mup"), "not defined for mac layers"),
-    (dict(model="ladder_linear", parametrization="mup"), "not defined for model.kind=linear"),
-    (dict(model="gpt2", parametrization="completep", norm_placement="post"), "norm_placement=post"),
-    (dict(model="llama3", parametrization="mvp"), "unknown parametrization 'mvp'; choose one of: sp, mup, completep"),
-    (dict(model="llama3", parametrization="mup", mup={"base_width": 0}), "model.mup.base_width=0 is invalid"),
-    (dict(model="llama3", parametrization="mup", mup={"width": 64}), "model.mup has unknown key 'width'"),
-    (dict(model="llama3", parametrization="completep", mup={"depth_alpha": 1.5}), "model.mup.depth_alpha=1.5"),
+    ({"model": "ladder_transformer", "parametrization.kind": "mup"}, "model.parametrization.init=torch_mha: PyTorch's fan-in init"),
+    ({"model": "titans_mac", "parametrization.kind": "mup"}, "not defined for mac layers"),
+    ({"model": "ladder_linear", "parametrization.kind": "mup"}, "not defined for model.kind=linear"),
+    ({"model": "gpt2", "parametrization.kind": "completep", "norm.placement": "post"}, "model.norm.placement=post"),
+    ({"model": "llama3", "parametrization.kind": "mvp"}, "model.parametrization.kind='mvp' is invalid: one of: sp, mup, completep"),
+    ({"model": "llama3", "parametrization.kind": "mup", "parametrization.base_width": 0}, "model.parametrization.base_width=0 is invalid"),
+    ({"model": "llama3", "parametrization.kind": "mup", "parametrization.width": 64}, "model.parametrization has unknown key 'width'"),
+    ({"model": "llama3", "parametrization.kind": "completep", "parametrization.depth_alpha": 1.5}, "model.parametrization.depth_alpha=1.5"),
 ])
 def test_what_a_scheme_does_not_cover_is_refused_in_one_line(fields, message):
     from omegaconf import OmegaConf
 
     fields = dict(fields)
     node = OmegaConf.to_container(compose_config([f"model={fields.pop('model')}"]).model, resolve=True)
-    node.update(vocab_size=96)
-    node.update(fields)
+    node = nested({**node, "vocab_size": 96, **fields})
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")) as err:
         config_from_spec(node)
     assert "\n" not in str(err.value)
 
 
 def test_settings_round_trip_through_a_stored_config():
-    cfg = preset("llama3", parametrization="completep", mup={"base_width": 32, "base_depth": 4, "depth_alpha": 0.5})
+    cfg = preset("llama3",
+                 parametrization=dict(kind="completep", base_width=32, base_depth=4, depth_alpha=0.5))
     again = ModelConfig.from_dict(cfg.to_dict())
-    assert again == cfg and again.mup == MupSettings(32, 4, 0.5, None)
-    assert ModelConfig.from_dict({k: v for k, v in cfg.to_dict().items() if k not in ("parametrization", "mup")}) \
-        .parametrization == "sp"  # a config.json from before parametrizations
+    assert again == cfg and again.parametrization == ParametrizationSettings(
+        kind="completep", init="normal", base_width=32, base_depth=4, depth_alpha=0.5)
+    assert ModelConfig.from_dict({k: v for k, v in cfg.to_dict().items() if k != "parametrization"}) \
+        .parametrization.kind == "sp"  # a config.json from before parametrizations
 
 
 FAMILIES_70M = ["gpt2", "llama3", "qwen3", "gemma3", "llama3_canon", "mobilellm", "lfm2", "moe", "dllm", "dllm_canon",
@@ -220,9 +225,10 @@ FAMILIES_70M = ["gpt2", "llama3", "qwen3", "gemma3", "llama3_canon", "mobilellm"
 def test_every_family_of_the_study_trains_or_is_refused_in_one_line(name, scheme):
     """At twice the base width and three times the base depth: one training step gives a finite loss and
     gradients, or the config is refused with one line saying why (Titans' memory has no μP rule)."""
-    fields = dict(parametrization=scheme, mup={"base_width": 32, "base_depth": 2}, n_layers=6)
+    fields = {"parametrization.kind": scheme, "parametrization.base_width": 32, "parametrization.base_depth": 2,
+              "n_layers": 6}
     if name == "gemma3":
-        fields.update(sliding_window=8)
+        fields["attention.sliding_window"] = 8
     if name == "titans_mac":
         fields.update(n_layers=22, memory={"layers": [0, 7, 14, 21], "segment": 16, "depth": 2, "persistent_tokens": 32})
         with pytest.raises(ValueError, match="not defined for mac layers") as err:
@@ -244,6 +250,7 @@ def test_every_family_of_the_study_trains_or_is_refused_in_one_line(name, scheme
 def test_gemmas_embedding_multiplier_is_anchored_at_the_base_width():
     """scale_embeddings multiplies by sqrt(d_model) under sp; under mup by sqrt(base_width), so the first block's
     input does not grow with width (the coordinate check found it growing as width^0.5 before)."""
-    shape = dict(sliding_window=8, n_layers=6)
-    sp, mup = preset("gemma3", **shape), preset("gemma3", **shape, parametrization="mup", mup={"base_width": 16})
+    shape = {"attention.sliding_window": 8, "n_layers": 6}
+    sp, mup = preset("gemma3", **shape), preset("gemma3", **nested({**shape, "parametrization.kind": "mup",
+                                                                    "parametrization.base_width": 16}))
     assert scheme_of(sp).embedding_scale(8.0) == 8.0 and scheme_of(mup).embedding_scale(8.0) == pytest.approx(4.0)

@@ -8,8 +8,9 @@ from slm.components import CANONS, FFNS, INITS, MIXERS, MLPS, NORMS, POSITIONS, 
 from slm.model import ModelConfig, Transformer
 from slm.model.counting import count
 from slm.model.transformer import SequenceContext
+from slm.settings import nested
 
-TINY = dict(n_layers=2, d_model=32, n_heads=4, vocab_size=50, context_length=16)
+TINY = {"n_layers": 2, "d_model": 32, "attention.n_heads": 4, "vocab_size": 50, "context_length": 16}
 
 
 def _train_step(cfg: ModelConfig) -> None:
@@ -25,17 +26,18 @@ def _train_step(cfg: ModelConfig) -> None:
 
 
 def test_unknown_key_lists_choices():
-    with pytest.raises(ValueError, match=r"^model.norm=rsmnorm: unknown norm 'rsmnorm'; choose one of: layernorm, rmsnorm, "
+    with pytest.raises(ValueError, match=r"^model.norm.kind='rsmnorm' is invalid: one of: layernorm, rmsnorm, "
                                          r"rmsnorm_gemma$"):
-        ModelConfig(**TINY, norm="rsmnorm")
+        ModelConfig(**nested({**TINY, "norm.kind": "rsmnorm"}))
     with pytest.raises(UnknownKeyError, match=r"^unknown norm 'rsmnorm'; choose one of: layernorm, rmsnorm, rmsnorm_gemma$"):
         NORMS.get("rsmnorm")
-    for field, registry in [("position", POSITIONS), ("mlp", MLPS), ("init", INITS)]:
-        with pytest.raises(ValueError, match=f"^model.{field}=nope: unknown {registry.kind} 'nope'; choose one of: "):
-            ModelConfig(**TINY, **{field: "nope"})
+    for field in ("position.kind", "mlp.kind", "parametrization.init", "parametrization.kind", "canon.kind"):
+        with pytest.raises(ValueError, match=f"^model.{field}='nope' is invalid: one of: "):
+            ModelConfig(**nested({**TINY, field: "nope"}))
     for field, registry in [("layer_types", MIXERS), ("mlp_types", FFNS)]:
-        with pytest.raises(ValueError, match=f"model.{field}=\\['nope'\\] is invalid: unknown {registry.kind} 'nope'"):
-            ModelConfig(**TINY, **{field: ["nope"]})
+        with pytest.raises(ValueError, match=f"model.{field}=\\['nope'\\] is invalid: every item one of: "
+                                             f"{', '.join(registry.keys())}$"):
+            ModelConfig(**nested({**TINY, field: ["nope"]}))
 
 
 def test_duplicate_registration_rejected():
@@ -46,15 +48,15 @@ def test_duplicate_registration_rejected():
 
 
 USES = {  # how a tiny model uses a key of each registry
-    "norm": lambda key: dict(norm=key),
-    "position": lambda key: dict(position=key),
-    "mlp": lambda key: dict(mlp=key),
+    "norm": lambda key: {"norm.kind": key},
+    "position": lambda key: {"position.kind": key},
+    "mlp": lambda key: {"mlp.kind": key},
     "mlp type": lambda key: dict(mlp_types=[key], **({"moe": dict(n_experts=3, top_k=2)} if key == "moe" else {})),
-    "mixer": lambda key: dict(layer_types=[key], **{"local_attn": dict(sliding_window=4),
+    "mixer": lambda key: dict(layer_types=[key], **{"local_attn": {"attention.sliding_window": 4},
                                                      "mac": dict(memory=dict(segment=8))}.get(key, {})),
-    "canon": lambda key: dict(canon=dict(kind=key, set="ABCD"), causal=CANONS.get(key).causal),
-    "init scheme": lambda key: dict(init=key),
-    "parametrization": lambda key: dict(parametrization=key),
+    "canon": lambda key: {"canon": dict(kind=key, set="ABCD"), "attention.causal": CANONS.get(key).causal},
+    "init scheme": lambda key: {"parametrization.init": key},
+    "parametrization": lambda key: {"parametrization.kind": key},
 }
 
 
@@ -63,7 +65,7 @@ def test_every_registered_key_builds_and_counts_what_it_holds(kind, key):
     """The count from the config alone (slm.model.counting, each component's num_params) equals the parameters of
     the built model, and the model trains."""
     assert kind in USES, f"registry {kind!r}: add to USES how a tiny model uses its keys"
-    cfg = ModelConfig(**TINY, **USES[kind](key))
+    cfg = ModelConfig(**nested({**TINY, **USES[kind](key)}))
     assert count(cfg).params_total == sum(p.numel() for p in Transformer(cfg).parameters())
     _train_step(cfg)
 
@@ -123,7 +125,8 @@ def _by_hand(model: Transformer, idx: torch.Tensor, placement: str) -> torch.Ten
 def test_placement_is_its_wiring(norm, placement):
     """The model against the same weights wired by hand: the norms of each placement where it puts them (and only
     those: the others are absent), the final norm with pre and sandwich, none after a post-norm block."""
-    cfg = ModelConfig(**TINY, norm=norm, norm_placement=placement, qk_norm=True, bias=norm == "layernorm")
+    cfg = ModelConfig(**nested({**TINY, "norm.kind": norm, "norm.placement": placement, "attention.qk_norm": True,
+                                "block.bias": norm == "layernorm"}))
     model = _randomized(Transformer(cfg)).eval()
     wanted = {"pre": ("in",), "post": ("out",), "sandwich": ("in", "out")}[placement]
     for block in model.blocks:
@@ -138,7 +141,7 @@ def test_placement_is_its_wiring(norm, placement):
 
 @pytest.mark.parametrize("position", POSITIONS.keys())
 def test_positions(position):
-    _train_step(ModelConfig(**TINY, position=position))
+    _train_step(ModelConfig(**nested({**TINY, "position.kind": position})))
 
 
 def test_partial_rotary_leaves_other_channels_alone():
@@ -149,28 +152,30 @@ def test_partial_rotary_leaves_other_channels_alone():
     y = apply_rotary(x, rope.rotary(torch.arange(5), False, x.dtype))
     assert torch.equal(y[..., 4:], x[..., 4:])
     assert not torch.allclose(y[..., :4], x[..., :4])
-    _train_step(ModelConfig(**TINY, rotary_fraction=0.5))
+    _train_step(ModelConfig(**nested({**TINY, "position.rotary_fraction": 0.5})))
 
 
 @pytest.mark.parametrize("mlp", MLPS.keys())
 def test_mlps(mlp):
-    _train_step(ModelConfig(**TINY, mlp=mlp, bias=True))
+    _train_step(ModelConfig(**nested({**TINY, "mlp.kind": mlp, "block.bias": True})))
 
 
 @pytest.mark.parametrize(
     "variant",
-    [dict(), dict(n_kv_heads=2), dict(n_kv_heads=1, causal=False), dict(sliding_window=4, layer_types=["local_attn", "attn"]),
-     dict(attn_logit_softcap=5.0, final_logit_softcap=3.0, n_kv_heads=2), dict(head_dim=4), dict(attn_scale=0.3)],
+    [dict(), {"attention.n_kv_heads": 2}, {"attention.n_kv_heads": 1, "attention.causal": False}, {"attention.sliding_window": 4,
+                                                                    "layer_types": ["local_attn", "attn"]},
+     {"attention.logit_softcap": 5.0, "embedding.logit_softcap": 3.0, "attention.n_kv_heads": 2}, {"attention.head_dim": 4}, {"attention.scale": 0.3}],
 )
 def test_attention_variants(variant):
-    _train_step(ModelConfig(**{**TINY, **variant}))
+    _train_step(ModelConfig(**nested({**TINY, **variant})))
 
 
 @pytest.mark.parametrize("layer_types", [["conv"], ["conv", "conv", "attn"], ["local_attn", "conv"]])
 @pytest.mark.parametrize("bias", [False, True])
 def test_mixers(layer_types, bias):
-    _train_step(ModelConfig(**{**TINY, "n_layers": 3}, layer_types=layer_types, bias=bias, qk_norm=True,
-                            sliding_window=4 if "local_attn" in layer_types else None))
+    _train_step(ModelConfig(**nested({**{**TINY, "n_layers": 3}, "layer_types": layer_types, "block.bias": bias,
+                                      "attention.qk_norm": True,
+                                      "attention.sliding_window": 4 if "local_attn" in layer_types else None})))
 
 
 CANON_LAYERS = {"A": "canon_a", "B": "attn.canon_b", "C": "canon_c", "D": "mlp.canon_d"}
@@ -194,7 +199,7 @@ def test_canon_positions(canon_set, mlp):
     """Each Canon layer mixes what its position names (the output of the module before it, by the causal
     depthwise formula, handed to the module after it); with zero weights the model is the one without Canon (the
     same other weights); the mix never reads a later token."""
-    cfg = ModelConfig(**TINY, canon=dict(set=canon_set), mlp=mlp)
+    cfg = ModelConfig(**nested({**TINY, "canon": dict(set=canon_set), "mlp.kind": mlp}))
     model = _randomized(Transformer(cfg)).eval()
     idx = torch.randint(0, cfg.vocab_size, (2, 12))
     seen, hooks = {}, []
@@ -223,7 +228,7 @@ def test_canon_positions(canon_set, mlp):
     later[:, 6:] = (later[:, 6:] + 1) % cfg.vocab_size
     with torch.no_grad():
         torch.testing.assert_close(model(later)[:, :6], logits[:, :6], rtol=1e-6, atol=1e-6)
-        plain = Transformer(ModelConfig(**TINY, mlp=mlp)).eval()
+        plain = Transformer(ModelConfig(**nested({**TINY, "mlp.kind": mlp}))).eval()
         plain.load_state_dict({k: v for k, v in model.state_dict().items() if ".canon_" not in k})
         assert not torch.equal(plain(idx), logits)
         for name, p in model.named_parameters():
@@ -234,4 +239,15 @@ def test_canon_positions(canon_set, mlp):
 
 
 def test_untied_embeddings_and_sharing():
-    _train_step(ModelConfig(**TINY, tie_embeddings=False, layer_repeat=3))
+    _train_step(ModelConfig(**nested({**TINY, "embedding.tie": False, "block.repeat": 3})))
+
+
+def test_importing_the_components_package_imports_every_component_module():
+    """A component in a new file of slm/components registers itself: the package imports every module beside it."""
+    import pkgutil
+    import sys
+
+    import slm.components
+
+    names = [m.name for m in pkgutil.iter_modules(slm.components.__path__)]
+    assert "shortconv" in names and all(f"slm.components.{name}" in sys.modules for name in names)

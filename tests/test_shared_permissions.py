@@ -33,7 +33,8 @@ def test_records_weights_sweep_lists_and_checkpoints_respect_the_umask(tmp_path,
     run = tmp_path / "group" / "model=debug"
     write_json_atomic(run / "result.json", {"status": "completed"})
     list_jobs(tmp_path / "group", {"model=debug": ["model=debug"]})
-    model = build_model(ModelConfig(n_layers=1, d_model=16, n_heads=2, vocab_size=32, context_length=8))
+    model = build_model(ModelConfig(n_layers=1, d_model=16, attention=dict(n_heads=2), vocab_size=32,
+                                    context_length=8))
     save_model(model, run / "model")
     atomic_torch_save({"step": 1}, run / "checkpoints" / "last.ckpt")
     atomic_torch_save({"step": 2}, run / "checkpoints" / "last.ckpt")  # the kept previous copy, too

@@ -119,7 +119,7 @@ def test_sweep_files_compose_as_documented(tmp_path):
     titans = re.findall(r"^model\.n_layers=28,model=titans_mac,train\.seed=\d\s+28\s+384\s+([\d,]+)", seeds.stdout,
                         re.M)
     assert titans == ["67,757,964"] * 3
-    assert "note: sliding_window=1024 >= context_length=1024: the sliding window has no effect" in seeds.stdout
+    assert "note: attention.sliding_window=1024 >= context_length=1024: the sliding window has no effect" in seeds.stdout
 
     cpu = slm(tmp_path, "-m", "sweep=cpu_default", "hydra.sweeper.dry_run=true")
     assert cpu.returncode == 0, cpu.stderr[-3000:]

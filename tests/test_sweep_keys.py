@@ -53,11 +53,11 @@ def sweep_lines(*arguments: str) -> list[list[str]]:
 def test_a_value_has_one_spelling_the_one_a_sweep_gives_its_jobs():
     from slm.cli.job_keys import key_from_overrides
 
-    typed = ["train.length.tokens=2e5", "train.compile=true", "train.optim.adamw.betas=[0.9, 9.5e-1]", "model.rope_theta=1e4"]
+    typed = ["train.length.tokens=2e5", "train.compile=true", "train.optim.adamw.betas=[0.9, 9.5e-1]", "model.position.rope_theta=1e4"]
     (swept,) = sweep_lines(*typed)
     assert swept != typed  # Hydra's sweeper respells them: what made single runs and sweep jobs differ
     assert key_from_overrides(typed) == key_from_overrides(swept) == \
-        "model.rope_theta=10000.0,train.compile=True,train.length.tokens=200000.0,train.optim.adamw.betas=[0.9,0.95]"
+        "model.position.rope_theta=10000.0,train.compile=True,train.length.tokens=200000.0,train.optim.adamw.betas=[0.9,0.95]"
     # an integer given to a float field is that float; an int field keeps its integer
     assert key_from_overrides(["train.length.tokens=200000"]) == key_from_overrides(["train.length.tokens=2.0e5"])
     assert key_from_overrides(["train.length.steps=12"]) == "train.length.steps=12"  # as it is typed today

@@ -22,6 +22,7 @@ from slm.model.generate import Decoder, generate
 from slm.model.transformer import SequenceContext, Transformer
 from slm.model.weights import save_model
 from slm.runs.record import update_record
+from slm.settings import nested
 
 
 def mlp(weights, x):
@@ -97,9 +98,9 @@ def test_strong_decay_over_a_long_chunk_stays_finite():
 
 def tiny_cfg(**kw) -> ModelConfig:
     """A tiny model with a mac layer; `memory=dict(...)` changes fields of model.memory, the rest model fields."""
-    base = dict(n_layers=2, d_model=8, n_heads=2, n_kv_heads=1, vocab_size=11, context_length=16)
+    base = dict(n_layers=2, d_model=8, attention=dict(n_heads=2, n_kv_heads=1), vocab_size=11, context_length=16)
     memory = dict(layers=[0], segment=3, heads=2, hidden=3, persistent_tokens=2)
-    return ModelConfig(**{**base, **kw, "memory": {**memory, **kw.get("memory", {})}})
+    return ModelConfig(**nested({**base, **kw, "memory": {**memory, **kw.get("memory", {})}}))
 
 
 def test_gradcheck_of_the_whole_memory_layer():
@@ -159,7 +160,7 @@ def test_cache_prefill_then_steps_and_padded_rows_match_the_whole_sequence(activ
 def test_generation_runs_on_the_eager_cache_only():
     cfg = tiny_cfg(context_length=24)
     model = Transformer(cfg).eval()
-    assert not static_cache_ok(cfg) and static_cache_ok(ModelConfig(n_heads=2))
+    assert not static_cache_ok(cfg) and static_cache_ok(ModelConfig(attention=dict(n_heads=2)))
     with pytest.raises(ValueError, match="eager KV cache"):
         KVCache(cfg, 1, 8, static=True)
     prompts = [[1, 2, 3, 4, 5], [6, 7]]
@@ -173,7 +174,7 @@ def test_generation_runs_on_the_eager_cache_only():
 
 
 def test_counts_breakdown_and_the_preset():
-    for kw in (dict(), dict(bias=True, memory=dict(depth=3, heads=1, hidden=5)), dict(memory=dict(depth=1)),
+    for kw in (dict(), {"block.bias": True, "memory": dict(depth=3, heads=1, hidden=5)}, dict(memory=dict(depth=1)),
                dict(memory=dict(qkv_conv=4)),
                dict(layer_types=["attn", "conv"], memory=dict(layers=[1]), canon=dict(set="AC"))):
         cfg = tiny_cfg(**kw)
@@ -189,7 +190,7 @@ def test_counts_breakdown_and_the_preset():
     (dict(memory=dict(layers=[], segment=3)), "no mac layer"),
     (dict(memory=dict(chunk=2)), "memory.chunk"),
     (dict(memory=dict(heads=3)), "memory.heads"),
-    (dict(causal=False), "causal"),
+    ({"attention.causal": False}, "causal"),
     (dict(canon=dict(set="B")), "Canon B"),
     (dict(memory=dict(lr=0)), "memory.lr"),
     (dict(memory=dict(segment=17)), "context_length"),

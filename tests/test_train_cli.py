@@ -93,7 +93,7 @@ def assert_same_run(ref: Path, cut: Path) -> None:
 
 
 def test_resume_after_sigkill_is_exact(tmp_path):
-    args = [*FAST, "model.d_model=128", "model.head_dim=32", "train.length.steps=30", "train.checkpoint.interval=10",
+    args = [*FAST, "model.d_model=128", "model.attention.head_dim=32", "train.length.steps=30", "train.checkpoint.interval=10",
             "train.validation.interval=15", "train.seed=3"]
     ref_dir, cut_dir = tmp_path / "ref", tmp_path / "cut"
     assert slm_train(ref_dir, *args).returncode == 0
@@ -251,12 +251,12 @@ def test_a_failing_evaluation_leaves_the_run_completed(tmp_path, monkeypatch):
 
 
 NEW_FAMILIES = {
-    "lfm2": ["model=lfm2", "model.n_layers=3", "model.d_model=64", "model.head_dim=16", "model.n_kv_heads=2",
-             "model.d_ff=128", "model.context_length=128"],
-    "moe": ["model=moe", "model.n_layers=2", "model.d_model=64", "model.head_dim=16", "model.n_kv_heads=2",
+    "lfm2": ["model=lfm2", "model.n_layers=3", "model.d_model=64", "model.attention.head_dim=16", "model.attention.n_kv_heads=2",
+             "model.mlp.d_ff=128", "model.context_length=128"],
+    "moe": ["model=moe", "model.n_layers=2", "model.d_model=64", "model.attention.head_dim=16", "model.attention.n_kv_heads=2",
             "model.moe.n_experts=4", "model.moe.expert_d_ff=64", "model.context_length=128", "model.moe.z_coef=0.001"],
     "titans_mac": ["model=titans_mac", "model.n_layers=3", "model.memory.layers=[0,2]", "model.d_model=64",
-                   "model.head_dim=16", "model.n_kv_heads=2", "model.context_length=128", "model.memory.segment=32",
+                   "model.attention.head_dim=16", "model.attention.n_kv_heads=2", "model.context_length=128", "model.memory.segment=32",
                    "model.memory.persistent_tokens=4"],
 }
 
@@ -292,7 +292,7 @@ def test_new_families_train_resume_exactly_and_are_scored(tmp_path, family):
         assert r["model"]["params_active"] == r["model"]["params_total"]
 
 
-DLLM = ["model=dllm", "model.n_layers=2", "model.d_model=64", "model.head_dim=16", "model.n_kv_heads=2",
+DLLM = ["model=dllm", "model.n_layers=2", "model.d_model=64", "model.attention.head_dim=16", "model.attention.n_kv_heads=2",
         "model.context_length=64", "train.objective=mdlm"]
 
 
@@ -307,7 +307,8 @@ def test_a_diffusion_model_trains_its_bound_falls_and_resume_is_exact(tmp_path):
     ref = run_dir(ref_dir)
     r = record(ref)
     assert r["status"] == "completed" and r["eval"]["val_nll_kind"] == "nelbo"
-    assert r["model"]["causal"] is False and r["model"]["mask_token_id"] == 65 and r["model"]["vocab_size"] == 66
+    assert r["model"]["attention"]["causal"] is False and r["model"]["embedding"]["mask_token_id"] == 65 \
+        and r["model"]["vocab_size"] == 66
     import csv
 
     rows = list(csv.DictReader((ref / "logs" / "csv" / "metrics.csv").open()))
@@ -320,7 +321,7 @@ def test_a_diffusion_model_trains_its_bound_falls_and_resume_is_exact(tmp_path):
 
 
 def test_a_bidirectional_model_is_refused_by_the_causal_objective(tmp_path):
-    out = slm_train(tmp_path, *FAST, "model.causal=false", "train.length.steps=5")
+    out = slm_train(tmp_path, *FAST, "model.attention.causal=false", "train.length.steps=5")
     assert out.returncode == 2
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("slm-train: error: train.objective=causal_lm needs a causal model"), last

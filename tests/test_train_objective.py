@@ -50,14 +50,14 @@ def test_the_diffusion_sweeps_keep_their_job_keys():
     """The sweeps name train.objective=mdlm in their points: it stays in the key, so their runs resume."""
     from slm.cli.job_keys import key_from_overrides
 
-    assert key_from_overrides(["model=dllm", "model.n_kv_heads=2", "model.n_layers=4", "train.objective=mdlm"]) == \
-        "model.n_kv_heads=2,model.n_layers=4,model=dllm,train.objective=mdlm"
+    assert key_from_overrides(["model=dllm", "model.attention.n_kv_heads=2", "model.n_layers=4", "train.objective=mdlm"]) == \
+        "model.attention.n_kv_heads=2,model.n_layers=4,model=dllm,train.objective=mdlm"
     points = OmegaConf.load("sweeps/cpu_default.yaml").hydra.sweeper.points
-    assert ["model=dllm", "model.n_kv_heads=2", "model.n_layers=4", "train.objective=mdlm"] in \
+    assert ["model=dllm", "model.attention.n_kv_heads=2", "model.n_layers=4", "train.objective=mdlm"] in \
         [list(point) for point in points]
 
 
-TINY_DLLM = ["model=dllm", "model.n_layers=2", "model.d_model=64", "model.head_dim=16", "model.n_kv_heads=2",
+TINY_DLLM = ["model=dllm", "model.n_layers=2", "model.d_model=64", "model.attention.head_dim=16", "model.attention.n_kv_heads=2",
              "model.context_length=32", "train.length.steps=3", "train.batch_size=4"]
 
 
@@ -66,7 +66,7 @@ def test_slm_train_model_dllm_trains_masked_diffusion_as_it_is(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     r = record(run_dir(tmp_path))
     assert r["status"] == "completed" and r["config"]["train"]["objective"] == "mdlm"
-    assert r["eval"]["val_nll_kind"] == "nelbo" and r["model"]["mask_token_id"] is not None
+    assert r["eval"]["val_nll_kind"] == "nelbo" and r["model"]["embedding"]["mask_token_id"] is not None
     # exp(a NELBO) is a bound on the perplexity, and is named so in the record and on the command line
     assert {"val_ppl_bound", "test_ppl_bound"} <= set(r["eval"]) and not {"val_ppl", "test_ppl"} & set(r["eval"])
     assert "train.objective" not in run_dir(tmp_path).name  # the key is the command's: model=dllm, ...
@@ -97,7 +97,7 @@ def test_a_sweep_records_a_contradicting_job_failed_and_goes_on(tmp_path):
                           "train.objective=causal_lm,mdlm"], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 1, out.stderr[-2000:]  # a sweep with a failed job exits 1, after every job
     runs = {p.name: record(p) for p in (tmp_path / "runs" / "t").iterdir() if (p / "result.json").exists()}
-    (bad,) = [r for key, r in runs.items() if "train.objective=causal_lm" in key]
-    (good,) = [r for key, r in runs.items() if "train.objective=mdlm" in key]
+    (bad,) = [r for r in runs.values() if r["config"]["train"]["objective"] == "causal_lm"]  # a long key is cut:
+    (good,) = [r for r in runs.values() if r["config"]["train"]["objective"] == "mdlm"]  # read the record
     assert bad["status"] == "failed" and "contradicts the model preset (dllm)" in bad["error"]
     assert good["status"] == "completed"

@@ -293,7 +293,7 @@ def test_an_ignored_stop_signal_stays_ignored(tmp_path):
 
 
 # ---------------------------------------------------------------- signals through slm-train
-STOPPED = [*FAST, "model.d_model=128", "model.head_dim=32", "train.length.steps=60", "train.checkpoint.interval=1000",
+STOPPED = [*FAST, "model.d_model=128", "model.attention.head_dim=32", "train.length.steps=60", "train.checkpoint.interval=1000",
            "train.validation.interval=30", "train.seed=3", "train.logging.print_interval=10"]
 
 

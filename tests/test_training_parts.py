@@ -82,7 +82,9 @@ def test_schedules():
 
 
 def test_no_decay_on_norms_biases_embeddings():
-    model = Transformer(ModelConfig(n_layers=1, d_model=32, n_heads=4, bias=True, position="learned", norm="layernorm"))
+    model = Transformer(ModelConfig(n_layers=1, d_model=32, attention=dict(n_heads=4),
+                                    block=dict(bias=True), position=dict(kind="learned"),
+                                    norm=dict(kind="layernorm")))
     decay, no_decay = param_groups(model, TrainConfig())
     decayed = {id(p) for p in decay["params"]}
     assert id(model.tok_emb.weight) not in decayed and id(model.position.weight) not in decayed
@@ -94,7 +96,7 @@ def test_no_decay_on_norms_biases_embeddings():
 
 
 def test_causal_lm_objective_matches_manual_cross_entropy():
-    model = Transformer(ModelConfig(n_layers=1, d_model=32, n_heads=4, vocab_size=40))
+    model = Transformer(ModelConfig(n_layers=1, d_model=32, attention=dict(n_heads=4), vocab_size=40))
     tokens = torch.randint(0, 40, (3, 17))
     objective = OBJECTIVES.get("causal_lm")()
     logits = model(tokens[:, :-1])

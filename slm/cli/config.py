@@ -78,11 +78,12 @@ def explain(err: BaseException, overrides: list[str]) -> str:
 
 
 def _moved(full_key: str) -> str | None:
-    """Today's spelling of a setting that moved into a nested group (`model.n_experts` -> `model.moe.n_experts`)."""
-    from slm.renames import upgrade_override
+    """Today's spelling of a setting that moved into a nested group (`model.n_experts` -> `model.moe.n_experts`), or
+    of a group that moved whole (`model.mup` -> `model.parametrization`)."""
+    from slm.renames import moved_group, upgrade_override
 
     new, note = upgrade_override(f"{full_key}=x")
-    return new.rpartition("=")[0] if note else None
+    return new.rpartition("=")[0] if note else moved_group(full_key)
 
 
 def _keys_under(parent: str, overrides: list[str]) -> list[str]:

@@ -9,24 +9,24 @@ Under a correct μP every curve is flat in width; under sp the logits and hidden
 
 Options:
     --widths W,W,...  d_model values; heads follow the width (n_heads = d_model / head_dim), so each must be a
-                      multiple of the model's head_dim; default: the multiples of head_dim nearest 64, 128, 256,
-                      512 and 1024
+                      multiple of the model's attention.head_dim; default: the multiples of head_dim nearest 64,
+                      128, 256, 512 and 1024
     --steps N         training steps, each recorded before its update (default 5)
     --seeds N         seeds train.seed, train.seed + 1, ... averaged (default 1)
-    --schemes A,B     model.parametrization values to compare (default sp,mup)
+    --schemes A,B     model.parametrization.kind values to compare (default sp,mup)
     --layers N        model.n_layers (default 3, unless model.n_layers=... is given: depth does not change what
                       a width check shows, and 32 layers at width 1024 take long on a CPU)
     --context N       model.context_length (default 64, unless model.context_length=... is given)
     --batch N         windows per step (default 8, unless train.batch_size=... is given)
     -o, --out DIR     where coordcheck.json (rows and settings) and coordcheck.png go (required)
 
-Everything else comes from the composed config: the model's other fields (d_ff, when set, stays fixed, so set
-it null for an exact check), model.mup.base_width, train.lr, optimizer, betas, weight_decay, eps and grad_clip
-(the lr is constant: no warmup or decay), train.seed (model init and the batches), the data and the tokenizer
-(the vocabulary is the tokenizer's). model.n_kv_heads is set to null (= n_heads) unless given, since a preset's
-fixed KV head count does not divide the head counts of small widths. The loss is always causal_lm's. Runs on a
-GPU when one is visible (train.parallel.accelerator auto or gpu), else on the CPU. llama3 (head_dim 48) is checked at
-widths 48, 144, 240, 528, 1008 in under two minutes on two CPU cores.
+Everything else comes from the composed config: the model's other fields (mlp.d_ff, when set, stays fixed, so set it
+null for an exact check), model.parametrization.base_width, train.lr, optimizer, train.optim.adamw (betas,
+weight_decay, eps), grad_clip (the lr is constant: no warmup or decay), train.seed (model init and the batches), the
+data and the tokenizer (the vocabulary is the tokenizer's). model.attention.n_kv_heads is set to null (= n_heads)
+unless given, since a preset's fixed KV head count does not divide the head counts of small widths. The loss is
+always causal_lm's. Runs on a GPU when one is visible (train.parallel.accelerator auto or gpu), else on the CPU.
+llama3 (head_dim 48) is checked at widths 48, 144, 240, 528, 1008 in under two minutes on two CPU cores.
 
 DIR/coordcheck.json holds the settings, rows {scheme, width, seed, step, layer, rms} (layers: embedding,
 block.<i>, final_norm, logits) and, per scheme and layer, the slope of log RMS against log width at the last
@@ -43,6 +43,7 @@ from pathlib import Path
 from slm.bad_input import fail
 from slm.cli.config import compose_config, reports_user_errors
 from slm.pipes import quiet_on_closed_pipe
+from slm.settings import nested
 
 PROG = "slm-coordcheck"
 DEFAULTS = {"steps": 5, "seeds": 1, "schemes": "sp,mup", "layers": 3, "context": 64, "batch": 8}
@@ -105,13 +106,18 @@ def chosen(option: str, key: str, value, overrides: list[str], options: dict):
 
 def model_spec(model_node: dict, overrides: list[str], options: dict, vocab_size: int) -> dict:
     """The model node the check scales: the composed one with the CLI's cheaper defaults where the user set no
-    value (n_layers, context_length, n_kv_heads) and the tokenizer's vocabulary."""
+    value (n_layers, context_length, attention.n_kv_heads) and the tokenizer's vocabulary."""
     spec = {**model_node, "vocab_size": vocab_size}
     for option, field in (("layers", "n_layers"), ("context", "context_length")):
         spec[field] = chosen(option, f"model.{field}", spec[field], overrides, options)
-    if "model.n_kv_heads" not in set_keys(overrides):
-        spec["n_kv_heads"] = None
+    if "model.attention.n_kv_heads" not in set_keys(overrides):
+        spec = nested({**spec, "attention.n_kv_heads": None})
     return spec
+
+
+def with_scheme(spec: dict, scheme: str) -> dict:
+    """`spec` under the parametrization `scheme` (model.parametrization.kind)."""
+    return nested({**spec, "parametrization.kind": scheme})
 
 
 def default_widths(head_dim: int) -> list[int]:
@@ -132,17 +138,17 @@ def check_inputs(spec: dict, widths: list[int], schemes: list[str]) -> None:
     if model.kind != "transformer":
         fail(PROG, f"model.kind={model.kind}: the coordinate check varies a transformer's width (d_model with "
                    "heads following it); a window model has no residual stream to check")
-    if not model.causal:
-        fail(PROG, "model.causal=false: the coordinate check trains with the causal LM loss, which needs a causal "
-                   "model (set model.causal=true to check the same network causally)")
-    head_dim = model.head_dim
+    if not model.attention.causal:
+        fail(PROG, "model.attention.causal=false: the coordinate check trains with the causal LM loss, which needs a "
+                   "causal model (set model.attention.causal=true to check the same network causally)")
+    head_dim = model.attention.head_dim
     bad = [w for w in widths if w % head_dim]
     if bad:
         fail(PROG, f"--widths: {bad[0]} is not a multiple of the model's head_dim={head_dim} (heads follow the "
                    f"width); e.g. --widths {','.join(map(str, default_widths(head_dim)))}")
     for name in schemes:
         for w in widths:
-            width_config({**spec, "parametrization": name}, w)  # a ConfigError is one line
+            width_config(with_scheme(spec, name), w)  # a ConfigError is one line
 
 
 def training_batches(prepared, batch_size: int, context: int, seed: int, sampling: str, n: int) -> list:
@@ -228,7 +234,7 @@ def measure_schemes(spec: dict, schemes: list[str], widths: list[int], train_cfg
     for scheme in schemes:
         for width in widths:
             started = time.perf_counter()
-            measured = measure({**spec, "parametrization": scheme}, [width], train_cfg, batches, steps, seeds, device)
+            measured = measure(with_scheme(spec, scheme), [width], train_cfg, batches, steps, seeds, device)
             rows += [{"scheme": scheme, **r} for r in measured]
             print(f"  {scheme} width {width}: {time.perf_counter() - started:.1f}s", file=sys.stderr, flush=True)
     return rows
@@ -265,13 +271,13 @@ def run(argv: list[str]) -> None:
     steps, schemes = options.get("steps", DEFAULTS["steps"]), options["schemes"]
     seeds = [train_cfg.seed + i for i in range(options.get("seeds", DEFAULTS["seeds"]))]
     spec = model_spec(cfg["model"], overrides, options, cfg["model"]["vocab_size"])
-    head_dim = width_config(spec, spec["d_model"]).head_dim
+    head_dim = width_config(spec, spec["d_model"]).attention.head_dim
     widths = options.get("widths") or default_widths(head_dim)
     check_inputs(spec, widths, schemes)
     prepared = prepare(cfg["data"], cfg["tokenizer"])
     spec["vocab_size"] = prepared.vocab_size
     context, family = spec["context_length"], spec.get("family", "custom")
-    base = (spec.get("mup") or {}).get("base_width")
+    base = width_config(spec, spec["d_model"]).parametrization.base_width
     batch = chosen("batch", "train.batch_size", train_cfg.batch_size, overrides, options)
     batches = training_batches(prepared, batch, context, train_cfg.seed, train_cfg.window_sampling, steps)
     device = "cuda" if torch.cuda.is_available() and train_cfg.parallel.accelerator in ("auto", "gpu", "cuda") else "cpu"

@@ -11,7 +11,7 @@ The run directory's model/ (or a checkpoint directory: config.json + model.safet
 checked before it is loaded; the tokenizer is the one saved beside the weights (slm_tokenizer.json, or Hugging
 Face tokenizer files; --tokenizer names another directory). Every family generates: autoregressive ones with
 the KV cache (slm.model.generate: temperature, top-k, top-p), Titans' memory layers on the eager cache, masked
-diffusion models (model.causal=false with a mask token) with their sampler (slm.model.diffusion: --steps,
+diffusion models (model.attention.causal=false with a mask token) with their sampler (slm.model.diffusion: --steps,
 --block-length, --threshold; temperature 0 is argmax), and the window models of arXiv 2512.20877
 (model.kind=linear|mlp) from the last context_length tokens of the prompt, sliding. An end-of-text token
 ends a sample. An empty prompt starts from the tokenizer's end-of-text token, else from a newline.

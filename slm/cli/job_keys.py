@@ -29,7 +29,7 @@ import typing
 from collections.abc import Iterable
 from pathlib import Path
 
-from slm.renames import key_spelling, upgrade_override
+from slm.renames import FORMER_KEY_RULES, key_spelling, upgrade_override
 from slm.runs.keys import full_key, job_key
 
 
@@ -64,10 +64,13 @@ def excluded(key: str, exclude: Iterable[str]) -> bool:
     return any(key == e or key.startswith(e + ".") for e in exclude)
 
 
-def canonical_overrides(overrides: Iterable[str], exclude: Iterable[str] = (), legacy: bool = False) -> list[str]:
+def canonical_overrides(overrides: Iterable[str], exclude: Iterable[str] = (),
+                        legacy: str | bool | None = None) -> list[str]:
     """The overrides that define what is trained, each as `key=value` with Hydra's spelling of the value and the
-    key in today's spelling (`legacy`: moved settings spelt the flat way, as keys were made before today's rule),
-    sorted; an override Hydra cannot parse is kept as given (composing it fails and says why)."""
+    key in today's spelling (`legacy`: a former rule of slm.renames.FORMER_KEY_RULES, moved settings spelt as keys
+    were made under it; True: the oldest, every moved setting flat), sorted; an override Hydra cannot parse is kept
+    as given (composing it fails and says why)."""
+    rule = FORMER_KEY_RULES[-1] if legacy is True else legacy or None
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
@@ -90,7 +93,7 @@ def canonical_overrides(overrides: Iterable[str], exclude: Iterable[str] = (), l
         prefix = "++" if override.is_force_add() else "+" if override.is_add() else ""
         package = f"@{override.package}" if override.package else ""
         key = _today(override.key_or_group)
-        key = key_spelling(key) if legacy else key  # model.moe.n_experts -> model.n_experts: the former rule
+        key = key_spelling(key, rule) if rule else key  # model.moe.n_experts -> model.n_experts: a former rule
         lines.append(f"{prefix}{key}{package}={_spelling(override)}")
     return sorted(lines)
 
@@ -108,11 +111,15 @@ def whole_key(overrides: Iterable[str], exclude: Iterable[str] = ()) -> str:
 
 def key_from_overrides(overrides: Iterable[str], exclude: Iterable[str] = (), parent=None) -> str:
     """The run-directory name of a job with these overrides (the `slm_job_key` resolver). With `parent`, the run
-    group's directory: when no run directory of today's key is there but one of the key a run made before today's
-    spelling rule got (moved settings spelt flat) is, that one's name, so the run is found where it is."""
+    group's directory: when no run directory of today's key is there but one of the key a run made under a former
+    spelling rule got (moved settings spelt flat: FORMER_KEY_RULES, newest first) is, that one's name, so the run is
+    found where it is."""
     overrides = [str(o) for o in overrides]
     key = job_key(",".join(canonical_overrides(overrides, exclude)))
     if parent is None or not str(parent) or (Path(str(parent)) / key).exists():
         return key
-    legacy = job_key(",".join(sorted(canonical_overrides(overrides, exclude, legacy=True))))
-    return legacy if legacy != key and (Path(str(parent)) / legacy).is_dir() else key
+    for rule in FORMER_KEY_RULES:
+        legacy = job_key(",".join(sorted(canonical_overrides(overrides, exclude, legacy=rule))))
+        if legacy != key and (Path(str(parent)) / legacy).is_dir():
+            return legacy
+    return key

@@ -25,12 +25,15 @@ from __future__ import annotations
 
 import sys
 from dataclasses import asdict
+from operator import attrgetter
 
 from slm.cli.config import reports_user_errors
 from slm.pipes import quiet_on_closed_pipe
 
-SHAPE_FIELDS = ("family", "kind", "n_layers", "layer_repeat", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff",
-                "vocab_size", "context_length", "tie_embeddings", "layer_types", "mlp_types", "init")
+SHAPE_FIELDS = ("family", "kind", "n_layers", "block.repeat", "d_model", "attention.n_heads", "attention.n_kv_heads",
+                "attention.head_dim", "mlp.d_ff", "vocab_size", "context_length", "embedding.tie", "layer_types",
+                "mlp_types", "parametrization.init")
+"""The model settings the report shows (a dotted one under its group: report["attention"]["n_heads"])."""
 
 
 def params_report(model_node: dict, vocabulary: dict | None = None, objective: str | None = None) -> dict:
@@ -40,13 +43,14 @@ def params_report(model_node: dict, vocabulary: dict | None = None, objective: s
     from slm.model import FLOPS_CONVENTION, config_from_spec, count
     from slm.model.budget import budget_fit
     from slm.model.counting import breakdown
+    from slm.settings import nested
 
     cfg = config_from_spec(model_node)
     if objective is not None:
         from slm.objectives import OBJECTIVES
 
         OBJECTIVES.get(objective)().check(cfg)
-    report = {name: getattr(cfg, name) for name in SHAPE_FIELDS}
+    report = nested({name: attrgetter(name)(cfg) for name in SHAPE_FIELDS})
     if vocabulary is not None:
         report["vocabulary"] = {k: v for k, v in vocabulary.items() if k != "spec"}
     if "moe" in cfg.mlp_types:
@@ -80,8 +84,9 @@ def shape_line(r: dict) -> str:
     if r["kind"] != "transformer":
         return (f"{r['family']}: a {r['kind']} window model over {r['context_length']} tokens, embeddings "
                 f"{r['d_model']} wide, vocabulary {r['vocab_size']:,}")
-    layers = f"{r['n_layers']} layers" + (f", each applied {r['layer_repeat']} times" if r["layer_repeat"] > 1 else "")
-    heads = f"{r['n_heads']} heads" + (f" ({r['n_kv_heads']} KV)" if r["n_kv_heads"] != r["n_heads"] else "")
+    repeat, a = r["block"]["repeat"], r["attention"]
+    layers = f"{r['n_layers']} layers" + (f", each applied {repeat} times" if repeat > 1 else "")
+    heads = f"{a['n_heads']} heads" + (f" ({a['n_kv_heads']} KV)" if a["n_kv_heads"] != a["n_heads"] else "")
     types = r["layer_types"]
     if types == ["attn"]:
         mixers = ""
@@ -93,8 +98,8 @@ def shape_line(r: dict) -> str:
         moe = r["moe"]
         mlp = f"{moe['n_experts']} experts of {moe['expert_d_ff']}, top-{moe['top_k']}"
     else:
-        mlp = f"d_ff {r['d_ff']}"
-    return (f"{r['family']}: {layers}, d_model {r['d_model']}, {heads} of {r['head_dim']}, {mlp}{mixers}, context "
+        mlp = f"d_ff {r['mlp']['d_ff']}"
+    return (f"{r['family']}: {layers}, d_model {r['d_model']}, {heads} of {a['head_dim']}, {mlp}{mixers}, context "
             f"{r['context_length']}, vocabulary {r['vocab_size']:,}")
 
 
@@ -145,7 +150,7 @@ def model_vocabulary(tokenizer_node: dict, data_node: dict, objective: str) -> d
     objective needs one, padded to tokenizer.pad_vocab_multiple; a char or word vocabulary fitted on the data's
     training text as slm.data.prepare fits it (the same cache entry), no shard tokenized. Returns {vocab_size (None
     for a vocabulary fitted on hub data not cached yet: nothing is downloaded), tokenizer, from (where the size came
-    from, for people), spec (the ids slm-train also sets: mask_token_id, document_end_id)}."""
+    from, for people), spec (the ids slm-train also sets: {"embedding": {mask_token_id, document_end_id}})}."""
     from dataclasses import replace
 
     from slm.data.cache import cache_root
@@ -188,6 +193,7 @@ def model_vocabulary(tokenizer_node: dict, data_node: dict, objective: str) -> d
     spec = {"mask_token_id": tok.mask_id} if tok.mask_id is not None else {}
     if data.pack_documents:
         spec["document_end_id"] = tok.eot_id
+    spec = {"embedding": spec} if spec else {}
     return {"vocab_size": size, "tokenizer": tok.kind, "from": f"{size:,}: {where}", "spec": spec}
 
 
@@ -197,6 +203,7 @@ def composed_report(overrides: list[str]) -> dict:
 
     from slm.cli.config import compose_config
     from slm.objectives import OBJECTIVES, check_preset
+    from slm.settings import nested
 
     cfg = compose_config(overrides, prog="slm-params")
     model_node, objective = OmegaConf.to_container(cfg.model, resolve=True), OmegaConf.select(cfg, "train.objective")
@@ -215,7 +222,8 @@ def composed_report(overrides: list[str]) -> dict:
                 arg.lstrip("+~").startswith("model.vocab_size=") for arg in overrides):
             vocabulary["replaced"] = configured
             vocabulary["from"] += f"; model.vocab_size={configured} is replaced, as slm-train replaces it"
-        model_node = {**model_node, "vocab_size": vocabulary["vocab_size"], **vocabulary["spec"]}
+        model_node = nested({**model_node, "vocab_size": vocabulary["vocab_size"],
+                             **{f"embedding.{k}": v for k, v in vocabulary["spec"].get("embedding", {}).items()}})
     return params_report(model_node, vocabulary, objective)
 
 

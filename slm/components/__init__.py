@@ -1,4 +1,8 @@
-"""Building blocks chosen by string key. Importing this package fills every registry."""
+"""Building blocks chosen by string key. Importing this package fills every registry: it imports every module beside
+it, so a new component (a mixer in its own file, say) registers itself without an edit here."""
+
+import importlib
+import pkgutil
 
 from slm.components.attention import MultiHeadAttention, SlidingWindowAttention
 from slm.components.canon import CANON_POSITIONS, CANONS
@@ -12,6 +16,9 @@ from slm.components.position import POSITIONS
 from slm.components.registry import Registry, UnknownKeyError
 from slm.components.shortconv import ShortConv
 from slm.components.titans import MemoryAsContext
+
+for _module in pkgutil.iter_modules(__path__):  # the files not named above: a new component's registers it
+    importlib.import_module(f"{__name__}.{_module.name}")
 
 REGISTRIES = {r.kind: r for r in (NORMS, POSITIONS, MLPS, FFNS, MIXERS, CANONS, INITS, PARAMETRIZATIONS)}
 

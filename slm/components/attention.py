@@ -1,5 +1,6 @@
 """Self-attention mixers (slm.components.mixer): `attn` attends to every earlier position, `local_attn` to
-the last `sliding_window` positions only (Gemma's local layers; `layer_types` mixes the two).
+the last `sliding_window` positions only (Gemma's local layers; `layer_types` mixes the two); their settings,
+`AttentionSettings` (model.attention).
 
 Both are multi-head / grouped-query attention (n_kv_heads < n_heads), causal or bidirectional, with
 optional qk-norm before RoPE (per head, as Qwen3 and Gemma3, or one norm over all heads, as the Canon
@@ -19,6 +20,9 @@ written there, queries attend over the S slots it returns, and the mask (built b
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -27,9 +31,72 @@ from slm.components.canon import canon_params, make_canon
 from slm.components.flex import Masking, attention_kind, choose, flex_attend, record
 from slm.components.init import attention_projection, residual_out
 from slm.components.mixer import MIXERS, Mixer
-from slm.components.norm import NORMS
+from slm.components.norm import make_norm, norm_params
 from slm.components.parametrization import scheme_of
 from slm.components.position import apply_rotary
+from slm.settings import Settings, require, setting
+
+
+@dataclass
+class AttentionSettings(Settings):
+    """`model.attention`: the attention layers (the attn, local_attn and mac entries of model.layer_types)."""
+
+    n_heads: int | None = setting(None, gt=0, null="d_model // head_dim")
+    """Query heads; None derives d_model // head_dim."""
+    n_kv_heads: int | None = setting(None, gt=0, null="n_heads")
+    """Key/value heads (grouped-query attention when < n_heads); None means n_heads (MHA)."""
+    head_dim: int | None = setting(None, gt=0, null="d_model // n_heads")
+    """Channels per head; None derives d_model // n_heads. n_heads * head_dim may differ from d_model."""
+    causal: bool = True
+    """Causal (autoregressive) or bidirectional attention."""
+    block: int | None = setting(None, gt=0, null="per causal")
+    """Block-causal attention (block diffusion, an AR model converted to diffusion): each position sees its
+    own block of this many positions, both ways, and every earlier block (1 = causal, >= context = fully
+    bidirectional); None: per `causal`. Needs causal=false and causal Canon layers."""
+    sliding_window: int | None = setting(None, gt=0, null="no local_attn layer")
+    """Keys each query of a local_attn layer sees, itself included (required when layer_types has one)."""
+    scale: float | None = setting(None, gt=0, null="1 / sqrt(head_dim)")
+    """Scale of q.k; None means 1 / sqrt(head_dim)."""
+    logit_softcap: float | None = setting(None, gt=0, null="disabled")
+    """Soft-cap attention logits as cap * tanh(s / cap); None disables."""
+    qk_norm: bool = False
+    """Norm (of kind model.norm.kind) on queries and keys, before RoPE (Qwen3, Gemma3, PhysicsLM4)."""
+    qk_norm_scope: Literal["head", "all_heads"] = "head"
+    """head: one norm per head over head_dim (Qwen3, Gemma3); all_heads: one norm over all heads, H * head_dim
+    for q and KV * head_dim for k (the Canon reference, PhysicsLM4)."""
+
+    def derive(self, cfg) -> None:
+        """Heads from head_dim or the reverse (a window model, which has no attention, gets one head), kv heads
+        from heads; a size that does not divide d_model is left null for `check` to name."""
+        if self.n_heads is None and self.head_dim is None and cfg.kind != "transformer":
+            self.n_heads = 1  # a window model: the attention fields only need to be valid
+        if self.n_heads is None and self.head_dim is not None and cfg.d_model % self.head_dim == 0:
+            self.n_heads = cfg.d_model // self.head_dim
+        if self.head_dim is None and self.n_heads is not None and cfg.d_model % self.n_heads == 0:
+            self.head_dim = cfg.d_model // self.n_heads
+        if self.n_kv_heads is None:
+            self.n_kv_heads = self.n_heads
+
+    def check(self, key: str, cfg) -> None:
+        """Heads that fit d_model, the sliding window against layer_types and the context, block-causal
+        attention against causal."""
+        both = self.n_heads is None and self.head_dim is None
+        require((not both, f"{key}.n_heads", None, "set n_heads or head_dim (or both)"),
+                (self.n_heads is not None, "model.d_model", cfg.d_model,
+                 f"must be a multiple of head_dim={self.head_dim} when n_heads is derived"),
+                (self.head_dim is not None, "model.d_model", cfg.d_model,
+                 f"must be a multiple of n_heads={self.n_heads} when head_dim is derived"))
+        local = "local_attn" in cfg.layer_types
+        require((self.n_heads % self.n_kv_heads == 0, f"{key}.n_kv_heads", self.n_kv_heads,
+                 f"must divide n_heads={self.n_heads}"),
+                (not local or self.sliding_window is not None, f"{key}.sliding_window", None,
+                 f"layer_types {cfg.layer_types} has local_attn layers; set a window"),
+                (local or self.sliding_window is None, f"{key}.sliding_window", self.sliding_window,
+                 "layer_types has no local_attn layer to use it; add one or set null"),
+                (self.sliding_window is None or self.sliding_window <= cfg.context_length, f"{key}.sliding_window",
+                 self.sliding_window, f"must be <= context_length={cfg.context_length}"),
+                (self.block is None or not self.causal, f"{key}.block", self.block,
+                 "block-causal attention needs model.attention.causal=false"))
 
 
 class KVState:
@@ -74,53 +141,56 @@ class MultiHeadAttention(Mixer):
 
     def __init__(self, cfg):
         super().__init__()
-        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-        self.causal = cfg.causal
-        self.window = cfg.sliding_window if self.local else None
-        self.softcap = cfg.attn_logit_softcap
-        scale = cfg.attn_scale if cfg.attn_scale is not None else self.head_dim**-0.5
+        a = cfg.attention
+        self.n_heads, self.n_kv_heads, self.head_dim = a.n_heads, a.n_kv_heads, a.head_dim
+        self.causal = a.causal
+        self.window = a.sliding_window if self.local else None
+        self.softcap = a.logit_softcap
+        scale = a.scale if a.scale is not None else self.head_dim**-0.5
         self.scale = scheme_of(cfg).attention_scale(scale, self.head_dim)  # μP: 1 / head_dim
-        self.dropout = cfg.dropout if "attention" in cfg.dropout_at else 0.0  # on the probabilities
+        self.dropout = cfg.block.dropout if "attention" in cfg.block.dropout_at else 0.0  # on the probabilities
         q_dim, kv_dim = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
-        self.qkv = attention_projection(nn.Linear(cfg.d_model, q_dim + 2 * kv_dim, bias=cfg.bias), "in")
+        bias = cfg.block.bias
+        self.qkv = attention_projection(nn.Linear(cfg.d_model, q_dim + 2 * kv_dim, bias=bias), "in")
         self.canon_b = make_canon(cfg, "B", q_dim + 2 * kv_dim)
         self.canon_b_after_norm = cfg.canon.b_after_qk_norm
-        self.norm_heads = cfg.qk_norm_scope == "head"  # else one norm over all heads (H hd, resp. KV hd)
-        if cfg.qk_norm:
-            norm = NORMS.get(cfg.norm)
-            self.q_norm = norm(self.head_dim if self.norm_heads else q_dim, eps=cfg.norm_eps, bias=cfg.bias)
-            self.k_norm = norm(self.head_dim if self.norm_heads else kv_dim, eps=cfg.norm_eps, bias=cfg.bias)
+        self.norm_heads = a.qk_norm_scope == "head"  # else one norm over all heads (H hd, resp. KV hd)
+        if a.qk_norm:
+            self.q_norm = make_norm(cfg, self.head_dim if self.norm_heads else q_dim)
+            self.k_norm = make_norm(cfg, self.head_dim if self.norm_heads else kv_dim)
         else:
             self.q_norm = self.k_norm = None
-        self.proj = attention_projection(residual_out(nn.Linear(q_dim, cfg.d_model, bias=cfg.bias)), "out")
+        self.proj = attention_projection(residual_out(nn.Linear(q_dim, cfg.d_model, bias=bias)), "out")
 
     @staticmethod
     def num_params(cfg) -> int:
-        q_dim, kv_dim = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+        a = cfg.attention
+        q_dim, kv_dim = a.n_heads * a.head_dim, a.n_kv_heads * a.head_dim
         n = cfg.d_model * (q_dim + 2 * kv_dim) + q_dim * cfg.d_model
-        if cfg.bias:
+        if cfg.block.bias:
             n += q_dim + 2 * kv_dim + cfg.d_model
-        if cfg.qk_norm and cfg.qk_norm_scope == "head":
-            n += 2 * NORMS.get(cfg.norm).num_params(cfg.head_dim, cfg.bias)
-        elif cfg.qk_norm:
-            n += NORMS.get(cfg.norm).num_params(q_dim, cfg.bias) + NORMS.get(cfg.norm).num_params(kv_dim, cfg.bias)
+        if a.qk_norm and a.qk_norm_scope == "head":
+            n += 2 * norm_params(cfg, a.head_dim)
+        elif a.qk_norm:
+            n += norm_params(cfg, q_dim) + norm_params(cfg, kv_dim)
         return n + canon_params(cfg, "B", q_dim + 2 * kv_dim)
 
     @classmethod
     def keys_seen(cls, cfg) -> int:
         """Keys a query attends to at full context: the context length, or the window of a local layer."""
-        return min(cfg.sliding_window, cfg.context_length) if cls.local else cfg.context_length
+        return min(cfg.attention.sliding_window, cfg.context_length) if cls.local else cfg.context_length
 
     @classmethod
     def flops_per_token(cls, cfg) -> int:
         """PaLM's attention term: 12 * H * hd * T (q.k and the weighted sum of v, forward and backward)."""
-        return 12 * cfg.n_heads * cfg.head_dim * cls.keys_seen(cfg)
+        return 12 * cfg.attention.n_heads * cfg.attention.head_dim * cls.keys_seen(cfg)
 
     @classmethod
     def new_state(cls, cfg, cache) -> KVState:
-        shape = (cache.batch, cfg.n_kv_heads, cache.capacity, cfg.head_dim)
+        a = cfg.attention
+        shape = (cache.batch, a.n_kv_heads, cache.capacity, a.head_dim)
         zeros = lambda: torch.zeros(shape, device=cache.device, dtype=cache.dtype)  # noqa: E731
-        return KVState(cache, zeros(), zeros(), cfg.sliding_window if cls.local else None)
+        return KVState(cache, zeros(), zeros(), a.sliding_window if cls.local else None)
 
     def project(self, x: torch.Tensor, kv=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x (B, T, d) -> q (B, H, T, hd), k and v (B, KV, T, hd): projected, Canon B and qk-norm applied, before

@@ -19,21 +19,18 @@ import torch.nn.functional as F
 from torch import nn
 
 from slm.components.registry import Registry
+from slm.settings import Settings, require, setting
 
 CANONS: Registry[type[nn.Module]] = Registry("canon")
 
 CANON_POSITIONS = "ABCD"
 
 
-class CanonSettingsError(ValueError):
-    """An invalid `model.canon` setting; the message names the field, the value and what is allowed."""
-
-
 @dataclass
-class CanonSettings:
+class CanonSettings(Settings):
     """`model.canon`: where a model has Canon layers and of which kind."""
 
-    kind: str = "conv"
+    kind: str = setting("conv", choices=CANONS)
     """Canon layer kind (CANONS): conv (depthwise causal conv1d, residual) or conv_centered (the window centred on
     each position: a bidirectional model's choice)."""
     set: str = ""
@@ -42,26 +39,19 @@ class CanonSettings:
     b_after_qk_norm: bool = False
     """Canon B on cat(q, k, v) after the qk-norm, as the Canon reference (PhysicsLM4) orders them; false: on the
     fused projection before it. The two coincide without qk_norm."""
-    kernel: int = 4
+    kernel: int = setting(4, gt=0)
     """Canon convolution width (positions mixed, itself included)."""
 
-    def check(self, cfg) -> None:
-        """Check against the model `cfg` (causal, attention_block)."""
-        CANONS.check(self.kind, "model.canon.kind", CanonSettingsError)
-        if len(set(self.set)) != len(self.set) or set(self.set) - set(CANON_POSITIONS):
-            raise CanonSettingsError(f"model.canon.set={self.set!r} is invalid: distinct letters from "
-                                     f"{CANON_POSITIONS!r}, e.g. 'AC'")
-        if self.kernel < 1:
-            raise CanonSettingsError(f"model.canon.kernel={self.kernel!r} is invalid: must be a positive integer")
-        if not self.set or CANONS.get(self.kind).causal:
-            return
-        if cfg.attention_block is not None:
-            raise CanonSettingsError(f"model.canon.kind={self.kind!r} is invalid: reads the next block: "
-                                     "block-causal attention needs canon.kind=conv")
-        if cfg.causal:
-            raise CanonSettingsError(f"model.canon.kind={self.kind!r} is invalid: reads future positions: a causal "
-                                     "model needs canon.kind=conv (conv_centered is for bidirectional models, "
-                                     "model.causal=false)")
+    def check(self, key: str, cfg) -> None:
+        """Against the model `cfg` (attention.causal, attention.block)."""
+        centred = bool(self.set) and not CANONS.get(self.kind).causal
+        require((len(set(self.set)) == len(self.set) and not set(self.set) - set(CANON_POSITIONS), f"{key}.set",
+                 self.set, f"distinct letters from {CANON_POSITIONS!r}, e.g. 'AC'"),
+                (not centred or cfg.attention.block is None, f"{key}.kind", self.kind,
+                 "reads the next block: block-causal attention needs canon.kind=conv"),
+                (not centred or not cfg.attention.causal, f"{key}.kind", self.kind,
+                 "reads future positions: a causal model needs canon.kind=conv (conv_centered is for bidirectional "
+                 "models, model.attention.causal=false)"))
 
 
 @CANONS.register("conv")

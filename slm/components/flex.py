@@ -1,7 +1,7 @@
 """Masked attention of a whole-sequence forward, through SDPA or FlexAttention, and the rule that picks one.
 
 `Masking` says which keys each query may see: causal or bidirectional, a sliding window, block-causal blocks
-(`attention_block`) and documents (ids (B, T) from `document_ids`: packed documents attend only within
+(`attention.block`) and documents (ids (B, T) from `document_ids`: packed documents attend only within
 themselves). It gives that mask in the two forms the backends take: `dense()`, a boolean tensor for
 `scaled_dot_product_attention` (None where SDPA's fused causal or full attention suffices), and
 `block_mask()`, a FlexAttention BlockMask (static ones are cached per shape; a document mask is built once
@@ -204,15 +204,15 @@ def attention_backends(cfg, device: torch.device | str, training: bool = False) 
     """{attention kind: backend} a whole-sequence forward of `cfg` at full context runs on `device` (the rule and
     any override applied), for the attention layers (attn, local_attn) of its layer_types."""
     out = {}
-    dropout = cfg.dropout if training and "attention" in cfg.dropout_at else 0.0
-    docs = None if getattr(cfg, "document_end_id", None) is None else torch.zeros(1, 1, dtype=torch.int32)
+    dropout = cfg.block.dropout if training and "attention" in cfg.block.dropout_at else 0.0
+    docs = None if cfg.embedding.document_end_id is None else torch.zeros(1, 1, dtype=torch.int32)
     for layer in sorted(set(cfg.layer_types)):
         if layer not in ("attn", "local_attn"):
             continue
-        window = cfg.sliding_window if layer == "local_attn" else None
-        block = None if cfg.causal else cfg.attention_block
-        m = Masking(cfg.context_length, cfg.causal, window, block, docs, torch.device(device))
-        softcap = cfg.attn_logit_softcap is not None
+        window = cfg.attention.sliding_window if layer == "local_attn" else None
+        block = None if cfg.attention.causal else cfg.attention.block
+        m = Masking(cfg.context_length, cfg.attention.causal, window, block, docs, torch.device(device))
+        softcap = cfg.attention.logit_softcap is not None
         out[attention_kind(m, softcap)] = choose(m, torch.device(device), softcap, dropout)
     return out
 

@@ -1,4 +1,4 @@
-"""Weight initialisation schemes, chosen by `ModelConfig.init` (each preset uses its reference's scheme).
+"""Weight initialisation schemes, chosen by `model.parametrization.init` (each preset uses its reference's scheme).
 
     gpt2     normal(0, init_std) for linear and embedding weights, residual output projections (attention's
              proj, the MLP's fc_out, a conv mixer's out_proj, the experts' w_out) at init_std / sqrt(2 * depth):
@@ -25,7 +25,6 @@ import math
 import torch
 from torch import nn
 
-from slm.components.parametrization import scheme_of
 from slm.components.registry import Registry
 
 INITS: Registry[type["Init"]] = Registry("init scheme")
@@ -55,9 +54,10 @@ class Init:
     mixer_convs = False
     """Normal-initialise the convolutions of conv mixers (transformers does; else PyTorch's default)."""
 
-    def __init__(self, cfg):
-        self.std = cfg.init_std
-        depth = scheme_of(cfg).init_depth()  # block applications (completep: its base depth)
+    def __init__(self, cfg, depth: int):
+        """`depth`: the block applications GPT-2's residual init divides by (the parametrization's init_depth:
+        completep's base depth)."""
+        self.std = cfg.parametrization.init_std
         self.out_std = self.std / math.sqrt(2 * depth) if self.scale_residual else self.std
 
     def normal(self, weight: torch.Tensor, residual: bool = False) -> None:

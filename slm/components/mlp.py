@@ -1,9 +1,9 @@
 """Feed-forward sublayers.
 
-Each layer's feed-forward kind comes from FFNS by `ModelConfig.mlp_types`: `dense` is one MLP of the kind
-`ModelConfig.mlp` (MLPS below); `moe` (slm.components.moe) a mixture of experts of that kind. An FFNS entry
-provides `build(cfg)` (the module), `num_params(cfg)` and `active_params(cfg)` (the parameters one token
-uses), and its module runs `forward(x, seq, kv)` like a mixer (slm.components.mixer).
+Each layer's feed-forward kind comes from FFNS by `model.mlp_types`: `dense` is one MLP of the kind `model.mlp.kind`
+(MLPS below; its settings, model.mlp, are `MlpSettings`); `moe` (slm.components.moe) a mixture of experts of that
+kind. An FFNS entry provides `build(cfg)` (the module), `num_params(cfg)` and `active_params(cfg)` (the parameters
+one token uses), and its module runs `forward(x, seq, kv)` like a mixer (slm.components.mixer).
 
 MLPS: two-matrix MLPs (`gelu`, `relu`): down(act(up(x))). Gated MLPs (`swiglu`, `geglu`, Shazeer 2020):
 down(act(gate(x)) * up(x)), with gate and up fused into one matrix `fc_in` of 2 * d_ff rows,
@@ -12,6 +12,10 @@ down(act(gate(x)) * up(x)), with gate and up fused into one matrix `fc_in` of 2 
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+from typing import Literal
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -19,9 +23,44 @@ from torch import nn
 from slm.components.canon import canon_params, make_canon
 from slm.components.init import residual_out
 from slm.components.registry import Registry
+from slm.settings import Settings, require, setting
 
 MLPS: Registry[type["MLP"]] = Registry("mlp")
 FFNS: Registry[type["FeedForward"]] = Registry("mlp type")
+
+
+@dataclass
+class MlpSettings(Settings):
+    """`model.mlp`: the MLP of the dense layers and of every expert, and the hidden layers of an mlp window model."""
+
+    kind: str = setting("swiglu", choices=MLPS)
+    """MLP kind (of the dense layers and of every expert): gelu, relu (two matrices), swiglu, geglu (gated)."""
+    d_ff: int | None = setting(None, gt=0, null="derived")
+    """MLP hidden size; None derives ratio * d, else 4 d (two-matrix MLPs) or 8/3 d (gated), rounded up to
+    d_ff_multiple for gated MLPs."""
+    d_ff_multiple: int = setting(64, gt=0)
+    """Rounding multiple for a derived gated d_ff (LLaMA's multiple_of)."""
+    ratio: float | None = setting(None, gt=0, null="the MLP kind's rule")
+    """A derived d_ff is ratio * d_model rounded up to d_ff_multiple (LFM2: 3); None: the MLP kind's rule."""
+    gelu_approximate: Literal["none", "tanh"] = "tanh"
+    """GELU form for gelu/geglu: tanh (GPT-2's gelu_new, Gemma) or none (exact erf)."""
+    window_hidden: list[int] = setting(factory=list, gt=0, each=True)
+    """Hidden widths of an mlp window model (model.kind=mlp: Linear, ReLU, dropout each); empty for the other
+    kinds."""
+
+    def derive(self, cfg) -> None:
+        """d_ff from d_model when left null."""
+        if self.d_ff is None and self.ratio is not None:
+            self.d_ff = self.d_ff_multiple * math.ceil(self.ratio * cfg.d_model / self.d_ff_multiple)
+        elif self.d_ff is None:
+            self.d_ff = MLPS.get(self.kind).default_d_ff(cfg.d_model, self.d_ff_multiple)
+
+    def check(self, key: str, cfg) -> None:
+        """window_hidden against the network kind."""
+        window = cfg.kind == "mlp"
+        require((bool(self.window_hidden) == window, f"{key}.window_hidden", self.window_hidden,
+                 f"model.kind={cfg.kind!r} " + ("needs at least one hidden width, e.g. [256, 256]" if window
+                                                else "takes none; set []")))
 
 
 class FeedForward:
@@ -43,15 +82,15 @@ class FeedForward:
 
 @FFNS.register("dense")
 class Dense(FeedForward):
-    """One MLP of kind `cfg.mlp` for every token."""
+    """One MLP of kind `cfg.mlp.kind` for every token."""
 
     @classmethod
     def build(cls, cfg) -> nn.Module:
-        return MLPS.get(cfg.mlp)(cfg)
+        return MLPS.get(cfg.mlp.kind)(cfg)
 
     @staticmethod
     def num_params(cfg) -> int:
-        return MLPS.get(cfg.mlp).num_params(cfg)
+        return MLPS.get(cfg.mlp.kind).num_params(cfg)
 
 
 class MLP(nn.Module):
@@ -60,14 +99,15 @@ class MLP(nn.Module):
     gated = False
 
     def __init__(self, cfg, d_ff: int | None = None):
-        """An MLP of hidden size `d_ff` (default cfg.d_ff; a mixture of experts' shared expert has its own)."""
+        """An MLP of hidden size `d_ff` (default cfg.mlp.d_ff; a mixture of experts' shared expert has its own)."""
         super().__init__()
-        d_ff = cfg.d_ff if d_ff is None else d_ff
+        d_ff = cfg.mlp.d_ff if d_ff is None else d_ff
         n_in = 2 * d_ff if self.gated else d_ff
-        self.gelu_approximate = cfg.gelu_approximate
-        self.fc_in = nn.Linear(cfg.d_model, n_in, bias=cfg.bias)  # (d -> [gate; up]) or (d -> d_ff)
+        self.gelu_approximate = cfg.mlp.gelu_approximate
+        bias = cfg.block.bias
+        self.fc_in = nn.Linear(cfg.d_model, n_in, bias=bias)  # (d -> [gate; up]) or (d -> d_ff)
         self.canon_d = make_canon(cfg, "D", n_in)
-        self.fc_out = residual_out(nn.Linear(d_ff, cfg.d_model, bias=cfg.bias))
+        self.fc_out = residual_out(nn.Linear(d_ff, cfg.d_model, bias=bias))
 
     @classmethod
     def default_d_ff(cls, d_model: int, multiple: int) -> int:
@@ -78,9 +118,10 @@ class MLP(nn.Module):
 
     @classmethod
     def num_params(cls, cfg) -> int:
-        n_in = 2 * cfg.d_ff if cls.gated else cfg.d_ff
-        bias = n_in + cfg.d_model if cfg.bias else 0
-        return cfg.d_model * n_in + cfg.d_ff * cfg.d_model + bias + canon_params(cfg, "D", n_in)
+        d_ff = cfg.mlp.d_ff
+        n_in = 2 * d_ff if cls.gated else d_ff
+        bias = n_in + cfg.d_model if cfg.block.bias else 0
+        return cfg.d_model * n_in + d_ff * cfg.d_model + bias + canon_params(cfg, "D", n_in)
 
     @staticmethod
     def activation(x: torch.Tensor, gelu_approximate: str) -> torch.Tensor:

@@ -5,7 +5,7 @@ routing of Qwen3-MoE / Mixtral in transformers).
     w, e = top_k(p)                              # each token's experts; w / sum(w) if norm_topk_prob
     y = sum_j w_j * expert_{e_j}(x)  (+ shared(x))
 
-Each expert is an MLP of kind `cfg.mlp` with hidden size `moe.expert_d_ff`, stored stacked: w_in (E, [gate; up]
+Each expert is an MLP of kind `cfg.mlp.kind` with hidden size `moe.expert_d_ff`, stored stacked: w_in (E, [gate; up]
 rows, d) and w_out (E, d, expert_d_ff), transformers' gate_up_proj / down_proj layout. Routing is dropless:
 every (token, expert) pair is computed. Tokens are sorted by expert and each expert runs one matmul over
 its tokens (a loop over experts, never over tokens); on a GPU the per-expert sizes cost one host sync per
@@ -32,63 +32,48 @@ import torch
 from torch import nn
 
 from slm.components.mlp import FFNS, MLPS, FeedForward
-
-
-class MoeSettingsError(ValueError):
-    """An invalid `model.moe` setting; the message names the field, the value and what is allowed."""
+from slm.settings import Settings, require, setting
 
 
 @dataclass
-class MoeSettings:
+class MoeSettings(Settings):
     """`model.moe`: the mixture-of-experts layers (the `moe` entries of model.mlp_types)."""
 
-    n_experts: int = 0
+    n_experts: int = setting(0, ge=0)
     """Experts in each moe layer; 0 when there is no moe layer."""
-    top_k: int = 2
+    top_k: int = setting(2, gt=0)
     """Experts each token is routed to."""
-    expert_d_ff: int | None = None
+    expert_d_ff: int | None = setting(None, gt=0, null="the model's mlp.d_ff")
     """Hidden size of each expert; null: the model's d_ff."""
-    shared_expert_d_ff: int = 0
+    shared_expert_d_ff: int = setting(0, ge=0)
     """Hidden size of an always-on shared expert in each moe layer (DeepSeekMoE-style); 0: none."""
     norm_topk_prob: bool = True
     """Renormalise each token's top_k router probabilities to sum to 1 (Qwen3-MoE, Mixtral)."""
-    aux_coef: float = 0.01
+    aux_coef: float = setting(0.01, ge=0)
     """Weight of the load-balancing loss E * sum_i f_i * P_i (Switch Transformer) in the training loss."""
     aux_scope: Literal["layer", "pooled"] = "layer"
     """layer: the balancing loss per moe layer, averaged (Switch); pooled: over all layers' tokens at once
     (transformers' load_balancing_loss_func, Qwen3-MoE / Mixtral)."""
-    z_coef: float = 0.0
+    z_coef: float = setting(0.0, ge=0)
     """Weight of the router z-loss, mean logsumexp(router logits)^2 (ST-MoE); 0: off."""
 
-    def check(self, cfg) -> None:
-        """Check against the model `cfg` (its mlp_types, d_ff, bias, canon) and fill expert_d_ff."""
-        def bad(name, value, allowed):
-            return MoeSettingsError(f"model.moe.{name}={value!r} is invalid: {allowed}")
-
+    def derive(self, cfg) -> None:
         if self.expert_d_ff is None:
-            self.expert_d_ff = cfg.d_ff
-        if "moe" not in cfg.mlp_types:
-            if self.n_experts != 0:
-                raise bad("n_experts", self.n_experts, "model.mlp_types has no moe layer to use it; add one or set 0")
-            return
-        if self.n_experts < 1:
-            raise bad("n_experts", self.n_experts, f"model.mlp_types {cfg.mlp_types} has moe layers: a positive "
-                      "number of experts is needed")
-        if not 1 <= self.top_k <= self.n_experts:
-            raise bad("top_k", self.top_k, f"must be an integer in 1..n_experts={self.n_experts}")
-        if self.expert_d_ff < 1:
-            raise bad("expert_d_ff", self.expert_d_ff, "must be a positive integer (or null: d_ff)")
-        if self.shared_expert_d_ff < 0:
-            raise bad("shared_expert_d_ff", self.shared_expert_d_ff, "must be an integer >= 0 (0: none)")
-        for name in ("aux_coef", "z_coef"):
-            if getattr(self, name) < 0:
-                raise bad(name, getattr(self, name), "must be a finite number >= 0")
-        if cfg.bias:
-            raise MoeSettingsError(f"model.bias={cfg.bias!r} is invalid: moe layers have no biases (router and "
-                                   "experts); set false")
-        if "D" in cfg.canon.set:
-            raise MoeSettingsError(f"model.canon.set={cfg.canon.set!r} is invalid: Canon D sits inside a dense "
-                                   "MLP; moe layers have none")
+            self.expert_d_ff = cfg.mlp.d_ff
+
+    def check(self, key: str, cfg) -> None:
+        """Against the model `cfg` (its mlp_types, block.bias, canon.set)."""
+        used = "moe" in cfg.mlp_types
+        require((used or self.n_experts == 0, f"{key}.n_experts", self.n_experts,
+                 "model.mlp_types has no moe layer to use it; add one or set 0"),
+                (not used or self.n_experts >= 1, f"{key}.n_experts", self.n_experts,
+                 f"model.mlp_types {cfg.mlp_types} has moe layers: a positive number of experts is needed"),
+                (not used or self.top_k <= self.n_experts, f"{key}.top_k", self.top_k,
+                 f"must be an integer in 1..n_experts={self.n_experts}"),
+                (not used or not cfg.block.bias, "model.block.bias", cfg.block.bias,
+                 "moe layers have no biases (router and experts); set false"),
+                (not used or "D" not in cfg.canon.set, "model.canon.set", cfg.canon.set,
+                 "Canon D sits inside a dense MLP; moe layers have none"))
 
 
 @FFNS.register("moe")
@@ -97,10 +82,10 @@ class MoE(FeedForward, nn.Module):
 
     def __init__(self, cfg):
         nn.Module.__init__(self)
-        kind = MLPS.get(cfg.mlp)
+        kind = MLPS.get(cfg.mlp.kind)
         E, d, f = cfg.moe.n_experts, cfg.d_model, cfg.moe.expert_d_ff
         self.n_experts, self.top_k, self.norm_topk_prob = E, cfg.moe.top_k, cfg.moe.norm_topk_prob
-        self.gated, self.activation, self.gelu_approximate = kind.gated, kind.activation, cfg.gelu_approximate
+        self.gated, self.activation, self.gelu_approximate = kind.gated, kind.activation, cfg.mlp.gelu_approximate
         self.router = nn.Linear(d, E, bias=False)  # (E, d)
         self.w_in = nn.Parameter(torch.empty(E, (2 if kind.gated else 1) * f, d))  # per expert: [gate; up] rows
         self.w_out = nn.Parameter(torch.empty(E, d, f))
@@ -111,7 +96,7 @@ class MoE(FeedForward, nn.Module):
 
     @staticmethod
     def expert_params(cfg) -> int:
-        gated = MLPS.get(cfg.mlp).gated
+        gated = MLPS.get(cfg.mlp.kind).gated
         return cfg.d_model * cfg.moe.expert_d_ff * (3 if gated else 2)
 
     @classmethod
@@ -126,7 +111,7 @@ class MoE(FeedForward, nn.Module):
 
     @staticmethod
     def _shared_params(cfg) -> int:
-        gated = MLPS.get(cfg.mlp).gated
+        gated = MLPS.get(cfg.mlp.kind).gated
         return cfg.d_model * cfg.moe.shared_expert_d_ff * (3 if gated else 2)
 
     def init_weights(self, init) -> None:

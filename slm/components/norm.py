@@ -1,14 +1,49 @@
-"""Normalisation layers, chosen by `ModelConfig.norm`."""
+"""Normalisation layers, chosen by `model.norm.kind`, and the `model.norm` settings (`NormSettings`)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from slm.components.registry import Registry
+from slm.settings import Settings, setting
 
 NORMS: Registry[type[nn.Module]] = Registry("norm")
+
+
+@dataclass
+class NormSettings(Settings):
+    """`model.norm`: the normalisation layers of the blocks, the qk-norm and the final norm."""
+
+    kind: str = setting("rmsnorm", choices=NORMS)
+    """Normalisation: layernorm, rmsnorm, rmsnorm_gemma (scale by 1 + w)."""
+    eps: float = setting(1e-6, gt=0)
+    """Epsilon of every norm."""
+    placement: Literal["pre", "post", "sandwich"] = "pre"
+    """pre (norm before each sublayer), post (after the residual add), sandwich (before and after)."""
+    final: bool | None = None
+    """A norm before the head; None: with pre and sandwich placement, not with post (a post-norm block ends
+    normalised). arXiv 2512.20877's post-norm models add one."""
+
+    @property
+    def has_final(self) -> bool:
+        """Whether the network normalises before the head (`final`, or its default by placement)."""
+        return self.placement != "post" if self.final is None else self.final
+
+
+def make_norm(cfg, dim: int) -> nn.Module:
+    """A norm of the model's kind over `dim` channels (eps model.norm.eps; a bias where model.block.bias asks and
+    the kind has one)."""
+    return NORMS.get(cfg.norm.kind)(dim, eps=cfg.norm.eps, bias=cfg.block.bias)
+
+
+def norm_params(cfg, dim: int) -> int:
+    """Parameters of `make_norm(cfg, dim)`."""
+    return NORMS.get(cfg.norm.kind).num_params(dim, cfg.block.bias)
 
 
 @NORMS.register("layernorm")

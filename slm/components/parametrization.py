@@ -1,25 +1,26 @@
-"""Parametrizations, chosen by `ModelConfig.parametrization`: how init, learning rates and forward multipliers
-change with width and depth, so that one learning rate can serve models of different shapes.
+"""Parametrizations, chosen by `model.parametrization.kind` (the group's settings, `ParametrizationSettings`, live
+here): how init, learning rates and forward multipliers change with width and depth, so that one learning rate can
+serve models of different shapes.
 
     sp         the standard parametrization: nothing changes with shape (every preset's own behaviour)
     mup        μP (Yang et al. 2022, Tensor Programs V, arXiv 2203.03466) in the form microsoft/mup's MuReadout
-               and MuAdam and the EleutherAI/Cerebras nanoGPT-mup guide use; m = d_model / mup.base_width:
+               and MuAdam and the EleutherAI/Cerebras nanoGPT-mup guide use; m = d_model / base_width:
                  hidden matrices    init std x m^-1/2, Adam learning rate x 1/m
                  readout            logits x 1/m (tied or not; the head's own init and lr unscaled)
                  attention          q.k scale x (base_head_dim / head_dim)^1/2: 1/head_dim instead of
                                     1/sqrt(head_dim), equal to SP's at base_head_dim
                  embeddings, learned positions, norms, biases, depthwise (Canon, short) convolutions: unscaled
                  (Gemma's sqrt(d_model) embedding multiplier becomes sqrt(base_width))
-                 hidden matrices' AdamW decay (`mup.decay`): "with_lr" (mup's default) leaves weight_decay x1, so
+                 hidden matrices' AdamW decay (`decay`): "with_lr" (mup's default) leaves weight_decay x1, so
                  the decoupled shrinkage lr x weight_decay falls with the hidden lr as 1/m, as nanoGPT-mup and
                  microsoft/mup's MuAdamW(decoupled_wd=True) do; "width_independent" multiplies weight_decay by m,
                  so lr x weight_decay stays the base model's, as the released microsoft/mup's default
                  (decoupled_wd=False) and CompleteP do
-    completep  CompleteP (Dey et al. 2025, arXiv 2505.01618): mup, plus depth; r = depth / mup.base_depth
-               (block applications), α = mup.depth_alpha (1: CompleteP, 0.5: the earlier depth-μP):
+    completep  CompleteP (Dey et al. 2025, arXiv 2505.01618): mup, plus depth; r = depth / base_depth
+               (block applications), α = depth_alpha (1: CompleteP, 0.5: the earlier depth-μP):
                  residual branches  x r^-α (every mixer and feed-forward output before its residual add)
                  hidden matrices    learning rate x 1/m x r^(α-1), AdamW weight decay x m (lr x decay, the
-                                    step's shrinkage, stays width-independent: `mup.decay` "width_independent",
+                                    step's shrinkage, stays width-independent: `decay` "width_independent",
                                     completep's default)
                  norms, biases inside blocks   learning rate x r^(α-1)
                  AdamW ε            x 1/m x r^-α
@@ -32,13 +33,13 @@ inside the network is hidden unless it is a depthwise convolution; everything el
 `in_block` marks the parameters inside a residual branch. The same roles give the optimizer its parameter groups
 (slm.training.optim), so the scheme's init and learning-rate rules always agree on which tensor is which.
 
-Width is d_model: every hidden matrix is scaled by the same m, as nanoGPT-mup does, which is exact when the
-sizes that follow d_model (heads via head_dim, a derived d_ff) do. A size held fixed while d_model moves (an
-explicit d_ff, n_kv_heads) is scaled as if it followed, which is not μP for that matrix: an MLP whose d_ff stays
-fixed while d_model grows sees its down-projection's init and lr shrink with a fan-in that does not grow (leave d_ff
-null, or set mlp_ratio, for a width sweep). The MoE router (d_model -> n_experts) takes the hidden rule (its logits
-stay O(1) at init; strict μP would start them at 0 like the readout's). Models these rules do not cover are refused
-by `check`.
+Width is d_model: every hidden matrix is scaled by the same m, as nanoGPT-mup does, which is exact when the sizes
+that follow d_model (heads via head_dim, a derived d_ff) do. A size held fixed while d_model moves (an explicit
+d_ff, n_kv_heads) is scaled as if it followed, which is not μP for that matrix: an MLP whose d_ff stays fixed while
+d_model grows sees its down-projection's init and lr shrink with a fan-in that does not grow (leave mlp.d_ff null,
+or set mlp.ratio, for a width sweep). The MoE router (d_model -> n_experts) takes the hidden rule (its logits stay
+O(1) at init; strict μP would start them at 0 like the readout's). Models these rules do not cover are refused by
+`check`.
 """
 
 from __future__ import annotations
@@ -50,50 +51,48 @@ from typing import Literal
 import torch
 from torch import nn
 
+from slm.components.init import INITS
 from slm.components.registry import Registry
-from slm.typecheck import check_types, settings_from_node
+from slm.settings import Settings, require, setting
 
 PARAMETRIZATIONS: Registry[type["Parametrization"]] = Registry("parametrization")
 
 ROLES = ("embedding", "readout", "hidden", "vector")
 
 
-class ParametrizationError(ValueError):
-    """A parametrization that cannot apply to this model, or bad `model.mup` settings."""
-
-
 @dataclass
-class MupSettings:
-    """`model.mup`: the base shape that the μP family (mup, completep) scales from; `sp` ignores it."""
+class ParametrizationSettings(Settings):
+    """`model.parametrization`: how the weights start and how init, learning rates and forward multipliers scale
+    with shape, and the base shape that the μP family (mup, completep) scales from (`sp` ignores it)."""
 
-    base_width: int = 256
-    """d_model of the base model: the width at which the learning rate was tuned (m = d_model / base_width)."""
-    base_depth: int = 2
+    kind: str = setting("sp", choices=PARAMETRIZATIONS)
+    """How init, learning rates and forward multipliers scale with shape: sp (standard: none), mup (μP over width,
+    from base_width) or completep (μP and CompleteP's depth rule, from base_depth)."""
+    init: str = setting("gpt2", choices=INITS)
+    """Init scheme (slm.components.init): gpt2 (residual output projections scaled by 1 / sqrt(2 * depth)), normal
+    (transformers' LLaMA family: nothing scaled), torch (PyTorch's module defaults) or torch_mha (torch, attention
+    as nn.MultiheadAttention's); presets use their reference implementation's."""
+    init_std: float = setting(0.02, gt=0)
+    """Std of the normal init of linear, embedding (and, under `normal`, conv-mixer) weights."""
+    base_width: int = setting(256, gt=0)
+    """mup, completep: d_model of the base model, the width at which the learning rate was tuned (m = d_model /
+    base_width)."""
+    base_depth: int = setting(2, gt=0)
     """completep: block applications of the base model (r = depth / base_depth)."""
-    depth_alpha: float = 1.0
+    depth_alpha: float = setting(1.0, gt=0, le=1)
     """completep: residual branches x r^-alpha; 1 is CompleteP, 0.5 the earlier depth-μP (Yang et al. 2023)."""
-    base_head_dim: int | None = None
-    """head_dim of the base model, anchoring the 1/head_dim attention scale; None: the model's own head_dim
-    (slm's presets and the budget solver widen by adding heads at a fixed head_dim)."""
+    base_head_dim: int | None = setting(None, gt=0, null="the model's own head_dim")
+    """mup, completep: head_dim of the base model, anchoring the 1/head_dim attention scale; None: the model's own
+    head_dim (slm's presets and the budget solver widen by adding heads at a fixed head_dim)."""
     decay: Literal["with_lr", "width_independent"] | None = None
-    """Hidden matrices' AdamW weight decay: with_lr (x1: lr x decay falls as 1/m, nanoGPT-mup, microsoft/mup's
-    MuAdamW(decoupled_wd=True)), width_independent (x m: lr x decay is the base model's, microsoft/mup's default and
-    CompleteP's); None: the parametrization's own (mup with_lr, completep width_independent)."""
+    """mup, completep: hidden matrices' AdamW weight decay: with_lr (x1: lr x decay falls as 1/m, nanoGPT-mup,
+    microsoft/mup's MuAdamW(decoupled_wd=True)), width_independent (x m: lr x decay is the base model's,
+    microsoft/mup's default and CompleteP's); None: the parametrization's own (mup with_lr, completep
+    width_independent)."""
 
-    def __post_init__(self) -> None:
-        check_types(self, "model.mup", ParametrizationError)
-        for name in ("base_width", "base_depth", "base_head_dim"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ParametrizationError(f"model.mup.{name}={value!r} is invalid: must be a positive integer")
-        if not 0 < self.depth_alpha <= 1:
-            raise ParametrizationError(f"model.mup.depth_alpha={self.depth_alpha!r} is invalid: must be in (0, 1] "
-                                       "(1: CompleteP, 0.5: depth-μP)")
-
-    @classmethod
-    def from_node(cls, node) -> "MupSettings":
-        """From a config mapping (None: the defaults); an unknown key is one line naming the known ones."""
-        return settings_from_node(cls, node, "model.mup", ParametrizationError)
+    def check(self, key: str, cfg) -> None:
+        """Whether the scheme applies to the model `cfg` (Parametrization.check)."""
+        PARAMETRIZATIONS.get(self.kind).check(f"{key}.kind", cfg)
 
 
 @dataclass(frozen=True)
@@ -152,8 +151,9 @@ class Parametrization:
         self.cfg = cfg
 
     @classmethod
-    def check(cls, cfg) -> None:
-        """Raise ParametrizationError naming why this scheme does not apply to `cfg` (nothing for sp)."""
+    def check(cls, key: str, cfg) -> None:
+        """Raise SettingsError naming (`key`: the model's parametrization.kind) why this scheme does not apply to
+        `cfg` (nothing for sp)."""
 
     # ------------------------------------------------------------------ forward
     def residual_multiplier(self) -> float | None:
@@ -165,11 +165,11 @@ class Parametrization:
         return None
 
     def attention_scale(self, scale: float, head_dim: int) -> float:
-        """The q.k scale given the standard one (`attn_scale`, or 1/sqrt(head_dim))."""
+        """The q.k scale given the standard one (`attention.scale`, or 1/sqrt(head_dim))."""
         return scale
 
     def embedding_scale(self, scale: float) -> float:
-        """The token embeddings' multiplier given the model's (`scale_embeddings`: sqrt(d_model), Gemma)."""
+        """The token embeddings' multiplier given the model's (`embedding.scale`: sqrt(d_model), Gemma)."""
         return scale
 
     # ------------------------------------------------------------------ init
@@ -199,23 +199,20 @@ class MuP(Parametrization):
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        self.settings = cfg.mup
+        self.settings = cfg.parametrization
         self.width = cfg.d_model / self.settings.base_width  # m
 
     @classmethod
-    def check(cls, cfg) -> None:
-        name = cfg.parametrization
-        if cfg.kind != "transformer":
-            raise ParametrizationError(f"model.parametrization={name} is not defined for model.kind={cfg.kind}: a "
-                                       "window model has no residual stream whose width μP scales; use sp")
-        if cfg.init in ("torch", "torch_mha"):
-            raise ParametrizationError(
-                f"model.parametrization={name} with model.init={cfg.init}: PyTorch's fan-in init already scales with "
-                "width, and μP here rescales the init_std schemes (gpt2, normal); use one of those or sp")
-        if "mac" in cfg.layer_types:
-            raise ParametrizationError(
-                f"model.parametrization={name} is not defined for mac layers (Titans): no μP rule is published for "
-                "the memory's inner learning rate and weights; use sp")
+    def check(cls, key: str, cfg) -> None:
+        name = cfg.parametrization.kind
+        require((cfg.kind == "transformer", key, name, f"not defined for model.kind={cfg.kind}: a window model has no "
+                 "residual stream whose width μP scales; use sp"),
+                (cfg.parametrization.init not in ("torch", "torch_mha"), key, name,
+                 f"not defined with model.parametrization.init={cfg.parametrization.init}: PyTorch's fan-in init "
+                 "already scales with width, and μP here rescales the init_std schemes (gpt2, normal); use one of "
+                 "those or sp"),
+                ("mac" not in cfg.layer_types, key, name, "not defined for mac layers (Titans): no μP rule is "
+                 "published for the memory's inner learning rate and weights; use sp"))
 
     def readout_multiplier(self) -> float | None:
         return 1.0 / self.width
@@ -233,7 +230,7 @@ class MuP(Parametrization):
     DEFAULT_DECAY = "with_lr"
 
     def decay_multiplier(self) -> float:
-        """Hidden matrices' weight-decay multiplier: 1 (with_lr) or m (width_independent), `mup.decay`."""
+        """Hidden matrices' weight-decay multiplier: 1 (with_lr) or m (width_independent), `parametrization.decay`."""
         rule = self.settings.decay or self.DEFAULT_DECAY
         return self.width if rule == "width_independent" else 1.0
 
@@ -260,12 +257,11 @@ class CompleteP(MuP):
         self.alpha = self.settings.depth_alpha
 
     @classmethod
-    def check(cls, cfg) -> None:
-        super().check(cfg)
-        if cfg.norm_placement == "post":
-            raise ParametrizationError(
-                "model.parametrization=completep with model.norm_placement=post: CompleteP scales residual branches "
-                "of pre-norm blocks (a post-norm block normalises the sum); use pre or sandwich, or mup")
+    def check(cls, key: str, cfg) -> None:
+        super().check(key, cfg)
+        require((cfg.norm.placement != "post", key, cfg.parametrization.kind, "not defined with "
+                 "model.norm.placement=post: CompleteP scales residual branches of pre-norm blocks (a post-norm block "
+                 "normalises the sum); use pre or sandwich, or mup"))
 
     def residual_multiplier(self) -> float | None:
         return self.depth**-self.alpha
@@ -290,7 +286,7 @@ class CompleteP(MuP):
 
 def scheme_of(cfg) -> Parametrization:
     """The parametrization instance for a model config."""
-    return PARAMETRIZATIONS.get(cfg.parametrization)(cfg)
+    return PARAMETRIZATIONS.get(cfg.parametrization.kind)(cfg)
 
 
 @torch.no_grad()

@@ -1,4 +1,4 @@
-"""Position information, chosen by `ModelConfig.position`.
+"""Position information, chosen by `model.position.kind`, and the `model.position` settings (`PositionSettings`).
 
 A position component acts at one or both of two places: `embed` adds to the token embeddings at the
 input (learned absolute positions), and `rotary` returns the (cos, sin) tables that attention applies to
@@ -8,12 +8,33 @@ never imports the model).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
 from slm.components.registry import Registry
+from slm.settings import Settings, require, setting
 
 POSITIONS: Registry[type["Position"]] = Registry("position")
+
+
+@dataclass
+class PositionSettings(Settings):
+    """`model.position`: how the network knows where a token is."""
+
+    kind: str = setting("rope", choices=POSITIONS)
+    """Position information: learned (absolute), rope, none."""
+    rope_theta: float = setting(10000.0, gt=0)
+    """RoPE base."""
+    rope_theta_local: float | None = setting(None, gt=0, null="rope_theta")
+    """RoPE base of sliding-window layers; None means rope_theta (Gemma3 uses 10k local, 1M global)."""
+    rotary_fraction: float = setting(1.0, gt=0, le=1)
+    """Fraction of each head's channels that RoPE rotates (partial rotary)."""
+
+    def check(self, key: str, cfg) -> None:
+        """Whether the kind applies to the model `cfg` (Position.check)."""
+        POSITIONS.get(self.kind).check(key, cfg)
 
 Rotary = tuple[torch.Tensor, torch.Tensor]  # (cos, sin), each (T, rot_dim), or (B, 1, T, rot_dim) per row
 
@@ -28,6 +49,11 @@ class Position(nn.Module):
     @staticmethod
     def num_params(cfg) -> int:
         return 0
+
+    @classmethod
+    def check(cls, key: str, cfg) -> None:
+        """Raise SettingsError (naming `key`.<field>, the model's position settings) where this kind cannot serve
+        `cfg`; nothing for most."""
 
     def embed(self, h: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """h: (B, T, d), pos: (T,) or, with a KV cache, (B, T) absolute positions -> (B, T, d)."""
@@ -83,7 +109,14 @@ class RoPE(Position):
 
     @classmethod
     def from_config(cls, cfg) -> "RoPE":
-        return cls(cfg.head_dim, cfg.rope_theta, cfg.rope_theta_local, cfg.rotary_fraction)
+        p = cfg.position
+        return cls(cfg.attention.head_dim, p.rope_theta, p.rope_theta_local, p.rotary_fraction)
+
+    @classmethod
+    def check(cls, key: str, cfg) -> None:
+        fraction, head_dim = cfg.position.rotary_fraction, cfg.attention.head_dim
+        require((int(head_dim * fraction) >= 2, f"{key}.rotary_fraction", fraction,
+                 f"rotates < 2 of head_dim={head_dim} channels"))
 
     def rotary(self, pos: torch.Tensor, local: bool, dtype: torch.dtype) -> Rotary:
         inv_freq = self.inv_freq_local if local else self.inv_freq

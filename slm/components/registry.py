@@ -55,3 +55,7 @@ class Registry(Generic[T]):
 
     def __contains__(self, key: str) -> bool:
         return key in self._entries
+
+    def __iter__(self):
+        """The keys, in registration order (a registry is the `choices` of a setting: slm.settings)."""
+        return iter(list(self._entries))

@@ -1,12 +1,14 @@
 """LFM2's gated short convolution (Liquid AI 2025; transformers' `Lfm2ShortConv`), the `conv` mixer.
 
     b, c, x = in_proj(h).chunk(3)        # d -> 3d, split in the order B, C, x
-    y = out_proj(c * conv(b * x))        # conv: depthwise, causal, kernel `conv_kernel`; no nonlinearity
+    y = out_proj(c * conv(b * x))        # conv: depthwise, causal, kernel `model.conv.kernel`; no nonlinearity
 
-With a KV cache it keeps the last conv_kernel - 1 inputs of the convolution (b * x), per row.
+With a KV cache it keeps the last kernel - 1 inputs of the convolution (b * x), per row.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -14,6 +16,15 @@ from torch import nn
 from slm.components.canon import conv_continue
 from slm.components.init import residual_out
 from slm.components.mixer import MIXERS, Mixer
+from slm.settings import Settings, setting
+
+
+@dataclass
+class ConvSettings(Settings):
+    """`model.conv`: the conv mixer (the `conv` entries of model.layer_types)."""
+
+    kernel: int = setting(3, gt=0)
+    """Kernel of the conv mixer (LFM2's conv_L_cache): positions mixed, itself included."""
 
 
 class ConvState:
@@ -44,10 +55,10 @@ class ShortConv(Mixer):
 
     def __init__(self, cfg):
         super().__init__()
-        d, kernel = cfg.d_model, cfg.conv_kernel
-        self.in_proj = nn.Linear(d, 3 * d, bias=cfg.bias)  # (3d, d): rows [B; C; x]
-        self.conv = nn.Conv1d(d, d, kernel, groups=d, bias=cfg.bias, padding=kernel - 1)  # weight (d, 1, kernel)
-        self.out_proj = residual_out(nn.Linear(d, d, bias=cfg.bias))
+        d, kernel, bias = cfg.d_model, cfg.conv.kernel, cfg.block.bias
+        self.in_proj = nn.Linear(d, 3 * d, bias=bias)  # (3d, d): rows [B; C; x]
+        self.conv = nn.Conv1d(d, d, kernel, groups=d, bias=bias, padding=kernel - 1)  # weight (d, 1, kernel)
+        self.out_proj = residual_out(nn.Linear(d, d, bias=bias))
 
     def init_weights(self, init) -> None:
         """The convolution: normal under transformers' scheme (init.mixer_convs), else PyTorch's default."""
@@ -59,12 +70,12 @@ class ShortConv(Mixer):
     @staticmethod
     def num_params(cfg) -> int:
         d = cfg.d_model
-        n = d * 3 * d + d * cfg.conv_kernel + d * d
-        return n + (3 * d + d + d if cfg.bias else 0)
+        n = d * 3 * d + d * cfg.conv.kernel + d * d
+        return n + (3 * d + d + d if cfg.block.bias else 0)
 
     @classmethod
     def new_state(cls, cfg, cache) -> ConvState:
-        return ConvState(cache, torch.zeros(cache.batch, cfg.conv_kernel - 1, cfg.d_model, device=cache.device,
+        return ConvState(cache, torch.zeros(cache.batch, cfg.conv.kernel - 1, cfg.d_model, device=cache.device,
                                             dtype=cache.dtype))
 
     def forward(self, x: torch.Tensor, seq, kv=None) -> torch.Tensor:

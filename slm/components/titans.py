@@ -52,7 +52,7 @@ prefill then one token at a time computes what the whole-sequence forward does. 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -63,88 +63,71 @@ import slm.components.memory as memory
 from slm.components.attention import MultiHeadAttention
 from slm.components.mixer import MIXERS, Mixer
 from slm.components.position import apply_rotary
-
-class MemorySettingsError(ValueError):
-    """An invalid `model.memory` setting; the message names the field, the value and what is allowed."""
+from slm.settings import Settings, require, setting
 
 
 @dataclass
-class MemorySettings:
+class MemorySettings(Settings):
     """`model.memory`: Titans' memory-as-context layers (the `mac` mixer)."""
 
-    layers: list[int] = field(default_factory=list)
+    layers: list[int] = setting(factory=list, ge=0, each=True)
     """Blocks (0-based) whose mixer is a mac layer whatever model.layer_types says; [] none. The study's
     Titans-MAC: [0, 7, 14, 21]."""
-    segment: int | None = None
+    segment: int | None = setting(None, gt=0, null="no mac layer")
     """Positions per segment: attention runs within the segment (plus the persistent and retrieved tokens), the
     neural memory carries what came before (required when there is a mac layer)."""
-    chunk: int | None = None
+    chunk: int | None = setting(None, gt=0, null="segment")
     """Tokens whose memory gradients are taken at the same weights (Titans' chunked training); divides segment
     (1: token by token); null: segment."""
-    depth: int = 2
+    depth: int = setting(2, gt=0)
     """Layers of the memory MLP (1: a linear memory)."""
-    hidden: int | None = None
+    hidden: int | None = setting(None, gt=0, null="d_model / heads")
     """Hidden width of the memory MLP; null: its input width, d_model / heads."""
-    heads: int = 1
+    heads: int = setting(1, gt=0)
     """Independent memories, each over d_model / heads channels."""
-    persistent_tokens: int = 0
+    persistent_tokens: int = setting(0, ge=0)
     """Learned tokens prepended to every segment's attention (Titans' persistent memory)."""
-    lr: float = 0.5
+    lr: float = setting(0.5, gt=0)
     """Inner learning rate: a token's step is lr * sigmoid(gate), and a chunk whose steps sum to more than lr is
     scaled down to sum to lr."""
-    qkv_conv: int = 0
+    qkv_conv: int = setting(0, ge=0)
     """Width of a depthwise causal convolution after each of the memory's q, k and v projections (the paper's,
     Sec. 4.4, width not given; 4 is Mamba's); 0 (the default): none, as the study count has (67.76M)."""
     qkv_activation: Literal["none", "silu"] = "none"
     """Activation on the memory's query, key and value projections before the RMS norm of q and k: silu is the
     paper's (Sec. 4.4); none (the default) is what the study count and bench/titans_recall.py were measured with."""
 
-    def check(self, cfg) -> None:
-        """Place `layers` into cfg.layer_types (one entry per block), check against the model and fill the
-        derived sizes (chunk, hidden)."""
-        def bad(name, value, allowed):
-            return MemorySettingsError(f"model.memory.{name}={value!r} is invalid: {allowed}")
+    def derive(self, cfg) -> None:
+        """`layers` sorted and placed into cfg.layer_types (one entry per block); with mac layers, chunk and hidden
+        where left null."""
+        self.layers = sorted(self.layers)
+        if self.layers and cfg.layer_types and len(cfg.layer_types) <= cfg.n_layers:
+            cfg.layer_types = ["mac" if i in self.layers else cfg.layer_type(i) for i in range(cfg.n_layers)]
+        if "mac" in cfg.layer_types and self.segment is not None:
+            self.chunk = self.segment if self.chunk is None else self.chunk
+            if self.hidden is None and cfg.d_model % self.heads == 0:
+                self.hidden = cfg.d_model // self.heads
 
-        layers = self.layers
-        if len(set(layers)) != len(layers) or not all(0 <= i < cfg.n_layers for i in layers):
-            raise bad("layers", layers, f"distinct block indices in 0..{cfg.n_layers - 1} (n_layers - 1)")
-        self.layers = sorted(layers)
-        if layers:
-            types = [cfg.layer_type(i) for i in range(cfg.n_layers)]
-            cfg.layer_types = ["mac" if i in layers else t for i, t in enumerate(types)]
-        if "mac" not in cfg.layer_types:
-            if self.segment is not None:
-                raise bad("segment", self.segment, "no mac layer to use it; set memory.layers or null")
+    def check(self, key: str, cfg) -> None:
+        """Against the model `cfg` (n_layers, context_length, d_model, attention.causal, canon.set)."""
+        layers, used = self.layers, "mac" in cfg.layer_types
+        require((len(set(layers)) == len(layers) and all(i < cfg.n_layers for i in layers), f"{key}.layers", layers,
+                 f"distinct block indices in 0..{cfg.n_layers - 1} (n_layers - 1)"),
+                (used or self.segment is None, f"{key}.segment", self.segment,
+                 "no mac layer to use it; set memory.layers or null"))
+        require((not used or self.segment is not None, f"{key}.segment", None,
+                 "mac layers need a segment length (positions per segment)"))
+        if not used:
             return
-        if self.segment is None:
-            raise bad("segment", None, "mac layers need a segment length (positions per segment)")
-        for name in ("segment", "depth", "heads"):
-            if getattr(self, name) < 1:
-                raise bad(name, getattr(self, name), "must be a positive integer")
-        if self.segment > cfg.context_length:
-            raise bad("segment", self.segment, f"must be <= context_length={cfg.context_length}")
-        if self.chunk is None:
-            self.chunk = self.segment
-        if self.chunk < 1 or self.segment % self.chunk:
-            raise bad("chunk", self.chunk, f"must be a positive integer dividing segment={self.segment}")
-        if cfg.d_model % self.heads:
-            raise bad("heads", self.heads, f"must divide d_model={cfg.d_model}")
-        if self.hidden is None:
-            self.hidden = cfg.d_model // self.heads
-        if self.hidden < 1:
-            raise bad("hidden", self.hidden, "must be a positive integer")
-        if self.persistent_tokens < 0:
-            raise bad("persistent_tokens", self.persistent_tokens, "must be an integer >= 0 (0: none)")
-        if self.qkv_conv < 0:
-            raise bad("qkv_conv", self.qkv_conv, "must be an integer >= 0 (0: no convolution)")
-        if not self.lr > 0:
-            raise bad("lr", self.lr, "must be a finite number > 0")
-        if not cfg.causal:
-            raise MemorySettingsError(f"model.causal={cfg.causal!r} is invalid: mac layers (a memory learned left "
-                                      "to right) need causal=true")
-        if "B" in cfg.canon.set:
-            raise MemorySettingsError(f"model.canon.set={cfg.canon.set!r} is invalid: Canon B sits inside plain "
-                                      "attention; mac layers have none")
+        require((self.segment <= cfg.context_length, f"{key}.segment", self.segment,
+                 f"must be <= context_length={cfg.context_length}"),
+                (self.segment % self.chunk == 0, f"{key}.chunk", self.chunk,
+                 f"must be a positive integer dividing segment={self.segment}"),
+                (cfg.d_model % self.heads == 0, f"{key}.heads", self.heads, f"must divide d_model={cfg.d_model}"),
+                (cfg.attention.causal, "model.attention.causal", cfg.attention.causal,
+                 "mac layers (a memory learned left to right) need causal=true"),
+                ("B" not in cfg.canon.set, "model.canon.set", cfg.canon.set,
+                 "Canon B sits inside plain attention; mac layers have none"))
 
 
 GATE_START = {"theta": 0.5, "eta": 0.5, "alpha": 0.0025}
@@ -251,11 +234,11 @@ class MemoryAsContext(Mixer):
         self.lr = cfg.memory.lr  # largest step of a token, and of a chunk's tokens together
         self.act = F.silu if cfg.memory.qkv_activation == "silu" else (lambda t: t)
         self.max_norm = math.sqrt(sum(i * o for i, o in memory.layer_shapes(cfg)))  # |initial weights| of a head
-        self.heads, self.width, self.eps = heads, d // heads, cfg.norm_eps
+        self.heads, self.width, self.eps = heads, d // heads, cfg.norm.eps
         self.attn = MultiHeadAttention(cfg)  # the segment attention (its projections also see P and the reads)
-        self.to_q = nn.Linear(d, d, bias=cfg.bias)  # memory queries, keys and values
-        self.to_k = nn.Linear(d, d, bias=cfg.bias)
-        self.to_v = nn.Linear(d, d, bias=cfg.bias)
+        self.to_q = nn.Linear(d, d, bias=cfg.block.bias)  # memory queries, keys and values
+        self.to_k = nn.Linear(d, d, bias=cfg.block.bias)
+        self.to_v = nn.Linear(d, d, bias=cfg.block.bias)
         self.gates = nn.Linear(d, 3 * heads)  # theta, eta, alpha per memory head
         self.register_buffer("gate_offset", torch.tensor(
             [_logit(GATE_START["theta"]), _logit(GATE_START["eta"]), _logit(GATE_START["alpha"])]), persistent=False)
@@ -282,7 +265,7 @@ class MemoryAsContext(Mixer):
     def param_parts(cls, cfg) -> dict[str, int]:
         d = cfg.d_model
         return {"attention": MultiHeadAttention.num_params(cfg),
-                "memory q/k/v projections": 3 * (d * d + (d if cfg.bias else 0)),
+                "memory q/k/v projections": 3 * (d * d + (d if cfg.block.bias else 0)),
                 "memory MLP (initial weights)": cls.memory_params(cfg),
                 "memory gates": 3 * cfg.memory.heads * (d + 1),
                 "persistent tokens": cfg.memory.persistent_tokens * d,
@@ -299,7 +282,7 @@ class MemoryAsContext(Mixer):
         forward and back and forms two weighted gradient sums, about 4 applications, 3x for the outer
         backward: 24 - 6 = 18 per weight."""
         keys = cfg.memory.persistent_tokens + 2 * cfg.memory.segment
-        return 12 * cfg.n_heads * cfg.head_dim * keys + 18 * MemoryAsContext.memory_params(cfg)
+        return 12 * cfg.attention.n_heads * cfg.attention.head_dim * keys + 18 * MemoryAsContext.memory_params(cfg)
 
     @classmethod
     def new_state(cls, cfg, cache) -> MemoryState:
@@ -309,7 +292,8 @@ class MemoryAsContext(Mixer):
         B, S, heads = cache.batch, cfg.memory.segment, cfg.memory.heads
         wide = torch.promote_types(cache.dtype, torch.float32)
         zeros = lambda *shape: torch.zeros(shape, device=cache.device, dtype=wide)  # noqa: E731
-        kv = lambda: torch.zeros(B, cfg.n_kv_heads, 2 * S, cfg.head_dim, device=cache.device, dtype=cache.dtype)  # noqa: E731
+        a = cfg.attention
+        kv = lambda: torch.zeros(B, a.n_kv_heads, 2 * S, a.head_dim, device=cache.device, dtype=cache.dtype)  # noqa: E731
         return MemoryState(cache, cfg, {
             "weights": [zeros(B, heads, i, o) for i, o in memory.layer_shapes(cfg)],
             "momentum": [zeros(B, heads, i, o) for i, o in memory.layer_shapes(cfg)],

@@ -186,7 +186,7 @@ class DataConfig:
     num_proc: int | None = None
     """Tokenizer workers (threads or processes); null uses every core this process may run on."""
     pack_documents: bool = False
-    """Attend only within a document: slm-train sets model.document_end_id to the tokenizer's end-of-text id
+    """Attend only within a document: slm-train sets model.embedding.document_end_id to the tokenizer's end-of-text id
     (needs tokenizer.eot=true); training windows still span document ends, attention does not cross them."""
 
     def check_tokenizer(self, tokenizer: TokenizerConfig) -> None:

@@ -1,4 +1,4 @@
-"""lm-eval scoring of masked diffusion models (`model.causal=false` with a `mask_token_id`), for SLMLM.
+"""lm-eval scoring of masked diffusion models (`model.attention.causal=false` with a `mask_token_id`), for SLMLM.
 
 A diffusion model has no exact likelihood; it is scored by LLaDA's Monte Carlo estimate of the conditional
 ELBO (Nie et al. 2025, "Large Language Diffusion Models", Eq. 6 and its lm-eval harness): for a context c
@@ -111,12 +111,12 @@ def diffusion_settings(cfg, args: dict) -> DiffusionSettings | None:
     """Settings for a masked diffusion model, None for an autoregressive one (whose diffusion args, checked
     all the same, are ignored with one warning). A bidirectional model without a mask token cannot be scored."""
     settings = DiffusionSettings.from_model_args(args)
-    if cfg.causal:
+    if cfg.attention.causal:
         if args:
             log.warning("slm model: %s ignored: diffusion model_args do not apply to an autoregressive model",
                         ", ".join(sorted(args)))
         return None
-    if cfg.mask_token_id is None:
+    if cfg.embedding.mask_token_id is None:
         raise ValueError("slm model: a bidirectional model (causal=false) without mask_token_id can be scored "
                          "neither autoregressively nor as a masked diffusion model")
     return settings
@@ -158,7 +158,7 @@ def conditional_elbo(model, items: list[tuple[list[int], list[int]]], mc_num: in
     """Per (context, continuation) item, len(ctx) + len(cont) <= context_length, cont non-empty: (Monte
     Carlo conditional ELBO of cont given ctx, is_greedy). Rows of equal length T run rows_per_forward(T) at a
     time, across items; progress (a tqdm) advances per finished item."""
-    mask_id = model.cfg.mask_token_id
+    mask_id = model.cfg.embedding.mask_token_id
     device = model.lm_head.weight.device
     totals = [0.0] * len(items)
     greedy = [False] * len(items)

@@ -130,7 +130,7 @@ def evaluate(path: str | os.PathLike, spec: EvalSpec, output_path: str | os.Path
     # config, weights header and memory checked before tasks load or anything is allocated (CheckpointError)
     model_cfg = check_checkpoint(model_dir, *resolve_device(spec.device, spec.dtype))
     model_args = dict(spec.model_args)
-    if suite_model_args and model_cfg.causal:
+    if suite_model_args and model_cfg.attention.causal:
         from slm.eval.lm_diffusion import MODEL_ARGS
 
         model_args = {k: v for k, v in model_args.items() if k not in MODEL_ARGS}

@@ -9,7 +9,7 @@ torch.compile (on CPU the only way past per-op overhead: ~4x for small models). 
 (capture, or no C++ compiler) the measurement falls back to eager mode and says so (`cuda_graph` /
 `compile` false, `fast_path_error`).
 
-A masked diffusion model (model.causal=false with a mask token) is timed with its sampler
+A masked diffusion model (model.attention.causal=false with a mask token) is timed with its sampler
 (`slm.model.diffusion`), with the settings in `diffusion` (block_length, steps, threshold, cache; steps None:
 new_tokens / 4, four tokens a step) recorded under `sampler`. The rates mean the same for both kinds:
 time_to_first_token_s until the first token is out (AR: prefill + one step; diffusion: the first denoising
@@ -62,7 +62,7 @@ def _sizes(model, prompt_tokens: int, new_tokens: int, seed: int) -> tuple[list[
     prompt_tokens = max(1, min(prompt_tokens, ctx // 2))
     new_tokens = max(2, min(new_tokens, ctx - prompt_tokens + 1))
     gen = torch.Generator().manual_seed(seed)
-    vocab = model.cfg.vocab_size if model.cfg.mask_token_id is None else model.cfg.mask_token_id
+    vocab = model.cfg.vocab_size if model.cfg.embedding.mask_token_id is None else model.cfg.embedding.mask_token_id
     return torch.randint(0, vocab, (prompt_tokens,), generator=gen).tolist(), new_tokens
 
 
@@ -110,7 +110,7 @@ def _measure_diffusion(model, prompt_tokens, new_tokens, warmup, repeats, seed, 
         return len(sampler.generate([prompt], new_tokens, seed=seed)[0]), sampler.last_timing
 
     stats = _timed(generate, prompt, new_tokens, warmup, repeats, p.device)
-    cache = model.cfg.attention_block is not None or settings["cache"] != "none"
+    cache = model.cfg.attention.block is not None or settings["cache"] != "none"
     return {**stats, "kv_cache_bytes": _block_cache_bytes(model, len(prompt) + new_tokens) if cache else 0,
             "dtype": str(p.dtype).removeprefix("torch."), "cuda_graph": False, "compile": False,
             "decoder": "masked_diffusion",
@@ -122,7 +122,7 @@ def _block_cache_bytes(model, capacity: int) -> int:
 
     p = next(model.parameters())
     with torch.device("meta"):
-        bidirectional = model.cfg.attention_block is None  # a dllm sampler's prefix or dual cache
+        bidirectional = model.cfg.attention.block is None  # a dllm sampler's prefix or dual cache
         return KVCache(model.cfg, 1, capacity, "meta", p.dtype, bidirectional=bidirectional).nbytes()
 
 

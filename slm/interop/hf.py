@@ -62,7 +62,7 @@ def from_hf(hf_model) -> Transformer:
 
     cfg = config_fn(hf_model.config)
     hf_weights = hf_model.state_dict()
-    unused = set(hf_weights) - ({"lm_head.weight"} if cfg.tie_embeddings else set())  # tied: the embedding
+    unused = set(hf_weights) - ({"lm_head.weight"} if cfg.embedding.tie else set())  # tied: the embedding
     state = {}
     for entry in table_fn(cfg):
         missing = [name for name in entry.hf if name not in hf_weights]
@@ -86,22 +86,23 @@ def to_hf(model: Transformer):
     Conv mixers (LFM2) -> Lfm2ForCausalLM; routed experts -> Qwen3MoeForCausalLM (with qk-norm) or
     MixtralForCausalLM (without); otherwise learned positions + LayerNorm + GELU/ReLU ->
     GPT2LMHeadModel, RoPE + RMSNorm + SwiGLU -> LlamaForCausalLM. Raises ValueError listing everything the
-    target cannot represent (Canon layers, layer_repeat > 1, qk_norm, sliding windows, soft-capping, ...).
+    target cannot represent (Canon layers, block.repeat > 1, qk_norm, sliding windows, soft-capping, ...).
     """
     cfg = model.cfg
-    if cfg.parametrization != "sp":
-        raise ValueError(f"cannot convert to transformers: model.parametrization={cfg.parametrization} multiplies the "
-                         "logits (and, completep, the residual branches) by factors transformers' models do not have")
+    if cfg.parametrization.kind != "sp":
+        raise ValueError(f"cannot convert to transformers: model.parametrization.kind={cfg.parametrization.kind} "
+                         "multiplies the logits (and, completep, the residual branches) by factors transformers' "
+                         "models do not have")
     if "conv" in cfg.layer_types:
         hf_model, table = lfm2_to_hf(cfg), lfm2_table(cfg)
     elif "moe" in cfg.mlp_types:
         hf_model, table = moe_to_hf(cfg), moe_table(cfg)
-    elif cfg.position == "learned":
+    elif cfg.position.kind == "learned":
         hf_model, table = gpt2_to_hf(cfg), gpt2_table(cfg)
-    elif cfg.position == "rope":
+    elif cfg.position.kind == "rope":
         hf_model, table = llama_to_hf(cfg), decoder_table(cfg)
     else:
-        raise ValueError(f"cannot convert to transformers: position={cfg.position!r} "
+        raise ValueError(f"cannot convert to transformers: position.kind={cfg.position.kind!r} "
                          "(GPT-2 needs 'learned', LLaMA needs 'rope')")
 
     ours = model.state_dict()
@@ -111,9 +112,9 @@ def to_hf(model: Transformer):
         sizes = [target[name].shape[1 if entry.transposed else 0] for name in entry.hf]
         for name, part in zip(entry.hf, ours[entry.slm].split(sizes, dim=0)):  # undo the row stacking
             state[name] = part.T if entry.transposed else part
-    if cfg.tie_embeddings:
+    if cfg.embedding.tie:
         state["lm_head.weight"] = state[table[0].hf[0]]  # transformers lists the tied head too
-    if not cfg.bias and hf_model.config.model_type == "gpt2":
+    if not cfg.block.bias and hf_model.config.model_type == "gpt2":
         # GPT-2 always has biases: zeros compute exactly what a bias-free slm model does
         state.update({name: torch.zeros_like(t) for name, t in target.items() if name.endswith(".bias")})
     hf_model.load_state_dict(state, strict=True)

@@ -3,9 +3,11 @@ config fields several families map the same way."""
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 from slm.model.config import ModelConfig
+from slm.settings import nested
 
 # Gelu forms in transformers' ACT2FN that slm computes exactly: name -> (slm mlp kind, gelu_approximate).
 ACTIVATIONS = {
@@ -70,44 +72,60 @@ def repeating_unit(items: list[str]) -> list[str]:
 
 
 def decoder_fields(c) -> dict:
-    """ModelConfig fields shared by the LLaMA-style decoders (Llama, Qwen3, Gemma2/3, Qwen3-MoE, Mixtral); a
-    config without head_dim has hidden_size / heads, as their attention derives it."""
-    return dict(
-        n_layers=c.num_hidden_layers, d_model=c.hidden_size, n_heads=c.num_attention_heads,
-        n_kv_heads=c.num_key_value_heads, head_dim=getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads,
-        d_ff=c.intermediate_size,
-        vocab_size=c.vocab_size, context_length=c.max_position_embeddings,
-        tie_embeddings=bool(c.tie_word_embeddings), norm_eps=c.rms_norm_eps, position="rope",
-        init_std=c.initializer_range, embedding_padding_idx=c.pad_token_id,
-    )
+    """ModelConfig fields (dotted: `attention.n_heads`, slm.settings.nested) shared by the LLaMA-style decoders
+    (Llama, Qwen3, Gemma2/3, Qwen3-MoE, Mixtral); a config without head_dim has hidden_size / heads, as their
+    attention derives it."""
+    return {
+        "n_layers": c.num_hidden_layers, "d_model": c.hidden_size, "attention.n_heads": c.num_attention_heads,
+        "attention.n_kv_heads": c.num_key_value_heads,
+        "attention.head_dim": getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads,
+        "mlp.d_ff": c.intermediate_size, "vocab_size": c.vocab_size, "context_length": c.max_position_embeddings,
+        "embedding.tie": bool(c.tie_word_embeddings), "norm.eps": c.rms_norm_eps, "position.kind": "rope",
+        "parametrization.init_std": c.initializer_range, "embedding.padding_idx": c.pad_token_id,
+    }
+
+
+def model_config(**fields) -> ModelConfig:
+    """A ModelConfig from fields some of which are dotted (`attention.qk_norm`): each converter's mapping is one
+    flat table."""
+    return ModelConfig(**nested(fields))
 
 
 def decoder_kwargs(cfg: ModelConfig) -> dict:
     """The transformers config arguments of the LLaMA-style decoders that come from the same ModelConfig
     fields (the inverse of decoder_fields): shapes, RoPE, norms, init, tying, tokens."""
+    a = cfg.attention
     return dict(
         vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, num_hidden_layers=cfg.n_layers,
-        num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.n_kv_heads, head_dim=cfg.head_dim,
-        max_position_embeddings=cfg.context_length, rms_norm_eps=cfg.norm_eps, initializer_range=cfg.init_std,
-        rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta}, attention_dropout=cfg.dropout,
-        tie_word_embeddings=cfg.tie_embeddings, hidden_act="silu", pad_token_id=cfg.embedding_padding_idx,
-        bos_token_id=None, eos_token_id=None,
+        num_attention_heads=a.n_heads, num_key_value_heads=a.n_kv_heads, head_dim=a.head_dim,
+        max_position_embeddings=cfg.context_length, rms_norm_eps=cfg.norm.eps,
+        initializer_range=cfg.parametrization.init_std,
+        rope_parameters={"rope_type": "default", "rope_theta": cfg.position.rope_theta},
+        attention_dropout=cfg.block.dropout, tie_word_embeddings=cfg.embedding.tie, hidden_act="silu",
+        pad_token_id=cfg.embedding.padding_idx, bos_token_id=None, eos_token_id=None,
     )
+
+
+def default_scale(cfg: ModelConfig) -> bool:
+    """Whether attention scales q.k by 1/sqrt(head_dim) (model.attention.scale null or equal to it)."""
+    scale = cfg.attention.scale
+    return scale is None or math.isclose(scale, cfg.attention.head_dim**-0.5, rel_tol=1e-6)
 
 
 def common_problems(cfg: ModelConfig, mixers: tuple[str, ...] = ("attn",), qk_norm: bool = False,
                     mlps: tuple[str, ...] = ("dense",)) -> list[str]:
     """Settings the transformers targets cannot express (the mixers, feed-forwards and qk-norm each one has)."""
+    a = cfg.attention
     return [problem for bad, problem in (
         (cfg.canon.set != "", f"Canon layers (canon.set={cfg.canon.set!r})"),
-        (cfg.layer_repeat > 1, f"layer_repeat={cfg.layer_repeat} (block sharing)"),
-        (cfg.norm_placement != "pre", f"norm_placement={cfg.norm_placement!r} (needs 'pre')"),
-        (cfg.qk_norm != qk_norm and bool({"attn", "local_attn"} & set(cfg.layer_types)),
-         f"qk_norm={cfg.qk_norm} (needs {qk_norm})"),
-        (not cfg.causal, "causal=False"),
+        (cfg.block.repeat > 1, f"block.repeat={cfg.block.repeat} (block sharing)"),
+        (cfg.norm.placement != "pre", f"norm.placement={cfg.norm.placement!r} (needs 'pre')"),
+        (a.qk_norm != qk_norm and bool({"attn", "local_attn"} & set(cfg.layer_types)),
+         f"attention.qk_norm={a.qk_norm} (needs {qk_norm})"),
+        (not a.causal, "attention.causal=False"),
         (not set(cfg.layer_types) <= set(mixers), f"layer_types={cfg.layer_types} (needs {', '.join(mixers)} only)"),
         (not set(cfg.mlp_types) <= set(mlps), f"mlp_types={cfg.mlp_types} (needs {', '.join(mlps)} only)"),
-        (cfg.attn_logit_softcap is not None, f"attn_logit_softcap={cfg.attn_logit_softcap}"),
-        (cfg.final_logit_softcap is not None, f"final_logit_softcap={cfg.final_logit_softcap}"),
-        (cfg.scale_embeddings, "scale_embeddings=True"),
+        (a.logit_softcap is not None, f"attention.logit_softcap={a.logit_softcap}"),
+        (cfg.embedding.logit_softcap is not None, f"embedding.logit_softcap={cfg.embedding.logit_softcap}"),
+        (cfg.embedding.scale, "embedding.scale=True"),
     ) if bad]

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import math
-
-from slm.interop.hf_common import Entry, common_problems, repeating_unit, rope_theta, unsupported
+from slm.interop.hf_common import (Entry, common_problems, default_scale, model_config, repeating_unit, rope_theta,
+                                   unsupported)
 from slm.model.config import ModelConfig
 
 
 def lfm2_config(c) -> ModelConfig:
     """Lfm2Config -> ModelConfig: per-layer conv / full_attention mixers, pre-RMSNorm, SwiGLU, qk-norm (per
     head, before RoPE) in the attention layers, RoPE from rope_parameters (its default base is 1e6, read
-    from the config, never assumed), pad_token_id -> embedding_padding_idx (transformers zeroes that
+    from the config, never assumed), pad_token_id -> embedding.padding_idx (transformers zeroes that
     embedding row at init and the lookup never updates it).
 
     The MLP width is what transformers built: with block_auto_adjust_ff_dim (the default) intermediate_size
@@ -23,14 +22,17 @@ def lfm2_config(c) -> ModelConfig:
         ["conv_bias=True (biases in the conv layers only; slm's `bias` switches every linear layer)"]
         if c.conv_bias else []))
     head_dim = c.hidden_size // c.num_attention_heads
-    return ModelConfig(
-        family="lfm2", n_layers=c.num_hidden_layers, d_model=c.hidden_size, n_heads=c.num_attention_heads,
-        n_kv_heads=c.num_key_value_heads, head_dim=head_dim, d_ff=lfm2_ff_dim(c), vocab_size=c.vocab_size,
-        context_length=c.max_position_embeddings, tie_embeddings=bool(c.tie_word_embeddings), norm="rmsnorm",
-        norm_eps=c.norm_eps, position="rope", rope_theta=rope_theta(c.rope_parameters, "rope_parameters"),
-        mlp="swiglu", qk_norm=True, layer_types=repeating_unit([kinds[k] for k in c.layer_types]),
-        conv_kernel=c.conv_L_cache, init_std=c.initializer_range, embedding_padding_idx=c.pad_token_id,
-    )
+    return model_config(**{
+        "family": "lfm2", "n_layers": c.num_hidden_layers, "d_model": c.hidden_size,
+        "attention.n_heads": c.num_attention_heads, "attention.n_kv_heads": c.num_key_value_heads,
+        "attention.head_dim": head_dim, "mlp.d_ff": lfm2_ff_dim(c), "vocab_size": c.vocab_size,
+        "context_length": c.max_position_embeddings, "embedding.tie": bool(c.tie_word_embeddings),
+        "norm.kind": "rmsnorm", "norm.eps": c.norm_eps, "position.kind": "rope",
+        "position.rope_theta": rope_theta(c.rope_parameters, "rope_parameters"), "mlp.kind": "swiglu",
+        "attention.qk_norm": True, "layer_types": repeating_unit([kinds[k] for k in c.layer_types]),
+        "conv.kernel": c.conv_L_cache, "parametrization.init_std": c.initializer_range,
+        "embedding.padding_idx": c.pad_token_id,
+    })
 
 
 def lfm2_ff_dim(c) -> int:
@@ -64,7 +66,7 @@ def lfm2_table(cfg: ModelConfig) -> list[Entry]:
               Entry(f"{slm}mlp.fc_in.weight", (f"{hf}feed_forward.w1.weight", f"{hf}feed_forward.w3.weight")),
               Entry(f"{slm}mlp.fc_out.weight", (f"{hf}feed_forward.w2.weight",))]
     t += [Entry("norm.weight", ("model.embedding_norm.weight",)),
-          Entry("lm_head.weight", ("model.embed_tokens.weight" if cfg.tie_embeddings else "lm_head.weight",))]
+          Entry("lm_head.weight", ("model.embed_tokens.weight" if cfg.embedding.tie else "lm_head.weight",))]
     return t
 
 
@@ -75,25 +77,27 @@ def lfm2_to_hf(cfg: ModelConfig):
     would make embedding row 0 a padding row)."""
     from transformers import Lfm2Config, Lfm2ForCausalLM
 
+    a, position = cfg.attention, cfg.position
     unsupported("to Lfm2ForCausalLM", common_problems(cfg, mixers=("conv", "attn"), qk_norm=True) + [
         problem for bad, problem in (
-            (cfg.norm != "rmsnorm", f"norm={cfg.norm!r} (needs 'rmsnorm')"),
-            (cfg.mlp != "swiglu", f"mlp={cfg.mlp!r} (needs 'swiglu')"),
-            (cfg.bias, "bias=True (LFM2's attention and MLP have none)"),
-            (cfg.position != "rope", f"position={cfg.position!r} (needs 'rope')"),
-            (cfg.rotary_fraction != 1.0, f"rotary_fraction={cfg.rotary_fraction} (partial rotary)"),
-            (cfg.attn_scale is not None and not math.isclose(cfg.attn_scale, cfg.head_dim**-0.5, rel_tol=1e-6),
-             f"attn_scale={cfg.attn_scale} (LFM2 uses 1/sqrt(head_dim))"),
-            (cfg.n_heads * cfg.head_dim != cfg.d_model,
-             f"n_heads * head_dim = {cfg.n_heads * cfg.head_dim} != d_model={cfg.d_model} (LFM2 derives head_dim)"),
+            (cfg.norm.kind != "rmsnorm", f"norm.kind={cfg.norm.kind!r} (needs 'rmsnorm')"),
+            (cfg.mlp.kind != "swiglu", f"mlp.kind={cfg.mlp.kind!r} (needs 'swiglu')"),
+            (cfg.block.bias, "block.bias=True (LFM2's attention and MLP have none)"),
+            (position.kind != "rope", f"position.kind={position.kind!r} (needs 'rope')"),
+            (position.rotary_fraction != 1.0, f"position.rotary_fraction={position.rotary_fraction} (partial "
+                                              "rotary)"),
+            (not default_scale(cfg), f"attention.scale={a.scale} (LFM2 uses 1/sqrt(head_dim))"),
+            (a.n_heads * a.head_dim != cfg.d_model, f"attention.n_heads * head_dim = {a.n_heads * a.head_dim} != "
+                                                    f"d_model={cfg.d_model} (LFM2 derives head_dim)"),
         ) if bad])
     hf_cfg = Lfm2Config(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, intermediate_size=cfg.d_ff, block_auto_adjust_ff_dim=False,
-        num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.n_kv_heads,
-        max_position_embeddings=cfg.context_length, norm_eps=cfg.norm_eps, initializer_range=cfg.init_std,
-        rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta}, conv_bias=False,
-        conv_L_cache=cfg.conv_kernel, tie_word_embeddings=cfg.tie_embeddings,
+        vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, intermediate_size=cfg.mlp.d_ff,
+        block_auto_adjust_ff_dim=False, num_hidden_layers=cfg.n_layers, num_attention_heads=a.n_heads,
+        num_key_value_heads=a.n_kv_heads, max_position_embeddings=cfg.context_length, norm_eps=cfg.norm.eps,
+        initializer_range=cfg.parametrization.init_std,
+        rope_parameters={"rope_type": "default", "rope_theta": position.rope_theta}, conv_bias=False,
+        conv_L_cache=cfg.conv.kernel, tie_word_embeddings=cfg.embedding.tie,
         layer_types=["conv" if cfg.layer_type(i) == "conv" else "full_attention" for i in range(cfg.n_layers)],
-        pad_token_id=cfg.embedding_padding_idx, bos_token_id=None, eos_token_id=None,
+        pad_token_id=cfg.embedding.padding_idx, bos_token_id=None, eos_token_id=None,
     )
     return Lfm2ForCausalLM(hf_cfg).float()

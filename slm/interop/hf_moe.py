@@ -10,10 +10,8 @@ not depend on them), and transformers then trains it with its own pooled loss an
 
 from __future__ import annotations
 
-import math
-
-from slm.interop.hf_common import (Entry, common_problems, decoder_fields, decoder_kwargs, repeating_unit, rope_theta,
-                                   unsupported)
+from slm.interop.hf_common import (Entry, common_problems, decoder_fields, decoder_kwargs, default_scale, model_config,
+                                   repeating_unit, rope_theta, unsupported)
 from slm.interop.hf_decoders import decoder_table
 from slm.model.config import ModelConfig
 
@@ -22,7 +20,7 @@ def _window(c) -> dict:
     """Sliding window on every layer (both apply one window to all layers when it is set)."""
     if getattr(c, "sliding_window", None) is None:
         return {}
-    return {"layer_types": ["local_attn"], "sliding_window": min(c.sliding_window, c.max_position_embeddings)}
+    return {"layer_types": ["local_attn"], "attention.sliding_window": min(c.sliding_window, c.max_position_embeddings)}
 
 
 def qwen3_moe_config(c) -> ModelConfig:
@@ -36,9 +34,9 @@ def qwen3_moe_config(c) -> ModelConfig:
     mlp_types = repeating_unit(["moe" if r else "dense" for r in routed])
     moe = dict(n_experts=c.num_experts, top_k=c.num_experts_per_tok, expert_d_ff=c.moe_intermediate_size,
                norm_topk_prob=bool(c.norm_topk_prob), aux_coef=c.router_aux_loss_coef, aux_scope="pooled")
-    return ModelConfig(family="qwen3_moe", **decoder_fields(c), norm="rmsnorm", mlp="swiglu", qk_norm=True,
-                       rope_theta=rope_theta(c.rope_parameters, "rope_parameters"), mlp_types=mlp_types,
-                       moe=moe if any(routed) else None, **_window(c))
+    return model_config(family="qwen3_moe", **decoder_fields(c), mlp_types=mlp_types, moe=moe if any(routed) else None,
+                        **{"norm.kind": "rmsnorm", "mlp.kind": "swiglu", "attention.qk_norm": True,
+                           "position.rope_theta": rope_theta(c.rope_parameters, "rope_parameters"), **_window(c)})
 
 
 def mixtral_config(c) -> ModelConfig:
@@ -48,11 +46,12 @@ def mixtral_config(c) -> ModelConfig:
         (c.router_jitter_noise, f"router_jitter_noise={c.router_jitter_noise} (multiplicative noise on the "
                                 "router input while training)"),
     ) if bad])
-    return ModelConfig(family="mixtral", **decoder_fields(c), norm="rmsnorm", mlp="swiglu",
-                       rope_theta=rope_theta(c.rope_parameters, "rope_parameters"), mlp_types=["moe"],
-                       moe=dict(n_experts=c.num_local_experts, top_k=c.num_experts_per_tok,
-                                expert_d_ff=c.intermediate_size, norm_topk_prob=True,
-                                aux_coef=c.router_aux_loss_coef, aux_scope="pooled"), **_window(c))
+    return model_config(family="mixtral", **decoder_fields(c), mlp_types=["moe"],
+                        moe=dict(n_experts=c.num_local_experts, top_k=c.num_experts_per_tok,
+                                 expert_d_ff=c.intermediate_size, norm_topk_prob=True,
+                                 aux_coef=c.router_aux_loss_coef, aux_scope="pooled"),
+                        **{"norm.kind": "rmsnorm", "mlp.kind": "swiglu",
+                           "position.rope_theta": rope_theta(c.rope_parameters, "rope_parameters"), **_window(c)})
 
 
 def moe_table(cfg: ModelConfig) -> list[Entry]:
@@ -72,30 +71,31 @@ def moe_to_hf(cfg: ModelConfig):
     ValueError listing what the target cannot express."""
     from transformers import MixtralConfig, MixtralForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
-    qwen = cfg.qk_norm
+    qwen = cfg.attention.qk_norm
     target = "Qwen3MoeForCausalLM" if qwen else "MixtralForCausalLM"
     local = set(cfg.layer_types) == {"local_attn"}
     problems = common_problems(cfg, mixers=("attn", "local_attn"), qk_norm=qwen, mlps=("dense", "moe"))
     unsupported(f"to {target}", problems + [problem for bad, problem in (
-        (cfg.norm != "rmsnorm", f"norm={cfg.norm!r} (needs 'rmsnorm')"),
-        (cfg.mlp != "swiglu", f"mlp={cfg.mlp!r} (needs 'swiglu' experts)"),
-        (cfg.position != "rope" or cfg.rotary_fraction != 1.0, "needs full RoPE (position='rope', rotary_fraction=1)"),
-        (cfg.attn_scale is not None and not math.isclose(cfg.attn_scale, cfg.head_dim**-0.5, rel_tol=1e-6),
-         f"attn_scale={cfg.attn_scale} (needs 1/sqrt(head_dim))"),
+        (cfg.norm.kind != "rmsnorm", f"norm.kind={cfg.norm.kind!r} (needs 'rmsnorm')"),
+        (cfg.mlp.kind != "swiglu", f"mlp.kind={cfg.mlp.kind!r} (needs 'swiglu' experts)"),
+        (cfg.position.kind != "rope" or cfg.position.rotary_fraction != 1.0,
+         "needs full RoPE (position.kind='rope', rotary_fraction=1)"),
+        (not default_scale(cfg), f"attention.scale={cfg.attention.scale} (needs 1/sqrt(head_dim))"),
         (cfg.moe.shared_expert_d_ff > 0, f"moe.shared_expert_d_ff={cfg.moe.shared_expert_d_ff} (no shared expert)"),
         (len(set(cfg.layer_types)) > 1, f"layer_types={cfg.layer_types} (one sliding window for all layers or none)"),
         (not qwen and set(cfg.mlp_types) != {"moe"}, f"mlp_types={cfg.mlp_types} (Mixtral routes every layer)"),
-        (not qwen and not cfg.moe.norm_topk_prob, "moe.norm_topk_prob=False (Mixtral always renormalises; qk_norm=True "
-                                              "converts to Qwen3-MoE instead)"),
+        (not qwen and not cfg.moe.norm_topk_prob, "moe.norm_topk_prob=False (Mixtral always renormalises; "
+                                              "attention.qk_norm=True converts to Qwen3-MoE instead)"),
     ) if bad])
     common = dict(**decoder_kwargs(cfg), num_experts_per_tok=cfg.moe.top_k, router_aux_loss_coef=cfg.moe.aux_coef)
     if qwen:
         hf_cfg = Qwen3MoeConfig(
-            **common, intermediate_size=cfg.d_ff, moe_intermediate_size=cfg.moe.expert_d_ff, num_experts=cfg.moe.n_experts,
+            **common, intermediate_size=cfg.mlp.d_ff, moe_intermediate_size=cfg.moe.expert_d_ff,
+            num_experts=cfg.moe.n_experts,
             norm_topk_prob=cfg.moe.norm_topk_prob, decoder_sparse_step=1,
             mlp_only_layers=[i for i in range(cfg.n_layers) if cfg.mlp_type(i) == "dense"],
-            use_sliding_window=local, sliding_window=cfg.sliding_window if local else None)
+            use_sliding_window=local, sliding_window=cfg.attention.sliding_window if local else None)
         return Qwen3MoeForCausalLM(hf_cfg).float()
     hf_cfg = MixtralConfig(**common, intermediate_size=cfg.moe.expert_d_ff, num_local_experts=cfg.moe.n_experts,
-                           sliding_window=cfg.sliding_window if local else None)
+                           sliding_window=cfg.attention.sliding_window if local else None)
     return MixtralForCausalLM(hf_cfg).float()

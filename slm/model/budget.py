@@ -2,11 +2,11 @@
 `width_step`), then the MLP hidden size (a multiple of `d_ff_step`), so that the exact count is closest to the
 target.
 
-1. The width: d_model whose count with the family's own MLP (the spec's d_ff, or its rule re-derived at that
-   width) is closest to the budget. Heads follow the width through head_dim (n_heads = d_model / head_dim,
-   n_kv_heads kept), so a depth/width sweep stays inside one family's design.
-2. The second knob, the MLP hidden size at that width: `d_ff`, or `moe.expert_d_ff` when the spec sets the experts'
-   size (experts that derive theirs from d_ff move with it). It takes the multiple of d_ff_step (or the
+1. The width: d_model whose count with the family's own MLP (the spec's mlp.d_ff, or its rule re-derived at that
+   width) is closest to the budget. Heads follow the width through attention.head_dim (n_heads = d_model /
+   head_dim, n_kv_heads kept), so a depth/width sweep stays inside one family's design.
+2. The second knob, the MLP hidden size at that width: `mlp.d_ff`, or `moe.expert_d_ff` when the spec sets the
+   experts' size (experts that derive theirs from d_ff move with it). It takes the multiple of d_ff_step (or the
    family's own value) that lands closest, within KNOB_RANGE (0.5x to 2x) of the family's value at that width,
    so a LLaMA stays a LLaMA; the family's value wins a tie, so a config already on budget keeps its MLP.
 3. Only if that misses `budget_tolerance`: every width with its best MLP size, taking among those within the
@@ -30,7 +30,7 @@ KNOB_RANGE = (0.5, 2.0)
 """How far the second knob may move the MLP hidden size: this range times the family's value at the width."""
 
 BUDGET_COUNTS = ("total", "active")
-_WIDTH_ERRORS = ("model.d_model=", "model.n_kv_heads=", "model.n_heads=", "model.memory.heads=")
+_WIDTH_ERRORS = ("model.d_model=", "model.attention.n_kv_heads=", "model.attention.n_heads=", "model.memory.heads=")
 """ModelConfig's errors about the width and the heads it sets (the no-width message explains those)."""
 SOLVER_KEYS = {"param_budget": None, "width_step": 64, "d_ff_step": 8, "budget_count": "total",
                "budget_tolerance": 0.03}
@@ -45,7 +45,7 @@ SOLVER_DOCS = {
 """One line on each of SOLVER_KEYS (the comments of conf/model_base/base.yaml)."""
 SOLVER_LEAD = ("Budget solver (slm.model.budget): with param_budget set, d_model is chosen (a multiple of width_step, "
                "heads = d_model / head_dim) so that the exact parameter count with the family's MLP is closest to the "
-               "budget; then the MLP hidden size at that width (d_ff, or moe.expert_d_ff when set) is tuned to the "
+               "budget; then the MLP hidden size at that width (mlp.d_ff, or moe.expert_d_ff when set) is tuned to the "
                "multiple of d_ff_step that lands closest, within 0.5x-2x of the family's value (which wins a tie: a "
                "config already on budget keeps it). Only if that misses budget_tolerance are other widths tried, each "
                "with its best MLP.")
@@ -62,8 +62,8 @@ class BudgetFit:
     d_model: int
     """The width chosen (step 1)."""
     knob: str | None
-    """The MLP size tuned after the width: d_ff or expert_d_ff; None when there is none to tune (no MLP in the
-    network kind, or model.d_ff_step=null)."""
+    """The MLP size tuned after the width: mlp.d_ff or moe.expert_d_ff; None when there is none to tune (no MLP in
+    the network kind, or model.d_ff_step=null)."""
     family_value: int | None
     """The knob's value the spec gives at d_model (its rule re-derived there, or the value it sets)."""
     value: int | None
@@ -71,7 +71,7 @@ class BudgetFit:
 
     @property
     def moved(self) -> str:
-        """Which knobs moved: 'd_model', or 'd_model, d_ff 256→336'."""
+        """Which knobs moved: 'd_model', or 'd_model, mlp.d_ff 256→336'."""
         if self.knob is None or self.value == self.family_value:
             return "d_model"
         return f"d_model, {self.knob} {self.family_value}→{self.value}"
@@ -95,16 +95,22 @@ def budget_knob(cfg: ModelConfig) -> str | None:
 
 
 def heads_follow_width(spec: dict) -> dict:
-    """`spec` (ModelConfig fields, None for derived sizes) with head_dim fixed at the preset's and n_heads derived,
-    so that any d_model keeps the family's head size (n_heads = d_model / head_dim)."""
-    spec = dict(spec)
-    head_dim = spec.get("head_dim") or ModelConfig(**spec).head_dim  # keep the preset's head size
-    spec.update(head_dim=head_dim, n_heads=None)
-    return spec
+    """`spec` (ModelConfig fields, None for derived sizes) with attention.head_dim fixed at the preset's and n_heads
+    derived, so that any d_model keeps the family's head size (n_heads = d_model / head_dim)."""
+    head_dim = _spec_get(spec, "attention.head_dim") or ModelConfig(**spec).attention.head_dim  # the preset's
+    return _with(spec, **{"attention.head_dim": head_dim, "attention.n_heads": None})
+
+
+def _spec_get(spec: dict, name: str):
+    """A field of `spec` by its dotted name (attention.head_dim), None where not given."""
+    group, _, field_ = name.rpartition(".")
+    node = spec.get(group) if group else spec
+    node = asdict(node) if node is not None and not isinstance(node, dict) else (node or {})
+    return node.get(field_)
 
 
 def _get(cfg: ModelConfig, name: str):
-    """A field of `cfg` by its dotted name (d_ff, moe.expert_d_ff)."""
+    """A field of `cfg` by its dotted name (mlp.d_ff, moe.expert_d_ff)."""
     for part in name.split("."):
         cfg = getattr(cfg, part)
     return cfg
@@ -131,8 +137,8 @@ def _params(cfg: ModelConfig, counted: str) -> int:
 def _knob(spec: dict, cfg: ModelConfig, counted: str) -> str | None:
     """The MLP size the second knob moves in `cfg` (built from `spec`), or None if the count does not depend on
     it (a network kind with no such MLP)."""
-    experts_set = (spec.get("moe") or {}).get("expert_d_ff") is not None
-    knob = "moe.expert_d_ff" if "moe" in cfg.mlp_types and experts_set else "d_ff"
+    experts_set = _spec_get(spec, "moe.expert_d_ff") is not None
+    knob = "moe.expert_d_ff" if "moe" in cfg.mlp_types and experts_set else "mlp.d_ff"
     value = _get(cfg, knob)
     moved = ModelConfig(**_with(spec, d_model=cfg.d_model, **{knob: value + 1}))
     return knob if _params(moved, counted) != _params(cfg, counted) else None
@@ -195,11 +201,11 @@ def _widths(spec: dict, step: int, errors: list | None = None):
 
 def _blocker(err: ConfigError, spec: dict) -> str:
     """The setting a width's refusal comes from, with its value and config: "the llama3 config's
-    model.n_kv_heads=4" (model.d_model=80 refused for head_dim=48 is head_dim's doing)."""
+    model.attention.n_kv_heads=4" (model.d_model=80 refused for head_dim=48 is head_dim's doing)."""
     text = str(err)
     setting = text.split(" is invalid")[0]
     if setting.startswith("model.d_model=") and "head_dim=" in text:
-        setting = f"model.head_dim={spec.get('head_dim')}"
+        setting = f"model.attention.head_dim={_spec_get(spec, 'attention.head_dim')}"
     family = spec.get("family")
     return f"the {family} config's {setting}" if family else setting
 
@@ -239,14 +245,16 @@ def _hint(spec: dict, cfg: ModelConfig, params: int, budget: float, step: int, c
                  f"the widths between d_model={min(neighbour, cfg.d_model)} and {max(neighbour, cfg.d_model)} are")
         why = f"{which} refused by {_blocker(refused[0][1], spec)} (d_model={refused[0][0]}: {refused[0][1]})"
         setting = str(refused[0][1]).split("=")[0]
-        if setting == "model.n_kv_heads":
-            relax = [(f"model.n_kv_heads={k}", {**spec, "n_kv_heads": k}, step)
-                     for k in range(int(spec["n_kv_heads"]) - 1, 0, -1)]
-        elif "head_dim=" in str(refused[0][1]) and spec.get("head_dim"):
-            relax = [(f"model.head_dim={h}", {**spec, "head_dim": h}, step) for h in _smaller(int(spec["head_dim"]), 8)]
-        if spec.get("n_kv_heads") and setting == "model.d_model":  # head_dim x n_kv_heads also sets the step
-            relax += [(f"model.n_kv_heads={k}", {**spec, "n_kv_heads": k}, step)
-                      for k in range(int(spec["n_kv_heads"]) - 1, 0, -1)]
+        kv, head_dim = _spec_get(spec, "attention.n_kv_heads"), _spec_get(spec, "attention.head_dim")
+        fewer_kv = [(f"model.attention.n_kv_heads={k}", _with(spec, **{"attention.n_kv_heads": k}), step)
+                    for k in range(int(kv or 0) - 1, 0, -1)]
+        if setting == "model.attention.n_kv_heads":
+            relax = fewer_kv
+        elif "head_dim=" in str(refused[0][1]) and head_dim:
+            relax = [(f"model.attention.head_dim={h}", _with(spec, **{"attention.head_dim": h}), step)
+                     for h in _smaller(int(head_dim), 8)]
+        if kv and setting == "model.d_model":  # head_dim x n_kv_heads also sets the step
+            relax += fewer_kv
     else:
         why = (f"d_model={cfg.d_model} is the {'narrowest' if down else 'widest'} multiple of model.width_step={step}"
                if neighbour is None else f"the next {way} width, d_model={neighbour}, is model.width_step={step} away")

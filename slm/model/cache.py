@@ -5,7 +5,7 @@
     logits = model(next_token[:, None], cache)           # (B, 1, V); attends over every cached slot
 
 Every block *application* has its own slot (`layers[a]` for the a-th entry of `cfg.block_schedule()`: with
-layer_repeat = k, block i runs k times on different inputs, so each run caches its own state) holding its mixer's state (`state`,
+block.repeat = k, block i runs k times on different inputs, so each run caches its own state) holding its mixer's state (`state`,
 made by the mixer's `new_state`: keys/values (B, KV, S, hd) for attention, the last kernel - 1 inputs for
 a short convolution) and the inputs that Canon layers still need (their last kernel - 1 inputs).
 
@@ -18,7 +18,7 @@ each row's own positions however the rows are padded.
 `static=True` keeps every shape fixed (queries attend over all S slots, masked) and reads the fill level
 from a tensor, so a one-token step can be captured in a CUDA graph (`slm.model.generate`).
 
-A block-causal model (`attention_block`, block diffusion) caches too: a query sees every cached key of its
+A block-causal model (`attention.block`, block diffusion) caches too: a query sees every cached key of its
 own block and the blocks before, and `peek()` runs a chunk without keeping it (slm.model.diffusion).
 
 A fully bidirectional model caches only when asked (`bidirectional=True`, Fast-dLLM's approximate prefix and
@@ -64,14 +64,14 @@ class KVCache:
 
     def __init__(self, cfg: ModelConfig, batch: int, capacity: int, device: torch.device | str = "cpu",
                  dtype: torch.dtype = torch.float32, static: bool = False, bidirectional: bool = False):
-        full = not cfg.causal and cfg.attention_block is None  # every query sees every position
+        full = not cfg.attention.causal and cfg.attention.block is None  # every query sees every position
         if full and not bidirectional:
-            raise ValueError("a KV cache needs a causal or block-causal model (model.causal=false without "
-                             "model.attention_block attends to every future token)")
+            raise ValueError("a KV cache needs a causal or block-causal model (model.attention.causal=false "
+                             "without model.attention.block attends to every future token)")
         if bidirectional and not full:
-            raise ValueError("KVCache(bidirectional=True) is for a fully bidirectional model (model.causal=false, "
-                             f"no model.attention_block); this one has causal={cfg.causal}, "
-                             f"attention_block={cfg.attention_block}")
+            raise ValueError("KVCache(bidirectional=True) is for a fully bidirectional model "
+                             "(model.attention.causal=false, no model.attention.block); this one has "
+                             f"causal={cfg.attention.causal}, block={cfg.attention.block}")
         if bidirectional and static:
             raise ValueError("a bidirectional KV cache is eager only (static=False)")
         if bidirectional and bidirectional_cache_refusal(cfg):
@@ -93,7 +93,7 @@ class KVCache:
         self.lengths: torch.Tensor | None = None  # (B,) real tokens per row in this chunk, None: all T
         self.visible = 0  # slots attention reads: filled after this chunk (eager) or capacity (static)
         self._chunk: tuple = ()  # (T, true positions (B, T), start slot or None) of the chunk, for mask()
-        self.block = None if cfg.causal else cfg.attention_block  # block-causal: a query sees its whole block
+        self.block = None if cfg.attention.causal else cfg.attention.block  # block-causal: a query sees its whole block
         self.peeking = False  # inside peek(): chunks are attended to but not kept
         self.bidirectional = bidirectional  # a query sees every kept slot, before and after it
         self._tail = 0  # inside peek(at=...): slots below this stay visible after the chunk

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from slm.components import FFNS, MIXERS, NORMS, POSITIONS
+from slm.components import FFNS, MIXERS
 from slm.components.canon import canon_params
+from slm.components.norm import norm_params
 from slm.model.config import ModelConfig
+from slm.model.embedding import embedding_params
 from slm.model.networks import NETWORKS
 
 FLOPS_CONVENTION = (
@@ -40,7 +42,7 @@ class Counts:
 
 
 def _norm_params(cfg: ModelConfig) -> int:
-    return NORMS.get(cfg.norm).num_params(cfg.d_model, cfg.bias)
+    return norm_params(cfg, cfg.d_model)
 
 
 def block_parts(cfg: ModelConfig, layer: int) -> dict[str, int]:
@@ -51,7 +53,7 @@ def block_parts(cfg: ModelConfig, layer: int) -> dict[str, int]:
     parts = {f"{kind} layers" + (f": {part}" if part else ""): n
              for part, n in (mixer.param_parts(cfg) or {"": mixer.num_params(cfg)}).items()}
     parts[f"{ffn} feed-forwards"] = FFNS.get(ffn).num_params(cfg)
-    parts["norms"] = 2 * (2 if cfg.norm_placement == "sandwich" else 1) * _norm_params(cfg)
+    parts["norms"] = 2 * (2 if cfg.norm.placement == "sandwich" else 1) * _norm_params(cfg)
     parts["canon layers"] = canon_params(cfg, "A", cfg.d_model) + canon_params(cfg, "C", cfg.d_model)
     return parts
 
@@ -71,17 +73,10 @@ def count(cfg: ModelConfig) -> Counts:
     return NETWORKS.get(cfg.kind).counts(cfg)
 
 
-def _head_params(cfg: ModelConfig) -> int:
-    """The token embedding, learned positions, and the head's weight when untied and its bias."""
-    head = cfg.vocab_size * cfg.d_model
-    return (head + POSITIONS.get(cfg.position).num_params(cfg) + (0 if cfg.tie_embeddings else head)
-            + (cfg.vocab_size if cfg.head_bias else 0))
-
-
 def stack_breakdown(cfg: ModelConfig) -> dict[str, int]:
     """A transformer's parts: embedding (and untied head, learned positions), then the blocks' parts summed
     over blocks (block_parts), the final norm with the norms."""
-    parts = {"embedding": _head_params(cfg)}
+    parts = {"embedding": embedding_params(cfg)}
     for i in range(cfg.n_layers):
         for name, n in block_parts(cfg, i).items():
             parts[name] = parts.get(name, 0) + n
@@ -91,8 +86,8 @@ def stack_breakdown(cfg: ModelConfig) -> dict[str, int]:
 
 def stack_counts(cfg: ModelConfig) -> Counts:
     """A transformer's counts."""
-    head = cfg.vocab_size * cfg.d_model + (cfg.vocab_size if cfg.head_bias else 0)
-    embedding = _head_params(cfg)
+    head = cfg.vocab_size * cfg.d_model + (cfg.vocab_size if cfg.embedding.head_bias else 0)
+    embedding = embedding_params(cfg)
     final_norm = _norm_params(cfg) if cfg.has_final_norm else 0
     layers = range(cfg.n_layers)
     blocks = sum(block_params(cfg, i) for i in layers)

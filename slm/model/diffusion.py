@@ -1,4 +1,4 @@
-"""Parallel decoding for masked diffusion models (model.causal=false with a mask token).
+"""Parallel decoding for masked diffusion models (model.attention.causal=false with a mask token).
 
     ids = diffusion_generate(model, [prompt], gen_length=128, block_length=32, steps=32)   # 4 tokens a step
     sampler = DiffusionSampler(model, block_length=32, threshold=0.9)
@@ -26,7 +26,7 @@ exact) and keep its keys and values (`KVCache(bidirectional=True)`) for the bloc
     suffix (the masked positions after the block).
 The cached states are those of the block's first step: the block's commits since then are not in them
 (refreshed at the next block). Attention-only models (layer_types attn, no Canon layers); a model with a
-short convolution, a sliding window or Canon layers is refused. A block-causal model (`attention_block`,
+short convolution, a sliding window or Canon layers is refused. A block-causal model (`attention.block`,
 e.g. a converted Dhara after its compact-block decay) sees only its own and earlier blocks: committed blocks
 go into a KV cache once (one forward each), exactly, and a step runs only the current block against the
 cache (`KVCache.peek`). Its decode blocks are then its attention blocks, aligned to absolute positions as in
@@ -53,7 +53,7 @@ from slm.model.transformer import Transformer
 
 def is_diffusion(model_cfg) -> bool:
     """A masked diffusion model: bidirectional (or block-causal) with a mask token."""
-    return not model_cfg.causal and model_cfg.mask_token_id is not None
+    return not model_cfg.attention.causal and model_cfg.embedding.mask_token_id is not None
 
 
 def split_evenly(total: int, parts: int) -> list[int]:
@@ -69,12 +69,13 @@ class DiffusionSampler:
                  threshold: float | None = None, temperature: float = 0.0, cache: str = "none"):
         cfg = model.cfg
         if not is_diffusion(cfg):
-            raise ValueError("diffusion sampling needs a masked diffusion model (model.causal=false and a mask "
-                             f"token); {cfg.family} is causal={cfg.causal}, mask_token_id={cfg.mask_token_id}")
+            raise ValueError("diffusion sampling needs a masked diffusion model (model.attention.causal=false and a "
+                             f"mask token); {cfg.family} is causal={cfg.attention.causal}, "
+                             f"mask_token_id={cfg.embedding.mask_token_id}")
         check_sampler(block_length, steps, threshold, cache, cfg)
         self.model = model.eval()
-        self.mask_id = cfg.mask_token_id
-        self.block = cfg.attention_block  # None: bidirectional
+        self.mask_id = cfg.embedding.mask_token_id
+        self.block = cfg.attention.block  # None: bidirectional
         self.block_length = self.block or block_length
         self.steps, self.threshold, self.temperature, self.cache = steps, threshold, temperature, cache
         p = next(model.parameters())

@@ -1,9 +1,10 @@
 """Next-token models over one flattened window (the baselines of arXiv 2512.20877, Sec. 3): the embeddings
 of a window of exactly `context_length` tokens are concatenated and mapped to the logits of the token after
-it, initialised by the config's `init` scheme. No attention, no positions (a token's place in the window is its place in the concatenation).
+it, initialised by the config's `parametrization.init` scheme. No attention, no positions (a token's place in the
+window is its place in the concatenation).
 
     linear   embed (V, d) -> flatten (T d) -> Linear(T d, V)
-    mlp      embed -> flatten -> [Linear -> ReLU -> Dropout] per width in window_hidden -> Linear(., V)
+    mlp      embed -> flatten -> [Linear -> ReLU -> Dropout] per width in mlp.window_hidden -> Linear(., V)
 
 Every Linear has a bias. `forward(idx)` takes idx (B, T) with T = context_length and returns logits
 (B, 1, V) for the position after the window, so an objective reads the last position's logits the same way
@@ -16,6 +17,7 @@ import torch
 from torch import nn
 
 from slm.components import INITS
+from slm.components.parametrization import scheme_of
 from slm.model.counting import Counts
 from slm.model.networks import NETWORKS
 
@@ -33,17 +35,18 @@ class WindowModel(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        widths = [cfg.context_length * cfg.d_model, *cfg.window_hidden]
+        widths = [cfg.context_length * cfg.d_model, *cfg.mlp.window_hidden]
         layers: list[nn.Module] = []
         for n_in, n_out in zip(widths[:-1], widths[1:]):
-            layers += [nn.Linear(n_in, n_out), nn.ReLU(), nn.Dropout(cfg.dropout)]
+            layers += [nn.Linear(n_in, n_out), nn.ReLU(), nn.Dropout(cfg.block.dropout)]
         self.hidden = nn.Sequential(*layers)
         self.lm_head = nn.Linear(widths[-1], cfg.vocab_size)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """Initialise by the config's scheme (`init`; the ladder presets use torch, PyTorch's defaults)."""
-        init = INITS.get(self.cfg.init)(self.cfg)
+        """Initialise by the config's scheme (`parametrization.init`; the ladder presets use torch, PyTorch's
+        defaults)."""
+        init = INITS.get(self.cfg.parametrization.init)(self.cfg, scheme_of(self.cfg).init_depth())
         for module in self.modules():
             init.module(module)
 
@@ -63,9 +66,9 @@ class WindowModel(nn.Module):
 
     @classmethod
     def parts(cls, cfg) -> dict[str, int]:
-        widths = [cfg.context_length * cfg.d_model, *cfg.window_hidden]
+        widths = [cfg.context_length * cfg.d_model, *cfg.mlp.window_hidden]
         parts = {"embedding": cfg.vocab_size * cfg.d_model}
-        if cfg.window_hidden:
+        if cfg.mlp.window_hidden:
             parts["hidden layers"] = sum(_linear_params(a, b) for a, b in zip(widths[:-1], widths[1:]))
         parts["output layer"] = _linear_params(widths[-1], cfg.vocab_size)
         return parts
@@ -87,4 +90,5 @@ class WindowLinear(WindowModel):
 
 @NETWORKS.register("mlp")
 class WindowMLP(WindowModel):
-    """The MLP baseline: hidden ReLU layers of widths `window_hidden` between the flattened window and the logits."""
+    """The MLP baseline: hidden ReLU layers of widths `mlp.window_hidden` between the flattened window and the
+    logits."""

@@ -24,7 +24,7 @@ class Objective:
     """Turns a batch of token windows (B, T + 1) into a training loss and validation NLL sums."""
 
     needs_mask: ClassVar[bool] = False
-    """The tokenizer must reserve a mask token (model.mask_token_id is set from it)."""
+    """The tokenizer must reserve a mask token (model.embedding.mask_token_id is set from it)."""
     row_noise: ClassVar[bool] = False
     """terms() draws random noise per row and takes `rows=(first, total)`: the batch it is given is rows first..
     of a batch of `total` rows, whose noise it draws whole and slices, so a micro-batch or a device's share gets

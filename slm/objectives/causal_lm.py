@@ -17,8 +17,8 @@ class CausalLM(Objective):
             raise ObjectiveError(f"train.objective=causal_lm scores every position, but model.kind="
                                  f"{model_cfg.kind!r} predicts only the token after its window: use "
                                  "train.objective=last_token")
-        if not model_cfg.causal:
-            raise ObjectiveError("train.objective=causal_lm needs a causal model, but model.causal=false: a "
+        if not model_cfg.attention.causal:
+            raise ObjectiveError("train.objective=causal_lm needs a causal model, but model.attention.causal=false: a "
                                  "bidirectional model sees the tokens it is asked to predict (masked diffusion: "
                                  "train.objective=mdlm)")
 

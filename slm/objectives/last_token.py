@@ -17,9 +17,9 @@ from slm.objectives.linear_ce import LossPath
 @OBJECTIVES.register("last_token")
 class LastToken(Objective):
     def check(self, model_cfg) -> None:
-        if not model_cfg.causal:
-            raise ObjectiveError("train.objective=last_token needs a causal model, but model.causal=false: the "
-                                 "window's last position would see nothing it is not allowed to, but the rest "
+        if not model_cfg.attention.causal:
+            raise ObjectiveError("train.objective=last_token needs a causal model, but model.attention.causal=false: "
+                                 "the window's last position would see nothing it is not allowed to, but the rest "
                                  "of a bidirectional model is trained for masked diffusion (train.objective=mdlm)")
 
     def scored_rows(self, batch: int, context: int) -> int:

@@ -245,7 +245,7 @@ class ChunkedPath(LossPath):
         if scale is not None:
             h = h * scale
         return linear_cross_entropy(h, model.lm_head.weight, targets, model.lm_head.bias,
-                                    softcap=model.cfg.final_logit_softcap, row_weights=row_weights, exclude=exclude,
+                                    softcap=model.cfg.embedding.logit_softcap, row_weights=row_weights, exclude=exclude,
                                     reduction=reduction, chunk=self.chunk_tokens)
 
     def ran(self, rows: int, vocab: int, *, weighted: bool = False) -> str:
@@ -277,7 +277,7 @@ class LigerPath(ChunkedPath):
         if model.readout_scale is not None:
             h = h * model.readout_scale
         return liger_fused_linear_cross_entropy(h, weight, targets, bias, ignore_index=IGNORE_INDEX,
-                                                reduction=reduction, softcap=model.cfg.final_logit_softcap)
+                                                reduction=reduction, softcap=model.cfg.embedding.logit_softcap)
 
     def ran(self, rows: int, vocab: int, *, weighted: bool = False) -> str:
         return super().ran(rows, vocab) if weighted else "liger"

@@ -58,11 +58,11 @@ class MDLM(Objective):
     weighted = True
 
     def check(self, model_cfg) -> None:
-        if model_cfg.causal:
-            raise ObjectiveError("train.objective=mdlm needs a bidirectional model: set model.causal=false "
+        if model_cfg.attention.causal:
+            raise ObjectiveError("train.objective=mdlm needs a bidirectional model: set model.attention.causal=false "
                                  "(the dllm presets do)")
-        if model_cfg.mask_token_id is None:
-            raise ObjectiveError("train.objective=mdlm needs model.mask_token_id (slm-train sets it from the "
+        if model_cfg.embedding.mask_token_id is None:
+            raise ObjectiveError("train.objective=mdlm needs model.embedding.mask_token_id (slm-train sets it from the "
                                  "tokenizer's mask token)")
 
     def _noise(self, mask_id: int, x0: torch.Tensor, generator=None, rows: tuple[int, int] | None = None):
@@ -85,7 +85,7 @@ class MDLM(Objective):
                       mean: bool = True):
         """(the weighted NLL of the batch: its mean over the B x T tokens (mean) or its sum, the model's aux terms
         ({} unless aux))."""
-        mask_id = model.cfg.mask_token_id  # a torch.compile'd model forwards attribute access
+        mask_id = model.cfg.embedding.mask_token_id  # a torch.compile'd model forwards attribute access
         x0 = tokens[:, :-1]  # (B, T): the model's context, as the causal objective uses
         xt, masked, t = self._noise(mask_id, x0, generator, rows)
         return self._score(model, x0, xt, masked, t, self.loss_path(model, tokens.device), aux, attention_block,
@@ -100,7 +100,8 @@ class MDLM(Objective):
         out, extra = path.forward(model, xt, aux=aux, **block)
         targets = torch.where(masked, x0, IGNORE_INDEX)
         weights = (1 / t)[:, None].expand_as(x0)
-        total = path(model, out, targets, row_weights=weights, exclude=model.cfg.mask_token_id, reduction="sum")
+        total = path(model, out, targets, row_weights=weights, exclude=model.cfg.embedding.mask_token_id,
+                     reduction="sum")
         return (total / x0.numel() if mean else total), extra
 
     def terms(self, model: nn.Module, tokens: torch.Tensor, seed: int | None = None,

@@ -77,7 +77,7 @@ def build(job: PreparedJob, resume: Path | None) -> Built:
     module = LanguageModelModule(model_cfg, train_cfg, max_steps, job.tokens_per_step,
                                  checkpoint_meta={"tokenizer": tokenizer_meta(job.data.tokenizer)})
     if job.init is not None:  # a fresh start (prepare leaves init None for a resumed run): weights only
-        load_weights(module.model, job.init, model_cfg.mask_token_id)
+        load_weights(module.model, job.init, model_cfg.embedding.mask_token_id)
     datamodule = SLMDataModule(job.data, train_cfg.batch_size, model_cfg.context_length, train_cfg.seed,
                                train_cfg.validation.batches, sampling=train_cfg.window_sampling,
                                eval_windows=train_cfg.validation.windows, micro_batch_size=train_cfg.micro_batch())

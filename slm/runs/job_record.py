@@ -23,10 +23,12 @@ from slm.model import FLOPS_CONVENTION
 from slm.model.budget import budget_knob
 from slm.model.weights import save_model
 from slm.omp_wait import wait_settings
+from slm.renames import RenameError, upgrade_model_fields
 from slm.runs.environment import environment
 from slm.runs.errors import one_line
 from slm.runs.layout import CHECKPOINT
 from slm.runs.record import load_record, update_record
+from slm.settings import nested
 from slm.training.distributed import is_rank_zero
 
 if TYPE_CHECKING:
@@ -75,10 +77,10 @@ def _optimizer_words(train_cfg) -> str:
 
 def _parametrization_words(model_cfg) -> str:
     """'parametrization sp', 'parametrization mup from width 256' (the shape its learning rates were tuned at)."""
-    mup = model_cfg.mup
-    base = {"mup": f" from width {mup.base_width}",
-            "completep": f" from width {mup.base_width}, depth {mup.base_depth}"}.get(model_cfg.parametrization, "")
-    return f"parametrization {model_cfg.parametrization}{base}"
+    p = model_cfg.parametrization
+    base = {"mup": f" from width {p.base_width}",
+            "completep": f" from width {p.base_width}, depth {p.base_depth}"}.get(p.kind, "")
+    return f"parametrization {p.kind}{base}"
 
 
 def _banner(job: PreparedJob) -> list[str]:
@@ -176,6 +178,25 @@ def record_failure(run_dir: str | os.PathLike, cfg: dict, err: BaseException | s
     return update_record(run_dir, status="failed", error=err if isinstance(err, str) else one_line(err), config=cfg)
 
 
+SOURCE_MODEL = ("family", "vocab_size", "attention.causal", "attention.block", "embedding.mask_token_id")
+"""What training.init_from.source_model says of the model the weights come from (a dotted field under its group)."""
+
+
+def source_model(config: dict) -> dict:
+    """SOURCE_MODEL of a stored model config (in any spelling ever written: slm.renames), None where absent."""
+    try:
+        config = upgrade_model_fields(config)
+    except RenameError:
+        pass
+    return nested({name: _dotted(config, name) for name in SOURCE_MODEL})
+
+
+def _dotted(fields: dict, name: str):
+    for part in name.split("."):
+        fields = fields.get(part) if isinstance(fields, dict) else None
+    return fields
+
+
 def init_from_section(source) -> dict:
     """The run record's training.init_from: where the weights came from (absolute paths, the weights' SHA-256)
     and, for a run directory with a record, what that run was."""
@@ -184,8 +205,7 @@ def init_from_section(source) -> dict:
     if source.checkpoint is not None:  # a training checkpoint file (checkpoints/step-<N>.ckpt): its SHA-256 above
         section.update(checkpoint=str(source.checkpoint), checkpoint_step=source.step())
     config = source.config()
-    section["source_model"] = {k: config.get(k) for k in ("family", "causal", "attention_block", "vocab_size",
-                                                          "mask_token_id")}
+    section["source_model"] = source_model(config)
     rec = load_record(source.run_dir) if source.run_dir else None
     if rec:
         training, evals = rec.get("training") or {}, rec.get("eval") or {}

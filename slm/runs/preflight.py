@@ -20,6 +20,7 @@ from slm.model import ModelConfig, build_model, config_from_spec, count, weights
 from slm.model.counting import Counts
 from slm.objectives import OBJECTIVES, tokenizer_node_for
 from slm.runs.layout import CHECKPOINT
+from slm.settings import nested
 from slm.training.checkpoints import PREVIOUS
 from slm.training.config import TrainConfig, TrainConfigError
 from slm.training.init_from import InitSource, check_shapes, check_tokenizer, find_source
@@ -57,10 +58,10 @@ def prepare(cfg: dict, run_dir: Path) -> PreparedJob:
     train_cfg.parallel.check_machine(train_cfg.precision)  # an accelerator or precision this machine cannot run
     eval_run.preflight(cfg.get("eval"))  # hub tasks while offline, unknown tasks, bad fields: fail before training
     data = slm.data.prepare(cfg["data"], tokenizer_node_for(train_cfg.objective, cfg["tokenizer"]))
-    mask = {"mask_token_id": data.tokenizer.mask_id} if data.tokenizer.mask_id is not None else {}
+    ids = {"embedding.mask_token_id": data.tokenizer.mask_id} if data.tokenizer.mask_id is not None else {}
     if data.config.pack_documents:  # attention within documents: they end at the end-of-text id
-        mask["document_end_id"] = data.tokenizer.eot_id
-    spec = {**cfg["model"], "vocab_size": data.vocab_size, **mask}
+        ids["embedding.document_end_id"] = data.tokenizer.eot_id
+    spec = nested({**cfg["model"], "vocab_size": data.vocab_size, **ids})
     model_cfg = config_from_spec(spec)
     OBJECTIVES.get(train_cfg.objective)().check(model_cfg)  # e.g. causal_lm with a bidirectional model
     if train_cfg.block_curriculum is not None:
@@ -132,21 +133,22 @@ def activation_bytes(model_cfg, rows: int) -> int:
 
 
 def _curriculum_spec(spec: dict, curriculum, context: int) -> dict:
-    """The model spec under a block curriculum: attention_block is the curriculum's (its decay block, which the
+    """The model spec under a block curriculum: attention.block is the curriculum's (its decay block, which the
     saved model keeps, or none); a model that cannot attend block-causally is refused before training."""
-    if spec.get("attention_block") is not None:
-        raise TrainConfigError(f"model.attention_block={spec['attention_block']} is set with train.block_curriculum, "
-                               "which chooses the block of every step and the saved model's (its decay_block): "
-                               "leave model.attention_block null")
+    given = (spec.get("attention") or {}).get("block")
+    if given is not None:
+        raise TrainConfigError(f"model.attention.block={given} is set with train.block_curriculum, which chooses "
+                               "the block of every step and the saved model's (its decay_block): leave "
+                               "model.attention.block null")
     curriculum.check_context(context)
     smallest = min([*curriculum.warmup_blocks(context), curriculum.decay_block or context])
     if smallest < context:  # ModelConfig's own checks of block-causal attention (causal, Canon)
         try:
-            config_from_spec({**spec, "attention_block": smallest})
+            config_from_spec(nested({**spec, "attention.block": smallest}))
         except ValueError as err:
             raise TrainConfigError(f"train.block_curriculum trains with attention blocks down to {smallest}: "
                                    f"{err}") from None
-    return {**spec, "attention_block": curriculum.decay_block}
+    return nested({**spec, "attention.block": curriculum.decay_block})
 
 
 def _init_source(path: str, model_cfg, tokenizer):
@@ -155,5 +157,5 @@ def _init_source(path: str, model_cfg, tokenizer):
     source = find_source(path)
     check_tokenizer(source, tokenizer)
     with torch.device("meta"):
-        check_shapes(source, build_model(model_cfg), model_cfg.mask_token_id)
+        check_shapes(source, build_model(model_cfg), model_cfg.embedding.mask_token_id)
     return source

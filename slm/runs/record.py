@@ -11,8 +11,9 @@ Top-level sections (schema_version 1):
                other_cores_busy (other processes' CPU use during this session's training, in cores: slm.cpu_busy),
                diverged {step, loss} or null; moe_load {per_layer, max_load, min_load, steps} for a mixture of
                experts (the routing shares over the last logging window); init_from (train.init_from: path,
-               model_dir, run_dir, weights_sha256, source_model {family, causal, ...}, source_run {run_group,
-               key, status, objective, steps, tokens, val_nll, ...} when the source is a run with a record);
+               model_dir, run_dir, weights_sha256, source_model {family, vocab_size, attention {causal, block},
+               embedding {mask_token_id}}, source_run {run_group, key, status, objective, steps, tokens, val_nll,
+               ...} when the source is a run with a record);
                attention_blocks [[first step, block], ...] under a block curriculum
   eval         val_nll, val_ppl, val_step, val_nll_kind (nll: exact; nelbo: a masked-diffusion upper bound);
                val_bpb and val_bytes_per_token (bits per UTF-8 byte: val_nll / ln 2 / bytes per token), and with

@@ -23,8 +23,9 @@ from slm.training.optim import build_optimizer
 
 
 def width_config(spec: dict, width: int) -> ModelConfig:
-    """The model of `spec` at d_model = width, heads following the width through head_dim (as slm.model.budget's
-    solver moves a width); sizes left None in the spec (d_ff, n_kv_heads) are derived at that width."""
+    """The model of `spec` at d_model = width, heads following the width through attention.head_dim (as
+    slm.model.budget's solver moves a width); sizes left None in the spec (mlp.d_ff, attention.n_kv_heads) are
+    derived at that width."""
     # d_model is given, not solved; a preset's objective is not a network field
     fields = {k: v for k, v in upgrade_fields(spec).items() if k not in SOLVER_KEYS and k not in PRESET_KEYS}
     return config_from_spec({**heads_follow_width(fields), "d_model": width})

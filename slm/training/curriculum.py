@@ -9,7 +9,7 @@ ways and every earlier block):
     stable   the full context: plain bidirectional masked diffusion (MDLM);
     decay    optionally, a compact block (`decay_block`) for the last steps, so the model ends as a block
              diffusion model that decodes block by block with a KV cache (its saved config has
-             attention_block = decay_block).
+             attention.block = decay_block).
 
 The block of an optimizer step is a pure function of the step and the run's length, so a resumed run
 trains with exactly the blocks of an uninterrupted one. A block >= the context is full attention.
@@ -40,7 +40,7 @@ class BlockCurriculum(Settings):
     decay_fraction: float = setting(0.0, ge=0, lt=1)
     """Share of the steps at the end trained with `decay_block` (0: none; the run ends as plain MDLM)."""
     decay_block: int | None = setting(None, ge=1, null="no decay phase")
-    """Block of the decay phase (LLaDA 2.0 uses 32); the saved model's attention_block. Needs decay_fraction > 0."""
+    """Block of the decay phase (LLaDA 2.0 uses 32); the saved model's attention.block. Needs decay_fraction > 0."""
 
     def check(self, key: str, root) -> None:
         if self.warmup_fraction + self.decay_fraction > 1:

@@ -1,15 +1,15 @@
 """`train.init_from`: start a run from another run's weights (e.g. an AR model converted to masked diffusion).
 
-Weights only: the optimizer, the schedule and the data position start afresh. The source is a run directory
-(its `model/`), an slm checkpoint directory (`config.json` + `model.safetensors`), or a training checkpoint file
-slm-train wrote (`<run>/checkpoints/step-<N>.ckpt`, kept by train.checkpoint.keep_every / keep_steps, or last.ckpt): its
+Weights only: the optimizer, the schedule and the data position start afresh. The source is a run directory (its
+`model/`), an slm checkpoint directory (`config.json` + `model.safetensors`), or a training checkpoint file slm-
+train wrote (`<run>/checkpoints/step-<N>.ckpt`, kept by train.checkpoint.keep_every / keep_steps, or last.ckpt): its
 records are CRC-checked and it is read weights-only (torch's restricted unpickler: no code in the file runs), the
 model's tensors taken from its state dict and its config and tokenizer fingerprint from what the run stored beside
-them (`slm_meta`). Every tensor is checked
-against the model being built before anything is written: the same names and the same shapes, and tied
-weights tied in both. Config fields that change no shape may differ (causal -> bidirectional,
-attention_block, mask_token_id, dropout, ...). The source's tokenizer, when its directory has one, must give
-the same ids as the run's (a mask token added for diffusion is allowed: it is a new last id).
+them (`slm_meta`). Every tensor is checked against the model being built before anything is written: the same names
+and the same shapes, and tied weights tied in both. Config fields that change no shape may differ (attention.causal
+-> bidirectional, attention.block, embedding.mask_token_id, block.dropout, ...). The source's tokenizer, when its
+directory has one, must give the same ids as the run's (a mask token added for diffusion is allowed: it is a new
+last id).
 
 A masked-diffusion run needs a row for its mask token: with the GPT-2 vocabulary padded to 50304 the mask
 id 50257 is a spare row of the same embedding, so the shapes agree; a char or word vocabulary grows by one
@@ -210,7 +210,7 @@ def check_shapes(source: InitSource, model: nn.Module, mask_token_id: int | None
                                 "a different architecture (layers, Canon, untied head)")
         if len(present) > 1:
             raise InitFromError(f"{head} the source has separate {present[0]} and {present[1]}, which this model "
-                                "ties (model.tie_embeddings)")
+                                "ties (model.embedding.tie)")
 
 
 def load_weights(model: nn.Module, source: InitSource, mask_token_id: int | None = None) -> None:
