@@ -94,3 +94,19 @@ def test_a_stored_flat_train_section_reads_as_todays_groups():
              "batch_size": 8, "length": {"steps": 12}}
     assert TrainConfig.from_node(flat) == TrainConfig.from_node(today)
     assert len(dataclasses.fields(TrainConfig)) <= 20
+
+
+def test_a_run_keyed_just_before_the_training_groups_is_found(tmp_path):
+    """Keys made just before this change spelt train.val_interval (and AdamW's betas, ...) flat but train.length.*
+    nested (rule 'issue 40'); a run directory so named is found by today's spelling of the same job."""
+    from slm.cli.job_keys import key_from_overrides
+    from slm.renames import key_spelling
+
+    assert key_spelling("train.validation.interval", "issue 40") == "train.val_interval"
+    assert key_spelling("train.optim.adamw.betas", "issue 40") == "train.betas"
+    assert key_spelling("train.length.steps", "issue 40") == "train.length.steps"  # nested before this change
+    today = ["model=debug", "train.length.steps=4", "train.validation.interval=2", "train.optim.adamw.eps=1e-6"]
+    former = "model=debug,train.eps=1e-06,train.length.steps=4,train.val_interval=2"
+    assert key_from_overrides(today) != former
+    (tmp_path / former).mkdir()
+    assert key_from_overrides(today, parent=tmp_path) == former
