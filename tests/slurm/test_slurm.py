@@ -166,7 +166,7 @@ def test_failing_jobs_are_reported_failed_and_the_others_complete(tmp_path):
     assert {k: r["status"] for k, r in status.items()} == {"0.001": "completed", "0.002": "failed",
                                                            "-1.0": "failed"}  # keys spell a float field's value as a float
     assert "CANCELLED" in status["0.002"]["error"] and "UncompletedJobError" in status["0.002"]["error"]
-    assert status["-1.0"]["error"].startswith("TrainConfigError: train.lr=-1 is invalid")
+    assert status["-1.0"]["error"].startswith("SettingsError: train.lr=-1 is invalid")
     assert "sweep die: 3 jobs: 1 completed, 2 failed" in out
     assert sacct(job)[-1].startswith("CANCELLED")
     report = subprocess.run([sys.executable, "-m", "slm.cli.status", str(sweep_dir)], capture_output=True, text=True)
