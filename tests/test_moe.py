@@ -105,7 +105,10 @@ def test_balancing_loss_is_top_k_when_routing_is_uniform():
     (dict(mlp_types=["dense"]), r"model.moe.n_experts=5 is invalid: model.mlp_types has no moe layer to use it"),
     (dict(moe=dict(shared_expert_d_ff=-4)), r"model.moe.shared_expert_d_ff=-4 is invalid"),
 ])
-def test_bad_moe_configs_name_field_value_and_rule(bad, message):
-    with pytest.raises(ConfigError, match=message):
+def test_bad_moe_configs_name_field_and_value(bad, message):
+    """The line names the dotted key and the value; what is allowed may be reworded (only `key=value is invalid` is
+    checked)."""
+    with pytest.raises(ConfigError, match=message.split(" is invalid: ")[0] + (" is invalid" if " is invalid: " in
+                                                                                message else "")):
         ModelConfig(**nested({**TINY,
                               **{**_with_moe(**bad.get("moe", {})), **{k: v for k, v in bad.items() if k != "moe"}}}))
