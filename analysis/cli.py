@@ -418,10 +418,51 @@ def claims_main(argv: list[str] | None = None) -> None:
         print(f"{prog}: wrote {args.out}")
 
 
-if __name__ == "__main__":  # python -m analysis.cli collect|plot|report|ladder|lr_transfer|compare|fit|plan|claims ...
+@_bad_files_fail("slm-decide")
+@quiet_on_closed_pipe
+def decide_main(argv: list[str] | None = None) -> None:
+    prog = "slm-decide"
+    p = OneLineParser(prog=prog, description="Decision accuracy of a ladder: per proxy and rung, how often two "
+                      "configurations are ordered as at the target rung, with bootstrap intervals over seeds, the "
+                      "noise ceiling and the cheapest rung that reaches --level (analysis/decide.py).")
+    p.add_argument("results", nargs="+", help="results tables (.parquet/.csv from slm-collect) or runs directories")
+    p.add_argument("--config", default="family", help="the column naming a configuration (default: family)")
+    p.add_argument("--rung", default="param_budget", help="the column naming a rung (default: param_budget)")
+    p.add_argument("--target", type=float, default=None, help="the target rung (default: the largest)")
+    p.add_argument("--proxy", default=None, help="comma-separated proxy columns (default: val_nll, and val_bpb "
+                   "where present)")
+    p.add_argument("--level", type=float, default=0.8, help="decision accuracy to plan with (default: 0.8)")
+    p.add_argument("--draws", type=int, default=1000, help="bootstrap redraws of the seeds (default: 1000)")
+    p.add_argument("-o", "--out", default=None, help="also write the table to this Markdown file")
+    args = p.parse_args(argv)
+    _logging(prog)
+    import pandas as pd
+
+    from analysis.decide import DecideError, decide, markdown
+
+    if not 0 < args.level <= 1:
+        fail(prog, f"--level {args.level:g} is invalid: a decision accuracy in (0, 1], e.g. 0.8")
+    if args.draws < 0:
+        fail(prog, f"--draws {args.draws} is invalid: a number of bootstrap redraws >= 0")
+    table = pd.concat([_load(prog, path) for path in args.results], ignore_index=True)
+    proxies = args.proxy.split(",") if args.proxy else [c for c in ("val_nll", "val_bpb") if c in table]
+    try:
+        result = decide(table, args.config, args.rung, proxies, args.target, args.draws)
+    except DecideError as err:
+        fail(prog, str(err))
+    text = markdown(result, args.level)
+    print(text, end="")
+    if args.out:
+        from slm.runs.record import write_text_atomic
+
+        write_text_atomic(Path(args.out), text)
+        print(f"{prog}: wrote {args.out}")
+
+
+if __name__ == "__main__":  # python -m analysis.cli collect|plot|report|ladder|lr_transfer|compare|fit|plan|claims|decide ...
     commands = {"collect": collect_main, "plot": plot_main, "report": report_main, "ladder": ladder_main,
                 "lr_transfer": lr_transfer_main, "compare": compare_main,
-                "fit": fit_main, "plan": plan_main, "claims": claims_main}
+                "fit": fit_main, "plan": plan_main, "claims": claims_main, "decide": decide_main}
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
         fail("analysis.cli", f"usage: python -m analysis.cli {{{'|'.join(commands)}}} ...")
     commands[sys.argv[1]](sys.argv[2:])
