@@ -434,6 +434,7 @@ def decide_main(argv: list[str] | None = None) -> None:
     p.add_argument("--level", type=float, default=0.8, help="decision accuracy to plan with (default: 0.8)")
     p.add_argument("--draws", type=int, default=1000, help="bootstrap redraws of the seeds (default: 1000)")
     p.add_argument("-o", "--out", default=None, help="also write the table to this Markdown file")
+    p.add_argument("--plot", default=None, metavar="DIR", help="also draw DIR/decision_accuracy.png and .svg")
     args = p.parse_args(argv)
     _logging(prog)
     import pandas as pd
@@ -457,6 +458,12 @@ def decide_main(argv: list[str] | None = None) -> None:
 
         write_text_atomic(Path(args.out), text)
         print(f"{prog}: wrote {args.out}")
+    if args.plot:
+        from analysis.decide import plot
+        from analysis.plots import save
+
+        paths = save(plot(result, args.level), args.plot, "decision_accuracy")
+        print(f"{prog}: drew {', '.join(map(str, paths))}")
 
 
 if __name__ == "__main__":  # python -m analysis.cli collect|plot|report|ladder|lr_transfer|compare|fit|plan|claims|decide ...

@@ -163,27 +163,61 @@ def decide(table: pd.DataFrame, config: str = "family", rung: str = "param_budge
     return result
 
 
+def _num(value: float) -> str:
+    """A rung as written: 100000, 3198976, 0.5."""
+    return f"{value:.0f}" if float(value).is_integer() else f"{value:g}"
+
+
 def markdown(result: DecideResult, level: float = 0.8) -> str:
     """The decision-accuracy table, the noise ceilings and the cheapest rung at `level`, as Markdown."""
-    lines = [f"Decision accuracy against the target rung {result.rung} = {result.target:g} (configurations: "
+    lines = [f"Decision accuracy against the target rung {result.rung} = {_num(result.target)} (configurations: "
              f"{result.config}; 95% intervals from redrawn seeds)", "",
              "| proxy | rung | % of target compute | configurations | decision accuracy | 95% interval | SNR |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in result.rows:
         share = "" if r.share is None else f"{100 * r.share:.3g}%"
         ratio = "" if r.snr is None else f"{r.snr:.3g}"
-        lines.append(f"| {r.proxy} | {r.rung:g} | {share} | {r.configurations} | {r.accuracy:.3f} | "
+        lines.append(f"| {r.proxy} | {_num(r.rung)} | {share} | {r.configurations} | {r.accuracy:.3f} | "
                      f"{r.low:.3f}-{r.high:.3f} | {ratio} |")
     lines.append("")
     for proxy, ceiling in result.ceilings.items():
         said = "not measurable (fewer than two seeds in common at the target)" if ceiling is None else f"{ceiling:.3f}"
         best = result.cheapest(proxy, level)
-        where = "none" if best is None else (f"{result.rung} = {best.rung:g}" + (
+        where = "none" if best is None else (f"{result.rung} = {_num(best.rung)}" + (
             "" if best.share is None else f" ({100 * best.share:.3g}% of the target's compute)"))
         lines.append(f"- {proxy}: noise ceiling (one seed against another at the target) {said}; cheapest rung with "
                      f"decision accuracy >= {level:g}: {where}")
     return "\n".join(lines) + "\n"
 
 
+def plot(result: DecideResult, level: float | None = 0.8):
+    """Decision accuracy against the rung's share of the target's compute (the rung itself where train_flops is
+    missing), one line per proxy with its 95% interval, the noise ceiling dotted and `level` dashed: the figure
+    DataDecide draws. Returns a matplotlib Figure (its own Agg canvas)."""
+    from analysis.plot_style import new_figure
+
+    fig = new_figure(figsize=(6.4, 4.2))
+    ax = fig.add_subplot()
+    by_share = all(r.share is not None for r in result.rows)
+    for i, proxy in enumerate(result.ceilings):
+        rows = sorted((r for r in result.rows if r.proxy == proxy), key=lambda r: r.rung)
+        x = [100 * r.share if by_share else r.rung for r in rows]
+        y = [r.accuracy for r in rows]
+        err = [[r.accuracy - r.low for r in rows], [r.high - r.accuracy for r in rows]]
+        line = ax.errorbar(x, y, yerr=err, marker="o", capsize=3, label=proxy)
+        if result.ceilings[proxy] is not None:
+            ax.axhline(result.ceilings[proxy], color=line[0].get_color(), linestyle=":", linewidth=1,
+                       label=f"{proxy}: noise ceiling")
+    if level is not None:
+        ax.axhline(level, color="grey", linestyle="--", linewidth=1, label=f"level {level:g}")
+    ax.set_xscale("log")
+    ax.set_xlabel("% of the target's training compute" if by_share else f"rung ({result.rung})")
+    ax.set_ylabel("decision accuracy")
+    ax.set_ylim(0, 1.05)
+    ax.set_title(f"Decision accuracy against {result.rung} = {_num(result.target)} ({result.config})")
+    ax.legend(fontsize=8)
+    return fig
+
+
 __all__ = ["DecideError", "DecideResult", "RungDecision", "agreement", "decide", "markdown",
-           "noise_ceiling", "snr"]
+           "noise_ceiling", "plot", "snr"]

@@ -91,3 +91,21 @@ def test_the_command_writes_its_table(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "noise ceiling" in out and (tmp_path / "decide.md").read_text() in out
     assert len([line for line in out.splitlines() if line.startswith("| val_nll |")]) == len(RUNGS)
+
+
+def test_the_plot_draws_one_line_per_proxy_with_the_ceiling_and_the_level(tmp_path, capsys):
+    from analysis.decide import plot
+
+    table = ladder(noise=0.02)
+    table["val_bpb"] = table["val_nll"] / np.log(2) / 1.1
+    result = decide(table, proxies=["val_nll", "val_bpb"], draws=20)
+    ax = plot(result, 0.8).axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert sorted(labels) == sorted(["val_nll", "val_nll: noise ceiling", "val_bpb", "val_bpb: noise ceiling",
+                                     "level 0.8"])
+    assert ax.get_xlabel() == "% of the target's training compute"
+    path = tmp_path / "results.parquet"
+    table.to_parquet(path)
+    decide_main([str(path), "--draws", "10", "--plot", str(tmp_path / "fig")])
+    assert (tmp_path / "fig" / "decision_accuracy.png").stat().st_size > 0
+    assert "decision_accuracy.svg" in capsys.readouterr().out
