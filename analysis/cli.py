@@ -70,6 +70,23 @@ def _load(prog: str, path: str):
     return table
 
 
+def _load_all(prog: str, paths: list[str]):
+    """The results tables (or runs directories) given on the command line, as one table."""
+    import pandas as pd
+
+    return pd.concat([_load(prog, path) for path in paths], ignore_index=True)
+
+
+def _print_and_write(prog: str, text: str, out: str | None) -> None:
+    """Print `text`; with `out`, also write it there (atomically) and say so."""
+    print(text, end="")
+    if out:
+        from slm.runs.record import write_text_atomic
+
+        write_text_atomic(Path(out), text)
+        print(f"{prog}: wrote {out}")
+
+
 def _bad_files_fail(prog: str):
     """Decorator of a command: a file it reads that cannot be used (analysis.readers.BadFile, one line naming
     the file and what is wrong) ends it as bad input, `<prog>: error: <path>: ...`, exit 2."""
@@ -242,11 +259,10 @@ def lr_transfer_main(argv: list[str] | None = None) -> None:
     p.add_argument("-o", "--out-dir", default="lr_transfer", help="output directory (default: lr_transfer)")
     args = p.parse_args(argv)
     _logging(prog)
-    import pandas as pd
 
     from analysis.lr_transfer import write
 
-    table = pd.concat([_load(prog, path) for path in args.results], ignore_index=True)
+    table = _load_all(prog, args.results)
     try:
         path = write(table, args.out_dir)
     except ValueError as err:
@@ -351,7 +367,6 @@ def fit_main(argv: list[str] | None = None) -> None:
                    help="approach 2: a compute group holds runs within this factor of its smallest (default: 1.5)")
     args = p.parse_args(argv)
     _logging(prog)
-    import pandas as pd
 
     from analysis.fit import FitError, fit, fit_data
     from analysis.fit_output import summary, write
@@ -360,7 +375,7 @@ def fit_main(argv: list[str] | None = None) -> None:
         fail(prog, f"--bootstrap {args.bootstrap} --keep {args.keep}: must be >= 0")
     if not args.compute_tol > 1:
         fail(prog, f"--compute-tol {args.compute_tol}: must be > 1")
-    table = pd.concat([_load(prog, path) for path in args.results], ignore_index=True)
+    table = _load_all(prog, args.results)
     try:
         data = fit_data(table, args.params)
         result = fit(data, draws=args.bootstrap, seed=args.seed, tol=args.compute_tol, source=", ".join(args.results),
@@ -406,16 +421,11 @@ def claims_main(argv: list[str] | None = None) -> None:
 
     from analysis.claims import judge, markdown, seeds_summary
 
-    table = pd.concat([_load(prog, path) for path in args.results], ignore_index=True)
+    table = _load_all(prog, args.results)
     if args.score not in table or pd.to_numeric(table[args.score], errors="coerce").notna().sum() == 0:
         fail(prog, f"--score {args.score}: no run in {', '.join(args.results)} has a value of it")
     text = f"{seeds_summary(table, args.score)}\n\n{markdown(judge(table, args.score))}\n"
-    print(text, end="")
-    if args.out:
-        from slm.runs.record import write_text_atomic
-
-        write_text_atomic(Path(args.out), text)
-        print(f"{prog}: wrote {args.out}")
+    _print_and_write(prog, text, args.out)
 
 
 @_bad_files_fail("slm-decide")
@@ -437,7 +447,6 @@ def decide_main(argv: list[str] | None = None) -> None:
     p.add_argument("--plot", default=None, metavar="DIR", help="also draw DIR/decision_accuracy.png and .svg")
     args = p.parse_args(argv)
     _logging(prog)
-    import pandas as pd
 
     from analysis.decide import DecideError, decide, markdown
 
@@ -445,19 +454,14 @@ def decide_main(argv: list[str] | None = None) -> None:
         fail(prog, f"--level {args.level:g} is invalid: a decision accuracy in (0, 1], e.g. 0.8")
     if args.draws < 0:
         fail(prog, f"--draws {args.draws} is invalid: a number of bootstrap redraws >= 0")
-    table = pd.concat([_load(prog, path) for path in args.results], ignore_index=True)
+    table = _load_all(prog, args.results)
     proxies = args.proxy.split(",") if args.proxy else [c for c in ("val_nll", "val_bpb") if c in table]
     try:
         result = decide(table, args.config, args.rung, proxies, args.target, args.draws)
     except DecideError as err:
         fail(prog, str(err))
     text = markdown(result, args.level)
-    print(text, end="")
-    if args.out:
-        from slm.runs.record import write_text_atomic
-
-        write_text_atomic(Path(args.out), text)
-        print(f"{prog}: wrote {args.out}")
+    _print_and_write(prog, text, args.out)
     if args.plot:
         from analysis.decide import plot
         from analysis.plots import save

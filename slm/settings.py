@@ -30,6 +30,7 @@ code and tests.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import typing
 from typing import Any, ClassVar
@@ -123,8 +124,10 @@ def _group_type(annotation) -> type | None:
     return None
 
 
+@functools.cache
 def group_fields(cls) -> dict[str, type]:
-    """{field name: its Settings class} for the nested groups of the dataclass `cls`."""
+    """{field name: its Settings class} for the nested groups of the dataclass `cls` (once per class: a config is
+    settled many times in a sweep's plan)."""
     hints = typing.get_type_hints(cls)
     out = {}
     for f in dataclasses.fields(cls):

@@ -25,8 +25,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from slm.runs.errors import one_line
 from slm.runs.record import FINAL, RecordError, load_record, settled
-from slm.runs.status import (FAILED, RUNNING, STOPPED, UNREADABLE, WORKERS_DIR_ENV, WORKERS_ENV, duration, lock_held,
-                              progress_text, states_of, summary_lines, sweep_progress)
+from slm.durations import duration
+from slm.runs.status import (FAILED, RUNNING, STOPPED, UNREADABLE, WORKERS_DIR_ENV, WORKERS_ENV, lock_held, progress_text,
+                              states_of, summary_lines, sweep_progress)
 
 log = logging.getLogger(__name__)
 

@@ -38,7 +38,8 @@ from omegaconf import OmegaConf
 
 from hydra_plugins.slm_sweeps.jobs import Job
 from slm.runs.errors import one_line
-from slm.runs.status import COMPLETED, duration
+from slm.durations import duration
+from slm.runs.status import COMPLETED
 
 
 MEASURED_MFU = 0.153  # docs/benchmarks.md, "Training speed on one H100"

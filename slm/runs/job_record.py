@@ -145,7 +145,8 @@ def record_diverged(job: PreparedJob, built: Built, training: dict) -> dict:
 def record_completed(job: PreparedJob, built: Built, training: dict, restored: dict | None) -> dict:
     """Save the weights and the tokenizer (model/), print how training ended and record the run `completed` with
     its validation (and test) metrics; rank 0. A non-finite validation NLL raises (the run is then failed)."""
-    from slm.training.progress import duration, perplexity
+    from slm.durations import duration
+    from slm.training.progress import perplexity
 
     run_dir, module = job.run_dir, built.module
     save_model(module.model, run_dir / "model")

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import yaml
 
+from slm.durations import duration
 from slm.runs.record import RESULT_FILE, STATUSES, RecordError, load_record, read_object
 
 log = logging.getLogger(__name__)
@@ -326,21 +327,6 @@ def sweep_progress(states: list[JobState], copies: int | None = None) -> Progres
     return Progress(total=len(states), counts=tally, left=sum(1.0 - _fraction_done(s) for s in unfinished),
                     per_job=sum(times) / len(times) if times else None, timed=len(times),
                     at_once=max(1, min(at_once, len(unfinished))))
-
-
-def duration(seconds: float) -> str:
-    """`42s`, `8m03s`, `2h05m`, `3d04h` (slm.training.progress.duration's format, without loading torch)."""
-    seconds = max(0, round(seconds))
-    if seconds < 60:
-        return f"{seconds}s"
-    minutes, seconds = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes}m{seconds:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours}h{minutes:02d}m"
-    days, hours = divmod(hours, 24)
-    return f"{days}d{hours:02d}h"
 
 
 def progress_text(p: Progress, why: bool = False) -> str:

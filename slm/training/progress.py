@@ -20,6 +20,7 @@ import torch
 from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
 
+from slm.durations import duration
 from slm.training.callbacks import step_ended
 
 
@@ -31,21 +32,6 @@ def interactive(stream: TextIO | None = None) -> bool:
         return bool(stream.isatty())
     except (AttributeError, ValueError):  # no isatty, or a closed stream
         return False
-
-
-def duration(seconds: float) -> str:
-    """`42s`, `8m03s`, `2h05m`, `3d04h`."""
-    seconds = max(0, round(seconds))
-    if seconds < 60:
-        return f"{seconds}s"
-    minutes, seconds = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes}m{seconds:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours}h{minutes:02d}m"
-    days, hours = divmod(hours, 24)
-    return f"{days}d{hours:02d}h"
 
 
 def rate(tokens_per_s: float) -> str:
