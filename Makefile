@@ -6,7 +6,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN        := $(VENV)/bin
 STAMP      := $(VENV)/.slm-installed
 
-.PHONY: help install test test-slow sweep bench bench-gpu clean reproduce-2512 lr-transfer coordcheck claims conf
+.PHONY: help install test test-slow sweep bench bench-gpu clean reproduce-2512 lr-transfer coordcheck claims conf decide
 
 help:
 	@echo "make install    create $(VENV): torch ($(TORCH_SPEC)) first, then slm with its dev extras"
@@ -17,6 +17,9 @@ help:
 	@echo "                ARGS=\"...\": Hydra overrides for every job, e.g. a shrunk copy into runs/cpu_quick/:"
 	@echo "                make sweep ARGS=\"train.length.steps=20 run_group=cpu_quick\""
 	@echo "make claims     the study's claims judged at CPU scale (135 jobs, 5 lrs, 3 seeds): claims.md, report"
+	@echo "make decide     a ladder on CPU (5 families x 4 rungs x 3 seeds; lr searched per rung, and under muP searched at"
+	@echo "                the two lowest and carried up): decision accuracy per rung and proxy, the held-out forecast,"
+	@echo "                a forecast at 70M parameters, the report (docs/decisions.md)"
 	@echo "make smoke      the CI smoke sweep (4 tiny runs); run again, it skips the runs already done"
 	@echo "make sweep-dry SWEEP=name   a sweep's jobs, parameter counts, tokens and GPU-hours; trains nothing"
 	@echo "make reproduce-2512          arXiv 2512.20877's character-level ladder (Table 1, the RoPE ablation,"
@@ -162,6 +165,23 @@ claims: install
 	$(BIN)/slm-claims $(RUNS)/claims_cpu/results.parquet -o $(RUNS)/claims_cpu/claims.md && \
 	$(BIN)/slm-report $(RUNS)/claims_cpu/results.parquet -o $(RUNS)/claims_cpu/report --score val_nll \
 		--title "slm claims_cpu: the study's claims at 0.2M parameters" && exit $$rc
+
+# Rankings across scale (docs/decisions.md): sweeps/ladder_cpu.yaml (5 families x 4 rungs x 3 seeds, the lr searched per
+# rung: 240 jobs) and sweeps/ladder_cpu_mup.yaml (the same in muP, the lr searched at the two lowest rungs and carried up:
+# 150 jobs), in CPU_JOBS one-thread copies, then per ladder the results table, slm-decide (decision accuracy, the
+# held-out check of the top rung, a forecast at 70M parameters: decide.md, decide/*.png) and the report.
+# Started again, it trains only what is missing.
+LADDERS ?= ladder_cpu ladder_cpu_mup
+decide: install
+	@OMP_NUM_THREADS=1 $(BIN)/slm-workers $(CPU_JOBS) -- sh -c "rc=0; \
+		for sweep in $(LADDERS); do $(BIN)/slm-train -m sweep=\$$sweep || rc=\$$?; done; exit \$$rc"; rc=$$?; \
+	for group in $(LADDERS); do \
+		$(BIN)/slm-collect $(RUNS)/$$group -o $(RUNS)/$$group/results.parquet && \
+		$(BIN)/slm-decide $(RUNS)/$$group/results.parquet --forecast params=70e6 -o $(RUNS)/$$group/decide.md \
+			--plot $(RUNS)/$$group/decide && \
+		$(BIN)/slm-report $(RUNS)/$$group/results.parquet -o $(RUNS)/$$group/report --score val_nll \
+			--title "slm $$group: a ladder of five families on CPU" || rc=1; \
+	done; exit $$rc
 
 # Scaling law on CPU (analysis/fit.py): sweeps/cpu_scaling.yaml (5 widths x 5 token budgets of the llama3 block, 25
 # short jobs, 2 one-thread workers, no lm-eval), then slm-fit: L(N, D) = E + A/N^alpha + B/D^beta with bootstrap intervals, approach 2's

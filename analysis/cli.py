@@ -428,45 +428,91 @@ def claims_main(argv: list[str] | None = None) -> None:
     _print_and_write(prog, text, args.out)
 
 
+def _forecast_target(prog: str, text: str | None) -> dict:
+    """--forecast params=70e6 | flops=1e18 as forecast()'s keyword, or one line and exit 2."""
+    if text is None:
+        return {}
+    name, _, value = text.partition("=")
+    try:
+        number = float(value)
+    except ValueError:
+        number = float("nan")
+    if name not in ("params", "flops") or not number > 0 or number == float("inf"):
+        fail(prog, f"--forecast {text} is invalid: params=<parameters> or flops=<training FLOPs>, a positive number "
+             "(e.g. params=70e6)")
+    return {f"target_{name}": number}
+
+
 @_bad_files_fail("slm-decide")
 @quiet_on_closed_pipe
 def decide_main(argv: list[str] | None = None) -> None:
     prog = "slm-decide"
     p = OneLineParser(prog=prog, description="Decision accuracy of a ladder: per proxy and rung, how often two "
                       "configurations are ordered as at the target rung, with bootstrap intervals over seeds, the "
-                      "noise ceiling and the cheapest rung that reaches --level (analysis/decide.py).")
+                      "noise ceiling and the cheapest rung that reaches --level (analysis/decide.py); the held-out "
+                      "forecast of the top rung and, with --forecast, each configuration's loss at a larger scale "
+                      "(analysis/forecast.py).")
     p.add_argument("results", nargs="+", help="results tables (.parquet/.csv from slm-collect) or runs directories")
-    p.add_argument("--config", default="family", help="the column naming a configuration (default: family)")
+    p.add_argument("--config", default=None, help="the column naming a configuration (default: a ladder sweep's points, "
+                   "by family where that names them, else family)")
     p.add_argument("--rung", default="param_budget", help="the column naming a rung (default: param_budget)")
     p.add_argument("--target", type=float, default=None, help="the target rung (default: the largest)")
-    p.add_argument("--proxy", default=None, help="comma-separated proxy columns (default: val_nll, and val_bpb "
-                   "where present)")
+    p.add_argument("--truth", default=None, help="the metric whose order at the target is to be predicted (default: "
+                   "val_nll); the forecast extrapolates it")
+    p.add_argument("--proxy", default=None, help="comma-separated proxy columns (default: val_nll, val_bpb, "
+                   "val_nll_50, val_nll_25 and the lm-eval scores, those present)")
     p.add_argument("--level", type=float, default=0.8, help="decision accuracy to plan with (default: 0.8)")
     p.add_argument("--draws", type=int, default=1000, help="bootstrap redraws of the seeds (default: 1000)")
-    p.add_argument("-o", "--out", default=None, help="also write the table to this Markdown file")
-    p.add_argument("--plot", default=None, metavar="DIR", help="also draw DIR/decision_accuracy.png and .svg")
+    p.add_argument("--forecast", default=None, metavar="params=N|flops=C",
+                   help="also extrapolate each configuration's loss (the first proxy) to this scale")
+    p.add_argument("-o", "--out", default=None, help="also write the tables to this Markdown file")
+    p.add_argument("--plot", default=None, metavar="DIR", help="also draw DIR/decision_accuracy and DIR/rank_flow "
+                   "(.png and .svg)")
     args = p.parse_args(argv)
     _logging(prog)
 
-    from analysis.decide import DecideError, decide, markdown
+    from analysis.decide import DecideError, decide, default_proxies, ladder_points, ladder_table, markdown
+    from analysis.forecast import ForecastError, forecast, held_out
+    from analysis.forecast import markdown as forecast_markdown
 
     if not 0 < args.level <= 1:
         fail(prog, f"--level {args.level:g} is invalid: a decision accuracy in (0, 1], e.g. 0.8")
     if args.draws < 0:
         fail(prog, f"--draws {args.draws} is invalid: a number of bootstrap redraws >= 0")
+    target = _forecast_target(prog, args.forecast)
     table = _load_all(prog, args.results)
-    proxies = args.proxy.split(",") if args.proxy else [c for c in ("val_nll", "val_bpb") if c in table]
+    proxies = args.proxy.split(",") if args.proxy else default_proxies(table)
+    config = args.config
+    if config is None:
+        labels = ladder_points(table)
+        config = "family" if labels is None else "configuration"
+        if labels is not None:
+            table = table.assign(configuration=labels)
     try:
-        result = decide(table, args.config, args.rung, proxies, args.target, args.draws)
+        result = decide(table, config, args.rung, proxies, args.target, args.draws, truth=args.truth)
+        ladder = ladder_table(table, config, args.rung, result.truth)
     except DecideError as err:
         fail(prog, str(err))
-    text = markdown(result, args.level)
-    _print_and_write(prog, text, args.out)
+    parts = [markdown(result, args.level)]
+    if args.target is not None:
+        ladder = ladder[ladder["rung"] <= args.target]
+    try:
+        parts.append(forecast_markdown(held_out(ladder, draws=args.draws)))
+    except ForecastError as err:
+        parts.append(f"Held-out check of the top rung: not made ({err})\n")
+    if target:
+        try:
+            parts.append(forecast_markdown(forecast(ladder, draws=args.draws, **target)))
+        except ForecastError as err:
+            fail(prog, str(err))
+    _print_and_write(prog, "\n".join(parts), args.out)
     if args.plot:
-        from analysis.decide import plot
+        from analysis.decide_plots import accuracy_plot, rank_flow
         from analysis.plots import save
 
-        paths = save(plot(result, args.level), args.plot, "decision_accuracy")
+        shares = {r.rung: r.share for r in result.rows if r.proxy == result.truth} | {result.target: 1.0}
+        paths = save(accuracy_plot(result, args.level), args.plot, "decision_accuracy")
+        paths += save(rank_flow(ladder, args.rung, shares), args.plot, "rank_flow")
         print(f"{prog}: drew {', '.join(map(str, paths))}")
 
 

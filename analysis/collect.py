@@ -49,7 +49,7 @@ from analysis.schema import (ANALYSIS, LEADING_AXES, MODEL, PLACEHOLDERS, SWEEP,
 from slm.metrics import LOSS, METRICS
 from slm.renames import MODEL_MOVED, TRAIN_MOVED, model_column
 from slm.runs.record import RESULT_FILE, RecordError, load_record
-from slm.runs.status import ORDER, PENDING, listed_jobs, live_status, sweep_lr_multipliers
+from slm.runs.status import ORDER, PENDING, listed_jobs, live_status, sweep_ladder, sweep_lr_multipliers
 
 log = logging.getLogger(__name__)
 
@@ -234,14 +234,14 @@ def _row(record: dict, run_dir: Path, root) -> dict | None:
         return None
 
 
-def _lr_multipliers(sweep_dir: Path) -> dict[str, float]:
-    """{run folder: multiplier of its point's lr} of the sweep's lr searches ({} without; a warning line when
-    sweep.json cannot be read)."""
+def _lr_multipliers(sweep_dir: Path) -> tuple[dict[str, float], dict[str, dict]]:
+    """({run folder: multiplier of its point's lr} of the sweep's lr searches, {run folder: its ladder rung and lr
+    rule}) ({} without; a warning line when sweep.json cannot be read)."""
     try:
-        return sweep_lr_multipliers(sweep_dir)
+        return sweep_lr_multipliers(sweep_dir), sweep_ladder(sweep_dir)
     except RecordError as err:
         log.warning("cannot read %s; the lr search's shared lr is inferred", err)
-        return {}
+        return {}, {}
 
 
 def collect(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> pd.DataFrame:
@@ -250,7 +250,7 @@ def collect(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> pd.DataFr
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     rows, not_started, seen = [], [], set()
-    multipliers: dict[Path, dict[str, float]] = {}
+    multipliers: dict[Path, tuple[dict[str, float], dict[str, dict]]] = {}
     for path in map(Path, paths):
         if not path.exists():
             raise FileNotFoundError(f"no such file or directory: {path}")
@@ -269,7 +269,10 @@ def collect(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> pd.DataFr
             if row is not None:
                 if run_dir.parent not in multipliers:
                     multipliers[run_dir.parent] = _lr_multipliers(run_dir.parent)
-                row["lr_multiplier"] = multipliers[run_dir.parent].get(run_dir.name)
+                lr_of, ladder = multipliers[run_dir.parent]
+                row["lr_multiplier"] = lr_of.get(run_dir.name)
+                row["lr_rule"] = (ladder.get(run_dir.name) or {}).get("lr_rule")
+                row["ladder_point"] = (ladder.get(run_dir.name) or {}).get("config")
                 rows.append(row)
         for job_dir in bare:
             if job_dir.resolve() not in seen:

@@ -1,25 +1,34 @@
 """Decision accuracy (slm-decide): how often the order of two configurations at a small scale is their order at the
 target scale, per proxy metric and rung, as AI2's DataDecide measures it (Magnusson et al. 2025, arXiv 2504.11393).
 
-    result = decide(table, config="family", rung="param_budget", proxies=["val_nll"])
+    result = decide(table, config="family", rung="param_budget", proxies=["val_nll", "val_nll_25"])
     print(markdown(result))
 
 A ladder's results table has one row per run: the configuration (`config`, e.g. family), the rung (`rung`, e.g.
-param_budget), the seed and the proxies. Per proxy:
+param_budget), the seed, the lr and the proxies. The decision to predict is the order of the configurations at the
+target rung T (the largest by default) on the `truth` metric (val_nll, final, by default). Per proxy and rung r:
 
-- a configuration's value at a rung is its mean over seeds (completed runs with a finite value);
-- decision accuracy at rung r against the target rung T (the largest by default): over every pair of configurations
-  present at both, the share whose order at r is their order at T (a tie at either counts one half). Without ties
-  it is (1 + Kendall's tau) / 2 of the two rungs' means;
-- its 95% interval: `draws` bootstrap redraws of the seeds of every configuration at both rungs (with replacement);
-- the noise ceiling: how often one seed's order at the target agrees with another seed's (seeds matched by
-  train.seed), over every pair of configurations and seeds: the agreement a perfect proxy could reach;
-- the signal-to-noise ratio at a rung: the spread across configurations (the standard deviation of their means)
-  over the seed-to-seed spread (the pooled standard deviation within configurations), the ratio "Signal and Noise"
+- a configuration's value is its mean over seeds (completed runs with a finite value). Where the rung searched the lr
+  (several `lr` values for one configuration and rung: hydra.sweeper.lr_search) the runs at the lr with the best seed
+  mean on that metric stand for it (its direction: analysis.metrics), chosen once on all the seeds (the bootstrap
+  redraws seeds at that lr); an lr with a failed or diverged seed ranks after every lr whose seeds all completed, as
+  analysis.tuning ranks them; a best lr at the edge of its grid (failed lrs included) is named in the notes;
+- decision accuracy: over every pair of configurations present at r (on the proxy) and at T (on the truth), the
+  share whose order agrees (a tie at either counts one half; a higher-is-better proxy is compared negated). Without
+  ties it is (1 + Kendall's tau) / 2 of the two sets of means. A proxy read part-way through training (val_nll_25,
+  val_nll_50) is judged at the target rung too: stopping the target early is a cheaper rung;
+- its 95% interval: `draws` bootstrap redraws of the seeds of every configuration at both (with replacement); none
+  where every configuration has one seed;
+- the signal-to-noise ratio: the spread across configurations (the standard deviation of their means) over the
+  seed-to-seed spread (the pooled standard deviation within configurations), the ratio "Signal and Noise"
   (Heineman et al. 2025, arXiv 2508.13144) ranks proxies by; None with one seed per configuration;
-- the share of the target's compute a rung costs: the mean `train_flops` of its runs over the target's.
+- the share of the target's compute it costs: the mean `train_flops` of the rung's runs over the target's, times the
+  fraction of training the proxy is read at (PARTIAL).
 
-The cheapest rung whose decision accuracy reaches `level` is the number to plan with (`cheapest`).
+The noise ceiling: how often one seed's order at the target agrees with another seed's on the truth (seeds matched
+by train.seed): the agreement a perfect proxy could reach. The cheapest rung whose decision accuracy reaches `level`
+is the number to plan with (`cheapest`). Two runs of one configuration at one rung, lr and seed are refused: the
+configurations differ in more than `config` (a ladder's table has ladder_point for that).
 """
 
 from __future__ import annotations
@@ -31,6 +40,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+PARTIAL = {"val_nll_25": 0.25, "val_nll_50": 0.5}
+"""Proxies read part-way through training: the fraction of the run's compute they cost."""
+BAD = ("failed", "diverged")
 
 
 class DecideError(ValueError):
@@ -48,8 +60,9 @@ class RungDecision:
     configurations: int
     """Configurations present at this rung and the target."""
     accuracy: float
-    low: float
-    high: float
+    low: float | None
+    high: float | None
+    """The 95% interval; None where every configuration has one seed (nothing to redraw)."""
     snr: float | None
 
 
@@ -59,27 +72,100 @@ class DecideResult:
     rung: str
     target: float
     rows: list[RungDecision] = field(default_factory=list)
-    ceilings: dict[str, float | None] = field(default_factory=dict)
-    """Per proxy, the target's seed-to-seed agreement (None with fewer than two common seeds)."""
+    truth: str = "val_nll"
+    """The metric whose order at the target is the decision to predict."""
+    ceiling: float | None = None
+    """The target's seed-to-seed agreement on the truth (None with fewer than two common seeds)."""
+    proxies: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """What the reader should know: configurations missing at a rung, unequal seeds, best lrs at a grid's edge."""
+    chosen: dict = field(default_factory=dict)
+    """{(proxy, rung, configuration): lr} where the rung searched the lr."""
 
     def cheapest(self, proxy: str, level: float) -> RungDecision | None:
         """The lowest-compute rung below the target whose decision accuracy on `proxy` is at least `level`."""
-        rows = [r for r in self.rows if r.proxy == proxy and r.rung != self.target and r.accuracy >= level]
+        rows = [r for r in self.rows if r.proxy == proxy and r.accuracy >= level and (r.share is None or r.share < 1)]
         return min(rows, key=lambda r: (r.share if r.share is not None else math.inf, r.rung), default=None)
 
 
-def _values(table: pd.DataFrame, config: str, rung: str, proxy: str) -> dict:
-    """{rung: {configuration: {seed: value}}} of the completed runs with a finite value."""
-    rows = table
-    if "status" in rows:
-        rows = rows[rows["status"].fillna("completed") == "completed"]
-    values = pd.to_numeric(rows[proxy], errors="coerce")
-    seeds = rows["seed"] if "seed" in rows else pd.Series(range(len(rows)), index=rows.index)
+def _completed(table: pd.DataFrame) -> pd.DataFrame:
+    if "status" in table:
+        return table[table["status"].fillna("completed") == "completed"]
+    return table
+
+
+def _sign(table: pd.DataFrame, metric: str) -> float:
+    """+1 where lower is better (a loss; unknown columns too), -1 where higher is better (analysis.metrics)."""
+    from analysis.metrics import higher_is_better
+    from slm.metrics import metric as declared
+
+    known = declared(metric) is not None or str(metric).startswith(("score_", "avg_"))
+    return -1.0 if known and higher_is_better(table, metric) else 1.0
+
+
+def _values(table: pd.DataFrame, config: str, rung: str, proxy: str, chosen: dict | None = None,
+            edges: list | None = None) -> dict:
+    """{rung: {configuration: {seed: value}}} of the completed runs with a finite value (negated where higher is
+    better), each configuration at a rung at its best lr where it has several (`chosen` gets {(proxy, rung,
+    configuration): lr}; `edges` the best lrs at the edge of their grid). DecideError for two runs of one
+    configuration at one rung, lr and seed."""
+    sign = _sign(table, proxy)
+    status = table["status"].fillna("completed") if "status" in table else pd.Series("completed", index=table.index)
+    values = pd.to_numeric(table[proxy], errors="coerce")
+    seeds = table["seed"] if "seed" in table else pd.Series(range(len(table)), index=table.index)
+    lrs = pd.to_numeric(table["lr"], errors="coerce") if "lr" in table else pd.Series(math.nan, index=table.index)
+    cells: dict = {}
+    bad: dict = {}
+    for r, c, s, lr, v, st in zip(pd.to_numeric(table[rung], errors="coerce"), table[config].astype(str), seeds, lrs,
+                                  values, status):
+        if pd.isna(r):
+            continue
+        key = None if pd.isna(lr) else float(lr)
+        by_lr = cells.setdefault(float(r), {}).setdefault(c, {}).setdefault(key, {})
+        if st in BAD:
+            bad[(float(r), c, key)] = bad.get((float(r), c, key), 0) + 1
+        if st != "completed" or pd.isna(v) or not math.isfinite(v):
+            continue
+        if s in by_lr:
+            raise DecideError(f"two runs of {config} = {c} at {rung} = {_num(float(r))}, lr {key}, seed {s}: the "
+                              f"configurations differ in more than {config}; name the column that tells them apart "
+                              "with --config (a ladder sweep's table has ladder_point)")
+        by_lr[s] = sign * float(v)
     out: dict = {}
-    for r, c, s, v in zip(pd.to_numeric(rows[rung], errors="coerce"), rows[config].astype(str), seeds, values):
-        if pd.notna(r) and pd.notna(v) and math.isfinite(v):
-            out.setdefault(float(r), {}).setdefault(c, {})[s] = float(v)
+    for r, by_config in cells.items():
+        for c, by_lr in by_config.items():
+            ran = {lr: v for lr, v in by_lr.items() if v}
+            if not ran:
+                continue
+            if len(by_lr) == 1:
+                out.setdefault(r, {})[c] = next(iter(ran.values()))
+                continue
+            means = {lr: float(np.mean(list(v.values()))) for lr, v in ran.items()}
+            best = min(means, key=lambda lr: (bad.get((r, c, lr), 0) > 0, means[lr]))
+            out.setdefault(r, {})[c] = ran[best]
+            if chosen is not None:
+                chosen[(proxy, r, c)] = best
+            grid = sorted(lr for lr in by_lr if lr is not None)
+            if edges is not None and grid and best in (grid[0], grid[-1]):
+                edges.append((r, c, best))
     return out
+
+
+def _coverage(values: dict, rungs: list[float], rung: str) -> list[str]:
+    """Notes on configurations missing at a rung and seeds that differ between rungs."""
+    notes = []
+    names = sorted(set().union(*(set(values.get(r, {})) for r in rungs)))
+    for r in rungs:
+        missing = [c for c in names if c not in values.get(r, {})]
+        if missing:
+            notes.append(f"{', '.join(missing)} {'has' if len(missing) == 1 else 'have'} no completed run at {rung} = "
+                         f"{_num(r)}: judged without {'it' if len(missing) == 1 else 'them'} there")
+    counts = {r: sorted({len(s) for s in values.get(r, {}).values()}) for r in rungs if values.get(r)}
+    if len({tuple(c) for c in counts.values()}) > 1 or any(len(c) > 1 for c in counts.values()):
+        said = "; ".join(f"{_num(r)}: {'/'.join(map(str, c))}" for r, c in counts.items())
+        notes.append(f"seeds per configuration differ across rungs ({rung} {said}): each mean and interval uses the "
+                     "seeds it has")
+    return notes
 
 
 def agreement(a: dict[str, float], b: dict[str, float]) -> tuple[float, int]:
@@ -125,13 +211,24 @@ def snr(by_config: dict) -> float | None:
     return math.inf if within == 0 else spread / math.sqrt(within)
 
 
+def _truth(table: pd.DataFrame, truth: str | None, proxies) -> str:
+    if truth is not None:
+        return truth
+    has = "val_nll" in table and pd.to_numeric(table["val_nll"], errors="coerce").notna().any()
+    return "val_nll" if has else list(proxies)[0]
+
+
 def decide(table: pd.DataFrame, config: str = "family", rung: str = "param_budget", proxies=("val_nll",),
-           target: float | None = None, draws: int = 1000, seed: int = 0) -> DecideResult:
-    """Decision accuracy of every rung against the target, per proxy (see the module docstring)."""
-    for column in (config, rung, *proxies):
+           target: float | None = None, draws: int = 1000, seed: int = 0, truth: str | None = None) -> DecideResult:
+    """Decision accuracy of every rung and proxy against the truth's order at the target (the module docstring)."""
+    truth = _truth(table, truth, proxies)
+    for column in dict.fromkeys((config, rung, truth, *proxies)):
         if column not in table:
             raise DecideError(f"the results have no column {column!r}; columns include: "
                               f"{', '.join(sorted(map(str, table.columns))[:20])}")
+    for proxy in dict.fromkeys((truth, *proxies)):
+        if pd.to_numeric(table[proxy], errors="coerce").isna().all():
+            raise DecideError(f"--proxy {proxy}: no run has a value in that column")
     rungs = sorted(set(pd.to_numeric(table[rung], errors="coerce").dropna().astype(float)))
     if len(rungs) < 2:
         raise DecideError(f"--rung {rung}: a ladder needs at least two rungs; the results have {len(rungs)}")
@@ -144,22 +241,46 @@ def decide(table: pd.DataFrame, config: str = "family", rung: str = "param_budge
         for r in rungs:
             mean = spent[pd.to_numeric(table[rung], errors="coerce") == r].mean()
             flops[r] = None if pd.isna(mean) else float(mean)
-    result = DecideResult(config, rung, target)
+    result = DecideResult(config, rung, target, truth=truth, proxies=list(proxies))
+    truth_values = _values(table, config, rung, truth, result.chosen)
+    top = truth_values.get(target, {})
+    if not top:
+        raise DecideError(f"--target {_num(target)}: no configuration has a completed run with {truth} at "
+                          f"{rung} = {_num(target)}; rungs with runs: "
+                          f"{', '.join(_num(r) for r in rungs if truth_values.get(r)) or 'none'}")
+    result.ceiling = noise_ceiling(top)
     rng = np.random.default_rng(seed)
     for proxy in proxies:
-        values = _values(table, config, rung, proxy)
-        top = values.get(target, {})
-        result.ceilings[proxy] = noise_ceiling(top)
+        edges: list = []
+        values = truth_values if proxy == truth else _values(table, config, rung, proxy, result.chosen, edges)
+        if proxy == truth:
+            _values(table, config, rung, proxy, None, edges)
+        for note in _coverage(values, rungs, rung):
+            if note not in result.notes:
+                result.notes.append(note)
+        if edges:
+            result.notes.append(f"{proxy}: the best lr is at the edge of the searched grid for "
+                                + ", ".join(f"{c} at {_num(r)} (lr {lr:g})" for r, c, lr in sorted(edges))
+                                + ": the search may not have found the optimum there")
+        part = PARTIAL.get(proxy, 1.0)
         for r in rungs:
+            if r == target and part == 1.0:  # a whole run at the target is the truth itself: its noise is the ceiling
+                continue
             here = values.get(r, {})
             accuracy, pairs = agreement(_means(here), _means(top))
             if not pairs:
                 continue
-            boot = [agreement(_means(here, rng), _means(top, rng))[0] for _ in range(draws)]
-            low, high = (float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))) if draws else (accuracy,) * 2
-            share = flops[r] / flops[target] if flops.get(r) and flops.get(target) else None
+            repeats = any(len(v) > 1 for v in here.values()) or any(len(v) > 1 for v in top.values())
+            low = high = None
+            if draws and repeats:
+                boot = [agreement(_means(here, rng), _means(top, rng))[0] for _ in range(draws)]
+                low, high = float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))
+            share = part * flops[r] / flops[target] if flops.get(r) and flops.get(target) else None
             common = len(set(here) & set(top))
             result.rows.append(RungDecision(proxy, r, share, common, accuracy, low, high, snr(here)))
+    if not result.rows:
+        raise DecideError(f"no two configurations ({config}) have completed runs both at the target {rung} = "
+                          f"{_num(target)} and at another rung: nothing to compare")
     return result
 
 
@@ -168,56 +289,101 @@ def _num(value: float) -> str:
     return f"{value:.0f}" if float(value).is_integer() else f"{value:g}"
 
 
+def _interval(r: RungDecision) -> str:
+    return "-" if r.low is None else f"{r.low:.3f}-{r.high:.3f}"
+
+
 def markdown(result: DecideResult, level: float = 0.8) -> str:
-    """The decision-accuracy table, the noise ceilings and the cheapest rung at `level`, as Markdown."""
-    lines = [f"Decision accuracy against the target rung {result.rung} = {_num(result.target)} (configurations: "
-             f"{result.config}; 95% intervals from redrawn seeds)", "",
+    """The decision-accuracy table, the noise ceiling and the cheapest rung per proxy at `level`, as Markdown."""
+    lines = [f"Decision accuracy: each proxy at each rung against the order of the configurations ({result.config}) "
+             f"on {result.truth} at the target rung {result.rung} = {_num(result.target)} (95% intervals from "
+             "redrawn seeds)", "",
              "| proxy | rung | % of target compute | configurations | decision accuracy | 95% interval | SNR |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in result.rows:
         share = "" if r.share is None else f"{100 * r.share:.3g}%"
         ratio = "" if r.snr is None else f"{r.snr:.3g}"
         lines.append(f"| {r.proxy} | {_num(r.rung)} | {share} | {r.configurations} | {r.accuracy:.3f} | "
-                     f"{r.low:.3f}-{r.high:.3f} | {ratio} |")
+                     f"{_interval(r)} | {ratio} |")
     lines.append("")
-    for proxy, ceiling in result.ceilings.items():
-        said = "not measurable (fewer than two seeds in common at the target)" if ceiling is None else f"{ceiling:.3f}"
+    said = "not measurable (fewer than two seeds in common at the target)" if result.ceiling is None \
+        else f"{result.ceiling:.3f}"
+    lines.append(f"- noise ceiling (one seed's order on {result.truth} at the target against another's): {said}")
+    for proxy in result.proxies:
         best = result.cheapest(proxy, level)
         where = "none" if best is None else (f"{result.rung} = {_num(best.rung)}" + (
             "" if best.share is None else f" ({100 * best.share:.3g}% of the target's compute)"))
-        lines.append(f"- {proxy}: noise ceiling (one seed against another at the target) {said}; cheapest rung with "
-                     f"decision accuracy >= {level:g}: {where}")
+        lines.append(f"- {proxy}: cheapest rung with decision accuracy >= {level:g}: {where}")
+    lines += [f"- note: {note}" for note in result.notes]
     return "\n".join(lines) + "\n"
 
 
-def plot(result: DecideResult, level: float | None = 0.8):
-    """Decision accuracy against the rung's share of the target's compute (the rung itself where train_flops is
-    missing), one line per proxy with its 95% interval, the noise ceiling dotted and `level` dashed: the figure
-    DataDecide draws. Returns a matplotlib Figure (its own Agg canvas)."""
-    from analysis.plot_style import new_figure
-
-    fig = new_figure(figsize=(6.4, 4.2))
-    ax = fig.add_subplot()
-    by_share = all(r.share is not None for r in result.rows)
-    for i, proxy in enumerate(result.ceilings):
-        rows = sorted((r for r in result.rows if r.proxy == proxy), key=lambda r: r.rung)
-        x = [100 * r.share if by_share else r.rung for r in rows]
-        y = [r.accuracy for r in rows]
-        err = [[r.accuracy - r.low for r in rows], [r.high - r.accuracy for r in rows]]
-        line = ax.errorbar(x, y, yerr=err, marker="o", capsize=3, label=proxy)
-        if result.ceilings[proxy] is not None:
-            ax.axhline(result.ceilings[proxy], color=line[0].get_color(), linestyle=":", linewidth=1,
-                       label=f"{proxy}: noise ceiling")
-    if level is not None:
-        ax.axhline(level, color="grey", linestyle="--", linewidth=1, label=f"level {level:g}")
-    ax.set_xscale("log")
-    ax.set_xlabel("% of the target's training compute" if by_share else f"rung ({result.rung})")
-    ax.set_ylabel("decision accuracy")
-    ax.set_ylim(0, 1.05)
-    ax.set_title(f"Decision accuracy against {result.rung} = {_num(result.target)} ({result.config})")
-    ax.legend(fontsize=8)
-    return fig
+def default_proxies(table: pd.DataFrame) -> list[str]:
+    """The proxies judged by default: the final losses, the curve's at 50% and 25% of training, and the lm-eval
+    scores, those with a value in the table."""
+    names = ["val_nll", "val_bpb", "val_nll_50", "val_nll_25"] + sorted(c for c in table.columns
+                                                                        if str(c).startswith("score_"))
+    return [c for c in names if c in table and pd.to_numeric(table[c], errors="coerce").notna().any()]
 
 
-__all__ = ["DecideError", "DecideResult", "RungDecision", "agreement", "decide", "markdown",
-           "noise_ceiling", "plot", "snr"]
+def is_ladder(table: pd.DataFrame) -> bool:
+    """Whether the table holds a ladder sweep's runs (hydra.sweeper.ladder: their lr_rule is recorded)."""
+    return "lr_rule" in table and table["lr_rule"].notna().any() and "param_budget" in table \
+        and pd.to_numeric(table["param_budget"], errors="coerce").nunique() >= 2
+
+
+def ladder_points(table: pd.DataFrame) -> pd.Series | None:
+    """A label per run for a ladder's configurations: `family` where it names each ladder_point (sweep.json: the
+    point's overrides without the rung, seed and lr) one to one, else ladder_point without the settings every point
+    shares; None for a table without ladder_point."""
+    if "ladder_point" not in table or table["ladder_point"].isna().all():
+        return None
+    points = table["ladder_point"].astype("string")
+    if "family" in table:
+        pairs = pd.DataFrame({"p": points, "f": table["family"].astype("string")}).dropna().drop_duplicates()
+        if pairs["p"].is_unique and pairs["f"].is_unique:
+            return table["family"].astype("string")
+    parts = [set(str(text).split(",")) for text in points.dropna()]
+    common = set.intersection(*parts) if parts else set()
+    return points.map(lambda text: text if pd.isna(text) else
+                      ",".join(p for p in str(text).split(",") if p not in common) or "(all alike)")
+
+
+def ladder_table(table: pd.DataFrame, config: str, rung: str, proxy: str = "val_nll") -> pd.DataFrame:
+    """The runs a ladder is judged on: one row per configuration, rung and seed (at the lr chosen as decide() chooses
+    it), with columns config, rung, seed, lr, flops (train_flops), params (the rung where it is a parameter budget,
+    else params_total) and value (the proxy, a loss: lower is better): the table analysis.forecast reads."""
+    if _sign(table, proxy) < 0:
+        raise DecideError(f"{proxy} is higher-is-better: the rank flow and the forecast read a loss (e.g. val_nll)")
+    chosen: dict = {}
+    values = _values(table, config, rung, proxy, chosen)
+    rows = _completed(table)
+    rung_of = pd.to_numeric(rows[rung], errors="coerce")
+    lrs = pd.to_numeric(rows["lr"], errors="coerce") if "lr" in rows else pd.Series(math.nan, index=rows.index)
+    flops = pd.to_numeric(rows["train_flops"], errors="coerce") if "train_flops" in rows else \
+        pd.Series(math.nan, index=rows.index)
+    params_col = rung if rung == "param_budget" else "params_total"
+    params = pd.to_numeric(rows[params_col], errors="coerce") if params_col in rows else \
+        pd.Series(math.nan, index=rows.index)
+    seeds = rows["seed"] if "seed" in rows else pd.Series(range(len(rows)), index=rows.index)
+    out = []
+    for idx, r, c, s, lr in zip(rows.index, rung_of, rows[config].astype(str), seeds, lrs):
+        if pd.isna(r) or s not in values.get(float(r), {}).get(c, {}):
+            continue
+        want = chosen.get((proxy, float(r), c))
+        if want is not None and not (pd.notna(lr) and float(lr) == want):
+            continue
+        out.append({"config": c, "rung": float(r), "seed": s, "lr": None if pd.isna(lr) else float(lr),
+                    "flops": flops[idx], "params": params[idx], "value": values[float(r)][c][s]})
+    return pd.DataFrame(out, columns=["config", "rung", "seed", "lr", "flops", "params", "value"])
+
+
+def ranks(ladder: pd.DataFrame) -> pd.DataFrame:
+    """Each configuration's rank (1: the lowest mean value) at each rung of a ladder_table: rows configurations,
+    columns rungs; ties share the lower rank."""
+    means = ladder.groupby(["config", "rung"])["value"].mean().unstack("rung")
+    return means.rank(axis=0, method="min")
+
+
+__all__ = ["DecideError", "DecideResult", "RungDecision", "agreement", "decide", "ladder_table", "markdown",
+           "noise_ceiling", "ranks", "snr"]

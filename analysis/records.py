@@ -17,7 +17,7 @@ from pathlib import Path
 
 from analysis.readers import BadFile, shown
 from slm.eval import RENAMED_TASKS
-from slm.metrics import BOUND, NELBO, NLL_KINDS, chance_level
+from slm.metrics import BOUND, NELBO, NLL_KINDS, VAL_CURVE, chance_level
 from slm.renames import TRAIN_MOVED, RenameError, upgrade_model_fields, upgrade_train_fields
 from slm.runs.record import RESULT_FILE
 from slm.runs.status import live_status
@@ -309,6 +309,30 @@ def val_nll_kind(r):
     """eval.val_nll_kind (slm.metrics.NELBO's default, nll, for records before it)"""
     kind = get(r.record, ("eval", "val_nll_kind"))
     return kind or (NELBO.default if number(get(r.record, ("eval", "val_nll"))) is not None else None)
+
+
+def _val_at(r, fraction: float):
+    """The validation NLL of eval.val_curve ([[step, nll], ...]) nearest `fraction` of training.max_steps, if it is
+    within 5% of the steps of it; None otherwise (no curve, or no validation near there)."""
+    curve, steps = get(r.record, ("eval", VAL_CURVE)), number(get(r.record, ("training", "max_steps")))
+    if not isinstance(curve, list) or not steps:
+        return None
+    points = [(number(p[0]), number(p[1])) for p in curve if isinstance(p, (list, tuple)) and len(p) == 2]
+    points = [(s, v) for s, v in points if s is not None and v is not None]
+    if not points:
+        return None
+    step, value = min(points, key=lambda p: abs(p[0] - fraction * steps))
+    return value if abs(step - fraction * steps) <= 0.05 * steps else None
+
+
+def val_nll_25(r):
+    """eval.val_curve's validation nearest 25% of training.max_steps (within 5% of the steps)"""
+    return _val_at(r, 0.25)
+
+
+def val_nll_50(r):
+    """eval.val_curve's validation nearest 50% of training.max_steps (within 5% of the steps)"""
+    return _val_at(r, 0.50)
 
 
 def _bound(r) -> bool:

@@ -328,12 +328,13 @@ def _tier_blocks(study: Study, table: pd.DataFrame) -> list:
 
 
 def sections(table: pd.DataFrame, results_path: str, score: str | None = None, study: Study | None = None,
-             skipped: dict | None = None) -> list[tuple[str, list]]:
+             skipped: dict | None = None, ladder: list | None = None) -> list[tuple[str, list]]:
     """[(heading, [blocks])], a block being a str (paragraph), a DataFrame (table) or ("figure", kind). The
     report opens with the verdict on the headline metric (analysis.headline, analysis.verdict; `score`: the
     user's choice) and ends with the appendix of methods and tests. Every statistic comes from one
     analysis.study.Study (`study`, else made here). `skipped`: {plot kind: why} of the figures not drawn (plots
-    draw only what has data); their blocks are left out and the Summary names them."""
+    draw only what has data); their blocks are left out and the Summary names them. `ladder`: the blocks of a ladder
+    sweep's Rankings across scale section (analysis.decide_report), after the Summary."""
     study = study if study is not None else analyse(table, score)
     headline, verdict = study.headline, study.verdict
     score, note = headline.column, headline.note
@@ -353,6 +354,8 @@ def sections(table: pd.DataFrame, results_path: str, score: str | None = None, s
     if skipped is not None:
         intro.append(drawn_line(skipped) + ".")
     out.append(("Summary", intro))
+    if ladder:
+        out.append(("Rankings across scale", ladder))
 
     problems = table[table["status"] != "completed"] if "status" in table else table.iloc[0:0]
     if len(problems):
@@ -423,6 +426,8 @@ def document(title: str, parts: list, generated: str, captions: dict | None = No
         for block in section:
             if isinstance(block, pd.DataFrame):
                 blocks.append(doc.Table(block))
+            elif isinstance(block, doc.Figure):
+                blocks.append(block)
             elif isinstance(block, tuple):
                 kind = block[1]
                 blocks.append(doc.Figure(TITLES[kind], f"{FIGURES}/{FILE_NAMES[kind]}", captions.get(kind, "")))
@@ -467,7 +472,10 @@ def write_report(results_path: str | os.PathLike, out_dir: str | os.PathLike, sc
     drawn = draw_all(table, out_dir / FIGURES, score=study.score, study=study)
     skipped = not_drawn(drawn)
     captions = {kind: style.caption(fig) for kind, (fig, _) in drawn.items() if kind not in skipped}
-    parts = sections(table, str(results_path), score, study=study, skipped=skipped)
+    from analysis.decide_report import ladder_blocks
+
+    parts = sections(table, str(results_path), score, study=study, skipped=skipped,
+                     ladder=ladder_blocks(table, out_dir / FIGURES))
     generated = datetime.now(timezone.utc).isoformat(timespec="seconds")  # the same stamp in both files
     blocks = document(title, parts, generated, captions)
     (out_dir / "report.md").write_text(doc.markdown(blocks))

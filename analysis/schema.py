@@ -170,6 +170,11 @@ _BEFORE_METRICS: tuple[Column, ...] = (
            "multipliers)", read.train("lr")),
     Column("lr_multiplier", "nuisance", "the multiplier of the point's lr this run was trained at "
            "(hydra.sweeper.lr_search; 1: the shared lr; empty: no lr search)", SWEEP),
+    Column("lr_rule", "nuisance", "a ladder job's lr rule (hydra.sweeper.ladder.lr): search (its rung searches the lr) "
+           "or transfer (the best multiplier of the lower rungs, carried up), fixed without an lr search; empty: not a "
+           "ladder", SWEEP, "text"),
+    Column("ladder_point", "config", "a ladder job's configuration: its overrides without the rung's, the seed and the "
+           "lr (sweep.json); one per point of the ladder", SWEEP, "text"),
     Column("batch_size", "config", "sequences per optimizer step (train.batch_size)", read.train("batch_size"),
            "integer"),
     Column("schedule", "config", "learning-rate schedule (train.schedule: cosine, wsd, constant)",

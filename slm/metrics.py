@@ -34,6 +34,9 @@ EXACT, BOUND, PER_RUN = "exact", "bound", "per run"
 NLL_KINDS = {"nll": EXACT, "nelbo": BOUND}
 """What an objective's nll is (slm.objectives: nll_kind, recorded as eval.val_nll_kind): an exact negative
 log-likelihood, or a masked-diffusion NELBO, an upper bound on it."""
+VAL_CURVE = "val_curve"
+"""The record field (under eval) with every validation of a run, [[step, val_nll], ...]: val_nll_25 and val_nll_50 are
+read from it."""
 LOSS = "val_nll"
 """The loss every run records: the results table always has its column, and it is the default score of the
 commands that rank runs (slm-claims, slm-fit)."""
@@ -153,6 +156,15 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
            label="validation bits per byte", short="val bits/byte", direction=LOWER, kind=PER_RUN,
            bound_when=NELBO, exact_only=True, documents="bits_per_byte"),
     Metric("val_step", "the step val_nll was measured at", ("eval", "val_step"), block="metrics"),
+    Metric("val_nll_25", "the validation NLL at 25% of training: eval.val_curve's validation nearest 25% of "
+           "training.max_steps, within 5% of the run's steps (empty otherwise; a ladder validates at 25% and 50%)",
+           "val_nll_25", "eval.val_curve at 25% of training.max_steps", block="metrics",
+           label="validation NLL at 25% of training", short="val NLL @25%", unit="nats/token", direction=LOWER,
+           kind=PER_RUN, bound_when=NELBO, exact_only=True),
+    Metric("val_nll_50", "the validation NLL at 50% of training (as val_nll_25)", "val_nll_50",
+           "eval.val_curve at 50% of training.max_steps", block="metrics",
+           label="validation NLL at 50% of training", short="val NLL @50%", unit="nats/token", direction=LOWER,
+           kind=PER_RUN, bound_when=NELBO, exact_only=True),
     Metric("test_nll", "test NLL (nats/token) of the first train.validation.windows windows of the test split",
            ("eval", "test_nll"), label="test NLL", unit="nats/token", direction=LOWER, kind=PER_RUN,
            bound_when=NELBO, exact_only=True),

@@ -39,7 +39,8 @@ def test_decision_accuracy_is_one_plus_kendalls_tau_over_two():
         tau = kendalltau(means.loc[row.rung][FAMILIES], target[FAMILIES]).statistic
         assert row.accuracy == pytest.approx((1 + tau) / 2)
     assert [r.accuracy for r in result.rows][0] == pytest.approx(0.9)  # one swapped pair of ten
-    assert result.rows[-1].accuracy == 1.0 and result.rows[-1].share == pytest.approx(1.0)
+    assert [r.rung for r in result.rows] == RUNGS[:-1]  # the target itself is not a row: its noise is the ceiling
+    assert result.rows[-1].accuracy == 1.0 and result.rows[-1].share == pytest.approx(1 / 4)
     assert result.rows[0].share == pytest.approx(1 / 64)  # (1e5 / 8e5)^2 of the target's compute
 
 
@@ -48,7 +49,7 @@ def test_the_interval_the_ceiling_and_the_cheapest_rung():
     result = decide(table, proxies=["val_nll"], draws=300, seed=1)
     for row in result.rows:
         assert 0 <= row.low <= row.high <= 1
-    assert result.ceilings["val_nll"] is not None and 0.5 < result.ceilings["val_nll"] <= 1
+    assert result.ceiling is not None and 0.5 < result.ceiling <= 1
     best = result.cheapest("val_nll", 0.95)
     assert best is not None and best.rung == RUNGS[1]  # the lowest rung (0.9) misses 0.95, the next reaches it
     assert result.cheapest("val_nll", 1.01) is None
@@ -90,22 +91,169 @@ def test_the_command_writes_its_table(tmp_path, capsys):
     decide_main([str(path), "--draws", "50", "-o", str(tmp_path / "decide.md")])
     out = capsys.readouterr().out
     assert "noise ceiling" in out and (tmp_path / "decide.md").read_text() in out
-    assert len([line for line in out.splitlines() if line.startswith("| val_nll |")]) == len(RUNGS)
+    assert len([line for line in out.splitlines() if line.startswith("| val_nll |")]) == len(RUNGS) - 1
 
 
 def test_the_plot_draws_one_line_per_proxy_with_the_ceiling_and_the_level(tmp_path, capsys):
-    from analysis.decide import plot
+    from analysis.decide_plots import accuracy_plot as plot
 
     table = ladder(noise=0.02)
     table["val_bpb"] = table["val_nll"] / np.log(2) / 1.1
     result = decide(table, proxies=["val_nll", "val_bpb"], draws=20)
     ax = plot(result, 0.8).axes[0]
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert sorted(labels) == sorted(["val_nll", "val_nll: noise ceiling", "val_bpb", "val_bpb: noise ceiling",
-                                     "level 0.8"])
+    assert sorted(labels) == sorted(["val_nll", "val_bpb", "noise ceiling (val_nll at the target)", "level 0.8"])
     assert ax.get_xlabel() == "% of the target's training compute"
     path = tmp_path / "results.parquet"
     table.to_parquet(path)
     decide_main([str(path), "--draws", "10", "--plot", str(tmp_path / "fig")])
     assert (tmp_path / "fig" / "decision_accuracy.png").stat().st_size > 0
+    assert (tmp_path / "fig" / "rank_flow.png").stat().st_size > 0
     assert "decision_accuracy.svg" in capsys.readouterr().out
+
+
+def test_the_rank_flow_is_each_configurations_rank_at_each_rung():
+    from analysis.decide import ladder_table, ranks
+    from analysis.decide_plots import rank_flow
+
+    table = ladder()
+    flow = ranks(ladder_table(table, "family", "param_budget"))
+    # the target order: canon best (rank 1) ... gpt2 worst (5); the lowest rung swaps llama3 (4 -> 3) and lfm2 (3 -> 4)
+    assert flow[RUNGS[-1]].to_dict() == {"canon": 1, "moe": 2, "lfm2": 3, "llama3": 4, "gpt2": 5}
+    assert flow[RUNGS[0]].to_dict() == {"canon": 1, "moe": 2, "lfm2": 4, "llama3": 3, "gpt2": 5}
+    ax = rank_flow(ladder_table(table, "family", "param_budget")).axes[0]
+    assert len(ax.get_lines()) == len(FAMILIES) and ax.yaxis_inverted()
+
+
+def test_each_configuration_is_taken_at_its_best_lr_per_rung():
+    """An lr searched per rung: the runs at the lr with the best seed mean stand for the configuration there (chosen
+    per proxy); a best lr at the edge of its grid is named."""
+    rows = []
+    for budget, truth in ((1e5, {"a": 3.0, "b": 3.2}), (2e5, {"a": 2.8, "b": 2.6})):
+        for name, best in truth.items():
+            for lr, penalty in ((1e-3, 0.5), (2e-3, 0.0), (4e-3, 0.3 if name == "a" else -0.05)):
+                for seed in range(2):
+                    rows.append({"family": name, "param_budget": budget, "seed": seed, "lr": lr,
+                                 "val_nll": best + penalty + 0.01 * seed, "train_flops": budget ** 2})
+    result = decide(pd.DataFrame(rows), proxies=["val_nll"], draws=0)
+    # a's best lr is 2e-3 at both rungs (3.005, 2.805); b's is 4e-3 (3.155, 2.555): a < b at 1e5, b < a at 2e5
+    assert result.chosen[("val_nll", 1e5, "a")] == 2e-3 and result.chosen[("val_nll", 2e5, "b")] == 4e-3
+    assert len(result.rows) == 1 and result.rows[0].accuracy == 0.0
+    assert any("edge of the searched grid" in n and "b at 100000 (lr 0.004)" in n for n in result.notes)
+
+
+def test_a_configuration_missing_at_a_rung_is_named_and_unequal_seeds_are_stated(tmp_path, capsys):
+    table = ladder(noise=0.01)
+    table = table[~((table["family"] == "moe") & (table["param_budget"] == RUNGS[1]))]  # moe never reached rung 2
+    table = table[~((table["param_budget"] == RUNGS[0]) & (table["seed"] == 2))]        # rung 1 has two seeds
+    result = decide(table, proxies=["val_nll"], draws=0)
+    assert "moe has no completed run at param_budget = 200000: judged without it there" in result.notes
+    assert any(n.startswith("seeds per configuration differ across rungs (param_budget 100000: 2;") for n in result.notes)
+    assert [r.configurations for r in result.rows] == [5, 4, 5]  # the others are still judged
+    failed = ladder().assign(status=lambda t: np.where(t["param_budget"] == RUNGS[-1], "failed", "completed"))
+    with pytest.raises(DecideError, match="--target 800000: no configuration has a completed run with val_nll"):
+        decide(failed, proxies=["val_nll"])
+    path = tmp_path / "results.parquet"
+    failed.to_parquet(path)
+    with pytest.raises(SystemExit) as exit_:
+        decide_main([str(path)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1 and "800000" in err
+    one = ladder()[lambda t: t["param_budget"] == RUNGS[0]]
+    with pytest.raises(DecideError, match="a ladder needs at least two rungs; the results have 1"):
+        decide(one, proxies=["val_nll"])
+
+
+def test_the_command_prints_the_held_out_check_and_a_forecast(tmp_path, capsys):
+    path = tmp_path / "results.parquet"
+    table = ladder(noise=0.01)
+    table["params_total"] = table["param_budget"]
+    table.to_parquet(path)
+    decide_main([str(path), "--draws", "50", "--forecast", "params=70e6"])
+    out = capsys.readouterr().out
+    assert "Held-out check" in out and "target_params = 7e+07" in out
+    with pytest.raises(SystemExit) as exit_:
+        decide_main([str(path), "--forecast", "size=big"])
+    assert exit_.value.code == 2 and "--forecast size=big is invalid" in capsys.readouterr().err
+
+
+def test_the_report_of_a_ladder_sweep_has_the_rankings_across_scale_section(tmp_path):
+    from analysis.report import write_report
+
+    table = ladder(noise=0.01)
+    table["run"] = [f"run{i}" for i in range(len(table))]
+    table["lr_rule"] = "search"
+    path = tmp_path / "results.parquet"
+    table.to_parquet(path)
+    html, _ = write_report(path, tmp_path / "report", table=table)
+    text = (tmp_path / "report" / "report.md").read_text()
+    section = text.split("## Rankings across scale", 1)[1].split("\n## ", 1)[0]
+    assert "| val_nll | 100,000 | 1.562 | 5 | 0.9 |" in section and "noise ceiling" in section
+    assert "Held-out check" in section and "figures/rank_flow.png" in section
+    assert (tmp_path / "report" / "figures" / "decision_accuracy.png").exists()
+    assert "Rankings across scale" not in _plain_report(tmp_path, table.drop(columns="lr_rule"))
+
+
+def _plain_report(tmp_path, table) -> str:
+    from analysis.report import write_report
+
+    path = tmp_path / "plain.parquet"
+    table.to_parquet(path)
+    write_report(path, tmp_path / "plain", table=table)
+    return (tmp_path / "plain" / "report.md").read_text()
+
+
+def test_proxies_are_judged_against_the_final_loss_at_the_target_in_their_own_direction():
+    table = ladder(noise=0.0, swap_at_low=False)
+    table["score_task"] = 1.0 - table["val_nll"] / 10  # higher is better, the same order as the loss
+    table["val_nll_25"] = table["val_nll"] + 0.5        # read at 25% of each run
+    table["metric_task"] = "acc"
+    result = decide(table, proxies=["val_nll", "score_task", "val_nll_25"], draws=0)
+    assert result.truth == "val_nll" and all(r.accuracy == 1.0 for r in result.rows)
+    early = [r for r in result.rows if r.proxy == "val_nll_25"]
+    assert [r.rung for r in early] == RUNGS  # stopping the target itself at 25% is a rung too
+    assert early[-1].share == pytest.approx(0.25) and early[0].share == pytest.approx(0.25 / 64)
+    assert [r.rung for r in result.rows if r.proxy == "score_task"] == RUNGS[:-1]
+    assert result.cheapest("val_nll_25", 0.8).rung == RUNGS[0]
+
+
+def test_a_diverged_lr_ranks_last_duplicates_are_refused_and_one_seed_has_no_interval():
+    rows = []
+    for budget in (1e5, 2e5):
+        for name, base in (("a", 3.0), ("b", 3.1)):
+            for lr, extra, status in ((1e-3, 0.2, "completed"), (2e-3, 0.0, "completed"), (4e-3, -0.5, "diverged")):
+                rows.append({"family": name, "param_budget": budget, "seed": 0, "lr": lr, "status": status,
+                             "val_nll": base + extra if status == "completed" else None, "train_flops": budget})
+    table = pd.DataFrame(rows)
+    table.loc[(table["lr"] == 4e-3) & (table["family"] == "a"), ["status", "val_nll"]] = ["completed", 2.0]
+    result = decide(table, proxies=["val_nll"], draws=100)
+    # a's 4e-3 completed (2.0, its best); b's 4e-3 diverged: b is taken at 2e-3, inside its grid of three lrs
+    assert result.chosen[("val_nll", 1e5, "a")] == 4e-3 and result.chosen[("val_nll", 1e5, "b")] == 2e-3
+    assert not any("b at" in n for n in result.notes if "edge" in n) and any("a at 100000" in n for n in result.notes)
+    assert result.rows[0].low is None and "| - |" in markdown(result)
+    twice = pd.concat([table, table.iloc[[1]]])
+    with pytest.raises(DecideError, match="two runs of family = a at param_budget = 100000, lr 0.002, seed 0"):
+        decide(twice, proxies=["val_nll"], draws=0)
+
+
+def test_a_ladders_points_are_labelled_by_family_where_that_names_them():
+    from analysis.decide import ladder_points
+
+    table = pd.DataFrame({"family": ["gpt2", "llama3", "llama3"],
+                          "ladder_point": ["model=gpt2,x=1", "model=llama3,x=1", "model=llama3,x=1"]})
+    assert list(ladder_points(table)) == ["gpt2", "llama3", "llama3"]
+    table["ladder_point"] = ["model=gpt2,x=1", "model=llama3,x=1", "model=llama3,qk=1,x=1"]
+    assert list(ladder_points(table)) == ["model=gpt2", "model=llama3", "model=llama3,qk=1"]
+    assert ladder_points(table.drop(columns="ladder_point")) is None
+
+
+def test_the_rank_flow_puts_every_rung_on_the_compute_axis():
+    from analysis.decide import ladder_table
+    from analysis.decide_plots import rank_flow
+
+    table = ladder()
+    result = decide(table, proxies=["val_nll"], draws=0)
+    shares = {r.rung: r.share for r in result.rows} | {result.target: 1.0}
+    ax = rank_flow(ladder_table(table, "family", "param_budget"), "param_budget", shares).axes[0]
+    assert list(ax.get_lines()[0].get_xdata()) == pytest.approx([100 / 64, 100 / 16, 100 / 4, 100])
+    assert ax.get_xlabel() == "% of the top rung's training compute"

@@ -154,13 +154,15 @@ BUDGETED = sorted(p.stem for p in (ROOT / "sweeps").glob("*.yaml") if "param_bud
 
 
 def _points(sweep: str) -> list[list[str]]:
-    """The model overrides of every job of `sweep` (its points crossed with its model.* params)."""
+    """The model overrides of every job of `sweep` (its points crossed with its model.* params, and with a ladder's
+    rungs: hydra.sweeper.ladder)."""
     sweeper = OmegaConf.load(ROOT / "sweeps" / f"{sweep}.yaml").hydra.sweeper
     points = [list(point) for point in sweeper.get("points") or [[]]]
     for name, values in (sweeper.get("params") or {}).items():
         if name.startswith("model."):
             points = [[*point, f"{name}={value}"] for point in points for value in str(values).split(",")]
-    return points
+    rungs = (sweeper.get("ladder") or {}).get("rungs") or []
+    return [[*point, f"model.param_budget={rung:g}"] for point in points for rung in rungs] if rungs else points
 
 
 @pytest.mark.parametrize("sweep", BUDGETED)

@@ -146,7 +146,7 @@ def test_every_score_the_report_names_is_declared(tmp_path):
 
 def test_directions_units_and_bounds():
     assert [m.name for m in METRICS.values() if m.direction == LOWER] == [
-        "val_nll", "val_ppl", "val_ppl_bound", "val_bpb", "test_nll", "test_bpb"]
+        "val_nll", "val_ppl", "val_ppl_bound", "val_bpb", "val_nll_25", "val_nll_50", "test_nll", "test_bpb"]
     assert registry.direction("bits_per_byte,none") == LOWER and registry.direction("acc_norm,none") == HIGHER
     assert registry.direction("some_loss") == LOWER and registry.direction("rouge") == HIGHER  # undeclared: words
     assert {m for m, facts in registry.LM_EVAL.items() if facts.elbo_bound} == set(BOUND_METRICS)

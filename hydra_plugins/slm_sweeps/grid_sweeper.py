@@ -8,6 +8,8 @@ dry run.
                            at train.lr x each of them, an lr axis per point (1 is always run: the point's own
                            lr, the shared lr the analysis compares against; analysis.tuning takes each
                            configuration at its best lr and flags a best lr at the edge of the grid)
+    hydra.sweeper.ladder   every job at several rungs of scale (parameter budgets, tokens per parameter, an lr rule:
+                           searched per rung or carried up from the lowest; hydra_plugins/slm_sweeps/ladder.py)
     hydra.sweeper.dry_run  print the job list with parameter counts, tokens and GPU-hours (and with a Slurm launcher
                            what would be submitted: plan.slurm_lines); train nothing
 
@@ -40,15 +42,18 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 
 from hydra_plugins.slm_sweeps import jobs as J
+from hydra_plugins.slm_sweeps import ladder as L
 
 
 class GridSweeper(BasicSweeper):
     def __init__(self, max_batch_size: Optional[int] = None, params: Optional[Dict[str, str]] = None,
                  points: Optional[List[List[str]]] = None, dry_run: bool = False,
-                 estimate: Optional[Dict[str, Any]] = None, lr_search: Optional[List[float]] = None) -> None:
+                 estimate: Optional[Dict[str, Any]] = None, lr_search: Optional[List[float]] = None,
+                 ladder: Optional[Dict[str, Any]] = None) -> None:
         super().__init__(max_batch_size=max_batch_size, params=J.upgrade_params(dict(params or {})))
         self.points = [J.upgrade_point(point, i) for i, point in enumerate(points or [])]
         self.lr_search = J.lr_multipliers(lr_search)
+        self.ladder = L.parse(ladder, self.lr_search)
         self.dry_run = bool(dry_run)
         self.estimate = dict(estimate or {})
 
@@ -68,20 +73,58 @@ class GridSweeper(BasicSweeper):
         # sweep directory is named: a refusal comes before any job is composed or any directory made
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         jobs = J.unique([J.compose_job(loader, self.config, o) for o in self.job_overrides(arguments)])
-        jobs, multipliers = J.search_lr(loader, self.config, jobs, self.lr_search)
         name = str(self.config.get("run_group", sweep_dir.name))
+        plan, owners = None, {}
+        if self.ladder is not None:
+            plan = L.expand(loader, self.config, jobs, self.ladder)
+            jobs, multipliers, owners = L.search(loader, self.config, plan, self.lr_search)
+        else:
+            jobs, multipliers = J.search_lr(loader, self.config, jobs, self.lr_search)
         if self.dry_run:
             from hydra_plugins.slm_sweeps.plan import print_plan
 
-            print_plan(name, sweep_dir, jobs, self.estimate, launcher=self.config.hydra.launcher,
-                       rerun_failed=bool(self.config.get("rerun_failed", False)), batch_size=self.max_batch_size)
+            deferred = [e.job for e in plan.deferred] if plan else []
+            rows = print_plan(name, sweep_dir, jobs + deferred, self.estimate, launcher=self.config.hydra.launcher,
+                              rerun_failed=bool(self.config.get("rerun_failed", False)), batch_size=self.max_batch_size)
+            if plan is not None:
+                L.print_ladder(plan, rows, {**owners, **{e.job.key: e for e in plan.deferred}}, self.lr_search)
             return []
-
-        from slm.runs.status import list_jobs
 
         sweep_dir.mkdir(parents=True, exist_ok=True)
         J.save_sweep_config(self.config, sweep_dir)
-        list_jobs(sweep_dir, {j.key: j.overrides for j in jobs}, warn=J.say, lr_multipliers=multipliers)
+        searching = bool(self.lr_search)
+        ladder_info = L.info(plan, owners, searching=searching) if plan else None
+        noted = J.note_for_workers(name, sweep_dir, jobs)
+        returns, outcomes = self._run(name, sweep_dir, jobs, multipliers, ladder_info)
+        if plan is not None and plan.deferred:
+            from slm.runs.status import carried_lrs, save_carried_lrs
+
+            L.wait_for_others(name, jobs)
+            pinned = carried_lrs(sweep_dir)
+            carried, keyed, sources = L.carry(loader, self.config, plan, jobs, multipliers, owners, pinned)
+            save_carried_lrs(sweep_dir, pinned)
+            if carried:
+                J.note_for_workers(name, sweep_dir, carried)
+                more, _ = self._run(name, sweep_dir, carried, {}, L.info(plan, keyed, sources))
+                returns += more
+                jobs = jobs + carried
+        outcomes = [J.outcome(j) for j in jobs]  # as the run directories say now, other copies' jobs included
+        if noted:
+            print(f"sweep {name}: this copy is done; slm-workers sums up the sweep once every copy has ended")
+        else:
+            J.summarize(name, sweep_dir, outcomes)
+        if any(o["status"] == J.FAILED for o in outcomes):
+            sys.stdout.flush()
+            sys.exit(1)
+        return returns
+
+    def _run(self, name: str, sweep_dir: Path, jobs: List[J.Job], multipliers: Dict[str, float],
+             ladder: Optional[Dict[str, dict]] = None) -> tuple:
+        """List the jobs in sweep.json, record those that do not compose, launch the rest that are not settled;
+        returns (the launcher's returns, the outcomes of the jobs not launched)."""
+        from slm.runs.status import list_jobs
+
+        list_jobs(sweep_dir, {j.key: j.overrides for j in jobs}, warn=J.say, lr_multipliers=multipliers, ladder=ladder)
         outcomes = {}
         for job in jobs:
             if J.unreadable(job):
@@ -95,27 +138,17 @@ class GridSweeper(BasicSweeper):
         if len(runnable) < len(jobs):
             print(f"sweep {name}: launching {len(runnable)} of {len(jobs)} jobs; the others are completed, "
                   f"unreadable, or recorded failed, diverged or invalid (rerun_failed=true runs those again)")
-        noted = J.note_for_workers(name, sweep_dir, jobs)
         if isinstance(self.launcher, BasicLauncher):
-            returns = self._one_by_one(name, jobs, runnable)
-        else:  # Slurm: each batch one job array
-            size = self.max_batch_size or len(runnable) or 1
-            returns = []
-            for start in range(0, len(runnable), size):
-                batch = runnable[start:start + size]
-                results = J.launch(self.launcher, batch, initial_job_idx=start)
-                returns.append([r for r in results if r is not None])
-                for job, ret in zip(batch, results):
-                    J.outcome(job, ret)  # records a job that died without a record
-        outcomes = [J.outcome(j) for j in jobs]  # as the run directories say now, other copies' jobs included
-        if noted:
-            print(f"sweep {name}: this copy is done; slm-workers sums up the sweep once every copy has ended")
-        else:
-            J.summarize(name, sweep_dir, outcomes)
-        if any(o["status"] == J.FAILED for o in outcomes):
-            sys.stdout.flush()
-            sys.exit(1)
-        return returns
+            return self._one_by_one(name, jobs, runnable), outcomes
+        returns = []  # Slurm: each batch one job array
+        size = self.max_batch_size or len(runnable) or 1
+        for start in range(0, len(runnable), size):
+            batch = runnable[start:start + size]
+            results = J.launch(self.launcher, batch, initial_job_idx=start)
+            returns.append([r for r in results if r is not None])
+            for job, ret in zip(batch, results):
+                J.outcome(job, ret)  # records a job that died without a record
+        return returns, outcomes
 
     def _one_by_one(self, name: str, jobs: List[J.Job], runnable: List[J.Job]) -> list:
         """Launch the jobs in this process one at a time, each with a progress line before and after (the whole

@@ -321,12 +321,14 @@ def stray_single_run(root) -> str | None:
     points = [list(map(str, p)) for p in sweeper.get("points") or []]
     loose = len(points) > 1 or any(setting_of(o) is None or setting_of(o)[0] not in given for p in points for o in p)
     lr = sweeper.get("lr_search")
-    if not (params or loose or lr):
+    ladder = sweeper.get("ladder")
+    if not (params or loose or lr or ladder):
         return None
     what = "; ".join(part for part in (
         f"hydra.sweeper.params {', '.join(params)}" if params else "",
         f"{len(points)} point{'s' if len(points) != 1 else ''} (hydra.sweeper.points)" if loose else "",
-        "an lr search (hydra.sweeper.lr_search)" if lr else "") if part)
+        "an lr search (hydra.sweeper.lr_search)" if lr else "",
+        "a ladder (hydra.sweeper.ladder)" if ladder else "") if part)
     others = " ".join(o for o in task if not o.startswith("sweep="))
     return (f"sweep={name} sweeps {what}, and without -m slm-train would train one stray run into its run group "
             f"(which its report would then include): run the sweep with `slm-train -m sweep={name}"

@@ -168,6 +168,7 @@ def record_completed(job: PreparedJob, built: Built, training: dict, restored: d
                          eval={"val_nll": val["val_nll"], "val_step": val["val_step"],  # exp(a NELBO): a bound
                                ("val_ppl" if module.objective.nll_kind == "nll" else "val_ppl_bound"): val["val_ppl"],
                                "val_nll_kind": module.objective.nll_kind, **module.test_metrics, **per_byte,
+                               "val_curve": [[int(step), float(nll)] for step, nll in module.val_curve],
                                **({"restored_best": True, "last_val_nll": restored["val_nll"],
                                    "last_val_step": restored["val_step"]} if restored else {}),
                                **({"val_attention_block": val["val_attention_block"]}

@@ -16,6 +16,7 @@ Top-level sections (schema_version 1):
                ...} when the source is a run with a record);
                attention_blocks [[first step, block], ...] under a block curriculum
   eval         val_nll, val_ppl, val_step, val_nll_kind (nll: exact; nelbo: a masked-diffusion upper bound);
+               val_curve [[step, val_nll], ...]: every validation of the run, in step order (resumes included);
                val_bpb and val_bytes_per_token (bits per UTF-8 byte: val_nll / ln 2 / bytes per token), and with
                train.validation.windows test_nll, test_ppl (test_ppl_bound for a diffusion run), test_targets, test_bpb,
                test_bytes_per_token;

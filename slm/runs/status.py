@@ -217,10 +217,12 @@ def sweep_states(sweep_dir: str | os.PathLike, warn: Callable[[str], None] = log
 
 
 def list_jobs(sweep_dir: str | os.PathLike, jobs: dict[str, list[str]],
-              warn: Callable[[str], None] = log.warning, lr_multipliers: dict[str, float] | None = None) -> None:
+              warn: Callable[[str], None] = log.warning, lr_multipliers: dict[str, float] | None = None,
+              ladder: dict[str, dict] | None = None) -> None:
     """Add jobs (key -> overrides) to the sweep's sweep.json, so that slm-status shows those not started
-    (an unreadable sweep.json is one `warn` line and replaced), and with `lr_multipliers` (key -> multiplier
-    of the point's lr, hydra.sweeper.lr_search) which lr each job of an lr search was trained at."""
+    (an unreadable sweep.json is one `warn` line and replaced), with `lr_multipliers` (key -> multiplier
+    of the point's lr, hydra.sweeper.lr_search) which lr each job of an lr search was trained at, and with `ladder`
+    (key -> {rung, rung_index, lr_rule, lr_from}: hydra.sweeper.ladder) each ladder job's rung and lr rule."""
     from slm.runs.record import write_json_atomic
 
     try:
@@ -233,6 +235,12 @@ def list_jobs(sweep_dir: str | os.PathLike, jobs: dict[str, list[str]],
     multipliers.update(lr_multipliers or {})
     if multipliers:
         listing["lr_multipliers"] = multipliers
+    rungs = {**sweep_ladder(sweep_dir, quiet=True), **(ladder or {})}
+    if rungs:
+        listing["ladder"] = rungs
+    carried = carried_lrs(sweep_dir)
+    if carried:
+        listing["carried"] = carried
     write_json_atomic(Path(sweep_dir) / SWEEP_FILE, listing)
 
 
@@ -246,6 +254,49 @@ def sweep_lr_multipliers(sweep_dir: str | os.PathLike) -> dict[str, float]:
     if not isinstance(found, dict):
         raise RecordError(f"{path}: \"lr_multipliers\" is not an object of job key -> multiplier")
     return {str(k): float(v) for k, v in found.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def sweep_ladder(sweep_dir: str | os.PathLike, quiet: bool = False) -> dict[str, dict]:
+    """{job key: {rung, rung_index, lr_rule, lr_from}} of a ladder sweep (sweep.json), {} without one; RecordError
+    when sweep.json cannot be read (with `quiet`, {})."""
+    path = Path(sweep_dir) / SWEEP_FILE
+    if not path.exists():
+        return {}
+    try:
+        found = read_object(path).get("ladder", {})
+    except RecordError:
+        if quiet:
+            return {}
+        raise
+    if not isinstance(found, dict):
+        if quiet:
+            return {}
+        raise RecordError(f"{path}: \"ladder\" is not an object of job key -> rung")
+    return {str(k): v for k, v in found.items() if isinstance(v, dict)}
+
+
+def carried_lrs(sweep_dir: str | os.PathLike) -> dict[str, dict]:
+    """{configuration: the lr multiplier a transfer ladder carried up for it, and from where} (sweep.json's
+    `carried`), {} without; a sweep.json that cannot be read counts as none (it is rewritten)."""
+    path = Path(sweep_dir) / SWEEP_FILE
+    try:
+        found = read_object(path).get("carried", {}) if path.exists() else {}
+    except RecordError:
+        return {}
+    return {str(k): v for k, v in found.items() if isinstance(v, dict)} if isinstance(found, dict) else {}
+
+
+def save_carried_lrs(sweep_dir: str | os.PathLike, carried: dict[str, dict]) -> None:
+    """Write a transfer ladder's carried lrs into sweep.json (`carried`), the rest of the file kept."""
+    from slm.runs.record import write_json_atomic
+
+    path = Path(sweep_dir) / SWEEP_FILE
+    try:
+        listing = read_object(path) if path.exists() else {}
+    except RecordError:
+        listing = {}
+    if carried or "carried" in listing:
+        write_json_atomic(path, {**listing, "carried": carried})
 
 
 def counts(states: list[JobState]) -> dict[str, int]:

@@ -56,6 +56,7 @@ class LanguageModelModule(L.LightningModule):
         self.settled: list[dict] = []  # train_log rows read back and not yet written (StepLog takes them)
         self.last_lr: float | None = None
         self.val_metrics: dict[str, float] = {}
+        self.val_curve: list[list[float]] = []  # [[step, val NLL], ...]: every validation of the run (resumes included)
         self.best: dict | None = None  # train.validation.restore_best: the best validation so far, and its weights
         self.best_state: dict[str, torch.Tensor] | None = None
         self.test_metrics: dict[str, float] = {}
@@ -219,6 +220,7 @@ class LanguageModelModule(L.LightningModule):
             self.test_metrics = {"test_nll": nll, ppl: math.exp(min(nll, 700.0)), "test_targets": count}
             return
         self.val_metrics = {"val_nll": nll, "val_ppl": math.exp(min(nll, 700.0)), "val_step": self.global_step}
+        self.val_curve = [p for p in self.val_curve if p[0] != self.global_step] + [[self.global_step, nll]]
         if self.train_cfg.validation.restore_best and (self.best is None or nll < self.best["val_nll"]):
             self.best = dict(self.val_metrics)
             self.best_state = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
@@ -256,6 +258,7 @@ class LanguageModelModule(L.LightningModule):
         }
         checkpoint["slm_last_train_loss"] = self.last_train_loss
         checkpoint["slm_best"] = {"metrics": self.best, "state": self.best_state}
+        checkpoint["slm_val_curve"] = [list(p) for p in self.val_curve]
         # what train.init_from needs to start another run from this file (slm.training.init_from): the model's
         # config, and whatever the job adds (the tokenizer's fingerprint)
         checkpoint["slm_meta"] = {"model_config": self.model.cfg.to_dict(), **self.checkpoint_meta}
@@ -273,3 +276,4 @@ class LanguageModelModule(L.LightningModule):
         self.last_train_loss = checkpoint.get("slm_last_train_loss")
         best = checkpoint.get("slm_best") or {}
         self.best, self.best_state = best.get("metrics"), best.get("state")
+        self.val_curve = [list(p) for p in checkpoint.get("slm_val_curve") or []]

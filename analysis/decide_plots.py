@@ -1,0 +1,70 @@
+"""The figures of a ladder (slm-decide --plot, the report's Rankings across scale section): decision accuracy against
+the share of the target's compute (DataDecide's figure) and the rank flow (each configuration's rank at each rung)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from analysis.decide import DecideResult, _num, ranks
+
+
+def accuracy_plot(result: DecideResult, level: float | None = 0.8):
+    """Decision accuracy against the rung's share of the target's compute (the rung itself where train_flops is
+    missing), one line per proxy with its 95% interval, the noise ceiling dotted and `level` dashed: the figure
+    DataDecide draws. Returns a matplotlib Figure (its own Agg canvas)."""
+    from analysis.plot_style import new_figure
+
+    fig = new_figure(figsize=(6.4, 4.2))
+    ax = fig.add_subplot()
+    by_share = all(r.share is not None for r in result.rows)
+    for proxy in result.proxies:
+        rows = sorted((r for r in result.rows if r.proxy == proxy), key=lambda r: (r.share or 0, r.rung))
+        if not rows:
+            continue
+        x = [100 * r.share if by_share else r.rung for r in rows]
+        y = [r.accuracy for r in rows]
+        err = [[0 if r.low is None else r.accuracy - r.low for r in rows],
+               [0 if r.high is None else r.high - r.accuracy for r in rows]]
+        ax.errorbar(x, y, yerr=err, marker="o", capsize=3, label=proxy)
+    if result.ceiling is not None:
+        ax.axhline(result.ceiling, color="black", linestyle=":", linewidth=1,
+                   label=f"noise ceiling ({result.truth} at the target)")
+    if level is not None:
+        ax.axhline(level, color="grey", linestyle="--", linewidth=1, label=f"level {level:g}")
+    ax.set_xscale("log")
+    ax.set_xlabel("% of the target's training compute" if by_share else f"rung ({result.rung})")
+    ax.set_ylabel("decision accuracy")
+    ax.set_ylim(0, 1.05)
+    ax.set_title(f"Decision accuracy against {result.truth} at {result.rung} = {_num(result.target)}")
+    ax.legend(fontsize=8)
+    return fig
+
+
+
+
+def rank_flow(ladder: pd.DataFrame, rung: str = "rung", shares: dict | None = None):
+    """Each configuration's rank (1: best mean value) at each rung of a ladder_table, one line per configuration: where
+    the order changes on the way up. x: the rung's share of the top rung's compute where `shares` gives it, else the
+    rung. Returns a matplotlib Figure."""
+    from analysis.plot_style import new_figure
+
+    table = ranks(ladder)
+    fig = new_figure(figsize=(6.4, 4.2))
+    ax = fig.add_subplot()
+    rungs = list(table.columns)
+    x = [100 * shares[r] if shares and shares.get(r) is not None else r for r in rungs]
+    by_share = bool(shares) and all(shares.get(r) is not None for r in rungs)
+    for name, row in table.iterrows():
+        ax.plot(x, row.values, marker="o", label=str(name))
+        last = row.dropna()
+        if len(last):
+            ax.annotate(str(name), (x[rungs.index(last.index[-1])], last.iloc[-1]), xytext=(4, 0),
+                        textcoords="offset points", va="center", fontsize=8)
+    ax.set_xscale("log")
+    ax.invert_yaxis()
+    ax.set_yticks(range(1, len(table) + 1))
+    ax.set_xlabel("% of the top rung's training compute" if by_share else f"rung ({rung})")
+    ax.set_ylabel("rank (1: best)")
+    ax.set_title(f"Rank of each configuration at each rung ({rung})")
+    ax.legend(fontsize=8, loc="best")
+    return fig
