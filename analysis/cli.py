@@ -471,7 +471,7 @@ def decide_main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     _logging(prog)
 
-    from analysis.decide import DecideError, decide, default_proxies, ladder_points, ladder_table, markdown
+    from analysis.decide import DecideError, decide, default_proxies, ladder_config, ladder_table, markdown
     from analysis.forecast import ForecastError, forecast, held_out
     from analysis.forecast import markdown as forecast_markdown
 
@@ -482,12 +482,7 @@ def decide_main(argv: list[str] | None = None) -> None:
     target = _forecast_target(prog, args.forecast)
     table = _load_all(prog, args.results)
     proxies = args.proxy.split(",") if args.proxy else default_proxies(table)
-    config = args.config
-    if config is None:
-        labels = ladder_points(table)
-        config = "family" if labels is None else "configuration"
-        if labels is not None:
-            table = table.assign(configuration=labels)
+    table, config = ladder_config(table, args.config)
     try:
         result = decide(table, config, args.rung, proxies, args.target, args.draws, truth=args.truth)
         ladder = ladder_table(table, config, args.rung, result.truth)

@@ -349,6 +349,17 @@ def ladder_points(table: pd.DataFrame) -> pd.Series | None:
                       ",".join(p for p in str(text).split(",") if p not in common) or "(all alike)")
 
 
+def ladder_config(table: pd.DataFrame, config: str | None = None) -> tuple[pd.DataFrame, str]:
+    """(table, the column naming a configuration): `config` where given; else for a ladder sweep's table its points
+    (ladder_points: `family` where that names them, else a `configuration` column added), else `family`."""
+    if config is not None:
+        return table, config
+    labels = ladder_points(table)
+    if labels is None or ("family" in table and labels.equals(table["family"].astype("string"))):
+        return table, "family"
+    return table.assign(configuration=labels), "configuration"
+
+
 def ladder_table(table: pd.DataFrame, config: str, rung: str, proxy: str = "val_nll") -> pd.DataFrame:
     """The runs a ladder is judged on: one row per configuration, rung and seed (at the lr chosen as decide() chooses
     it), with columns config, rung, seed, lr, flops (train_flops), params (the rung where it is a parameter budget,

@@ -7,6 +7,19 @@ import pandas as pd
 
 from analysis.decide import DecideResult, _num, ranks
 
+MARKERS = ("o", "s", "^", "D", "v", "P")
+STYLES = ("-", "--", "-.", ":")
+
+
+def _log_axis(ax) -> None:
+    """A log x axis labelled in plain numbers (1, 2, 5, 10, 20, 50, 100), no minor labels."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
 
 def accuracy_plot(result: DecideResult, level: float | None = 0.8):
     """Decision accuracy against the rung's share of the target's compute (the rung itself where train_flops is
@@ -17,7 +30,7 @@ def accuracy_plot(result: DecideResult, level: float | None = 0.8):
     fig = new_figure(figsize=(6.4, 4.2))
     ax = fig.add_subplot()
     by_share = all(r.share is not None for r in result.rows)
-    for proxy in result.proxies:
+    for i, proxy in enumerate(result.proxies):
         rows = sorted((r for r in result.rows if r.proxy == proxy), key=lambda r: (r.share or 0, r.rung))
         if not rows:
             continue
@@ -25,13 +38,14 @@ def accuracy_plot(result: DecideResult, level: float | None = 0.8):
         y = [r.accuracy for r in rows]
         err = [[0 if r.low is None else r.accuracy - r.low for r in rows],
                [0 if r.high is None else r.high - r.accuracy for r in rows]]
-        ax.errorbar(x, y, yerr=err, marker="o", capsize=3, label=proxy)
+        ax.errorbar(x, y, yerr=err, marker=MARKERS[i % len(MARKERS)], linestyle=STYLES[i % len(STYLES)], capsize=3,
+                    label=proxy, alpha=0.85)
     if result.ceiling is not None:
         ax.axhline(result.ceiling, color="black", linestyle=":", linewidth=1,
                    label=f"noise ceiling ({result.truth} at the target)")
     if level is not None:
         ax.axhline(level, color="grey", linestyle="--", linewidth=1, label=f"level {level:g}")
-    ax.set_xscale("log")
+    _log_axis(ax)
     ax.set_xlabel("% of the target's training compute" if by_share else f"rung ({result.rung})")
     ax.set_ylabel("decision accuracy")
     ax.set_ylim(0, 1.05)
@@ -60,7 +74,7 @@ def rank_flow(ladder: pd.DataFrame, rung: str = "rung", shares: dict | None = No
         if len(last):
             ax.annotate(str(name), (x[rungs.index(last.index[-1])], last.iloc[-1]), xytext=(4, 0),
                         textcoords="offset points", va="center", fontsize=8)
-    ax.set_xscale("log")
+    _log_axis(ax)
     ax.invert_yaxis()
     ax.set_yticks(range(1, len(table) + 1))
     ax.set_xlabel("% of the top rung's training compute" if by_share else f"rung ({rung})")

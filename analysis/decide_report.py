@@ -9,11 +9,11 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import document as doc
-from analysis.decide import DecideError, decide, default_proxies, is_ladder, ladder_points, ladder_table
+from analysis.decide import DecideError, decide, default_proxies, is_ladder, ladder_config, ladder_table
 from analysis.decide import markdown as decide_markdown
 
 LEVEL = 0.8
-CONFIG, RUNG = "configuration", "param_budget"
+RUNG = "param_budget"
 
 
 def _paragraphs(text: str) -> list[str]:
@@ -30,9 +30,7 @@ def ladder_blocks(table: pd.DataFrame, figures: Path, draws: int = 1000) -> list
     from analysis.plots import save
 
     proxies = default_proxies(table)
-    labels = ladder_points(table)
-    config = "family" if labels is None else CONFIG
-    table = table if labels is None else table.assign(**{CONFIG: labels})
+    table, config = ladder_config(table)
     try:
         result = decide(table, config, RUNG, proxies, draws=draws)
         ladder = ladder_table(table, config, RUNG, result.truth)

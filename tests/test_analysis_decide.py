@@ -1,6 +1,5 @@
 """slm-decide: decision accuracy of a ladder (analysis/decide.py), checked against Kendall's tau (scipy)."""
 
-import itertools
 
 import numpy as np
 import pandas as pd
@@ -257,3 +256,38 @@ def test_the_rank_flow_puts_every_rung_on_the_compute_axis():
     ax = rank_flow(ladder_table(table, "family", "param_budget"), "param_budget", shares).axes[0]
     assert list(ax.get_lines()[0].get_xdata()) == pytest.approx([100 / 64, 100 / 16, 100 / 4, 100])
     assert ax.get_xlabel() == "% of the top rung's training compute"
+
+
+def test_the_interval_is_a_direct_resampling_of_the_seeds():
+    """The 95% interval redone by hand: each draw redraws every configuration's seeds at the rung, then at the target
+    (numpy's choice with replacement, configurations in table order), and takes the agreement of the two means."""
+    table = ladder(noise=0.05)
+    result = decide(table, proxies=["val_nll"], draws=200, seed=7)
+    rng = np.random.default_rng(7)
+    cells = {r: {f: table[(table["param_budget"] == r) & (table["family"] == f)]["val_nll"].to_numpy()
+                 for f in FAMILIES} for r in RUNGS}
+    for row in result.rows:  # the rows draw one after another from the same generator
+        boot = []
+        for _ in range(200):
+            low = {f: rng.choice(v, size=len(v), replace=True).mean() for f, v in cells[row.rung].items()}
+            top = {f: rng.choice(v, size=len(v), replace=True).mean() for f, v in cells[RUNGS[-1]].items()}
+            boot.append(agreement(low, top)[0])
+        assert (row.low, row.high) == (np.percentile(boot, 2.5), np.percentile(boot, 97.5))
+
+
+@pytest.mark.parametrize("group, runs", [("ladder_cpu", 240), ("ladder_cpu_mup", 150)])
+def test_the_shipped_ladder_records_give_the_documented_tables(tmp_path, capsys, group, runs):
+    """The real runs of `make decide` in docs/decisions/runs/ (rung and lr rule from their sweep.json) judged afresh
+    give docs/decisions/<group>.md: decision accuracy, the held-out check and the forecast at 70M parameters."""
+    from pathlib import Path
+
+    from analysis import collect
+
+    docs = Path(__file__).resolve().parents[1] / "docs" / "decisions"
+    table = collect(docs / "runs" / group)
+    assert len(table) == runs and (table["status"] == "completed").all()
+    assert set(table["lr_rule"]) == ({"search"} if group == "ladder_cpu" else {"search", "transfer"})
+    assert table["family"].nunique() == 5 and table["param_budget"].nunique() == 4
+    decide_main([str(docs / "runs" / group), "--forecast", "params=70e6", "-o", str(tmp_path / "decide.md")])
+    capsys.readouterr()
+    assert (tmp_path / "decide.md").read_text() == (docs / f"{group}.md").read_text()
