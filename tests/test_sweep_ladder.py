@@ -31,6 +31,7 @@ def test_transfer_ladder_carries_the_best_lr_up_and_a_second_run_trains_nothing(
     args = ["-m", "run_group=lad", *TINY, *MUP, LADDER, SEARCH]
     out = slm(tmp_path, *args)
     assert out.returncode == 0, out.stderr[-3000:]
+    assert "sweep lad: ladder: 3 jobs at the 1 searched rung(s) first; 1 more at the rungs above" in out.stdout
     sweep = tmp_path / "runs" / "lad"
     recs = records(sweep)
     ladder = json.loads((sweep / "sweep.json").read_text())["ladder"]

@@ -95,6 +95,10 @@ class GridSweeper(BasicSweeper):
         searching = bool(self.lr_search)
         ladder_info = L.info(plan, owners, searching=searching) if plan else None
         noted = J.note_for_workers(name, sweep_dir, jobs)
+        if plan is not None and plan.deferred:  # the progress lines count this phase's jobs only: say what follows
+            print(f"sweep {name}: ladder: {len(jobs)} jobs at the {plan.ladder.search_rungs} searched rung(s) first; "
+                  f"{len(plan.deferred)} more at the rungs above once they have ended, at the lr they carry up",
+                  flush=True)
         returns, outcomes = self._run(name, sweep_dir, jobs, multipliers, ladder_info)
         if plan is not None and plan.deferred:
             from slm.runs.status import carried_lrs, save_carried_lrs
