@@ -464,15 +464,16 @@ def decide_main(argv: list[str] | None = None) -> None:
     p.add_argument("--level", type=float, default=0.8, help="decision accuracy to plan with (default: 0.8)")
     p.add_argument("--draws", type=int, default=1000, help="bootstrap redraws of the seeds (default: 1000)")
     p.add_argument("--forecast", default=None, metavar="params=N|flops=C",
-                   help="also extrapolate each configuration's loss (the first proxy) to this scale")
+                   help="also extrapolate each configuration's --truth loss to this scale")
     p.add_argument("-o", "--out", default=None, help="also write the tables to this Markdown file")
     p.add_argument("--plot", default=None, metavar="DIR", help="also draw DIR/decision_accuracy and DIR/rank_flow "
                    "(.png and .svg)")
     args = p.parse_args(argv)
     _logging(prog)
 
-    from analysis.decide import DecideError, decide, default_proxies, ladder_config, ladder_table, markdown
-    from analysis.forecast import ForecastError, forecast, held_out
+    from analysis.decide import DecideError, markdown
+    from analysis.decide_report import draw, held_out_text, judge
+    from analysis.forecast import ForecastError, forecast
     from analysis.forecast import markdown as forecast_markdown
 
     if not 0 < args.level <= 1:
@@ -481,33 +482,20 @@ def decide_main(argv: list[str] | None = None) -> None:
         fail(prog, f"--draws {args.draws} is invalid: a number of bootstrap redraws >= 0")
     target = _forecast_target(prog, args.forecast)
     table = _load_all(prog, args.results)
-    proxies = args.proxy.split(",") if args.proxy else default_proxies(table)
-    table, config = ladder_config(table, args.config)
     try:
-        result = decide(table, config, args.rung, proxies, args.target, args.draws, truth=args.truth)
-        ladder = ladder_table(table, config, args.rung, result.truth)
+        judged = judge(table, args.config, args.rung, args.proxy.split(",") if args.proxy else None, args.target,
+                       args.draws, args.truth)
     except DecideError as err:
         fail(prog, str(err))
-    parts = [markdown(result, args.level)]
-    if args.target is not None:
-        ladder = ladder[ladder["rung"] <= args.target]
-    try:
-        parts.append(forecast_markdown(held_out(ladder, draws=args.draws)))
-    except ForecastError as err:
-        parts.append(f"Held-out check of the top rung: not made ({err})\n")
+    parts = [markdown(judged.result, args.level), held_out_text(judged)]
     if target:
         try:
-            parts.append(forecast_markdown(forecast(ladder, draws=args.draws, **target)))
+            parts.append(forecast_markdown(forecast(judged.ladder, draws=args.draws, **target)))
         except ForecastError as err:
             fail(prog, str(err))
     _print_and_write(prog, "\n".join(parts), args.out)
     if args.plot:
-        from analysis.decide_plots import accuracy_plot, rank_flow
-        from analysis.plots import save
-
-        shares = {r.rung: r.share for r in result.rows if r.proxy == result.truth} | {result.target: 1.0}
-        paths = save(accuracy_plot(result, args.level), args.plot, "decision_accuracy")
-        paths += save(rank_flow(ladder, args.rung, shares), args.plot, "rank_flow")
+        paths = draw(judged, args.plot, args.level)
         print(f"{prog}: drew {', '.join(map(str, paths))}")
 
 

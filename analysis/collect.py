@@ -49,7 +49,8 @@ from analysis.schema import (ANALYSIS, LEADING_AXES, MODEL, PLACEHOLDERS, SWEEP,
 from slm.metrics import LOSS, METRICS
 from slm.renames import MODEL_MOVED, TRAIN_MOVED, model_column
 from slm.runs.record import RESULT_FILE, RecordError, load_record
-from slm.runs.status import ORDER, PENDING, listed_jobs, live_status, sweep_ladder, sweep_lr_multipliers
+from slm.runs.status import (ORDER, PENDING, listed_jobs, live_status, sweep_ladder, sweep_lr_multipliers,
+                             sweep_sections)
 
 log = logging.getLogger(__name__)
 
@@ -238,7 +239,8 @@ def _lr_multipliers(sweep_dir: Path) -> tuple[dict[str, float], dict[str, dict]]
     """({run folder: multiplier of its point's lr} of the sweep's lr searches, {run folder: its ladder rung and lr
     rule}) ({} without; a warning line when sweep.json cannot be read)."""
     try:
-        return sweep_lr_multipliers(sweep_dir), sweep_ladder(sweep_dir)
+        sections = sweep_sections(sweep_dir, ("lr_multipliers", "ladder"))  # sweep.json, read once
+        return sweep_lr_multipliers(sweep_dir, sections), sweep_ladder(sweep_dir, sections)
     except RecordError as err:
         log.warning("cannot read %s; the lr search's shared lr is inferred", err)
         return {}, {}

@@ -242,7 +242,8 @@ def decide(table: pd.DataFrame, config: str = "family", rung: str = "param_budge
             mean = spent[pd.to_numeric(table[rung], errors="coerce") == r].mean()
             flops[r] = None if pd.isna(mean) else float(mean)
     result = DecideResult(config, rung, target, truth=truth, proxies=list(proxies))
-    truth_values = _values(table, config, rung, truth, result.chosen)
+    truth_edges: list = []
+    truth_values = _values(table, config, rung, truth, result.chosen, truth_edges)
     top = truth_values.get(target, {})
     if not top:
         raise DecideError(f"--target {_num(target)}: no configuration has a completed run with {truth} at "
@@ -251,10 +252,8 @@ def decide(table: pd.DataFrame, config: str = "family", rung: str = "param_budge
     result.ceiling = noise_ceiling(top)
     rng = np.random.default_rng(seed)
     for proxy in proxies:
-        edges: list = []
+        edges: list = truth_edges if proxy == truth else []
         values = truth_values if proxy == truth else _values(table, config, rung, proxy, result.chosen, edges)
-        if proxy == truth:
-            _values(table, config, rung, proxy, None, edges)
         for note in _coverage(values, rungs, rung):
             if note not in result.notes:
                 result.notes.append(note)

@@ -1,19 +1,70 @@
-"""The report's "Rankings across scale" section for a ladder sweep (hydra.sweeper.ladder): decision accuracy per proxy
-and rung against the top rung, the noise ceiling, the cheapest rung at 0.8, the held-out forecast of the top rung,
-and the two figures (analysis.decide_plots), drawn into the report's figures folder."""
+"""A ladder judged once, for slm-decide and for the report's "Rankings across scale" section: decision accuracy per
+proxy and rung against the top rung (analysis.decide), the held-out check of the top rung (analysis.forecast), and
+the two figures (analysis.decide_plots) drawn where asked."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from analysis import document as doc
-from analysis.decide import DecideError, decide, default_proxies, is_ladder, ladder_config, ladder_table
+from analysis.decide import DecideError, DecideResult, decide, default_proxies, is_ladder, ladder_config, ladder_table
 from analysis.decide import markdown as decide_markdown
 
 LEVEL = 0.8
 RUNG = "param_budget"
+
+
+@dataclass
+class Judged:
+    result: DecideResult
+    ladder: pd.DataFrame
+    """The runs judged (analysis.decide.ladder_table): what the forecast and the rank flow read."""
+    check: object | None
+    """The held-out check of the top rung (analysis.forecast.HeldOutResult), None where it cannot be made."""
+    why_not: str | None = None
+    """Why there is no held-out check."""
+
+    def shares(self) -> dict[float, float]:
+        """Each rung's share of the target's compute (the truth's rows; the target itself 1)."""
+        r = self.result
+        return {row.rung: row.share for row in r.rows if row.proxy == r.truth} | {r.target: 1.0}
+
+
+def judge(table: pd.DataFrame, config: str | None = None, rung: str = RUNG, proxies=None, target: float | None = None,
+          draws: int = 1000, truth: str | None = None) -> Judged:
+    """Decision accuracy and the held-out check of a ladder's table; DecideError for a table that is not one.
+    `config`: the configuration column (default: analysis.decide.ladder_config's choice); `proxies`: default_proxies."""
+    from analysis.forecast import ForecastError, held_out
+
+    table, config = ladder_config(table, config)
+    result = decide(table, config, rung, list(proxies or default_proxies(table)), target, draws, truth=truth)
+    ladder = ladder_table(table, config, rung, result.truth)
+    if target is not None:
+        ladder = ladder[ladder["rung"] <= target]
+    try:
+        return Judged(result, ladder, held_out(ladder, draws=draws))
+    except ForecastError as err:
+        return Judged(result, ladder, None, str(err))
+
+
+def draw(judged: Judged, out_dir: str | Path, level: float = LEVEL) -> list[Path]:
+    """out_dir/decision_accuracy and out_dir/rank_flow (.png and .svg); returns the paths."""
+    from analysis.decide_plots import accuracy_plot, rank_flow
+    from analysis.plots import save
+
+    return (save(accuracy_plot(judged.result, level), out_dir, "decision_accuracy")
+            + save(rank_flow(judged.ladder, judged.result.rung, judged.shares()), out_dir, "rank_flow"))
+
+
+def held_out_text(judged: Judged) -> str:
+    """The held-out check as Markdown, or the line saying why it was not made."""
+    from analysis.forecast import markdown
+
+    return markdown(judged.check) if judged.check is not None else \
+        f"Held-out check of the top rung: not made ({judged.why_not})\n"
 
 
 def _paragraphs(text: str) -> list[str]:
@@ -21,21 +72,14 @@ def _paragraphs(text: str) -> list[str]:
 
 
 def ladder_blocks(table: pd.DataFrame, figures: Path, draws: int = 1000) -> list:
-    """The section's blocks ([] when the table is not a ladder), its figures written into `figures`."""
+    """The report section's blocks ([] when the table is not a ladder), its figures written into `figures`."""
     if not is_ladder(table):
         return []
-    from analysis.decide_plots import accuracy_plot, rank_flow
-    from analysis.forecast import ForecastError, held_out
-    from analysis.forecast import markdown as forecast_markdown
-    from analysis.plots import save
-
-    proxies = default_proxies(table)
-    table, config = ladder_config(table)
     try:
-        result = decide(table, config, RUNG, proxies, draws=draws)
-        ladder = ladder_table(table, config, RUNG, result.truth)
+        judged = judge(table, draws=draws)
     except DecideError as err:
         return [f"Decision accuracy: not computed ({err})."]
+    result = judged.result
     blocks: list = [f"The sweep is a ladder: each configuration at {table[RUNG].nunique()} parameter budgets. How often "
                     f"two configurations are ordered by a proxy at a lower rung as by {result.truth} at the top rung "
                     f"(decision accuracy, DataDecide's); `slm-decide` prints the same (docs/decisions.md)."]
@@ -44,20 +88,14 @@ def ladder_blocks(table: pd.DataFrame, figures: Path, draws: int = 1000) -> list
                                  "decision accuracy": r.accuracy,
                                  "95% interval": "-" if r.low is None else f"{r.low:.3f}-{r.high:.3f}",
                                  "SNR": r.snr} for r in result.rows]))
-    blocks.append(_paragraphs(decide_markdown(result, LEVEL))[-1])  # the ceilings, the cheapest rungs, the notes
-    try:
-        check = held_out(ladder, draws=draws)
-    except ForecastError as err:
-        blocks.append(f"Held-out check of the top rung: not made ({err}).")
-    else:
-        text = _paragraphs(forecast_markdown(check))
-        blocks.append(text[0])
+    blocks.append(_paragraphs(decide_markdown(result, LEVEL))[-1])  # the ceiling, the cheapest rungs, the notes
+    text = _paragraphs(held_out_text(judged))
+    blocks.append(text[0])
+    if judged.check is not None:
         blocks.append(pd.DataFrame([{"configuration": c.config, "predicted": c.predicted, "observed": c.observed,
-                                     "error": c.error, "relative": c.relative} for c in check.checks]))
+                                     "error": c.error, "relative": c.relative} for c in judged.check.checks]))
         blocks += [t for t in text[1:] if not t.startswith("|")]
-    shares = {r.rung: r.share for r in result.rows if r.proxy == result.truth} | {result.target: 1.0}
-    for name, title, fig in (("decision_accuracy", "Decision accuracy against compute", accuracy_plot(result, LEVEL)),
-                             ("rank_flow", "Rank of each configuration at each rung", rank_flow(ladder, RUNG, shares))):
-        save(fig, figures, name)
-        blocks.append(doc.Figure(title, f"{figures.name}/{name}", ""))
+    draw(judged, figures)
+    blocks += [doc.Figure("Decision accuracy against compute", f"{figures.name}/decision_accuracy", ""),
+               doc.Figure("Rank of each configuration at each rung", f"{figures.name}/rank_flow", "")]
     return blocks

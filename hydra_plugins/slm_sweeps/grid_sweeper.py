@@ -92,14 +92,13 @@ class GridSweeper(BasicSweeper):
 
         sweep_dir.mkdir(parents=True, exist_ok=True)
         J.save_sweep_config(self.config, sweep_dir)
-        searching = bool(self.lr_search)
-        ladder_info = L.info(plan, owners, searching=searching) if plan else None
+        ladder_info = L.info(plan, owners, searching=bool(self.lr_search)) if plan else None
         noted = J.note_for_workers(name, sweep_dir, jobs)
         if plan is not None and plan.deferred:  # the progress lines count this phase's jobs only: say what follows
             print(f"sweep {name}: ladder: {len(jobs)} jobs at the {plan.ladder.search_rungs} searched rung(s) first; "
                   f"{len(plan.deferred)} more at the rungs above once they have ended, at the lr they carry up",
                   flush=True)
-        returns, outcomes = self._run(name, sweep_dir, jobs, multipliers, ladder_info)
+        returns = self._run(name, sweep_dir, jobs, multipliers, ladder_info)
         if plan is not None and plan.deferred:
             from slm.runs.status import carried_lrs, save_carried_lrs
 
@@ -109,8 +108,7 @@ class GridSweeper(BasicSweeper):
             save_carried_lrs(sweep_dir, pinned)
             if carried:
                 J.note_for_workers(name, sweep_dir, carried)
-                more, _ = self._run(name, sweep_dir, carried, {}, L.info(plan, keyed, sources))
-                returns += more
+                returns += self._run(name, sweep_dir, carried, {}, L.info(plan, keyed, sources))
                 jobs = jobs + carried
         outcomes = [J.outcome(j) for j in jobs]  # as the run directories say now, other copies' jobs included
         if noted:
@@ -123,9 +121,9 @@ class GridSweeper(BasicSweeper):
         return returns
 
     def _run(self, name: str, sweep_dir: Path, jobs: List[J.Job], multipliers: Dict[str, float],
-             ladder: Optional[Dict[str, dict]] = None) -> tuple:
+             ladder: Optional[Dict[str, dict]] = None) -> list:
         """List the jobs in sweep.json, record those that do not compose, launch the rest that are not settled;
-        returns (the launcher's returns, the outcomes of the jobs not launched)."""
+        returns the launcher's returns."""
         from slm.runs.status import list_jobs
 
         list_jobs(sweep_dir, {j.key: j.overrides for j in jobs}, warn=J.say, lr_multipliers=multipliers, ladder=ladder)
@@ -143,7 +141,7 @@ class GridSweeper(BasicSweeper):
             print(f"sweep {name}: launching {len(runnable)} of {len(jobs)} jobs; the others are completed, "
                   f"unreadable, or recorded failed, diverged or invalid (rerun_failed=true runs those again)")
         if isinstance(self.launcher, BasicLauncher):
-            return self._one_by_one(name, jobs, runnable), outcomes
+            return self._one_by_one(name, jobs, runnable)
         returns = []  # Slurm: each batch one job array
         size = self.max_batch_size or len(runnable) or 1
         for start in range(0, len(runnable), size):
@@ -152,7 +150,7 @@ class GridSweeper(BasicSweeper):
             returns.append([r for r in results if r is not None])
             for job, ret in zip(batch, results):
                 J.outcome(job, ret)  # records a job that died without a record
-        return returns, outcomes
+        return returns
 
     def _one_by_one(self, name: str, jobs: List[J.Job], runnable: List[J.Job]) -> list:
         """Launch the jobs in this process one at a time, each with a progress line before and after (the whole

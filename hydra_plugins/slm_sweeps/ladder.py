@@ -36,6 +36,7 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
 from hydra_plugins.slm_sweeps import jobs as J
+from slm.runs.record import FINAL
 
 RULES = ("search", "transfer")
 TRANSFERS = ("mup", "completep")
@@ -219,10 +220,6 @@ def wait_for_others(name: str, jobs: list[J.Job], poll: float = 10.0) -> None:
         time.sleep(poll)
 
 
-def _settled(outcome: dict) -> bool:
-    return outcome["status"] in ("completed", "failed", "diverged")
-
-
 def carry(loader: Any, master: Any, plan: Plan, jobs: list[J.Job], multipliers: dict[str, float],
           owners: dict[str, RungJob], pinned: dict[str, dict]) -> tuple[list[J.Job], dict[str, RungJob], dict[str, dict]]:
     """The deferred jobs at their configuration's best searched multiplier: (jobs, {key: RungJob}, {key: where the lr
@@ -242,7 +239,7 @@ def carry(loader: Any, master: Any, plan: Plan, jobs: list[J.Job], multipliers: 
         if entry is None or entry.index != top:
             continue
         value = J.outcome(job)
-        if not _settled(value):
+        if value["status"] not in FINAL:  # not ended: running elsewhere, stopped, or unreadable
             unsettled.add(entry.config)
             continue
         nll = value["val_nll"] if value["status"] == "completed" else None

@@ -187,13 +187,7 @@ def run_state(run_dir: str | os.PathLike, key: str | None = None) -> JobState:
 def listed_jobs(sweep_dir: str | os.PathLike) -> dict[str, list[str]]:
     """The jobs the sweep's sweep.json lists (key -> overrides), {} without one; RecordError when it
     cannot be read or is not such a listing."""
-    path = Path(sweep_dir) / SWEEP_FILE
-    if not path.exists():
-        return {}
-    jobs = read_object(path).get("jobs", {})
-    if not isinstance(jobs, dict) or not all(isinstance(o, list) for o in jobs.values()):
-        raise RecordError(f"{path}: \"jobs\" is not an object of job key -> overrides")
-    return jobs
+    return _section(sweep_dir, "jobs")
 
 
 def sweep_states(sweep_dir: str | os.PathLike, warn: Callable[[str], None] = log.warning) -> list[JobState]:
@@ -216,87 +210,82 @@ def sweep_states(sweep_dir: str | os.PathLike, warn: Callable[[str], None] = log
     return sorted(states.values(), key=lambda s: (ORDER.index(s.status) if s.status in ORDER else len(ORDER), s.key))
 
 
+SECTIONS = {"jobs": "job key -> overrides", "lr_multipliers": "job key -> multiplier", "ladder": "job key -> rung",
+            "carried": "configuration -> carried lr"}
+"""What a sweep's sweep.json holds: each section an object (what of what)."""
+
+
+def _section(sweep_dir: str | os.PathLike, name: str, listing: dict | None = None) -> dict:
+    """One section of sweep.json ({} without the file or the section); RecordError when the file cannot be read or
+    the section is not an object. `listing`: the file's content, read already."""
+    path = Path(sweep_dir) / SWEEP_FILE
+    if listing is None:
+        listing = read_object(path) if path.exists() else {}
+    found = listing.get(name, {})
+    if not isinstance(found, dict) or (name == "jobs" and not all(isinstance(o, list) for o in found.values())):
+        raise RecordError(f"{path}: \"{name}\" is not an object of {SECTIONS[name]}")
+    return found
+
+
+def sweep_sections(sweep_dir: str | os.PathLike, names=tuple(SECTIONS)) -> dict[str, dict]:
+    """The sections `names` of the sweep's sweep.json ({} each without the file), read once; RecordError when it
+    cannot be read or one of them is not what it should be."""
+    path = Path(sweep_dir) / SWEEP_FILE
+    listing = read_object(path) if path.exists() else {}
+    return {name: _section(sweep_dir, name, listing) for name in names}
+
+
+def update_sweep_file(sweep_dir: str | os.PathLike, warn: Callable[[str], None] = log.warning, **sections: dict) -> None:
+    """Merge `sections` ({section: {key: value}}) into the sweep's sweep.json, read once; the other sections are kept,
+    and an unreadable file is one `warn` line and rewritten with what is given."""
+    from slm.runs.record import write_json_atomic
+
+    try:
+        old = sweep_sections(sweep_dir)
+    except RecordError as err:
+        warn(f"{err}; rewritten with this sweep's jobs")
+        old = {}
+    merged = {name: {**old.get(name, {}), **(sections.get(name) or {})} for name in SECTIONS}
+    write_json_atomic(Path(sweep_dir) / SWEEP_FILE, {"jobs": merged["jobs"], **{k: v for k, v in merged.items() if k != "jobs" and v}})
+
+
 def list_jobs(sweep_dir: str | os.PathLike, jobs: dict[str, list[str]],
               warn: Callable[[str], None] = log.warning, lr_multipliers: dict[str, float] | None = None,
               ladder: dict[str, dict] | None = None) -> None:
     """Add jobs (key -> overrides) to the sweep's sweep.json, so that slm-status shows those not started
     (an unreadable sweep.json is one `warn` line and replaced), with `lr_multipliers` (key -> multiplier
     of the point's lr, hydra.sweeper.lr_search) which lr each job of an lr search was trained at, and with `ladder`
-    (key -> {rung, rung_index, lr_rule, lr_from}: hydra.sweeper.ladder) each ladder job's rung and lr rule."""
-    from slm.runs.record import write_json_atomic
-
-    try:
-        known = listed_jobs(sweep_dir)
-        multipliers = sweep_lr_multipliers(sweep_dir)
-    except RecordError as err:
-        warn(f"{err}; rewritten with this sweep's jobs")
-        known, multipliers = {}, {}
-    listing: dict = {"jobs": {**known, **jobs}}
-    multipliers.update(lr_multipliers or {})
-    if multipliers:
-        listing["lr_multipliers"] = multipliers
-    rungs = {**sweep_ladder(sweep_dir, quiet=True), **(ladder or {})}
-    if rungs:
-        listing["ladder"] = rungs
-    carried = carried_lrs(sweep_dir)
-    if carried:
-        listing["carried"] = carried
-    write_json_atomic(Path(sweep_dir) / SWEEP_FILE, listing)
+    (key -> {rung, rung_index, lr_rule, config, lr_from}: hydra.sweeper.ladder) each ladder job's rung and lr rule."""
+    update_sweep_file(sweep_dir, warn, jobs=jobs, lr_multipliers=lr_multipliers, ladder=ladder)
 
 
-def sweep_lr_multipliers(sweep_dir: str | os.PathLike) -> dict[str, float]:
-    """{job key: multiplier of its point's lr} of the sweep's lr searches (sweep.json), {} without any;
-    RecordError when sweep.json cannot be read."""
-    path = Path(sweep_dir) / SWEEP_FILE
-    if not path.exists():
-        return {}
-    found = read_object(path).get("lr_multipliers", {})
-    if not isinstance(found, dict):
-        raise RecordError(f"{path}: \"lr_multipliers\" is not an object of job key -> multiplier")
+def sweep_lr_multipliers(sweep_dir: str | os.PathLike, sections: dict | None = None) -> dict[str, float]:
+    """{job key: multiplier of its point's lr} of the sweep's lr searches (sweep.json, or its `sections` read
+    already), {} without any; RecordError when sweep.json cannot be read."""
+    found = _section(sweep_dir, "lr_multipliers") if sections is None else sections["lr_multipliers"]
     return {str(k): float(v) for k, v in found.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
-def sweep_ladder(sweep_dir: str | os.PathLike, quiet: bool = False) -> dict[str, dict]:
-    """{job key: {rung, rung_index, lr_rule, lr_from}} of a ladder sweep (sweep.json), {} without one; RecordError
-    when sweep.json cannot be read (with `quiet`, {})."""
-    path = Path(sweep_dir) / SWEEP_FILE
-    if not path.exists():
-        return {}
-    try:
-        found = read_object(path).get("ladder", {})
-    except RecordError:
-        if quiet:
-            return {}
-        raise
-    if not isinstance(found, dict):
-        if quiet:
-            return {}
-        raise RecordError(f"{path}: \"ladder\" is not an object of job key -> rung")
+def sweep_ladder(sweep_dir: str | os.PathLike, sections: dict | None = None) -> dict[str, dict]:
+    """{job key: {rung, rung_index, lr_rule, config, lr_from}} of a ladder sweep (sweep.json, or its `sections` read
+    already), {} without one; RecordError when sweep.json cannot be read."""
+    found = _section(sweep_dir, "ladder") if sections is None else sections["ladder"]
     return {str(k): v for k, v in found.items() if isinstance(v, dict)}
 
 
 def carried_lrs(sweep_dir: str | os.PathLike) -> dict[str, dict]:
     """{configuration: the lr multiplier a transfer ladder carried up for it, and from where} (sweep.json's
     `carried`), {} without; a sweep.json that cannot be read counts as none (it is rewritten)."""
-    path = Path(sweep_dir) / SWEEP_FILE
     try:
-        found = read_object(path).get("carried", {}) if path.exists() else {}
+        return {str(k): v for k, v in _section(sweep_dir, "carried").items() if isinstance(v, dict)}
     except RecordError:
         return {}
-    return {str(k): v for k, v in found.items() if isinstance(v, dict)} if isinstance(found, dict) else {}
 
 
 def save_carried_lrs(sweep_dir: str | os.PathLike, carried: dict[str, dict]) -> None:
     """Write a transfer ladder's carried lrs into sweep.json (`carried`), the rest of the file kept."""
-    from slm.runs.record import write_json_atomic
-
-    path = Path(sweep_dir) / SWEEP_FILE
-    try:
-        listing = read_object(path) if path.exists() else {}
-    except RecordError:
-        listing = {}
-    if carried or "carried" in listing:
-        write_json_atomic(path, {**listing, "carried": carried})
+    if carried:
+        update_sweep_file(sweep_dir, carried=carried)
 
 
 def counts(states: list[JobState]) -> dict[str, int]:
