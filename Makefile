@@ -6,7 +6,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN        := $(VENV)/bin
 STAMP      := $(VENV)/.slm-installed
 
-.PHONY: help install test test-slow sweep bench bench-gpu clean reproduce-2512 lr-transfer coordcheck claims conf decide
+.PHONY: help install test test-slow sweep bench bench-gpu clean reproduce-2512 lr-transfer coordcheck claims conf decide halving
 
 help:
 	@echo "make install    create $(VENV): torch ($(TORCH_SPEC)) first, then slm with its dev extras"
@@ -20,6 +20,8 @@ help:
 	@echo "make decide     a ladder on CPU (5 families x 4 rungs x 3 seeds; lr searched per rung, and under muP searched at"
 	@echo "                the two lowest and carried up): decision accuracy per rung and proxy, the held-out forecast,"
 	@echo "                a forecast at 70M parameters, the report (docs/decisions.md)"
+	@echo "make halving    successive halving against the full grid on CPU (90 + 90 jobs): which configurations each"
+	@echo "                keeps, and the compute each spends (docs/halving.md)"
 	@echo "make smoke      the CI smoke sweep (4 tiny runs); run again, it skips the runs already done"
 	@echo "make sweep-dry SWEEP=name   a sweep's jobs, parameter counts, tokens and GPU-hours; trains nothing"
 	@echo "make reproduce-2512          arXiv 2512.20877's character-level ladder (Table 1, the RoPE ablation,"
@@ -34,10 +36,12 @@ help:
 	@echo "make bench      benchmarks: slm-train vs a bare PyTorch loop, data loader share, tokenizers, decode and"
 	@echo "                scoring speed against transformers / lm-eval, a MoE step against its dense twin, a Titans"
 	@echo "                memory layer's forward+backward against plain attention, AR vs masked-diffusion"
-	@echo "                decoding of one shape"
+	@echo "                decoding of one shape, a sweep's plan and Slurm array at 100-10,000 jobs, the analysis at"
+	@echo "                100-10,000 records"
 	@echo "make bench-gpu  the GPU figures in one table (<= 10 min on one H100; bench/out/gpu.json): per family of the"
 	@echo "                70M study, training tokens/s, MFU, peak memory, attention backend and loss path; batch-1 and"
-	@echo "                batch-16 decoding against transformers; without CUDA one line. ARGS=\"--families llama3,dllm\""
+	@echo "                batch-16 decoding against transformers; first, each fast path checked against its reference"
+	@echo "                on the GPU (exit 1 on a mismatch); without CUDA one line. ARGS=\"--families llama3,dllm\""
 
 install: $(STAMP)
 
@@ -103,6 +107,8 @@ bench: install
 	$(BIN)/python bench/diffusion_decode.py --threads 1
 	$(BIN)/python bench/startup.py --threads 1
 	$(BIN)/python bench/job_overhead.py
+	$(BIN)/python bench/analysis_scale.py --threads 1
+	$(BIN)/python bench/sweep_plan.py
 
 # The GPU figures (bench/gpu.py): one table, also in bench/out/gpu.json; on a machine without CUDA one line, exit 0.
 # ARGS go to the script, e.g. make bench-gpu ARGS="--families llama3,dllm --hf-families all"
@@ -182,6 +188,18 @@ decide: install
 		$(BIN)/slm-report $(RUNS)/$$group/results.parquet -o $(RUNS)/$$group/report --score val_nll \
 			--title "slm $$group: a ladder of five families on CPU" || rc=1; \
 	done; exit $$rc
+
+# Successive halving against the full grid (docs/halving.md): sweeps/halving_cpu_grid.yaml (claims_cpu's 9 shapes x 5
+# lrs x 2 seeds, every job to its end, validated and branched at each rung) then sweeps/halving_cpu.yaml (the same
+# jobs under hydra.sweeper.halving, eta 3), each in CPU_JOBS one-thread copies, then analysis.halving: the rungs'
+# agreement with the final order by stable-phase loss and by decay branch, halving's best and top 3 against the grid's,
+# and the compute each spent ($(RUNS)/halving_cpu/halving.md). Started again, it trains only what is missing.
+.PHONY: halving
+halving: install
+	@OMP_NUM_THREADS=1 $(BIN)/slm-workers $(CPU_JOBS) -- $(BIN)/slm-train -m sweep=halving_cpu_grid; rc=$$?; \
+	OMP_NUM_THREADS=1 $(BIN)/slm-workers $(CPU_JOBS) -- $(BIN)/slm-train -m sweep=halving_cpu || rc=$$?; \
+	$(BIN)/python -m analysis.halving $(RUNS)/halving_cpu_grid $(RUNS)/halving_cpu -o $(RUNS)/halving_cpu/halving.md \
+		&& exit $$rc
 
 # Scaling law on CPU (analysis/fit.py): sweeps/cpu_scaling.yaml (5 widths x 5 token budgets of the llama3 block, 25
 # short jobs, 2 one-thread workers, no lm-eval), then slm-fit: L(N, D) = E + A/N^alpha + B/D^beta with bootstrap intervals, approach 2's

@@ -86,14 +86,14 @@ def _depth_series(rows: pd.DataFrame) -> pd.DataFrame:
     return rows[keys == depths.idxmax()] if len(depths) else rows.iloc[0:0]
 
 
-def _depth(rows: pd.DataFrame, score: str, hib: bool) -> tuple[str, str]:
+def _depth(rows: pd.DataFrame, score: str, hib: bool, keys: pd.Series | None = None) -> tuple[str, str]:
     if "n_layers" not in rows or "family" not in rows:
         return NOT_TESTABLE, "no depth axis"
     series = _depth_series(rows)
     if series.empty or series["n_layers"].nunique() < 3:
         return NOT_TESTABLE, "no design trained at 3 or more depths"
     family = str(series["family"].iloc[0])
-    units, _, _ = units_of(series, score)
+    units, _, _ = units_of(series, score, keys=keys)
     first = [r[0] for r in units["runs"]]
     units = units.assign(n_layers=pd.to_numeric(series.loc[first, "n_layers"]).to_numpy())
     units = units.sort_values("n_layers")
@@ -110,7 +110,7 @@ def _depth(rows: pd.DataFrame, score: str, hib: bool) -> tuple[str, str]:
     return (SUPPORTED if min(z) > Z else NOT_SUPPORTED), stat + ("" if min(z) > Z else f" (<= {Z})")
 
 
-def _families(rows: pd.DataFrame, score: str) -> tuple[str, str]:
+def _families(rows: pd.DataFrame, score: str, keys: pd.Series | None = None) -> tuple[str, str]:
     if "family" not in rows or "n_layers" not in rows or rows["family"].nunique() < 2:
         return NOT_TESTABLE, "fewer than 2 families"
     per_depth = rows.groupby("n_layers")["family"].nunique()
@@ -119,7 +119,7 @@ def _families(rows: pd.DataFrame, score: str) -> tuple[str, str]:
         return NOT_TESTABLE, "no depth with 2 or more families"
     at = rows[rows["n_layers"] == depth]
     families = sorted(at["family"].unique())
-    units, _, _ = units_of(at, score)
+    units, _, _ = units_of(at, score, keys=keys)
     if not (units["n_seeds"] >= 2).any():
         return NOT_TESTABLE, f"depth {int(depth)}: one seed per family, no noise estimate"
     from scipy.stats import ttest_ind
@@ -158,12 +158,13 @@ def judge(table: pd.DataFrame, score: str = LOSS, seed: int = 0, study: Study | 
 def _judge(table: pd.DataFrame, score: str, study: Study) -> pd.DataFrame:
     hib = _higher_is_better(table, score)
     done = comparable_rows(table, score)
+    keys = study.keys_for(table)  # each run's configuration, made once: every claim groups the runs by it
     if SHARED in study.views:
-        views = [(SHARED, study.view(SHARED), rows_at(done, score, "shared")),
-                 (BEST, study.view(BEST), rows_at(done, score, "tuned"))]
+        views = [(SHARED, study.view(SHARED), rows_at(done, score, "shared", keys=keys)),
+                 (BEST, study.view(BEST), rows_at(done, score, "tuned", keys=keys))]
     else:
         views = [(AS_RUN, study.view(AS_RUN), done)]
-    caveat = _edge_caveat(done, score, hib) if len(views) == 2 else ""
+    caveat = _edge_caveat(done, score, hib, keys) if len(views) == 2 else ""
     out = []
     for claim in CLAIMS:
         for lr, view, rows in views:
@@ -174,18 +175,18 @@ def _judge(table: pd.DataFrame, score: str, study: Study) -> pd.DataFrame:
             elif claim == "a width threshold":
                 verdict, stat = _threshold(rows, view.threshold(score))
             elif claim == "an optimal depth":
-                verdict, stat = _depth(rows, score, hib)
+                verdict, stat = _depth(rows, score, hib, keys)
             else:
-                verdict, stat = _families(rows, score)
+                verdict, stat = _families(rows, score, keys)
             if lr == BEST and caveat and verdict != NOT_TESTABLE:
                 stat = f"{stat}; {caveat}"
             out.append({"claim": claim, "lr": lr, "verdict": verdict, "statistic": stat})
     return pd.DataFrame(out)
 
 
-def _edge_caveat(done: pd.DataFrame, score: str, hib: bool) -> str:
+def _edge_caveat(done: pd.DataFrame, score: str, hib: bool, keys: pd.Series | None = None) -> str:
     """A best lr at an edge of its grid is a bound, not an optimum: say how many configurations have one."""
-    best = at_best_lr(done, score, hib)
+    best = at_best_lr(done, score, hib, keys)
     edge = int(best["edge"].notna().sum()) if len(best) else 0
     return (f"caveat: {edge} of {len(best)} configurations best at an edge of their lr grid (a bound, not their "
             "optimum: widen hydra.sweeper.lr_search)") if edge else ""
@@ -200,11 +201,12 @@ def markdown(verdicts: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def seeds_summary(table: pd.DataFrame, score: str = LOSS) -> str:
+def seeds_summary(table: pd.DataFrame, score: str = LOSS, keys: pd.Series | None = None) -> str:
     """One line: how many runs, configurations, seeds and lrs the verdicts rest on (the comparable runs: a
-    diffusion bound left out of exact NLLs is counted apart)."""
+    diffusion bound left out of exact NLLs is counted apart). `keys`: the table's config_keys where the caller has
+    them (analysis.schema.keys_of)."""
     done = comparable_rows(table, score)
-    units, _, _ = units_of(done, score, by_config=True) if len(done) else (pd.DataFrame(), None, None)
+    units, _, _ = units_of(done, score, by_config=True, keys=keys) if len(done) else (pd.DataFrame(), None, None)
     lrs = pd.to_numeric(done.get("lr"), errors="coerce").nunique() if "lr" in done else 0
     seeds = done["seed"].nunique() if "seed" in done else 0
     bounds = len(bounds_left_out(table, score))

@@ -293,13 +293,18 @@ def collect(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> pd.DataFr
 
 
 _KINDS = ((bool, "true or false"), ((int, float), "a number"), (str, "a string"))
+_KIND_OF_TYPE: dict[type, str] = {}
+"""_kind by the cell's type, found once per type (a table holds a few types in a million cells)."""
 
 
 def _kind(value) -> str | None:
     """What a cell holds: "a number", "a string", "true or false", "other" (None: empty)."""
     if value is None:
         return None
-    return next((word for types, word in _KINDS if isinstance(value, types)), "other")
+    kind = _KIND_OF_TYPE.get(type(value))
+    if kind is None:
+        kind = _KIND_OF_TYPE[type(value)] = next((word for types, word in _KINDS if isinstance(value, types)), "other")
+    return kind
 
 
 def _kinds_agree(rows: list[dict]) -> list[dict]:

@@ -39,13 +39,19 @@ def fmt(value, digits: int = 4) -> str:
     return str(value)
 
 
+def _rows(frame: pd.DataFrame) -> list[list]:
+    """The frame's rows as lists of cells, each cell as DataFrame.iterrows gives it (a number column's as a Python
+    number where every column is numeric; as stored otherwise), without making a Series per row."""
+    return frame.values.tolist()
+
+
 def markdown_table(frame: pd.DataFrame) -> str:
     """A GitHub-flavoured Markdown table (no extra dependency)."""
     if frame.empty:
         return "_(none)_\n"
     cols = [str(c) for c in frame.columns]
     lines = ["| " + " | ".join(cols) + " |", "| " + " | ".join("---" for _ in cols) + " |"]
-    for _, row in frame.iterrows():
+    for row in _rows(frame):
         cells = [fmt(v).replace("|", "\\|").replace("\n", " ") for v in row]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -56,7 +62,7 @@ def html_table(frame: pd.DataFrame) -> str:
         return "<p><em>(none)</em></p>"
     head = "".join(f"<th>{_html.escape(str(c))}</th>" for c in frame.columns)
     body = "".join("<tr>" + "".join(f"<td>{_html.escape(fmt(v))}</td>" for v in row) + "</tr>"
-                   for _, row in frame.iterrows())
+                   for row in _rows(frame))
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 

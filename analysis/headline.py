@@ -41,6 +41,7 @@ from scipy.stats import t as student_t
 from analysis.metrics import (  # noqa: F401 (comparable_rows, name_of re-exported: they lived here)
     BOUND, EXACT, bounds_left_out, chance_column, comparable_column, comparable_rows, headline_metrics,
     higher_is_better, name_of, score_columns, single_task_average, task_names, value_kinds)
+from analysis.schema import keys_of
 from analysis.tiers import units_of
 from slm.eval.score_lines import near_chance
 
@@ -131,12 +132,13 @@ def candidate_columns(table: pd.DataFrame) -> list[str]:
     return list(dict.fromkeys(averages + higher + declared + [c for c in tasks if c not in higher]))
 
 
-def units(table: pd.DataFrame, column: str) -> pd.DataFrame:
-    """Configurations of the comparable runs (analysis.tiers.units_of), with their chance level."""
+def units(table: pd.DataFrame, column: str, keys: pd.Series | None = None) -> pd.DataFrame:
+    """Configurations of the comparable runs (analysis.tiers.units_of), with their chance level. `keys`: the
+    table's config_keys where the caller has them (analysis.schema.keys_of)."""
     rows = comparable_rows(table, column)
     if rows.empty:
         return pd.DataFrame(columns=["label", "value", "se", "n_seeds", "runs"])
-    out, _, _ = units_of(rows, column)
+    out, _, _ = units_of(rows, column, keys=keys)
     name = chance_column(rows, column)
     if len(out):
         out["chance"] = [float(pd.to_numeric(rows.at[r[0], name], errors="coerce")) if name else np.nan
@@ -180,9 +182,9 @@ def bonferroni_z(pairs: int, alpha: float = ALPHA, df=np.inf):
     return t_crit(df, alpha, pairs)
 
 
-def judge(table: pd.DataFrame, column: str) -> Candidate:
-    """The candidate's numbers (module docstring)."""
-    u = units(table, column)
+def judge(table: pd.DataFrame, column: str, keys: pd.Series | None = None) -> Candidate:
+    """The candidate's numbers (module docstring); `keys`: the table's config_keys where the caller has them."""
+    u = units(table, column, keys)
     c = Candidate(column, len(u))
     if u.empty:
         return c
@@ -208,14 +210,16 @@ def judge(table: pd.DataFrame, column: str) -> Candidate:
     return c
 
 
-def choose_headline(table: pd.DataFrame, score: str | None = None) -> Headline:
-    """The headline metric of `table` (module docstring); `score` given: that one, still judged."""
+def choose_headline(table: pd.DataFrame, score: str | None = None, keys: pd.Series | None = None) -> Headline:
+    """The headline metric of `table` (module docstring); `score` given: that one, still judged. `keys`: the
+    table's config_keys where the caller has them (else made once here for every candidate)."""
     columns = candidate_columns(table)
     if score:
         if score not in table:
             raise KeyError(f"no column {score!r} in the results (columns: {', '.join(score_columns(table))})")
         columns = list(dict.fromkeys([score, *columns]))
-    candidates = [judge(table, c) for c in columns]
+    keys = keys_of(table, keys) if columns else None
+    candidates = [judge(table, c, keys) for c in columns]
     if score:
         chosen = candidates[0]
         why = f"**{name_of(score)}** was chosen by the user (--score): {chosen.describe()}."

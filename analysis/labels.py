@@ -7,15 +7,27 @@
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
+
+from analysis.schema import cell_texts
 
 LABEL_AXES = ["family", "n_layers", "d_model", "n_kv_heads", "position", "norm", "norm_placement", "mlp", "qk_norm",
               "layer_types", "mlp_types", "canon_set", "layer_repeat", "context_length", "window_hidden", "objective",
               "parametrization", "optimizer", "data", "tokenizer", "lr", "batch_size", "schedule", "max_steps", "seed"]
 """Axes that may appear in a run's label (sizes derived from them, like head_dim or d_ff, never do)."""
 _SHORT = {"n_layers": "L", "d_model": "d", "seed": "seed ", "n_kv_heads": "kv", "max_steps": "steps="}
+
+
+def _part(column: str, value: str) -> str:
+    """A family, depth, width or seed as its label shows it: "gpt2", "L12", "d512", "seed 3"."""
+    return value if column == "family" else f"{_SHORT[column]}{value}"
+
+
+def _other(column: str, value: str) -> str:
+    """Another axis where it differs from its family's most common value: "kv2", "canon=AC", "norm=layernorm"."""
+    if column in _SHORT:
+        return f"{_SHORT[column]}{value}"
+    return f"canon={value or '-'}" if column == "canon_set" else f"{column}={value}"
 
 
 def run_labels(table: pd.DataFrame, columns: list[str] | None = None, dedupe: bool = True) -> pd.Series:
@@ -27,40 +39,27 @@ def run_labels(table: pd.DataFrame, columns: list[str] | None = None, dedupe: bo
     columns = [c for c in (columns or LABEL_AXES) if c in table]
     if not len(table):
         return pd.Series([], dtype=object)
-    text = table[columns].map(lambda x: "" if x is None or x is pd.NA or (isinstance(x, float) and math.isnan(x))
-                              else str(int(x)) if isinstance(x, float) and x.is_integer() else str(x))
+    text = pd.DataFrame({c: pd.array(cell_texts(table[c]), dtype="str") for c in columns}, index=table.index)
     family = text["family"] if "family" in text else pd.Series("", index=table.index)
     if "n_kv_heads" in text and "n_heads" in table:  # multi-head attention: kv heads = heads, nothing to say
         mha = pd.to_numeric(table["n_kv_heads"], errors="coerce") == pd.to_numeric(table["n_heads"], errors="coerce")
         text.loc[mha, "n_kv_heads"] = ""
     core = [c for c in ("family", "n_layers", "d_model") if c in text and text[c].nunique() > 1]
-    others = [c for c in columns if c not in ("family", "n_layers", "d_model", "seed") and
-              (text.groupby(family)[c].nunique() > 1).any()]
+    by_family = text.groupby(family)
+    candidates = [c for c in columns if c not in ("family", "n_layers", "d_model", "seed")]
+    varies = by_family[candidates].nunique() > 1 if candidates else pd.DataFrame()
+    others = [c for c in candidates if varies[c].any()]  # differ within some family
     tail = ["seed"] if "seed" in text and text["seed"].nunique() > 1 else []
-    mode = {c: text.groupby(family)[c].agg(lambda v: v.value_counts().index[0]) for c in others}
-
-    def one(i) -> str:
-        parts = []
-        for c in core:
-            value = text.at[i, c]
-            if value:
-                parts.append(value if c == "family" else f"{_SHORT[c]}{value}")
-        for c in others:
-            value = text.at[i, c]
-            if value == mode[c][family[i]] or (value == "" and c != "canon_set"):
-                continue
-            if c in _SHORT:
-                parts.append(f"{_SHORT[c]}{value}")
-            elif c == "canon_set":
-                parts.append(f"canon={value or '-'}")
-            else:
-                parts.append(f"{c}={value}")
-        for c in tail:
-            if text.at[i, c]:
-                parts.append(f"{_SHORT[c]}{text.at[i, c]}")
-        return " ".join(parts)
-
-    labels = pd.Series([one(i) for i in table.index], index=table.index, dtype=object)
+    mode = {c: by_family[c].agg(lambda v: v.value_counts().index[0]) for c in others}
+    families = family.tolist()
+    parts = [[_part(c, value) if value else "" for value in text[c].tolist()] for c in core]
+    for c in others:
+        usual = dict(zip(mode[c].index, mode[c].tolist()))
+        parts.append(["" if value == usual[f] or (value == "" and c != "canon_set") else _other(c, value)
+                      for value, f in zip(text[c].tolist(), families)])
+    parts += [[_part(c, value) if value else "" for value in text[c].tolist()] for c in tail]
+    labels = pd.Series([" ".join(p for p in row if p) for row in zip(*parts)] if parts else [""] * len(table),
+                       index=table.index, dtype=object)
     empty = labels == ""
     if empty.any() and "run" in table:
         labels[empty] = table.loc[empty, "run"].astype(str).str.split("/").str[-1].str[:40]

@@ -58,6 +58,7 @@ import analysis.plot_style as style
 from analysis.labels import run_labels
 from analysis.metrics import bound_rows, bounds_left_out, comparable_rows, higher_is_better, name_of, nll_column
 from analysis.plot_style import choose_score, score_label  # noqa: F401  (re-exported: report, notebook)
+from analysis.schema import keys_of
 from analysis.thresholds import find_threshold, nll_frontier
 from analysis.tiers import find_tiers, units_of
 from analysis.tuning import at_best_lr, lr_curves, lr_labels, lr_varies
@@ -493,12 +494,13 @@ def plot_throughput(table: pd.DataFrame, score: str | None = None) -> Figure:
     return fig
 
 
-def plot_pareto(table: pd.DataFrame, x: str = "train_flops", y: str | None = None) -> Figure:
+def plot_pareto(table: pd.DataFrame, x: str = "train_flops", y: str | None = None, keys: pd.Series | None = None
+                ) -> Figure:
     """Validation NLL against training FLOPs (log axis); colour = family, marker = depth, each family's points
     joined in order of depth, every point labelled (the frontier's only, past 14 runs); the Pareto frontier
     (analysis.thresholds.nll_frontier: no run has both less compute and lower NLL; a diffusion bound, drawn
     hollow, is never on the frontier of exact NLLs) as a step line. y None: analysis.metrics.nll_column (bits per
-    byte when the tokenizers differ)."""
+    byte when the tokenizers differ). `keys`: the table's config_keys where the caller has them."""
     y = y or nll_column(table)
     rows = style.completed_runs(table)
     for column in (x, y):
@@ -510,11 +512,11 @@ def plot_pareto(table: pd.DataFrame, x: str = "train_flops", y: str | None = Non
     front = nll_frontier(table, x, y)
     fig = style.new_figure(figsize=(9.0, 5.6), layout="constrained")
     ax = fig.add_subplot()
-    keys = style.PointKeys(table)
-    paths = _family_paths(table, rows[~(bound & mixed)], keys, x, y)
+    points = style.PointKeys(table)
+    paths = _family_paths(table, rows[~(bound & mixed)], points, x, y, keys)
     for colour, px, py in paths:  # a family across the swept axis: its best configuration at each value
         ax.plot(px, py, color=colour, lw=1.0, alpha=0.45, zorder=2)
-    for colour, marker, part in keys.groups(rows):
+    for colour, marker, part in points.groups(rows):
         style.scatter(ax, part[x].astype(float), part[y].astype(float), colour, marker, bound[part.index], s=60,
                       alpha=0.85, zorder=3, linewidths=0.6)
     fx, fy = front[x].astype(float).to_numpy(), front[y].astype(float).to_numpy()
@@ -531,15 +533,15 @@ def plot_pareto(table: pd.DataFrame, x: str = "train_flops", y: str | None = Non
     extra = [(Line2D([], [], color="#222222", lw=1.4, marker="o", mfc="none", markersize=9), "Pareto frontier")]
     if paths:
         extra.append((Line2D([], [], color="#888888", lw=1.0, alpha=0.6),
-                      f"a {keys.colour}'s best at each {style.AXIS_NAMES.get(keys.marker, keys.marker)}"))
+                      f"a {points.colour}'s best at each {style.AXIS_NAMES.get(points.marker, points.marker)}"))
     if bound.any():
         extra.append(style.bound_handle())
-    keys.legend(ax, extra)
+    points.legend(ax, extra)
     style.pad_y(ax, 0.08)
     ax.margins(x=0.08)
     sub = []
-    if keys.colour and keys.marker:
-        sub.append(f"colour: {keys.colour}; marker: {style.AXIS_NAMES.get(keys.marker, keys.marker)}; "
+    if points.colour and points.marker:
+        sub.append(f"colour: {points.colour}; marker: {style.AXIS_NAMES.get(points.marker, points.marker)}; "
                    "circled and stepped: the Pareto frontier")
     if mixed:
         sub.append("hollow: diffusion NELBO (a bound), left off the frontier of exact NLLs")
@@ -555,13 +557,14 @@ def plot_pareto(table: pd.DataFrame, x: str = "train_flops", y: str | None = Non
     return fig
 
 
-def _family_paths(table: pd.DataFrame, rows: pd.DataFrame, keys, x: str, y: str) -> list:
+def _family_paths(table: pd.DataFrame, rows: pd.DataFrame, keys, x: str, y: str,
+                  config: pd.Series | None = None) -> list:
     """[(colour, xs, ys)]: per family (colour) with two or more values of the swept axis (marker), its best
     configuration at each value (seeds pooled, at its best lr: analysis.tiers.units_of), at the mean x of that
-    configuration's runs, in the axis' order."""
+    configuration's runs, in the axis' order. `config`: the table's config_keys where the caller has them."""
     if not (keys.colour and keys.marker) or rows.empty:
         return []
-    units, _, _ = units_of(rows, y)
+    units, _, _ = units_of(rows, y, keys=config)
     if units.empty:
         return []
     first = [r[0] for r in units["runs"]]
@@ -578,9 +581,10 @@ def _family_paths(table: pd.DataFrame, rows: pd.DataFrame, keys, x: str, y: str)
 
 
 def plot_heatmap(table: pd.DataFrame, tasks: list[str] | None = None, score: str | None = None,
-                 max_rows: int = 60) -> Figure:
+                 max_rows: int = 60, keys: pd.Series | None = None) -> Figure:
     """Runs (configurations, seeds pooled) x tasks. Colour: rank within each task (1 = best on that task,
-    0 = worst), so tasks on different scales and directions share one colour bar; each cell shows the value."""
+    0 = worst), so tasks on different scales and directions share one colour bar; each cell shows the value.
+    `keys`: the table's config_keys where the caller has them (analysis.schema.keys_of)."""
     rows = style.completed_runs(table)
     columns = style.score_columns_to_show(rows, tasks)
     note = ""
@@ -592,7 +596,7 @@ def plot_heatmap(table: pd.DataFrame, tasks: list[str] | None = None, score: str
     order_by, _ = style.choose_score(rows, score)
     frames, errors, chance, bounded = [], [], {}, {}
     for column in columns:
-        units, _, _ = units_of(rows, column)
+        units, _, _ = units_of(rows, column, keys=keys)
         if len(units):
             frames.append(units.set_index("label")["value"].rename(column))
             errors.append(units.set_index("label")["se"].rename(column))
@@ -661,18 +665,20 @@ def plot_heatmap(table: pd.DataFrame, tasks: list[str] | None = None, score: str
     return fig
 
 
-def plot_lr(table: pd.DataFrame, score: str | None = None):
+def plot_lr(table: pd.DataFrame, score: str | None = None, keys: pd.Series | None = None):
     """Score against learning rate, one curve per configuration (mean over seeds; x: a diverged lr; *: the best
     lr; a hollow ring: a best lr at the edge of the grid), keyed as every plot (colour = family, marker = depth)
     where that tells the configurations apart, else one colour per configuration under a key that says so. A
-    placeholder (not drawn) when no configuration has several lrs."""
+    placeholder (not drawn) when no configuration has several lrs. `keys`: the table's config_keys where the caller
+    has them (else made once here)."""
     score, note = style.choose_score(table, score)
-    if not score or not lr_varies(table, score):
+    keys = keys_of(table, keys) if score else None
+    if not score or not lr_varies(table, score, keys):
         return style.placeholder("Score against learning rate",
                                  "every configuration ran at one lr: hydra.sweeper.lr_search=[0.25,0.5,1,2,4] adds an "
                                  "lr axis per point")
     hib = higher_is_better(table, score)
-    curves, best = lr_curves(table, score), at_best_lr(table, score)
+    curves, best = lr_curves(table, score, keys), at_best_lr(table, score, keys=keys)
     labels = lr_labels(table, best)
     first = table.loc[list(best["first_run"])]
     keys = style.PointKeys(table)
@@ -776,10 +782,13 @@ def draw(kind: str, table: pd.DataFrame, out_dir: str | os.PathLike | None = Non
 def draw_all(table: pd.DataFrame, out_dir: str | os.PathLike, formats=FORMATS, score: str | None = None,
              study=None) -> dict:
     """Every plot (KINDS) that has data into out_dir: {kind: (figure, paths)}, paths [] for one not drawn
-    (skipped(...) says why). `study` (analysis.study): its tiers and threshold are drawn, not found again."""
+    (skipped(...) says why). `study` (analysis.study): its tiers and threshold are drawn, not found again, and its
+    config keys group the runs."""
     out = {}
     for kind in KINDS:
         kwargs = {"score": score} if score and kind in ("tiers", "threshold", "throughput", "heatmap", "lr") else {}
+        if study is not None and kind in ("pareto", "heatmap", "lr"):
+            kwargs["keys"] = study.keys_for(table)
         if study is not None and study.score and kind == "tiers":
             kwargs["result"] = study.tiers(score or study.score)
         if study is not None and study.score and kind == "threshold" and study.threshold(score) is not None:

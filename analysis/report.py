@@ -15,7 +15,8 @@ Layout of out_dir:
                              as data URIs, so the file is whole on its own; each links its SVG)
   figures/<plot>.png, .svg   the plots that have data (analysis.plots.draw_all; the Summary names any not drawn)
 
-Every number in the report comes from the results table; statistics are computed once per report by
+Every number in the report comes from the results table (a halving sweep's rungs from its sweep.json: the decisions
+it pinned, analysis.halving); statistics are computed once per report by
 analysis.study (analysis.headline, analysis.verdict, analysis.tiers, analysis.thresholds, analysis.claims), so a
 section, a figure's caption and the claims table quote the same result; the appendix says how each was decided.
 """
@@ -33,13 +34,14 @@ import analysis.plot_style as style
 from analysis.claims import judge, seeds_summary
 from analysis.collect import ALL_STATUSES, load_results
 from analysis.document import fmt as _fmt, html_table, markdown_table  # noqa: F401 (re-exported: ladder, ...)
+from analysis.halving import report_blocks as halving_blocks
 from analysis.labels import run_labels
 from analysis.metrics import (LOSS, average_members, bound_rows, higher_is_better, metric, name_of, nll_column,
                               single_task_average)
 from analysis.paired import PairedError, paired_groups
 from analysis.plots import FILE_NAMES, TITLES, draw_all, drawn_line, score_label
 from analysis.plots import skipped as not_drawn
-from analysis.schema import budget_flags, role_of
+from analysis.schema import budget_flags, config_keys, role_of
 from analysis.study import SHARED, Study, analyse
 from analysis.thresholds import BEST_Z, best_per_family, nll_frontier
 from analysis.tiers import describe_gap, format_p, units_of
@@ -150,7 +152,8 @@ def budget_blocks(table: pd.DataFrame) -> list:
     rows = table[table["budget_error"].notna()]
     flags = budget_flags(rows)
     counted = rows["budget_count"].fillna("total") if "budget_count" in rows else pd.Series("total", rows.index)
-    params = [row.get(f"params_{c}") for (_, row), c in zip(rows.iterrows(), counted)]
+    counts = {c: rows[f"params_{c}"].to_numpy(object) for c in set(counted) if f"params_{c}" in rows}
+    params = [counts[c][j] if c in counts else None for j, c in enumerate(counted)]  # each run's counted one
     frame = pd.DataFrame({"run": run_labels(table).loc[rows.index].to_numpy(),
                           "budget": rows["param_budget"].to_numpy(), "counted": counted.to_numpy(),
                           "params": params, "budget error": [_percent(e) for e in rows["budget_error"]],
@@ -170,14 +173,14 @@ def budget_blocks(table: pd.DataFrame) -> list:
     return [legend, text, frame]
 
 
-def _paired_column(table: pd.DataFrame, score: str, best: pd.DataFrame) -> list | None:
+def _paired_column(table: pd.DataFrame, score: str, best: pd.DataFrame, keys: pd.Series | None = None) -> list | None:
     """Per family, the best configuration against its runner-up on the documents both scored (analysis.paired:
     seeds averaged per document, paired bootstrap and McNemar / t-test); None when the score is not one lm-eval
     task's or no run kept per-document results."""
     if not score.startswith("score_") or "run_dir" not in table:
         return None
     task = score[len("score_"):]
-    units, _, _ = units_of(table, score)
+    units, _, _ = units_of(table, score, keys=keys)
     runs = {label: [str(table.at[i, "run_dir"]) for i in r] for label, r in zip(units["label"], units["runs"])}
     out, any_done = [], False
     for label, runner in zip(best["label"], best["runner_up"]):
@@ -196,9 +199,10 @@ def _paired_column(table: pd.DataFrame, score: str, best: pd.DataFrame) -> list 
     return out if any_done else None
 
 
-def best_blocks(table: pd.DataFrame, score: str) -> list:
-    """The best-per-family section: a best configuration is named only where the noise allows it."""
-    best = best_per_family(table, score)
+def best_blocks(table: pd.DataFrame, score: str, keys: pd.Series | None = None) -> list:
+    """The best-per-family section: a best configuration is named only where the noise allows it. `keys`: the
+    table's config_keys where the caller has them (analysis.schema.keys_of)."""
+    best = best_per_family(table, score, keys=keys)
     if best.empty:
         return ["_(no completed run has a value of this score)_"]
     extreme = "highest" if higher_is_better(table, score) else "lowest"
@@ -211,7 +215,7 @@ def best_blocks(table: pd.DataFrame, score: str) -> list:
     for column in ("n_layers", "d_model", "params_active"):
         if column in best:
             shown[column] = best[column].to_numpy()
-    paired = _paired_column(table, score, best)
+    paired = _paired_column(table, score, best, keys)
     if paired is not None:
         shown["paired test vs runner-up"] = paired
     rule = (f"A configuration is named its family's best only when it beats each other configuration of the "
@@ -244,12 +248,13 @@ def _tier_line(result) -> str:
 def lr_blocks(table: pd.DataFrame, score: str, study: Study | None = None) -> list:
     """The learning-rate section: each configuration at the shared lr and at its best lr, both rankings, the
     edge flags, tiers under both (the study's, analysis.study), and the score-against-lr figure."""
-    if not lr_varies(table, score):
+    keys = study.keys_for(table) if study is not None else config_keys(table)
+    if not lr_varies(table, score, keys):
         return ["Every configuration ran at one learning rate, so every comparison here is at that lr, and a shape "
                 "far from its own best lr looks worse than it is. `hydra.sweeper.lr_search=[0.25,0.5,1,2,4]` runs "
                 "each point at those multiples of its lr; the report then compares configurations at their best lr.",
                 ("figure", "lr")]
-    best = at_best_lr(table, score)
+    best = at_best_lr(table, score, keys=keys)
     labels = lr_labels(table, best)
     edge = best["edge"].notna()
     frame = pd.DataFrame({
@@ -283,8 +288,9 @@ def claims_blocks(table: pd.DataFrame, score: str, study: Study | None = None) -
     """The study's claims judged on these runs (analysis.claims): supported, not supported or not testable; the
     tiers and the threshold are the sections' own results (analysis.study)."""
     study = study if study is not None and study.score == score else analyse(table, score)
+    summary = seeds_summary(table, score, study.keys_for(table))
     return ["Each claim of a depth x width study, tested on these runs (analysis/claims.py says how; the tiers and "
-            "the threshold are the results of the sections above): " + seeds_summary(table, score) + ".",
+            "the threshold are the results of the sections above): " + summary + ".",
             judge(table, score, study=study)]
 
 
@@ -356,8 +362,12 @@ def sections(table: pd.DataFrame, results_path: str, score: str | None = None, s
     out.append(("Summary", intro))
     if ladder:
         out.append(("Rankings across scale", ladder))
+    halving = halving_blocks(table)
+    if halving:
+        out.append(("Successive halving", halving))
 
-    problems = table[table["status"] != "completed"] if "status" in table else table.iloc[0:0]
+    # a pruned run ended as its sweep meant it to (the Successive halving section lists them)
+    problems = table[~table["status"].isin(["completed", "pruned"])] if "status" in table else table.iloc[0:0]
     if len(problems):
         frame = pd.DataFrame({"run": problems["run"].to_numpy(), "status": problems["status"].to_numpy(),
                               "error": problems["error"].to_numpy() if "error" in problems else ""})
@@ -372,7 +382,7 @@ def sections(table: pd.DataFrame, results_path: str, score: str | None = None, s
         blocks.append(("figure", "threshold"))
         out.append(("Hidden-size threshold", blocks))
 
-        out.append(("Best configuration per family", best_blocks(table, score)))
+        out.append(("Best configuration per family", best_blocks(table, score, study.keys_for(table))))
         out.append(("Learning rate", lr_blocks(table, score, study)))
         out.append(("Claims", claims_blocks(table, score, study)))
 

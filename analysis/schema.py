@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 import analysis.records as read
@@ -331,18 +332,18 @@ def block(name: str) -> list[str]:
     return [c.name for c in columns() if c.block == name]
 
 
-def declared(name: str) -> Column | None:
+def declared(name: str, index: tuple[dict, list] | None = None) -> Column | None:
     """The declaration a column name falls under (a pattern for score_hellaswag), None for a name not declared
-    (a model field: the model section is open-ended)."""
-    by_name, patterns = _index(columns())
+    (a model field: the model section is open-ended). `index`: _index(columns()), where the caller has it."""
+    by_name, patterns = index or _index(columns())
     if name in by_name:
         return by_name[name]
     return next((c for c in patterns if c.prefix and name.startswith(c.prefix)), None)
 
 
-def role_of(column: str) -> str:
-    """The role of a column (see the module docstring); "config" for a model field."""
-    column_ = declared(column)
+def role_of(column: str, index: tuple[dict, list] | None = None) -> str:
+    """The role of a column (see the module docstring); "config" for a model field. `index`: as declared's."""
+    column_ = declared(column, index)
     if column_ is not None:
         return column_.role
     return next((role for prefix, role in _PREFIX_ROLES if column.startswith(prefix)), "config")
@@ -391,7 +392,8 @@ PLACEHOLDERS = {"<task>": read.tasks, "<suite>": read.suites}
 
 def config_columns(table: pd.DataFrame) -> list[str]:
     """The columns that say what was trained (no nuisance axis: seed and lr are not part of a configuration)."""
-    return [c for c in table.columns if role_of(c) == "config"]
+    index = _index(columns())  # once for every column
+    return [c for c in table.columns if role_of(c, index) == "config"]
 
 
 def _text(value) -> str:
@@ -402,13 +404,48 @@ def _text(value) -> str:
     return str(value)
 
 
+def _one_text_per_value(column: pd.Series) -> bool:
+    """Whether equal cells (as pd.factorize groups them) of this column always have the same _text: numbers, flags
+    and strings in a column of their own dtype, or only strings (or nothing) in an object column (there 1 == True
+    == 1.0 would be grouped although their texts differ)."""
+    dtype = column.dtype
+    if dtype.kind in "fiub" or isinstance(dtype, pd.StringDtype):
+        return True
+    return dtype == object and pd.api.types.infer_dtype(column, skipna=True) in ("string", "empty")
+
+
+def cell_texts(column: pd.Series) -> np.ndarray:
+    """Each cell of a column as text (an object array of str): "" for a missing value, 4.0 as "4", str() otherwise;
+    made once per distinct value where that is exact (_one_text_per_value), else cell by cell."""
+    if not _one_text_per_value(column):
+        return column.map(_text).to_numpy(object)
+    codes, uniques = pd.factorize(column)
+    out = np.empty(len(codes), dtype=object)
+    valued = codes >= 0
+    out[valued] = pd.Series(uniques).map(_text).to_numpy(object)[codes[valued]]
+    # a missing cell: NaN or NA ("") except in an object column, which may hold NaT or Decimal("NaN")
+    out[~valued] = [_text(x) for x in column.to_numpy()[~valued]] if column.dtype == object else ""
+    return out
+
+
 def config_keys(table: pd.DataFrame) -> pd.Series:
     """One string per row naming its configuration: rows with equal keys differ only in nuisance axes (a CSV
-    round trip that reads 4 as 4.0 gives the same key)."""
+    round trip that reads 4 as 4.0 gives the same key). Column by column (each cell's text made once per distinct
+    value), not row by row."""
     columns = config_columns(table)
     if not columns:
         return pd.Series(["" for _ in table.index], index=table.index, dtype=object)
-    return table[columns].map(_text).agg("|".join, axis=1)
+    texts = [cell_texts(table[c]) for c in columns]
+    return pd.Series(["|".join(parts) for parts in zip(*texts)], index=table.index, dtype="str")
+
+
+def keys_of(rows: pd.DataFrame, keys: pd.Series | None = None) -> pd.Series:
+    """config_keys(rows), taken from `keys` where given: config_keys of a table that `rows` is an unmodified row
+    subset of (its columns, so its config columns, and its values), made once by the caller. Made afresh where
+    `keys` cannot name each row once (a repeated or missing index label)."""
+    if keys is None or not keys.index.is_unique or not rows.index.isin(keys.index).all():
+        return config_keys(rows)
+    return keys.loc[rows.index]
 
 
 DOCS_PAGE = Path(__file__).resolve().parents[1] / "docs" / "results_table.md"

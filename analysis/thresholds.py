@@ -102,15 +102,16 @@ def _d_stats(x: np.ndarray, y: np.ndarray, cuts: list[int]) -> np.ndarray:
 
 def find_threshold(table: pd.DataFrame, axis: str, score: str, higher_is_better: bool | None = None,
                    alpha: float = 0.05, min_size: int = 1, n_perm: int = 4000, n_boot: int = 2000, seed: int = 0,
-                   completed_only: bool = True) -> ThresholdResult:
-    """The cut on `axis` that best separates `score` (see the module docstring)."""
+                   completed_only: bool = True, keys: pd.Series | None = None) -> ThresholdResult:
+    """The cut on `axis` that best separates `score` (see the module docstring). `keys`: the table's config_keys
+    where the caller has them (analysis.schema.keys_of)."""
     if axis not in table:
         raise KeyError(f"no column {axis!r} in the table")
     if score not in table:
         raise KeyError(f"no column {score!r} in the table")
     hib = _higher_is_better(table, score) if higher_is_better is None else higher_is_better
     rows = table[pd.to_numeric(table[axis], errors="coerce").notna()]
-    units, _, notes = units_of(rows, score, completed_only=completed_only)
+    units, _, notes = units_of(rows, score, completed_only=completed_only, keys=keys)
     base = ThresholdResult(axis, score, hib, False, "")
     if units.empty:
         base.reason = f"no completed run with both {axis} and {score}"
@@ -180,7 +181,7 @@ than this many standard errors of the difference (95%, two-sided)."""
 
 
 def best_per_family(table: pd.DataFrame, score: str, by: str = "family", higher_is_better: bool | None = None,
-                    completed_only: bool = True, z: float = BEST_Z) -> pd.DataFrame:
+                    completed_only: bool = True, z: float = BEST_Z, keys: pd.Series | None = None) -> pd.DataFrame:
     """The best configuration of each family (seeds pooled), and whether that is a claim the noise allows.
 
     Columns: family, label, score, se, n_seeds, n_configs (configurations of the family), runner_up (the other
@@ -189,12 +190,12 @@ def best_per_family(table: pd.DataFrame, score: str, by: str = "family", higher_
     None: no uncertainty known, or the family has one configuration), within_noise (the configurations
     within noise of the best, comma-separated), verdict (one line saying which), then the best's size and
     shape. se is a configuration's standard error (lm-eval's stderr, an average's propagated one, or the
-    seed-to-seed spread; analysis.tiers.units_of)."""
+    seed-to-seed spread; analysis.tiers.units_of). `keys`: the table's config_keys where the caller has them."""
     columns = [by, "label", score, "se", "n_seeds", "n_configs", "runner_up", "z", "clear", "within_noise", "verdict"]
     if score not in table or by not in table:
         return pd.DataFrame(columns=columns)
     hib = _higher_is_better(table, score) if higher_is_better is None else higher_is_better
-    units, _, _ = units_of(table, score, completed_only=completed_only)
+    units, _, _ = units_of(table, score, completed_only=completed_only, keys=keys)
     if units.empty:
         return pd.DataFrame(columns=columns)
     first = [r[0] for r in units["runs"]]

@@ -55,7 +55,7 @@ import pandas as pd
 
 from analysis.labels import LABEL_AXES, run_labels  # noqa: F401 (run_labels re-exported: it lived here)
 from analysis.metrics import higher_is_better as _higher_is_better, stderr_column
-from analysis.schema import config_columns, config_keys
+from analysis.schema import config_columns, keys_of
 from analysis.tuning import lr_varies, rows_at
 
 
@@ -276,8 +276,9 @@ def _draws(units: pd.DataFrame, n_boot: int, rng: np.random.Generator) -> np.nda
 
 
 def units_of(table: pd.DataFrame, score: str, stderr: str | None = None, completed_only: bool = True,
-             by_config: bool = True) -> tuple[pd.DataFrame, pd.Series, list[str]]:
-    """(units, unit index of each used row, notes): one unit per configuration (seeds pooled)."""
+             by_config: bool = True, keys: pd.Series | None = None) -> tuple[pd.DataFrame, pd.Series, list[str]]:
+    """(units, unit index of each used row, notes): one unit per configuration (seeds pooled). `keys`: the
+    table's config_keys where the caller has them (analysis.schema.keys_of)."""
     notes = []
     rows = table
     if completed_only and "status" in rows:
@@ -288,15 +289,19 @@ def units_of(table: pd.DataFrame, score: str, stderr: str | None = None, complet
         notes.append(f"{dropped} run(s) without a value of {score} (or not completed) left out")
     if stderr is None:
         stderr = stderr_column(table, score)  # a task's lm-eval stderr, or an average's propagated one
-    if by_config and lr_varies(rows, score):  # lr is a nuisance axis: each configuration at its best lr
-        tuned = rows_at(rows, score, "tuned")
+    if by_config:
+        keys = keys_of(rows, keys)  # made once: the lr search and the pooling below read them
+    if by_config and lr_varies(rows, score, keys):  # lr is a nuisance axis: each configuration at its best lr
+        tuned = rows_at(rows, score, "tuned", keys=keys)
         notes.append(f"learning rate searched: each configuration at its best lr ({len(tuned)} of {len(rows)} runs; "
                      "analysis.tuning)")
         rows = tuned
     labels = run_labels(rows, [c for c in LABEL_AXES if c not in ("seed", "lr") or not by_config], dedupe=not by_config)
-    keys = config_keys(rows) if by_config and config_columns(rows) else pd.Series(rows.index.astype(str), index=rows.index)
+    keys = (keys_of(rows, keys) if by_config and config_columns(rows)
+            else pd.Series(rows.index.astype(str), index=rows.index))
     units, membership = [], pd.Series(index=rows.index, dtype=float)
-    for j, (_, group) in enumerate(rows.groupby(keys, sort=False)):
+    read = rows[[c for c in dict.fromkeys((score, stderr)) if c and c in rows]]  # grouped without the other columns
+    for j, (_, group) in enumerate(read.groupby(keys, sort=False)):
         values = pd.to_numeric(group[score]).to_numpy(float)
         errors = (pd.to_numeric(group[stderr], errors="coerce").to_numpy(float) if stderr and stderr in group
                   else np.full(len(values), np.nan))
@@ -380,16 +385,16 @@ class Units:
 
 def find_tiers(table: pd.DataFrame, score: str, test: TierTest | None = None, *, higher_is_better: bool | None = None,
                stderr: str | None = None, completed_only: bool = True, by_config: bool = True,
-               **settings) -> TierResult:
+               keys: pd.Series | None = None, **settings) -> TierResult:
     """Tiers of `score` over the runs of `table` (see the module docstring for the rule). `test` or TierTest's
     fields as keywords (k=2, n_sim=500) say how it is tested; stderr names the score's standard-error column
     (default: the metric's, analysis.metrics.stderr_column); by_config pools the seeds of a configuration (else
-    each run is a unit)."""
+    each run is a unit); `keys`: the table's config_keys where the caller has them."""
     if score not in table:
         raise KeyError(f"no column {score!r} in the table")
     test = replace(test or TierTest(), **settings)
     hib = _higher_is_better(table, score) if higher_is_better is None else higher_is_better
-    units, membership, notes = units_of(table, score, stderr, completed_only, by_config)
+    units, membership, notes = units_of(table, score, stderr, completed_only, by_config, keys)
     data = Units(units, membership, table.index, score, hib, notes)
     result = _tiers_of_units(replace(data, notes=list(notes)), test)
     if test.k is None:  # the 2-tier partition on its own, from the same units, references and redraws

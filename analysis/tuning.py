@@ -25,7 +25,7 @@ import pandas as pd
 
 from analysis.labels import LABEL_AXES, run_labels
 from analysis.metrics import higher_is_better as _higher_is_better
-from analysis.schema import config_keys
+from analysis.schema import keys_of
 
 EDGE_LOW, EDGE_HIGH = "lowest lr tried", "highest lr tried"
 
@@ -66,39 +66,50 @@ def _common_lr(rows: pd.DataFrame, keys: pd.Series) -> float | None:
     return float(tied[(len(tied) - 1) // 2])
 
 
-def lr_curves(table: pd.DataFrame, score: str) -> pd.DataFrame:
+CURVE_COLUMNS = ["config_key", "lr", "mean", "sd", "n_seeds", "n_diverged", "runs"]
+
+
+def lr_curves(table: pd.DataFrame, score: str, keys: pd.Series | None = None) -> pd.DataFrame:
     """One row per (configuration, lr): config_key, lr, mean (over completed seeds; NaN when every run at
-    that lr diverged), sd, n_seeds, n_diverged, runs (table index of the runs)."""
+    that lr diverged), sd, n_seeds, n_diverged, runs (table index of the runs). `keys`: the table's config_keys
+    where the caller has them (analysis.schema.keys_of)."""
     rows = _usable(table, score)
-    columns = ["config_key", "lr", "mean", "sd", "n_seeds", "n_diverged", "runs"]
     if rows.empty:
-        return pd.DataFrame(columns=columns)
-    keys = config_keys(rows)
+        return pd.DataFrame(columns=CURVE_COLUMNS)
+    return _curves(rows, keys_of(rows, keys), score)
+
+
+def _curves(rows: pd.DataFrame, keys: pd.Series, score: str) -> pd.DataFrame:
+    """lr_curves of the usable runs `rows` with their config keys: per (key, lr) in sorted order, the positions of
+    its runs (GroupBy.indices, in table order) read from whole columns."""
+    scores = pd.to_numeric(rows[score], errors="coerce").to_numpy(float)
+    diverged = (rows["status"] == "diverged").to_numpy() if "status" in rows else np.zeros(len(rows), bool)
     out = []
-    for (key, lr), group in rows.groupby([keys, pd.to_numeric(rows["lr"])], sort=True):
-        values = pd.to_numeric(group[score], errors="coerce").dropna().to_numpy(float)
-        diverged = int((group["status"] == "diverged").sum()) if "status" in group else 0
+    for (key, lr), at in keys.groupby([keys, pd.to_numeric(rows["lr"])], sort=True).indices.items():
+        values = scores[at][~np.isnan(scores[at])]
         out.append({"config_key": key, "lr": float(lr), "mean": float(values.mean()) if len(values) else math.nan,
                     "sd": float(values.std(ddof=1)) if len(values) >= 2 else math.nan, "n_seeds": len(values),
-                    "n_diverged": diverged, "runs": list(group.index)})
-    return pd.DataFrame(out, columns=columns)
+                    "n_diverged": int(diverged[at].sum()), "runs": list(rows.index[at])})
+    return pd.DataFrame(out, columns=CURVE_COLUMNS)
 
 
-def at_best_lr(table: pd.DataFrame, score: str, higher_is_better: bool | None = None) -> pd.DataFrame:
+def at_best_lr(table: pd.DataFrame, score: str, higher_is_better: bool | None = None,
+               keys: pd.Series | None = None) -> pd.DataFrame:
     """One row per configuration: config_key, n_lrs, best_lr, tuned (mean score at best_lr), tuned_sd,
     tuned_seeds, edge (None, EDGE_LOW or EDGE_HIGH; always None with one lr), shared_lr, shared (mean score at
     the shared lr; NaN when unknown), shared_seeds, gain (tuned - shared, oriented: positive = better),
     rank_shared and rank_tuned (1 = best; configurations without a shared score are not ranked there),
-    first_run (a table index for labels)."""
+    first_run (a table index for labels). `keys`: the table's config_keys where the caller has them."""
     hib = _higher_is_better(table, score) if higher_is_better is None else higher_is_better
-    curves = lr_curves(table, score)
+    rows = _usable(table, score)
     columns = ["config_key", "n_lrs", "best_lr", "tuned", "tuned_sd", "tuned_seeds", "edge", "shared_lr", "shared",
                "shared_seeds", "gain", "rank_shared", "rank_tuned", "first_run"]
-    if curves.empty:
+    if rows.empty:
         return pd.DataFrame(columns=columns)
-    rows = _usable(table, score)
-    keys = config_keys(rows)
+    keys = keys_of(rows, keys)
+    curves = _curves(rows, keys, score)
     common = _common_lr(rows, keys)
+    lrs_of = rows[[c for c in ("lr", "lr_multiplier") if c in rows]]  # what _shared_lr reads
     out = []
     for key, curve in curves.groupby("config_key", sort=False):
         curve = curve.sort_values("lr")
@@ -110,7 +121,7 @@ def at_best_lr(table: pd.DataFrame, score: str, higher_is_better: bool | None = 
         edge = None
         if len(lrs) >= 2:
             edge = EDGE_LOW if best["lr"] == lrs.min() else EDGE_HIGH if best["lr"] == lrs.max() else None
-        shared_lr = _shared_lr(rows[keys == key], common)
+        shared_lr = _shared_lr(lrs_of[keys == key], common)
         at_shared = curve[np.isclose(curve["lr"], shared_lr)] if shared_lr is not None else curve.iloc[0:0]
         shared = float(at_shared["mean"].iloc[0]) if len(at_shared) else math.nan
         sign = 1.0 if hib else -1.0
@@ -128,28 +139,35 @@ def at_best_lr(table: pd.DataFrame, score: str, higher_is_better: bool | None = 
     return out[columns].sort_values("rank_tuned", kind="stable").reset_index(drop=True)
 
 
-def lr_varies(table: pd.DataFrame, score: str) -> bool:
-    """Whether some configuration was trained at more than one lr (so its runs are not all seeds of one point)."""
-    curves = lr_curves(table, score)
+def lr_varies(table: pd.DataFrame, score: str, keys: pd.Series | None = None) -> bool:
+    """Whether some configuration was trained at more than one lr (so its runs are not all seeds of one point).
+    `keys`: the table's config_keys where the caller has them."""
+    curves = lr_curves(table, score, keys)
     return bool(len(curves)) and bool((curves.groupby("config_key")["lr"].nunique() > 1).any())
 
 
-def rows_at(table: pd.DataFrame, score: str, which: str = "tuned", higher_is_better: bool | None = None
-            ) -> pd.DataFrame:
+def rows_at(table: pd.DataFrame, score: str, which: str = "tuned", higher_is_better: bool | None = None,
+            keys: pd.Series | None = None) -> pd.DataFrame:
     """The runs (rows of `table`) of each configuration at its best lr (`tuned`) or at its shared lr (`shared`;
-    configurations whose shared lr is unknown are left out). Runs without a value of `score` are left out."""
+    configurations whose shared lr is unknown are left out). Runs without a value of `score` are left out.
+    `keys`: the table's config_keys where the caller has them."""
     if which not in ("tuned", "shared"):
         raise ValueError(f"which={which!r}: choose tuned or shared")
-    best = at_best_lr(table, score, higher_is_better)
+    best = at_best_lr(table, score, higher_is_better, keys)
     if best.empty:
         return table.iloc[0:0]
     rows = table[pd.to_numeric(table.get(score), errors="coerce").notna()] if score in table else table.iloc[0:0]
-    keys = config_keys(rows)
     target = dict(zip(best["config_key"], best["best_lr" if which == "tuned" else "shared_lr"]))
-    lr = pd.to_numeric(rows["lr"], errors="coerce")
-    keep = [i for i in rows.index if target.get(keys[i]) is not None and not pd.isna(target.get(keys[i]))
-            and math.isclose(float(lr[i]), float(target[keys[i]]), rel_tol=1e-9)]
-    return rows.loc[keep]
+    goal = np.array([target.get(key) for key in keys_of(rows, keys).tolist()], dtype=float)  # None: NaN
+    lr = pd.to_numeric(rows["lr"], errors="coerce").to_numpy(float)
+    return rows.loc[rows.index[_isclose(lr, goal)].tolist()]
+
+
+def _isclose(a: np.ndarray, b: np.ndarray, rel_tol: float = 1e-9) -> np.ndarray:
+    """math.isclose(a, b, rel_tol=rel_tol) elementwise (NaN is close to nothing, an infinity only to itself)."""
+    with np.errstate(invalid="ignore"):
+        near = np.isfinite(a) & np.isfinite(b) & (np.abs(a - b) <= rel_tol * np.maximum(np.abs(a), np.abs(b)))
+    return (a == b) | near
 
 
 def lr_labels(table: pd.DataFrame, best: pd.DataFrame) -> pd.Series:

@@ -34,7 +34,7 @@ from analysis.headline import ALPHA, Headline, t_crit, units, welch_df
 from analysis.labels import LABEL_AXES, run_labels
 from analysis.metrics import bounds_left_out, higher_is_better, metric, metric_of, name_of, task_names
 from analysis.plot_style import AXIS_NAMES, sweep_axis
-from analysis.schema import budget_flags
+from analysis.schema import budget_flags, keys_of
 from analysis.tiers import units_of
 from analysis.tuning import at_best_lr, lr_labels, lr_varies
 
@@ -393,13 +393,16 @@ def _sort_key(v):
         return (1, str(v))
 
 
-def build_verdict(table: pd.DataFrame, headline: Headline, paired: bool = True) -> Verdict:
-    """The verdict on `headline.column` (module docstring for the tests)."""
+def build_verdict(table: pd.DataFrame, headline: Headline, paired: bool = True,
+                  keys: pd.Series | None = None) -> Verdict:
+    """The verdict on `headline.column` (module docstring for the tests); `keys`: the table's config_keys where the
+    caller has them (analysis.schema.keys_of)."""
     column = headline.column
     if column is None:
         return Verdict(headline, table, pd.DataFrame())
     hib = higher_is_better(table, column)
-    u = units(table, column)
+    keys = keys_of(table, keys)
+    u = units(table, column, keys)
     if u.empty:
         return Verdict(headline, table, u)
     first = [r[0] for r in u["runs"]]
@@ -436,8 +439,8 @@ def build_verdict(table: pd.DataFrame, headline: Headline, paired: bool = True) 
                 t.alpha = alpha
         v.tests[(better["label"], worse["label"])] = test
     v.family_lines = _family_lines(v, orders, best_at, others)
-    v.bound_lines = _bound_lines(table, column, ranked)
-    v.unsettled = _unsettled(v)
+    v.bound_lines = _bound_lines(table, column, ranked, keys)
+    v.unsettled = _unsettled(v, keys)
     return v
 
 
@@ -474,7 +477,7 @@ def _family_lines(v: Verdict, orders: dict, best_at: dict, others: list[str]) ->
     return lines
 
 
-def _bound_lines(table: pd.DataFrame, column: str, ranked: pd.DataFrame) -> list[str]:
+def _bound_lines(table: pd.DataFrame, column: str, ranked: pd.DataFrame, keys: pd.Series | None = None) -> list[str]:
     """What each diffusion bound left out of the ranking does and does not settle."""
     bounds = bounds_left_out(table, column)
     if bounds.empty or ranked.empty:
@@ -482,7 +485,7 @@ def _bound_lines(table: pd.DataFrame, column: str, ranked: pd.DataFrame) -> list
     exact = ranked["value"].to_numpy(float)
     labels = run_labels(table, [c for c in LABEL_AXES if c not in ("seed", "lr")], dedupe=False)  # as the ranking's
     lines = []
-    for _, unit in units_of(bounds, column)[0].iterrows():
+    for _, unit in units_of(bounds, column, keys=keys)[0].iterrows():
         unit["label"] = labels[unit["runs"][0]]
         value = float(unit["value"])
         below = int(np.sum(exact > value))
@@ -500,7 +503,7 @@ def _bound_lines(table: pd.DataFrame, column: str, ranked: pd.DataFrame) -> list
     return lines
 
 
-def _unsettled(v: Verdict) -> list[str]:
+def _unsettled(v: Verdict, keys: pd.Series | None = None) -> list[str]:
     out = []
     ranked, column, table = v.ranked, v.column, v.table
     tests = list(v.tests.values())
@@ -529,8 +532,8 @@ def _unsettled(v: Verdict) -> list[str]:
             if np.isfinite(rho) and abs(rho) >= 0.7:
                 out.append(f"Depth against width: they moved together (Spearman rho {rho:+.2f}, e.g. a fixed "
                            "parameter budget), so an effect of depth here is also one of width.")
-    if column and lr_varies(table, column):
-        best = at_best_lr(table, column)
+    if column and lr_varies(table, column, keys):
+        best = at_best_lr(table, column, keys=keys)
         edge = best["edge"].notna()
         if edge.any():
             out.append(f"The best learning rate of {_names(list(lr_labels(table, best)[edge]))}: at the edge of its "

@@ -1,4 +1,5 @@
-"""Benchmark: the GPU figures in one command (`make bench-gpu`), printed as one table and written as JSON.
+"""Benchmark: the GPU figures in one command (`make bench-gpu`), printed as one table and written as JSON, after
+checking each fast path it measures against its reference on the same device (its own table; exit 1 on a mismatch).
 
 Per family of the study's 70M shape (the points of sweeps/families_70m.yaml, which builds on sweeps/gpu_1b.yaml:
 GPT-2 BPE padded to 50304 rows, batch 64 x 1024 tokens, bf16-mixed, torch.compile; moe at its 24 layers, sized by
@@ -24,15 +25,24 @@ its active parameters; dllm with train.objective=mdlm):
           (slm.interop.hf.to_hf), in alternating pairs; the dllm's DiffusionSampler (cache none, prefix, dual;
           low-confidence remasking at 4 tokens a step) against an AR model of its shape and weights (slm's
           Decoder), likewise.
+  checks  first (they are quick): each fast path against its reference on the same weights, on this device
+          (bench/gpu_checks.py, whose docstring justifies each tolerance): FlexAttention's masks against SDPA
+          with a dense mask; the chunked (and Liger) head + loss and its gradients against the plain path; the
+          chained CUDA-graph decoder's greedy tokens against the step-by-step decoder's, per autoregressive
+          family; the compiled bf16 step's loss and gradients against eager; and a 50-step run whose loss falls.
+          They print as their own table after the figures (check, family/shape, compared, max abs diff,
+          tolerance, ok) and go in the JSON ("checks"); any failure makes the command exit 1, after printing
+          everything. `--checks` picks some; `--parts train,decode` skips them.
 
-A family that fails prints its error in its row; the others go on. `--budget-s` bounds the whole run: a family
-or comparison that would start with too little time left is skipped and says so in its row.
+A family that fails prints its error in its row; the others go on. `--budget-s` bounds the whole run: a family,
+comparison or group of checks that would start with too little time left is skipped and says so in its row.
 
     python bench/gpu.py                                    # CUDA: the table, bench/out/gpu.json
     python bench/gpu.py --families llama3 dllm --hf-families llama3 gpt2
     python bench/gpu.py --smoke --threads 1                # the same code on the CPU at tiny shapes, float32, eager
+    python bench/gpu.py --parts checks --checks flex,loss  # only those checks
 
-Without CUDA (and without --smoke) it prints one line and exits 0.
+Without CUDA (and without --smoke) it prints one line and exits 0. Exit 1: a check failed; 2: bad arguments.
 """
 
 from __future__ import annotations
@@ -50,6 +60,11 @@ from contextlib import nullcontext
 from pathlib import Path
 
 import torch
+
+if __package__:  # imported as bench.gpu (the tests)
+    from bench import gpu_checks
+else:  # python bench/gpu.py: this folder is sys.path[0]
+    import gpu_checks
 
 SWEEP = "families_70m"
 FAMILIES = ("gpt2", "llama3", "qwen3", "gemma3", "llama3_canon", "lfm2", "moe", "dllm")
@@ -72,6 +87,7 @@ class Options:
     families: list[str]
     hf_families: list[str]
     parts: list[str]
+    checks: list[str]
     warmup_steps: int
     windows: int
     window_steps: int
@@ -484,14 +500,14 @@ def cells(row: dict) -> dict[str, str]:
     }
 
 
-def render(header: list[str], rows: list[dict]) -> str:
-    table = [dict(zip(COLUMNS, COLUMNS))] + [r["cells"] for r in rows]
-    widths = {c: max(len(t[c]) for t in table) for c in COLUMNS}
+def render(header: list[str], rows: list[dict], columns: tuple[str, ...] = COLUMNS) -> str:
+    table = [dict(zip(columns, columns))] + [r["cells"] for r in rows]
+    widths = {c: max(len(t[c]) for t in table) for c in columns}
     lines = [*header, ""]
     for i, t in enumerate(table):
-        lines.append("  ".join(t[c].ljust(widths[c]) for c in COLUMNS).rstrip())
+        lines.append("  ".join(t[c].ljust(widths[c]) for c in columns).rstrip())
         if i == 0:
-            lines.append("  ".join("-" * widths[c] for c in COLUMNS))
+            lines.append("  ".join("-" * widths[c] for c in columns))
     return "\n".join(lines)
 
 
@@ -520,6 +536,7 @@ def header_lines(opts: Options, setups: dict[str, Setup], rows: list[dict]) -> t
                        "pairs": opts.repeats, "slm_step_compiled": opts.decode_compile,
                        "diffusion_block_length": opts.block_length, "diffusion_tokens_per_step": 4},
             "peak_flops": peak, "families": opts.families, "hf_families": opts.hf_families, "parts": opts.parts,
+            "checks": opts.checks if "checks" in opts.parts else [],
             "budget_s": opts.budget_s, "transformers_compile": "CompileConfig(dynamic=False): mode reduce-overhead",
             "train_loop": "plain loop of LanguageModelModule's step (slm.training.step.train_step: step_loss, "
                           "backward, clip, optimizer, schedule); random token windows on the device; Lightning's "
@@ -554,14 +571,24 @@ def run(opts: Options, points: dict[str, list[str]], out_json: Path | None) -> d
     setups: dict[str, Setup] = {}
     order = [f for f in ORDER if f in opts.families] + [f for f in opts.families if f not in ORDER]
     by_family: dict[str, list[dict]] = {f: [] for f in opts.families}
+    setup_errors: dict[str, BaseException] = {}
+    for family in order:
+        try:
+            setups[family] = setup(family, points[family], opts.smoke)
+        except Exception as err:  # noqa: BLE001 - its row says so below
+            setup_errors[family] = err
+    checks: list[dict] = []
+    if "checks" in opts.parts:  # first: they are quick, and a wrong fast path makes its figures moot
+        checks = gpu_checks.run_checks(opts, [setups[f] for f in order if f in setups], clock)
+        free(opts.device)
     for family in order:
         base = {"family": family}
-        try:
-            s = setups[family] = setup(family, points[family], opts.smoke)
-        except Exception as err:  # noqa: BLE001
+        if family in setup_errors:
+            err = setup_errors[family]
             by_family[family].append({**base, "part": "setup", "note": f"error: {one_line(err)}",
                                       "error": one_line(err, 2000)})
             continue
+        s = setups[family]
         diffusion = not s.model_cfg.attention.causal
         if "train" in opts.parts:
             row = {**base, "part": "train", "batch": f"{s.train_cfg.batch_size}x{s.model_cfg.context_length}",
@@ -605,8 +632,21 @@ def run(opts: Options, points: dict[str, list[str]], out_json: Path | None) -> d
     info["elapsed_s"] = clock.elapsed()
     budget = f" of --budget-s {opts.budget_s:.0f}" if opts.budget_s > 0 else ""
     header.append(f"elapsed {info['elapsed_s']:.0f} s{budget}")
-    print(render(header, rows), flush=True)
-    report = {"header": info, "header_lines": header, "columns": list(COLUMNS), "rows": rows}
+    text = render(header, rows) if rows else "\n".join(header)
+    failed = gpu_checks.failures(checks)
+    if checks:
+        for check in checks:
+            check["cells"] = gpu_checks.cells(check)
+        passed = sum(c["ok"] is True for c in checks)
+        skipped_checks = sum(c["ok"] is None for c in checks)
+        verdict = (f"checks FAILED ({len(failed)}): {', '.join(failed)}" if failed else f"checks: {passed} passed")
+        verdict += f", {skipped_checks} skipped" if skipped_checks else ""
+        text += "\n\n" + render(["checks: each fast path against its reference on this device, the same weights "
+                                  "(bench/gpu_checks.py; its docstring justifies each tolerance)"],
+                                 checks, gpu_checks.COLUMNS) + "\n" + verdict
+    print(text, flush=True)
+    report = {"header": info, "header_lines": header, "columns": list(COLUMNS), "rows": rows,
+              "check_columns": list(gpu_checks.COLUMNS), "checks": checks, "checks_failed": failed}
     if out_json is not None:
         out_json.parent.mkdir(parents=True, exist_ok=True)
         out_json.write_text(json.dumps(report, indent=2, default=str) + "\n")
@@ -640,7 +680,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hf-families", type=csv_list(str), default=["llama3"],
                         help="AR families also decoded by transformers' generate (default llama3; 'all': each "
                              "that converts)")
-    parser.add_argument("--parts", type=csv_list(str, ("train", "decode")), default=["train", "decode"])
+    parser.add_argument("--parts", type=csv_list(str, ("checks", "train", "decode")),
+                        default=["checks", "train", "decode"],
+                        help="checks (each fast path against its reference: bench/gpu_checks.py), train, decode "
+                             "(default: all three)")
+    parser.add_argument("--checks", type=csv_list(str, gpu_checks.CHECKS), default=list(gpu_checks.CHECKS),
+                        help=f"which checks the checks part runs (default: {','.join(gpu_checks.CHECKS)})")
     parser.add_argument("--warmup-steps", type=int, default=None, help="untimed steps first (default 4; smoke 1)")
     parser.add_argument("--windows", type=int, default=None, help="timed windows (default 5; smoke 2)")
     parser.add_argument("--window-steps", type=int, default=None, help="steps per window (default 5; smoke 1)")
@@ -653,8 +698,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="also torch.compile slm's one-token step (Decoder(compile=True)) before the CUDA graph")
     parser.add_argument("--budget-s", type=float, default=None,
                         help="seconds for the whole run: a family starts with >= 150 s left, transformers' "
-                             "comparison with >= 90 s (default 560, so that the command ends within 10 minutes on "
-                             "one H100; smoke and 0: no limit)")
+                             "comparison with >= 90 s, a group of checks with bench/gpu_checks.py's MIN_S (default "
+                             "560, so that the command ends within 10 minutes on one H100; smoke and 0: no limit)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--json", type=Path, default=None,
                         help="also write the table here (default bench/out/gpu.json, git-ignored; smoke: "
@@ -692,15 +737,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--batches {args.batches} is invalid: positive integers")
     opts = Options(
         device=torch.device("cpu") if smoke else torch.device("cuda", torch.cuda.current_device()),
-        smoke=smoke, families=families, hf_families=hf, parts=args.parts,
+        smoke=smoke, families=families, hf_families=hf, parts=args.parts, checks=args.checks,
         warmup_steps=pick(args.warmup_steps, 4, 1), windows=pick(args.windows, 5, 2),
         window_steps=pick(args.window_steps, 5, 1), prompt=pick(args.prompt, 128, 8), new=pick(args.new, 128, 4),
         batches=args.batches, repeats=pick(args.repeats, 5, 2), block_length=pick(None, args.block_length, 4),
         decode_compile=args.decode_compile, budget_s=pick(args.budget_s, 560.0, 0.0),
         min_train_s=pick(None, 150.0, 0.0), min_decode_s=pick(None, 30.0, 0.0), min_hf_s=pick(None, 90.0, 0.0))
     out = args.json or Path(__file__).resolve().parent / "out" / ("gpu_smoke.json" if smoke else "gpu.json")
-    run(opts, points, out)
-    return 0
+    report = run(opts, points, out)
+    return 1 if report["checks_failed"] else 0
 
 
 if __name__ == "__main__":

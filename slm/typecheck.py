@@ -61,7 +61,9 @@ def _plural(annotation) -> str:
 def check_types(obj, section: str, error: type[Exception] = ValueError) -> None:
     """Raise `error("<section>.<field>=<value> is invalid: expected ...")` for the first field of the dataclass
     instance `obj` whose value does not match its annotation."""
-    hints = typing.get_type_hints(type(obj))
+    from slm.settings import type_hints
+
+    hints = type_hints(type(obj))
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
         wanted = expected(value, hints[f.name])

@@ -88,7 +88,10 @@ class OptunaSweeper(Sweeper):
     def __init__(self, study_name: Optional[str] = None, storage: Optional[str] = None,
                  direction: str = "minimize", n_trials: int = 20, n_jobs: int = 1,
                  sampler: Optional[Dict[str, Any]] = None, params: Optional[Dict[str, Any]] = None,
-                 objective: str = "eval.val_nll") -> None:
+                 objective: str = "eval.val_nll", halving: Optional[Dict[str, Any]] = None) -> None:
+        if halving is not None:
+            raise HydraException("hydra.sweeper.halving is the grid sweeper's (successive halving over its grid); Optuna "
+                                 "asks its trials one by one: drop halving, or use hydra/sweeper=grid")
         if not isinstance(n_trials, int) or n_trials < 1 or not isinstance(n_jobs, int) or n_jobs < 1:
             raise HydraException(f"optuna sweeper: n_trials={n_trials!r} and n_jobs={n_jobs!r} must be positive integers")
         if direction not in ("minimize", "maximize"):

@@ -10,6 +10,9 @@ dry run.
                            configuration at its best lr and flags a best lr at the edge of the grid)
     hydra.sweeper.ladder   every job at several rungs of scale (parameter budgets, tokens per parameter, an lr rule:
                            searched per rung or carried up from the lowest; hydra_plugins/slm_sweeps/ladder.py)
+    hydra.sweeper.halving  successive halving: every job trains a rung's fraction of its steps, and only the best 1/eta
+                           of the configurations go on to the next (hydra_plugins/slm_sweeps/halving.py); the others
+                           are recorded `pruned`
     hydra.sweeper.dry_run  print the job list with parameter counts, tokens and GPU-hours (and with a Slurm launcher
                            what would be submitted: plan.slurm_lines); train nothing
 
@@ -33,8 +36,9 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
@@ -42,18 +46,21 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 
 from hydra_plugins.slm_sweeps import jobs as J
+from hydra_plugins.slm_sweeps import halving as H
 from hydra_plugins.slm_sweeps import ladder as L
+from hydra_plugins.slm_sweeps.compose import Composer
 
 
 class GridSweeper(BasicSweeper):
     def __init__(self, max_batch_size: Optional[int] = None, params: Optional[Dict[str, str]] = None,
                  points: Optional[List[List[str]]] = None, dry_run: bool = False,
                  estimate: Optional[Dict[str, Any]] = None, lr_search: Optional[List[float]] = None,
-                 ladder: Optional[Dict[str, Any]] = None) -> None:
+                 ladder: Optional[Dict[str, Any]] = None, halving: Optional[Dict[str, Any]] = None) -> None:
         super().__init__(max_batch_size=max_batch_size, params=J.upgrade_params(dict(params or {})))
         self.points = [J.upgrade_point(point, i) for i, point in enumerate(points or [])]
         self.lr_search = J.lr_multipliers(lr_search)
         self.ladder = L.parse(ladder, self.lr_search)
+        self.halving = H.parse(halving, self.ladder)
         self.dry_run = bool(dry_run)
         self.estimate = dict(estimate or {})
 
@@ -68,18 +75,16 @@ class GridSweeper(BasicSweeper):
 
     def sweep(self, arguments: List[str]) -> Any:
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
-        loader = self.hydra_context.config_loader
+        compose = Composer(self.hydra_context.config_loader, self.config)
         # the sweep's own settings (run group, top-level keys, a config file's old spellings) are checked as the
         # sweep directory is named: a refusal comes before any job is composed or any directory made
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
-        jobs = J.unique([J.compose_job(loader, self.config, o) for o in self.job_overrides(arguments)])
         name = str(self.config.get("run_group", sweep_dir.name))
-        plan, owners = None, {}
-        if self.ladder is not None:
-            plan = L.expand(loader, self.config, jobs, self.ladder)
-            jobs, multipliers, owners = L.search(loader, self.config, plan, self.lr_search)
-        else:
-            jobs, multipliers = J.search_lr(loader, self.config, jobs, self.lr_search)
+        jobs, multipliers, plan, owners = self.planned(arguments, compose)
+        if self.halving is not None:
+            for job in jobs:
+                if job.cfg is not None:
+                    H.rung_steps(job, self.halving)  # a rung that does not fit: one line, before anything is made
         if self.dry_run:
             from hydra_plugins.slm_sweeps.plan import print_plan
 
@@ -88,6 +93,8 @@ class GridSweeper(BasicSweeper):
                               rerun_failed=bool(self.config.get("rerun_failed", False)), batch_size=self.max_batch_size)
             if plan is not None:
                 L.print_ladder(plan, rows, {**owners, **{e.job.key: e for e in plan.deferred}}, self.lr_search)
+            if self.halving is not None:
+                H.print_halving(self.halving, jobs, rows)
             return []
 
         sweep_dir.mkdir(parents=True, exist_ok=True)
@@ -98,13 +105,20 @@ class GridSweeper(BasicSweeper):
             print(f"sweep {name}: ladder: {len(jobs)} jobs at the {plan.ladder.search_rungs} searched rung(s) first; "
                   f"{len(plan.deferred)} more at the rungs above once they have ended, at the lr they carry up",
                   flush=True)
-        returns = self._run(name, sweep_dir, jobs, multipliers, ladder_info)
+        if self.halving is not None:
+            from slm.runs.status import halving_decisions, save_halving_decisions
+
+            returns = H.run(name, jobs, self.halving,
+                            launch=lambda todo, extra: self._run(name, sweep_dir, todo, multipliers, extra=extra),
+                            pinned=halving_decisions(sweep_dir), pin=lambda d: save_halving_decisions(sweep_dir, d))
+        else:
+            returns = self._run(name, sweep_dir, jobs, multipliers, ladder_info)
         if plan is not None and plan.deferred:
             from slm.runs.status import carried_lrs, save_carried_lrs
 
             L.wait_for_others(name, jobs)
             pinned = carried_lrs(sweep_dir)
-            carried, keyed, sources = L.carry(loader, self.config, plan, jobs, multipliers, owners, pinned)
+            carried, keyed, sources = L.carry(compose, plan, jobs, multipliers, owners, pinned)
             save_carried_lrs(sweep_dir, pinned)
             if carried:
                 J.note_for_workers(name, sweep_dir, carried)
@@ -120,10 +134,23 @@ class GridSweeper(BasicSweeper):
             sys.exit(1)
         return returns
 
+    def planned(self, arguments: List[str], compose: Callable[[List[str]], J.Job]) -> tuple:
+        """The jobs to launch first, composed (compose.Composer): (jobs, {key: lr multiplier}, the ladder's Plan or
+        None, {key: its ladder RungJob})."""
+        jobs = J.unique([compose(o) for o in self.job_overrides(arguments)])
+        plan, owners = None, {}
+        if self.ladder is not None:
+            plan = L.expand(compose, jobs, self.ladder)
+            jobs, multipliers, owners = L.search(compose, plan, self.lr_search)
+        else:
+            jobs, multipliers = J.search_lr(compose, jobs, self.lr_search)
+        return jobs, multipliers, plan, owners
+
     def _run(self, name: str, sweep_dir: Path, jobs: List[J.Job], multipliers: Dict[str, float],
-             ladder: Optional[Dict[str, dict]] = None) -> list:
-        """List the jobs in sweep.json, record those that do not compose, launch the rest that are not settled;
-        returns the launcher's returns."""
+             ladder: Optional[Dict[str, dict]] = None, extra: List[str] = ()) -> list:
+        """List the jobs in sweep.json, record those that do not compose, launch the rest that are not settled, each
+        with `extra` overrides added at launch (halving's pause, left out of the job key); returns the launcher's
+        returns."""
         from slm.runs.status import list_jobs
 
         list_jobs(sweep_dir, {j.key: j.overrides for j in jobs}, warn=J.say, lr_multipliers=multipliers, ladder=ladder)
@@ -136,7 +163,7 @@ class GridSweeper(BasicSweeper):
                 J.record_invalid(job, rerun=bool(self.config.get("rerun_failed", False)))
             if job.cfg is None or J.finished(job):
                 outcomes[job.key] = J.outcome(job)
-        runnable = [j for j in jobs if j.key not in outcomes]
+        runnable = [replace(j, overrides=j.overrides + list(extra)) for j in jobs if j.key not in outcomes]
         if len(runnable) < len(jobs):
             print(f"sweep {name}: launching {len(runnable)} of {len(jobs)} jobs; the others are completed, "
                   f"unreadable, or recorded failed, diverged or invalid (rerun_failed=true runs those again)")

@@ -10,6 +10,7 @@ of the sweep counts the other copies' jobs too.
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import os
@@ -17,7 +18,7 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional, Union
 
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.errors import HydraException
@@ -36,12 +37,31 @@ log = logging.getLogger(__name__)
 class Job:
     overrides: list[str]
     run_dir: Path
-    cfg: Optional[DictConfig]  # None when the overrides do not compose into a config
+    cfg: Union[DictConfig, dict, None]
+    """The job's config: Hydra's (a DictConfig), or its resolved mapping less the hydra node where compose.Composer
+    applied the overrides to plain values; None when the overrides do not compose. Read it with select and section."""
     error: Optional[str] = None
 
     @property
     def key(self) -> str:
         return self.run_dir.name
+
+    def select(self, key: str, default: Any = None) -> Any:
+        """The resolved value at a dotted key (`train.lr`), `default` when it is not there, as OmegaConf.select."""
+        if not isinstance(self.cfg, dict):
+            return OmegaConf.select(self.cfg, key, default=default)
+        node: Any = self.cfg
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return default
+            node = node[part]
+        return default if node == "???" else copy.deepcopy(node)
+
+    def section(self, name: str) -> Any:
+        """A top-level section (`model`, `train`, ...) resolved, as a plain container of the caller's own."""
+        if not isinstance(self.cfg, dict):
+            return OmegaConf.to_container(self.cfg[name], resolve=True)
+        return copy.deepcopy(self.cfg[name])
 
 
 def _key(overrides: list[str], master: DictConfig) -> str:
@@ -55,7 +75,8 @@ def _key(overrides: list[str], master: DictConfig) -> str:
 def compose_job(config_loader: Any, master: DictConfig, overrides: list[str]) -> Job:
     """The job's config and run directory (hydra.sweep.dir / hydra.sweep.subdir), as the launcher will
     make them; a config that does not compose gives cfg None, its error line and the directory its key
-    names."""
+    names. Hydra's full composition (a third of a second): the sweepers compose through compose.Composer, which
+    takes this path only where its own does not apply."""
     try:
         cfg = config_loader.load_sweep_config(master, list(overrides))
         return Job(list(overrides), Path(str(cfg.hydra.sweep.dir)) / str(cfg.hydra.sweep.subdir), cfg)
@@ -114,10 +135,11 @@ def lr_text(lr: float) -> str:
     return f"{lr:.6g}"
 
 
-def search_lr(config_loader: Any, master: DictConfig, jobs: list[Job], multipliers: list[float]
+def search_lr(compose: Callable[[list[str]], Job], jobs: list[Job], multipliers: list[float]
               ) -> tuple[list[Job], dict[str, float]]:
     """Every job at train.lr x each multiplier (the job as given for 1: its key and run stay those of the
-    sweep without a search), and {job key: multiplier}. A job that does not compose is kept once, as given."""
+    sweep without a search), and {job key: multiplier}; `compose`: overrides -> Job (compose.Composer). A job that
+    does not compose is kept once, as given."""
     if not multipliers:
         return jobs, {}
     out, searched = [], {}
@@ -125,13 +147,13 @@ def search_lr(config_loader: Any, master: DictConfig, jobs: list[Job], multiplie
         if job.cfg is None:
             out.append(job)
             continue
-        base = float(job.cfg.train.lr)
+        base = float(job.select("train.lr"))
         for m in multipliers:
             if m == 1.0:
                 variant = job
             else:
                 overrides = [o for o in job.overrides if not str(o).startswith(LR_OVERRIDES)]
-                variant = compose_job(config_loader, master, overrides + [f"train.lr={lr_text(base * m)}"])
+                variant = compose(overrides + [f"train.lr={lr_text(base * m)}"])
             out.append(variant)
             searched[variant.key] = m
     return unique(out), searched
@@ -163,9 +185,14 @@ def unreadable(job: Job) -> bool:
 
 
 def finished(job: Job) -> bool:
-    """True if the job need not be launched: recorded completed, or failed/diverged without rerun_failed."""
-    rerun = job.cfg is not None and bool(OmegaConf.select(job.cfg, "rerun_failed", default=False))
-    return settled((load_record(job.run_dir) or {}).get("status"), rerun)
+    """True if the job need not be launched: recorded completed, or failed/diverged without rerun_failed, and no decay
+    branch of it left to train (train.schedule.decay_branches: slm.runs.branches)."""
+    from slm.runs.branches import pending_branches
+
+    rerun = job.cfg is not None and bool(job.select("rerun_failed", False))
+    if not settled((load_record(job.run_dir) or {}).get("status"), rerun):
+        return False
+    return not pending_branches(job.run_dir, job.cfg, rerun_failed=rerun)
 
 
 def record_invalid(job: Job, rerun: bool) -> None:

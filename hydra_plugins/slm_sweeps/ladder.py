@@ -30,7 +30,7 @@ import math
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
@@ -138,7 +138,7 @@ def _rung_overrides(base: J.Job, ladder: Ladder, rung: float) -> list[str]:
     from slm.training.config import TrainConfig
 
     out = [f"model.param_budget={rung:g}"]
-    train = OmegaConf.to_container(base.cfg.train, resolve=True)
+    train = base.section("train")
     if ladder.tokens_per_param is not None:
         length = train.get("length") or {}
         for key in ("steps", "epochs"):
@@ -149,12 +149,12 @@ def _rung_overrides(base: J.Job, ladder: Ladder, rung: float) -> list[str]:
         out.append(f"train.length.tokens={tokens:g}")
         train["length"] = {**length, "tokens": float(f"{tokens:g}")}
     if ladder.validations > 1:
-        steps = TrainConfig.from_node(train).max_steps(int(base.cfg.model.context_length))
+        steps = TrainConfig.from_node(train).max_steps(int(base.select("model.context_length")))
         out.append(f"train.validation.interval={max(1, steps // ladder.validations)}")
     return out
 
 
-def expand(loader: Any, master: Any, jobs: list[J.Job], ladder: Ladder) -> Plan:
+def expand(compose: Callable[[list[str]], J.Job], jobs: list[J.Job], ladder: Ladder) -> Plan:
     """Every base job at every rung, the lowest rung first (a base job that does not compose is kept once, as given)."""
     plan = Plan(ladder)
     for job in jobs:
@@ -163,7 +163,7 @@ def expand(loader: Any, master: Any, jobs: list[J.Job], ladder: Ladder) -> Plan:
             if name in RUNG_KEYS:
                 raise HydraException(f"{o}: the ladder sets {name} per rung (hydra.sweeper.ladder); leave it out of the "
                                      "points, params and command line")
-        kind = OmegaConf.select(job.cfg, "model.parametrization.kind", default="sp") if job.cfg is not None else None
+        kind = job.select("model.parametrization.kind", "sp") if job.cfg is not None else None
         if ladder.lr == "transfer" and job.cfg is not None and kind not in TRANSFERS:
             raise HydraException(f"hydra.sweeper.ladder.lr=transfer carries the lr across width, which only "
                                  f"{' or '.join(TRANSFERS)} promise; this sweep has model.parametrization.kind={kind}: "
@@ -174,7 +174,7 @@ def expand(loader: Any, master: Any, jobs: list[J.Job], ladder: Ladder) -> Plan:
                 if index == 0:
                     plan.searched.append(RungJob(index, rung, _configuration(job.overrides), job, job))
                 continue
-            composed = J.compose_job(loader, master, list(job.overrides) + _rung_overrides(job, ladder, rung))
+            composed = compose(list(job.overrides) + _rung_overrides(job, ladder, rung))
             entry = RungJob(index, rung, _configuration(job.overrides), composed, job)
             (plan.searched if ladder.searched(index) else plan.deferred).append(entry)
     return plan
@@ -192,12 +192,12 @@ def info(plan: Plan, keys: dict[str, RungJob], carried: Optional[dict[str, dict]
     return out
 
 
-def search(loader: Any, master: Any, plan: Plan, multipliers: list[float]) -> tuple[list[J.Job], dict[str, float],
-                                                                                         dict[str, RungJob]]:
+def search(compose: Callable[[list[str]], J.Job], plan: Plan, multipliers: list[float]
+           ) -> tuple[list[J.Job], dict[str, float], dict[str, RungJob]]:
     """The searched rungs' jobs at every lr multiplier: (jobs, {key: multiplier}, {key: its RungJob})."""
     jobs, searched, owners = [], {}, {}
     for entry in plan.searched:
-        found, mult = J.search_lr(loader, master, [entry.job], multipliers)
+        found, mult = J.search_lr(compose, [entry.job], multipliers)
         for job in found:
             owners[job.key] = entry
             jobs.append(job)
@@ -220,7 +220,7 @@ def wait_for_others(name: str, jobs: list[J.Job], poll: float = 10.0) -> None:
         time.sleep(poll)
 
 
-def carry(loader: Any, master: Any, plan: Plan, jobs: list[J.Job], multipliers: dict[str, float],
+def carry(compose: Callable[[list[str]], J.Job], plan: Plan, jobs: list[J.Job], multipliers: dict[str, float],
           owners: dict[str, RungJob], pinned: dict[str, dict]) -> tuple[list[J.Job], dict[str, RungJob], dict[str, dict]]:
     """The deferred jobs at their configuration's best searched multiplier: (jobs, {key: RungJob}, {key: where the lr
     came from}).
@@ -273,9 +273,9 @@ def carry(loader: Any, master: Any, plan: Plan, jobs: list[J.Job], multipliers: 
                       "seeds": sum(math.isfinite(x) for x in by_mult[best]), "of": len(by_mult[best])}
             pinned[name] = choice
         best = float(choice["multiplier"])
-        base = float(entry.job.cfg.train.lr)
+        base = float(entry.job.select("train.lr"))
         overrides = [o for o in entry.job.overrides if not str(o).startswith(J.LR_OVERRIDES)]
-        job = entry.job if best == 1.0 else J.compose_job(loader, master, overrides + [f"train.lr={J.lr_text(base * best)}"])
+        job = entry.job if best == 1.0 else compose(overrides + [f"train.lr={J.lr_text(base * best)}"])
         out.append(job)
         keyed[job.key] = entry
         sources[job.key] = choice

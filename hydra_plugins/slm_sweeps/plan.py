@@ -29,6 +29,7 @@ what would be submitted (slurm_lines).
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import statistics
@@ -150,9 +151,21 @@ def mfu_by_family(estimate: dict, families: set, root: Path) -> dict[str, tuple[
 
 def _family(job: Job) -> str:
     try:
-        return str(OmegaConf.select(job.cfg, "model.family", default=None) or "custom")
+        return str(job.select("model.family") or "custom")
     except Exception:
         return "custom"
+
+
+_MEMO: dict[tuple, object] = {}
+
+
+def _memo(fn, *args):
+    """fn(*args) for plain JSON-like arguments, once per distinct value (the jobs of a sweep share a few models and
+    tokenizers; a parameter count takes ~5 ms). The result is shared: callers read it, never change it."""
+    key = (fn.__qualname__, json.dumps(args, sort_keys=True, default=repr))
+    if key not in _MEMO:
+        _MEMO[key] = fn(*args)
+    return _MEMO[key]
 
 
 def plan_row(job: Job, estimate: dict) -> dict:
@@ -170,15 +183,15 @@ def plan_row(job: Job, estimate: dict) -> dict:
     if job.cfg is None:
         return {**row, "error": job.error}
     try:
-        cfg = {k: OmegaConf.to_container(job.cfg[k], resolve=True) for k in ("model", "tokenizer", "data", "train")}
+        cfg = {k: job.section(k) for k in ("model", "tokenizer", "data", "train")}
         from slm.objectives import ObjectiveError, check_preset, tokenizer_node_for
 
         try:
             check_preset(cfg["model"], cfg["train"].get("objective", "causal_lm"))  # the job itself would refuse it
         except ObjectiveError as err:
             return {**row, "error": str(err)}
-        vocab = _vocab(tokenizer_node_for(cfg["train"].get("objective", "causal_lm"), cfg["tokenizer"]), cfg["data"])
-        report = params_report({**cfg["model"], **({"vocab_size": vocab} if vocab else {})})
+        vocab = _memo(_vocab, tokenizer_node_for(cfg["train"].get("objective", "causal_lm"), cfg["tokenizer"]), cfg["data"])
+        report = _memo(params_report, {**cfg["model"], **({"vocab_size": vocab} if vocab else {})})
         train = TrainConfig.from_node(cfg["train"])
         steps = train.max_steps(report["context_length"])
         tokens = steps * train.batch_size * report["context_length"]

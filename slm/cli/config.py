@@ -345,8 +345,9 @@ def old_spelling(node, section: str) -> str | None:
 
     if not OmegaConf.is_dict(node):
         return None
+    keys = set(node.keys())  # `old in node` on a struct DictConfig raises and catches for an absent key: slow
     for old, (group, name) in SECTIONS[section].items():
-        if old in node and not (old == group and not isinstance(OmegaConf.select(node, old, default=None), str)):
+        if old in keys and old in node and not (old == group and not isinstance(OmegaConf.select(node, old, default=None), str)):
             return f"{section}.{old} is now spelt {section}.{group}.{name}"
     return None
 

@@ -1,8 +1,8 @@
 """The Lightning parts of one attempt at a job, assembled by `build` into a Built.
 
 The module (seeded; train.init_from's weights on a fresh start), the data module, the callbacks (the start line,
-the progress, checkpoints, throughput, train_log, routing load, kept steps, stop signals), the loggers, the
-strategy and the Trainer. Lightning is imported when build runs, not with this module.
+the progress, checkpoints, throughput, train_log, routing load, kept steps, decay branches' checkpoints, stop
+signals, train.length.pause_at's pause), the loggers, the strategy and the Trainer. Lightning is imported when build runs, not with this module.
 """
 
 from __future__ import annotations
@@ -54,17 +54,39 @@ def _strategy(train_cfg) -> str:
     return train_cfg.parallel.strategy
 
 
+def _branch_points(branches: list) -> list[tuple]:
+    """BranchCheckpoints' (step, file, written) of the decay branches (slm.runs.branches) whose directory holds no
+    checkpoint yet and no settled record: the run's state at the step each one branches at, saved as that branch's
+    last.ckpt, then its config and record written (`mark`). A branch that has one (written earlier, or resumed and
+    trained on since) is left as it is."""
+    from slm.runs.branches import has_checkpoint, mark
+    from slm.runs.record import RecordError, load_record, settled
+
+    points = []
+    for branch in branches:
+        try:
+            done = settled((load_record(branch.run_dir) or {}).get("status"))
+        except RecordError:
+            done = True  # an unreadable record: nothing overwrites it
+        if done or has_checkpoint(branch.run_dir):
+            continue
+        points.append((branch.decay.start, branch.run_dir / CHECKPOINT,
+                       lambda branch=branch: mark(branch.run_dir, branch.cfg, branch.section)))
+    return points
+
+
 def build(job: PreparedJob, resume: Path | None) -> Built:
     """The module (seeded; train.init_from's weights on a fresh start), the data module, the callbacks (progress,
-    checkpoints, throughput, train_log, routing load, kept steps, stop signals), the loggers and the Trainer. Only
+    checkpoints, throughput, train_log, routing load, kept steps, decay branches' checkpoints, stop signals, the pause), the
+    loggers and the Trainer. Only
     rank 0's callbacks print or write files; stale temporary checkpoint files are removed."""
     import lightning as L
     from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
     from lightning.pytorch.plugins.environments import SLURMEnvironment
 
     from slm.data.datamodule import SLMDataModule
-    from slm.training.callbacks import (CSVHistory, KeepCheckpoints, KeptCSVLogger, RunCheckpoint, SignalCheckpoint,
-                                        StepLog, ThroughputMonitor)
+    from slm.training.callbacks import (BranchCheckpoints, CSVHistory, KeepCheckpoints, KeptCSVLogger, PauseAt,
+                                        RunCheckpoint, SignalCheckpoint, StepLog, ThroughputMonitor)
     from slm.training.checkpoint_io import AtomicCheckpointIO
     from slm.training.module import LanguageModelModule
     from slm.training.progress import ProgressLog, StartLine, StepsBar, interactive
@@ -86,6 +108,9 @@ def build(job: PreparedJob, resume: Path | None) -> Built:
     checkpoint = RunCheckpoint(run_dir / CHECKPOINT.parent, train_cfg.checkpoint.interval)
     preemption = SignalCheckpoint(run_dir / CHECKPOINT)
     keep = KeepCheckpoints(run_dir / CHECKPOINT.parent, train_cfg.checkpoint.keeps)
+    branches = BranchCheckpoints(_branch_points(job.branches))
+    pause_step = train_cfg.length.pause_step(max_steps)
+    pause = [PauseAt(pause_step, run_dir / CHECKPOINT)] if pause_step is not None else []
     routing = RoutingLoad(train_cfg.logging.interval)
     bar = train_cfg.logging.progress_bar and interactive()  # a bar only on a terminal: in a file it is a stream of \r
     resumed_from = str(Path(resume).relative_to(run_dir)) if resume is not None else None
@@ -115,8 +140,9 @@ def build(job: PreparedJob, resume: Path | None) -> Built:
         num_sanity_val_steps=0, log_every_n_steps=train_cfg.logging.interval,
         logger=loggers, plugins=plugins,
         # routing before anything that saves a checkpoint on a step's end (its load is in the checkpoint);
-        # keep before preemption: a kept step that is also interrupted is saved before the run stops
-        callbacks=[*talk, routing, checkpoint, throughput, *step_log, *history, keep, preemption],
+        # branches and keep before preemption: a step that is also interrupted is saved before the run stops; the
+        # pause last (train.length.pause_at: it saves the step and stops the run)
+        callbacks=[*talk, routing, checkpoint, throughput, *step_log, *history, branches, keep, preemption, *pause],
         enable_progress_bar=bar, enable_model_summary=False, detect_anomaly=train_cfg.logging.detect_anomaly,
         use_distributed_sampler=False,
     )

@@ -13,7 +13,9 @@ parameter count), where it starts (step 0, or the step it resumed from), then a 
 a progress line every train.logging.print_interval steps elsewhere (slm.training.progress).
 
 train_run decides whether the run trains (its lock, its record, its checkpoint), then runs the steps in order,
-each taking what the ones before it made:
+each taking what the ones before it made, and then, still under the run's lock, trains the run's pending decay
+branches (train.schedule.decay_branches: train_branches, slm.runs.branches), each a run of its own resumed from the
+checkpoint the run wrote at its step:
   prepare           the config checked, the data prepared, the model's config and counts, the length, the
                     init source: a PreparedJob; nothing is written (bad input raises here)
   start             config.yaml, the record `running`, the lines saying what the run is
@@ -48,9 +50,10 @@ from slm.eval.score_lines import brief
 from slm.eval.summary import eval_section
 from slm.renames import RenameError, upgrade_model_fields
 from slm.runs.assembly import Built, build
+from slm.runs.branches import has_checkpoint, mark, pending_branches, plan, seed_logs
 from slm.runs.errors import one_line
 from slm.runs.failures import RunFailed, machine_problem
-from slm.runs.job_record import record_completed, record_diverged, record_failure, start
+from slm.runs.job_record import record_completed, record_diverged, record_failure, record_paused, start
 from slm.runs.layout import CHECKPOINT
 from slm.runs.preflight import PreparedJob, prepare
 from slm.runs.record import load_record, now, settled, update_record
@@ -63,7 +66,7 @@ from slm.training.train_log import TrainLogError, kept_lines
 # the job's steps and its errors, wherever they are defined: what the commands, the sweepers and the tests import
 __all__ = ["CHECKPOINT", "Built", "PreparedJob", "RunConfigClash", "RunFailed", "RunInUseError", "build",
            "check_train_log", "evaluate", "fit", "prepare", "record_completed", "record_diverged", "record_failure",
-           "start", "train_run", "validate"]
+           "start", "train_branches", "train_run", "validate"]
 
 
 class RunInUseError(ValueError):
@@ -112,61 +115,125 @@ def train_run(cfg: dict, run_dir: str | os.PathLike, *, sweep: bool = False, rer
     nothing: bad input and failures are recorded as `failed` (with the error line) and returned, so that
     the other jobs of the sweep go on. In both, an interruption (KeyboardInterrupt, SystemExit: Ctrl-C,
     a Slurm preemption) leaves the record `running` and propagates.
+    With train.schedule.decay_branches, the run's pending decay branches are trained next, each a run of its own
+    (train_branches); the run's record is returned.
     """
     run_dir = Path(run_dir)
     if not is_rank_zero():  # a data-parallel job's other processes: train beside rank 0, write nothing
-        return _follow(cfg, run_dir, sweep=sweep, rerun_failed=rerun_failed)
+        record = _follow(cfg, run_dir, sweep=sweep, rerun_failed=rerun_failed)
+        if not record.get("clash"):
+            train_branches(cfg, run_dir, record.get("status"), sweep=sweep, rerun_failed=rerun_failed)
+        return record
     with run_lock(run_dir) as held:
         if not held:
             if not sweep:
                 raise RunInUseError(f"{run_dir} is being trained by another process (its .lock is held)")
             print(f"slm-train: {run_dir} is being trained by another process; skipped")
             return {"status": "running", "error": None, "busy": True}
-        existing = load_record(run_dir)
-        status = existing.get("status") if existing else None
-        clash = _model_clash(existing, cfg)
-        if clash:
-            message = (f"{run_dir} holds a run of another model ({clash}): the defaults or the preset changed "
-                       "since it was made; name the model on the command line, or choose another run_group")
-            if not sweep:
-                raise RunConfigClash(message)
-            print(f"slm-train: {message}; skipped")
-            return existing
-        if settled(status, rerun_failed=rerun_failed or not sweep):
-            if status == "completed":
-                print(f"slm-train: {run_dir} is already completed; nothing to do "
-                      f"(another eval suite: slm-eval {run_dir} --tasks ...)")
-            else:
-                print(f"slm-train: {run_dir} is recorded {status}; skipped (rerun_failed=true runs it again)")
-            return existing
-        policy = cfg.get("bad_checkpoint", "fail")
-        try:
-            chosen = resume_checkpoint(run_dir / CHECKPOINT.parent, policy, apply=False)  # nothing moved yet
-        except ResumeError as err:  # a damaged checkpoint: recorded failed, with what to do
-            record = update_record(run_dir, status="failed", error=one_line(err))
-            if not sweep:
-                raise
-            return record
-        try:
-            check_train_log(run_dir, chosen)
-        except TrainLogError as err:  # refused before anything is written: the record and the files stay as they are
-            if not sweep:
-                raise
-            print(f"slm-train: {err}; skipped", file=sys.stderr)
-            return existing
-        resume = resume_checkpoint(run_dir / CHECKPOINT.parent, policy)  # the same answer, its notes and file moves
-        try:
-            job = prepare(cfg, run_dir)  # validates the config and prepares the data before anything is written
-        except Exception as err:
-            if not sweep:
-                raise
-            return record_failure(run_dir, cfg, err)
-        try:
-            return _train(job, resume)
-        except Exception:
-            if not sweep:
-                raise
-            return load_record(run_dir)  # recorded failed by _train
+        record, go_on = _run(cfg, run_dir, sweep=sweep, rerun_failed=rerun_failed)
+        if go_on:  # the decay branches (slm.runs.branches), under the run's lock: the job is the run and its branches
+            train_branches(cfg, run_dir, (record or {}).get("status"), sweep=sweep, rerun_failed=rerun_failed)
+        return record
+
+
+def _run(cfg: dict, run_dir: Path, *, sweep: bool, rerun_failed: bool) -> tuple[dict, bool]:
+    """train_run's work on the run itself, its lock held: (its record, whether its decay branches come next: not after
+    a clash of models or a run refused before anything was written)."""
+    existing = load_record(run_dir)
+    status = existing.get("status") if existing else None
+    clash = _model_clash(existing, cfg)
+    if clash:
+        message = (f"{run_dir} holds a run of another model ({clash}): the defaults or the preset changed "
+                   "since it was made; name the model on the command line, or choose another run_group")
+        if not sweep:
+            raise RunConfigClash(message)
+        print(f"slm-train: {message}; skipped")
+        return existing, False
+    at = paused_at(existing, cfg)
+    if at is not None:
+        print(f"slm-train: {run_dir} is paused at step {at}, not before its train.length.pause_at; nothing to do")
+        return existing, False
+    if settled(status, rerun_failed=rerun_failed or not sweep):
+        pending = pending_branches(run_dir, cfg, rerun_failed=rerun_failed or not sweep)
+        if status == "completed":
+            then = (f"training its decay branch{'es' if len(pending) > 1 else ''} next" if pending else
+                    f"nothing to do (another eval suite: slm-eval {run_dir} --tasks ...)")
+            print(f"slm-train: {run_dir} is already completed; {then}")
+        else:
+            print(f"slm-train: {run_dir} is recorded {status}; skipped (rerun_failed=true runs it again)")
+        return existing, True
+    policy = cfg.get("bad_checkpoint", "fail")
+    try:
+        chosen = resume_checkpoint(run_dir / CHECKPOINT.parent, policy, apply=False)  # nothing moved yet
+    except ResumeError as err:  # a damaged checkpoint: recorded failed, with what to do
+        record = update_record(run_dir, status="failed", error=one_line(err))
+        if not sweep:
+            raise
+        return record, True
+    try:
+        check_train_log(run_dir, chosen)
+    except TrainLogError as err:  # refused before anything is written: the record and the files stay as they are
+        if not sweep:
+            raise
+        print(f"slm-train: {err}; skipped", file=sys.stderr)
+        return existing, False
+    resume = resume_checkpoint(run_dir / CHECKPOINT.parent, policy)  # the same answer, its notes and file moves
+    try:
+        job = prepare(cfg, run_dir)  # validates the config and prepares the data before anything is written
+    except Exception as err:
+        if not sweep:
+            raise
+        return record_failure(run_dir, cfg, err), False
+    try:
+        return _train(job, resume), True
+    except Exception:
+        if not sweep:
+            raise
+        return load_record(run_dir), True  # recorded failed by _train
+
+
+def train_branches(cfg: dict, run_dir: Path, status: str | None, *, sweep: bool = False,
+                   rerun_failed: bool = False) -> list[dict]:
+    """Train the pending decay branches (slm.runs.branches.pending_branches) of the run in `run_dir`, which has ended
+    `status`: each by resuming it in its own directory from the checkpoint the run wrote at its step (train_run: the
+    ordinary resume). A branch without that checkpoint trains from step 0 (the same run) after a completed run, and
+    not at all after one that failed or diverged before the branch's step. Returns the branches' records. A single
+    run (sweep=False) raises a branch's failure as its own; a sweep job records it in the branch's result.json and
+    goes on. Called under the run's lock."""
+    pending = set(pending_branches(run_dir, cfg, rerun_failed=rerun_failed or not sweep))
+    if not pending:
+        return []
+    try:
+        branches = [b for b in plan(cfg, run_dir) if b.run_dir in pending]
+    except ValueError as err:  # branches this run's length cannot have (a run completed before they were asked for)
+        if not sweep:
+            raise
+        print(f"slm-train: {run_dir}: no decay branch trained: {one_line(err)}", file=sys.stderr)
+        return []
+    records, rank_zero = [], is_rank_zero()
+    for branch in branches:
+        if not has_checkpoint(branch.run_dir) and status != "completed":
+            if rank_zero:
+                print(f"slm-train: decay branch {branch.decay.fraction} of {run_dir.name} not trained: the run ended "
+                      f"{status} before step {branch.decay.start}, where the branch begins", file=sys.stderr)
+            continue
+        if rank_zero:
+            _announce(run_dir, branch)
+            if has_checkpoint(branch.run_dir):  # the steps it shares with the run, in its own log
+                seed_logs(run_dir, branch.run_dir, branch.decay.start)
+            mark(branch.run_dir, branch.cfg, branch.section)
+        records.append(train_run(branch.cfg, branch.run_dir, sweep=sweep, rerun_failed=rerun_failed))
+    return records
+
+
+def _announce(run_dir: Path, branch) -> None:
+    """One line before a decay branch trains: which, how long, and from where."""
+    b = branch.decay
+    where = (f"branching off at step {b.start}" if has_checkpoint(branch.run_dir) else
+             f"from step 0: the run left no checkpoint of step {b.start} there (it completed before the branch was "
+             "asked for), and trained alone it is the same run")
+    print(f"slm-train: decay branch {b.fraction} of the run: {b.steps:,} steps, decaying from step {b.start}, {where}: "
+          f"{branch.run_dir}", flush=True)
 
 
 def _follow(cfg: dict, run_dir: Path, *, sweep: bool, rerun_failed: bool) -> dict:
@@ -174,7 +241,9 @@ def _follow(cfg: dict, run_dir: Path, *, sweep: bool, rerun_failed: bool) -> dic
     the checkpoint rank 0 resumes from), no lock, no record, no output of its own."""
     existing = load_record(run_dir)
     status = existing.get("status") if existing else None
-    if _model_clash(existing, cfg) or settled(status, rerun_failed=rerun_failed or not sweep):
+    if _model_clash(existing, cfg):
+        return {**existing, "clash": True}
+    if settled(status, rerun_failed=rerun_failed or not sweep):
         return existing
     try:
         resume = resume_checkpoint(run_dir / CHECKPOINT.parent, cfg.get("bad_checkpoint", "fail"), apply=False)
@@ -193,6 +262,18 @@ def check_train_log(run_dir: Path, resume: Path | None) -> None:
     kept_lines(run_dir / TRAIN_LOG, checkpoint_step(resume) if resume is not None else 0)
 
 
+def paused_at(record: dict | None, cfg: dict) -> int | None:
+    """The step a run recorded `paused` is paused at when the asked train.length.pause_at would pause it there or
+    earlier (so it has nothing to train), else None."""
+    training = (record or {}).get("training") or {}
+    pause_at = ((cfg.get("train") or {}).get("length") or {}).get("pause_at")
+    step, max_steps = training.get("steps"), training.get("max_steps")
+    if (record or {}).get("status") != "paused" or pause_at is None or not isinstance(step, int) \
+            or not isinstance(max_steps, int):
+        return None
+    return step if max(1, round(float(pause_at) * max_steps)) <= step else None
+
+
 def _train(job: PreparedJob, resume: Path | None) -> dict:
     """The steps after prepare, in order (the module docstring). A failure is recorded `failed` with its line (a
     full disk or no memory: RunFailed, saying what to do) and re-raised; an interruption leaves the run `running`."""
@@ -204,6 +285,8 @@ def _train(job: PreparedJob, resume: Path | None) -> dict:
         training = fit(job, built, started)
         if built.module.diverged is not None:
             return record_diverged(job, built, training)
+        if training.get("paused"):
+            return record_paused(job, built, training)
         restored = validate(job, built)
         if not is_rank_zero():  # the validations ran on every rank (collectively); saving and scoring are rank 0's
             return {"status": "completed", "error": None}
@@ -230,12 +313,18 @@ def fit(job: PreparedJob, built: Built, started: float) -> dict:
     """Train from the checkpoint (built.resume) or from step 0 to max_steps, a divergence or a stop signal; returns the
     record's training section. On a signal SignalCheckpoint has saved the step: the record counts the interruption
     (rank 0) and the exception goes on."""
+    from slm.training.callbacks import RunPaused
+
     train_cfg, module, throughput, preemption = job.train_cfg, built.module, built.throughput, built.preemption
+    paused = None
     try:
         with OtherWork() as other:  # what else used the CPUs meanwhile: tokens/s on a shared machine reads lower
-            built.trainer.fit(module, datamodule=built.datamodule,
-                              ckpt_path=str(built.resume) if built.resume is not None else None,
-                              weights_only=True)
+            try:
+                built.trainer.fit(module, datamodule=built.datamodule,
+                                  ckpt_path=str(built.resume) if built.resume is not None else None,
+                                  weights_only=True)
+            except RunPaused as pause:  # train.length.pause_at: the step is saved as last.ckpt
+                paused = {"step": pause.step, "fraction": train_cfg.length.pause_at}
     except BaseException:
         if preemption.step is not None and is_rank_zero():  # a requeue (submitit) or the same command resumes
             before = (load_record(job.run_dir) or {}).get("training", {}).get("interruptions", 0)
@@ -249,6 +338,7 @@ def fit(job: PreparedJob, built: Built, started: float) -> dict:
         "steps": steps, "tokens": steps * job.tokens_per_step, "wall_seconds": time.time() - started,
         **throughput.totals(), "final_train_loss": module.last_train_loss, "diverged": module.diverged,
         "resumed_from": built.resumed_from, "precision": train_cfg.precision, "other_cores_busy": other.cores,
+        **({"paused": paused} if paused else {}),
     }
     load = built.routing.summary()
     if load is not None:

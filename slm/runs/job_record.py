@@ -142,6 +142,33 @@ def record_diverged(job: PreparedJob, built: Built, training: dict) -> dict:
                          training=training, data=_data_section(job.data, built.datamodule), artifacts=dict(ARTIFACTS))
 
 
+def val_curve(run_dir, module) -> list[list]:
+    """The run's validation curve for its record: the module's (from its checkpoint on, resumes included) with the
+    validations the record holds already at other steps (a pause's: it validates after saving its checkpoint, so the
+    checkpoint's curve lacks it), in step order."""
+    recorded = ((load_record(run_dir) or {}).get("eval") or {}).get("val_curve") or []
+    points = {int(p[0]): float(p[1]) for p in recorded if isinstance(p, list) and len(p) == 2}
+    points.update({int(step): float(nll) for step, nll in module.val_curve})
+    return [[step, points[step]] for step in sorted(points)]
+
+
+def record_paused(job: PreparedJob, built: Built, training: dict) -> dict:
+    """The run paused at train.length.pause_at's step (its state saved as last.ckpt before this): validated there (the
+    score a halving rung reads from eval.val_curve) and recorded `paused`; rank 0 writes. The checkpoint was saved
+    before this validation, so the run goes on as if it had not paused."""
+    built.trainer.validate(built.module, datamodule=built.datamodule, verbose=False)
+    if not is_rank_zero():
+        return {"status": "paused", "error": None}
+    module, step = built.module, training["paused"]["step"]
+    nll = module.val_metrics.get("val_nll")
+    print(f"slm-train: paused at step {step:,} of {job.max_steps:,} (train.length.pause_at="
+          f"{training['paused']['fraction']:g}), checkpointed in {CHECKPOINT}; validation {module.objective.nll_kind} "
+          f"{nll:.4f}; the same command with a later pause_at, or none, goes on")
+    training["paused"]["val_nll"] = nll
+    return update_record(job.run_dir, status="paused", training=training, data=_data_section(job.data, built.datamodule),
+                         eval={"val_curve": val_curve(job.run_dir, module)})
+
+
 def record_completed(job: PreparedJob, built: Built, training: dict, restored: dict | None) -> dict:
     """Save the weights and the tokenizer (model/), print how training ended and record the run `completed` with
     its validation (and test) metrics; rank 0. A non-finite validation NLL raises (the run is then failed)."""
@@ -168,7 +195,7 @@ def record_completed(job: PreparedJob, built: Built, training: dict, restored: d
                          eval={"val_nll": val["val_nll"], "val_step": val["val_step"],  # exp(a NELBO): a bound
                                ("val_ppl" if module.objective.nll_kind == "nll" else "val_ppl_bound"): val["val_ppl"],
                                "val_nll_kind": module.objective.nll_kind, **module.test_metrics, **per_byte,
-                               "val_curve": [[int(step), float(nll)] for step, nll in module.val_curve],
+                               "val_curve": val_curve(run_dir, module),
                                **({"restored_best": True, "last_val_nll": restored["val_nll"],
                                    "last_val_step": restored["val_step"]} if restored else {}),
                                **({"val_attention_block": val["val_attention_block"]}

@@ -1,8 +1,9 @@
 """A job's config checked and its data prepared before anything is written: `prepare` makes a PreparedJob.
 
-prepare checks the settings (loggers, accelerator, the eval suite, the objective against the model, the length,
-the memory a step needs, train.init_from's source, train.block_curriculum's spec) and prepares the data and the
-model's config and counts; bad input raises one line here, before the run directory holds anything of the run.
+prepare checks the settings (loggers, accelerator, the eval suite, the objective against the model, the length and
+the decay branches it can have, the memory a step needs, train.init_from's source, train.block_curriculum's spec) and
+prepares the data and the model's config and counts; bad input raises one line here, before the run directory holds
+anything of the run.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from slm.eval import run as eval_run
 from slm.model import ModelConfig, build_model, config_from_spec, count, weights
 from slm.model.counting import Counts
 from slm.objectives import OBJECTIVES, tokenizer_node_for
+from slm.runs.branches import Branch, plan
 from slm.runs.layout import CHECKPOINT
 from slm.settings import nested
 from slm.training.checkpoints import PREVIOUS
@@ -42,6 +44,8 @@ class PreparedJob:
     max_steps: int
     init: InitSource | None
     """train.init_from's weights, checked against the model; None for random weights and for a resumed run."""
+    branches: list[Branch] = field(default_factory=list)
+    """train.schedule.decay_branches: the runs that branch off this one's stable phase (slm.runs.branches)."""
     began: float = field(default_factory=time.monotonic)
     """When this session's work on the job began (the data prepared): the record's training.session_job_seconds."""
 
@@ -71,13 +75,14 @@ def prepare(cfg: dict, run_dir: Path) -> PreparedJob:
         data.check_first_windows(train_cfg.validation.windows, model_cfg.context_length)
     counts = count(model_cfg)
     max_steps = train_cfg.max_steps(model_cfg.context_length)
-    train_cfg.check_length(max_steps)
+    train_cfg.check_length(max_steps, model_cfg.context_length)  # the decay branches too
     _check_memory(train_cfg, counts.params_total, model_cfg)
     init = None
     resuming = any((run_dir / CHECKPOINT.parent / name).exists() for name in (CHECKPOINT.name, PREVIOUS))
     if train_cfg.init_from is not None and not resuming:  # a resumed run has its weights
         init = _init_source(train_cfg.init_from, model_cfg, data.tokenizer)
-    return PreparedJob(cfg, run_dir, train_cfg, data, model_cfg, counts, max_steps, init)
+    branches = plan(cfg, run_dir, model_cfg.context_length)
+    return PreparedJob(cfg, run_dir, train_cfg, data, model_cfg, counts, max_steps, init, branches)
 
 
 TRAIN_BYTES_PER_PARAM = 16

@@ -1,7 +1,7 @@
 """The run record: one `result.json` per run directory, always replaced atomically.
 
 Top-level sections (schema_version 1):
-  status       running | completed | failed | diverged
+  status       running | completed | failed | diverged | paused (train.length.pause_at) | pruned (halving)
   error        one line, or null
   config       the resolved Hydra config of the run (model, tokenizer, data, train, ...)
   model        every ModelConfig field (same names as conf/model) + params_* (params_active: per token) and
@@ -14,7 +14,8 @@ Top-level sections (schema_version 1):
                model_dir, run_dir, weights_sha256, source_model {family, vocab_size, attention {causal, block},
                embedding {mask_token_id}}, source_run {run_group, key, status, objective, steps, tokens, val_nll,
                ...} when the source is a run with a record);
-               attention_blocks [[first step, block], ...] under a block curriculum
+               attention_blocks [[first step, block], ...] under a block curriculum; paused {step, fraction, val_nll}:
+               the last pause at train.length.pause_at
   eval         val_nll, val_ppl, val_step, val_nll_kind (nll: exact; nelbo: a masked-diffusion upper bound);
                val_curve [[step, val_nll], ...]: every validation of the run, in step order (resumes included);
                val_bpb and val_bytes_per_token (bits per UTF-8 byte: val_nll / ln 2 / bytes per token), and with
@@ -25,6 +26,10 @@ Top-level sections (schema_version 1):
   environment  python, package versions, device, hostname, git revision, omp_wait (libgomp's wait settings
                the run trained under, slm.omp_wait)
   artifacts    paths relative to the run directory (weights, checkpoint, logs)
+  branch       a decay branch's run only (train.schedule.decay_branches, slm.runs.branches): of (the job key of the
+               run it branched from, a sibling directory), fraction, step (the run's step it resumed from), steps
+  halving      a run successive halving pruned (status `pruned`; hydra.sweeper.halving): rung (from 0), fraction, step,
+               score (its configuration's mean validation loss there), rank of `of` configurations, kept (how many went on)
   created_at, updated_at  ISO-8601 UTC
 """
 
@@ -40,14 +45,15 @@ from slm.atomic import atomic_write
 
 SCHEMA_VERSION = 1
 RESULT_FILE = "result.json"
-STATUSES = ("running", "completed", "failed", "diverged")
-FINAL = ("completed", "failed", "diverged")  # a run that ended (running: in progress or interrupted)
+STATUSES = ("running", "completed", "failed", "diverged", "paused", "pruned")
+FINAL = ("completed", "failed", "diverged", "pruned")  # a run that ended (running: in progress or interrupted; paused:
+# at train.length.pause_at, to go on; pruned: stopped there for good by successive halving, hydra.sweeper.halving)
 
 
 def settled(status: str | None, rerun_failed: bool = False) -> bool:
-    """True if a run recorded `status` is left alone when its job comes round again: completed, or
+    """True if a run recorded `status` is left alone when its job comes round again: completed or pruned, or
     failed / diverged unless `rerun_failed` (sweeps: rerun_failed=true; a single run always retries)."""
-    return status == "completed" or (status in ("failed", "diverged") and not rerun_failed)
+    return status in ("completed", "pruned") or (status in ("failed", "diverged") and not rerun_failed)
 
 
 def now() -> str:
@@ -81,7 +87,8 @@ class RecordError(ValueError):
     line, `<path>: <reason>`."""
 
 
-SECTIONS = ("config", "model", "data", "training", "eval", "environment", "artifacts")  # objects, or absent/null
+SECTIONS = ("config", "model", "data", "training", "eval", "environment", "artifacts",
+            "branch", "halving")  # objects, or absent/null
 _JSON_TYPES = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean",
                type(None): "null"}
 

@@ -44,6 +44,7 @@ SWEEP_FILE = "sweep.json"  # written by the sweepers into the sweep directory: e
 
 # ---------------------------------------------------------------- the vocabulary of job states
 COMPLETED, FAILED, DIVERGED, RUNNING = "completed", "failed", "diverged", "running"  # recorded in result.json
+PAUSED, PRUNED = "paused", "pruned"  # recorded too: successive halving's (hydra.sweeper.halving)
 STOPPED, PENDING, UNREADABLE = "stopped", "pending", "unreadable"  # read from the run directory
 STATES = {  # in the order slm-status lists them: what needs attention first
     FAILED: "recorded failed, with its error line (rerun_failed=true runs a sweep's failed jobs again)",
@@ -52,21 +53,26 @@ STATES = {  # in the order slm-status lists them: what needs attention first
     RUNNING: "a process holds the run's lock and is training it now",
     STOPPED: "started, but no process trains it: killed, interrupted, or preempted and waiting to be requeued; "
              "the same command resumes it",
+    PAUSED: "paused at a rung of successive halving (train.length.pause_at), its checkpoint kept: the sweep goes on "
+            "with it or prunes it",
     PENDING: "a job of the sweep that has not started (no run directory yet)",
+    PRUNED: "stopped for good by successive halving at a rung (its score and rank in its record's halving section)",
     COMPLETED: "recorded completed",
 }
 ORDER = tuple(STATES)
-FINISHED = (COMPLETED, FAILED, DIVERGED)  # a run that ended: its record says so (slm.runs.record.FINAL)
+FINISHED = (COMPLETED, FAILED, DIVERGED, PRUNED)  # a run that ended: its record says so (slm.runs.record.FINAL)
 assert set(STATUSES) <= set(STATES), "every recorded status is a job state"
 
 
 def live_status(recorded: str | None, run_dir: str | os.PathLike) -> str:
     """The job state of a run directory whose result.json records `recorded` (None: no record yet): a run
-    recorded running, or without a record, is `running` while a process holds its lock and `stopped` otherwise;
-    a recorded completed, failed or diverged is that."""
+    recorded running, or without a record, is `running` while a process holds its lock and `stopped` otherwise (one
+    recorded paused: `paused`); a recorded completed, failed, diverged or pruned is that."""
     if recorded in FINISHED:
         return recorded
-    return RUNNING if lock_held(run_dir) else STOPPED
+    if lock_held(run_dir):
+        return RUNNING
+    return PAUSED if recorded == PAUSED else STOPPED
 
 
 @dataclass
@@ -211,7 +217,7 @@ def sweep_states(sweep_dir: str | os.PathLike, warn: Callable[[str], None] = log
 
 
 SECTIONS = {"jobs": "job key -> overrides", "lr_multipliers": "job key -> multiplier", "ladder": "job key -> rung",
-            "carried": "configuration -> carried lr"}
+            "carried": "configuration -> carried lr", "halving": "rung index -> its decision"}
 """What a sweep's sweep.json holds: each section an object (what of what)."""
 
 
@@ -288,6 +294,24 @@ def save_carried_lrs(sweep_dir: str | os.PathLike, carried: dict[str, dict]) -> 
         update_sweep_file(sweep_dir, carried=carried)
 
 
+def halving_decisions(sweep_dir: str | os.PathLike) -> list[dict]:
+    """A halving sweep's pinned decisions, rung by rung from the first (sweep.json's `halving`: {rung index: {rung,
+    fraction, scores, kept}}), [] without; a sweep.json that cannot be read counts as none (it is rewritten)."""
+    try:
+        found = _section(sweep_dir, "halving")
+    except RecordError:
+        return []
+    out = []
+    while isinstance(found.get(str(len(out))), dict):
+        out.append(found[str(len(out))])
+    return out
+
+
+def save_halving_decisions(sweep_dir: str | os.PathLike, decisions: list[dict]) -> None:
+    """Pin a halving sweep's decisions in sweep.json (`halving`), the rest of the file kept."""
+    update_sweep_file(sweep_dir, halving={str(i): d for i, d in enumerate(decisions)})
+
+
 def counts(states: list[JobState]) -> dict[str, int]:
     out: dict[str, int] = {}
     for s in states:
@@ -318,8 +342,8 @@ def states_of(run_dirs: list[Path]) -> list[JobState]:
 
 WORKERS_ENV = "SLM_WORKERS"  # set by slm-workers for its copies: how many copies share the sweep
 WORKERS_DIR_ENV = "SLM_WORKERS_DIR"  # set by slm-workers (2 copies or more): where each copy's sweep notes itself
-TO_DO = (RUNNING, STOPPED, PENDING)  # a job that still has training to do
-SHOWN = (COMPLETED, FAILED, DIVERGED, UNREADABLE, RUNNING, STOPPED, PENDING)  # progress lines' order
+TO_DO = (RUNNING, STOPPED, PAUSED, PENDING)  # a job that still has training to do
+SHOWN = (COMPLETED, PRUNED, FAILED, DIVERGED, UNREADABLE, RUNNING, STOPPED, PAUSED, PENDING)  # progress lines' order
 ALWAYS_SHOWN = (COMPLETED, FAILED, RUNNING, PENDING)  # shown when zero too
 
 

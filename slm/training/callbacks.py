@@ -1,7 +1,7 @@
 """Callbacks: the rolling last.ckpt wherever the run directory lives, throughput and MFU, the per-step training log
 used for exact loss curves, the CSV log's rows kept across a resume, the checkpoint taken on a Slurm preemption
-signal or a stop signal (Ctrl-C, SIGTERM), and the step checkpoints kept on request (train.checkpoint.keep_every,
-train.checkpoint.keep_steps)."""
+signal or a stop signal (Ctrl-C, SIGTERM), the step checkpoints kept on request (train.checkpoint.keep_every,
+train.checkpoint.keep_steps), and the checkpoints a wsd run writes for its decay branches."""
 
 from __future__ import annotations
 
@@ -382,6 +382,56 @@ class SignalCheckpoint(L.Callback):
 
     def on_exception(self, trainer, pl_module, exception) -> None:
         self._restore()
+
+
+class RunPaused(Exception):
+    """Raised by PauseAt once the run's state at its pause step is saved (slm.runs.job records the run `paused`)."""
+
+    def __init__(self, step: int):
+        super().__init__(f"paused at step {step}")
+        self.step = step
+
+
+class PauseAt(L.Callback):
+    """train.length.pause_at: at the end of optimizer step `step` the full training state is saved to `path` (the
+    file ModelCheckpoint keeps as last.ckpt, atomically, as SignalCheckpoint saves it: resuming is exact), then
+    training stops with RunPaused. Nothing is saved from a diverged state. List it last."""
+
+    def __init__(self, step: int, path: Path):
+        self.step, self.path = int(step), Path(path)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if not step_ended(trainer, batch_idx) or trainer.global_step != self.step \
+                or getattr(pl_module, "diverged", None) is not None:
+            return
+        trainer.save_checkpoint(self.path, weights_only=False)  # every rank: a collective save
+        raise RunPaused(self.step)
+
+
+class BranchCheckpoints(L.Callback):
+    """Saves the full training state of given steps into other files: a wsd run's checkpoint at the step each decay
+    branch begins its decay, its resume checkpoint (slm.runs.branches). `points` is [(step, path, written)]: at the
+    end of optimizer step `step` the state is saved to `path` (atomically, through the trainer's checkpoint IO: a
+    diverged run or non-finite weights write nothing), then `written()` is called (None: nothing), on rank 0.
+
+    List it before KeepCheckpoints and SignalCheckpoint, and it runs before the rolling last.ckpt (Lightning calls
+    checkpoint callbacks last): the run's own checkpoint never passes a branch's step before the branch's file
+    exists, so a run killed at any moment still writes it when resumed."""
+
+    def __init__(self, points: list[tuple[int, Path, object]]):
+        self.points = [(int(step), Path(path), written) for step, path, written in points]
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if not step_ended(trainer, batch_idx) or getattr(pl_module, "diverged", None) is not None:
+            return
+        for step, path, written in self.points:
+            if step != trainer.global_step:
+                continue
+            if trainer.is_global_zero:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            trainer.save_checkpoint(path, weights_only=False)  # every rank: a collective save
+            if trainer.is_global_zero and path.exists() and callable(written):
+                written()
 
 
 class KeepCheckpoints(L.Callback):

@@ -8,20 +8,36 @@ train.optim.adamw.betas, ...) read through slm.renames.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields
 from typing import Literal
 
 from slm.objectives.loss_settings import LossSettings
 from slm.renames import RenameError, closest, upgrade_train_fields
-from slm.settings import Settings, SettingsError, setting
+from slm.settings import Settings, SettingsError, require, setting
 from slm.training.cadence import CheckpointSettings, LoggingSettings, ValidationSettings
 from slm.training.curriculum import BlockCurriculum
 from slm.training.devices import ParallelSettings
 from slm.training.length import LengthSettings
 from slm.training.optim import OPTIMIZERS, OptimSettings
-from slm.training.schedules import ScheduleSettings
+from slm.training.schedules import ScheduleSettings, decay_start
 
 TrainConfigError = SettingsError  # the name callers knew; every bad setting raises SettingsError
+
+
+@dataclass(frozen=True)
+class DecayBranch:
+    """One of train.schedule.decay_branches against a run's length: the wsd run of that fraction of the length, whose
+    stable phase is the run's own up to `start` (slm.runs.branches trains it)."""
+
+    fraction: float
+    steps: int
+    """The branch's optimizer steps (its max_steps)."""
+    start: int
+    """The step its decay begins at: the run's checkpoint of this step is the branch's resume checkpoint."""
+    length: dict
+    """The branch's train.length: the run's, times the fraction, in the unit the run was given (tokens x f, trained
+    in whole batches as any token budget; round(steps x f))."""
 
 
 @dataclass
@@ -43,7 +59,7 @@ class TrainConfig(Settings):
     """Peak learning rate: the one the schedule and an lr search scale (AdamW's; Muon's matrices have their own)."""
     schedule: ScheduleSettings = setting(factory=ScheduleSettings)
     """The learning-rate schedule (slm.training.schedules), train.schedule.<field>: kind (cosine, wsd, constant),
-    warmup_fraction, warmup_steps, decay_fraction, min_lr_ratio."""
+    warmup_fraction, warmup_steps, decay_fraction, min_lr_ratio, decay_branches."""
     optimizer: str = "adamw"
     """Optimizer (slm.training.optim): adamw, muon (torch's Muon for the hidden 2-D matrices, AdamW for the rest)
     or lion; each one's own settings are under train.optim.<optimizer>."""
@@ -92,6 +108,14 @@ class TrainConfig(Settings):
         OPTIMIZERS.check(self.optimizer, f"{key}.optimizer", SettingsError)
         if self.init_from is not None and not self.init_from.strip():
             raise SettingsError.invalid(f"{key}.init_from", self.init_from, "a run or checkpoint directory, or null")
+        branches = self.schedule.decay_branches
+        if branches:  # a branch must be the run's prefix: nothing else may depend on the run's length
+            require((self.length.epochs is None, f"{key}.schedule.decay_branches", branches,
+                     f"a run measured in epochs ({key}.length.epochs) validates at each epoch's end; give the "
+                     f"length as {key}.length.tokens or {key}.length.steps"),
+                    (self.block_curriculum is None, f"{key}.schedule.decay_branches", branches,
+                     f"{key}.block_curriculum stretches over the run's length, so a branch would not share its "
+                     "steps"))
 
     @property
     def world_size(self) -> int:
@@ -134,9 +158,9 @@ class TrainConfig(Settings):
         """Optimizer steps of the run: epochs of windows, `steps`, or the token budget in whole batches."""
         return self.length.max_steps(self.batch_size, context_length)
 
-    def check_length(self, max_steps: int) -> None:
+    def check_length(self, max_steps: int, context_length: int | None = None) -> None:
         """Settings that only make sense against the run's length (a warmup longer than the run, a checkpoint kept
-        at a step the run never reaches)."""
+        at a step the run never reaches; with context_length, the decay branches: `decay_branches`)."""
         run = f"the run has {max_steps} step{'' if max_steps == 1 else 's'}"
         warmup_steps = self.schedule.warmup_steps
         if warmup_steps is not None and warmup_steps > max_steps:
@@ -145,6 +169,46 @@ class TrainConfig(Settings):
         if beyond:
             raise SettingsError.invalid("train.checkpoint.keep_steps", self.checkpoint.keep_steps,
                                         f"{beyond[0]} is beyond the end of the run ({run})")
+        if context_length is not None:
+            self.decay_branches(context_length)
+
+    def decay_branches(self, context_length: int) -> list[DecayBranch]:
+        """train.schedule.decay_branches against the run's length, by fraction; SettingsError (one line naming the
+        fraction and what is allowed) for a branch as long as the run, one whose decay would begin before the end of
+        the warmup, or two of the same length."""
+        given = list(self.schedule.decay_branches)
+        if not given:
+            return []
+        key, total = "train.schedule.decay_branches", self.max_steps(context_length)
+        warmup, per_step, decay = self.warmup(total), self.batch_size * context_length, self.schedule.decay_fraction
+        first = max(warmup, 1)  # a branch shares all of the warmup and at least one step with the run
+        out: list[DecayBranch] = []
+        for f in sorted(given):
+            if self.length.steps is not None:
+                length = {"steps": round(f * self.length.steps)}
+                steps = length["steps"]
+            else:
+                length = {"tokens": f * self.length.tokens}
+                steps = int(length["tokens"] // per_step)
+            where = f"the branch at {f} ({steps} of the run's {total} steps)"
+            if steps >= total:
+                most = f"a fraction of at most {_down((total - 1) / total)}" if total > 1 else "none at this length"
+                raise SettingsError.invalid(key, given, f"{where} is as long as the run: {most} is allowed")
+            start = decay_start(steps, decay)
+            if start < first:
+                shortest = _shortest(first, total, decay)
+                limit = (f"the end of the warmup (step {warmup})" if warmup
+                         else "step 1 (it would share no step with the run)")
+                allowed = (f"a fraction of at least {_up(shortest / total)} ({shortest} steps) is allowed"
+                           if shortest is not None else
+                           f"none is allowed at this length: shorten the warmup ({warmup} steps) or lengthen the run")
+                raise SettingsError.invalid(key, given, f"{where} would begin its decay at step {max(start, 0)}, "
+                                            f"before {limit}; {allowed}")
+            if out and out[-1].steps == steps:
+                raise SettingsError.invalid(key, given, f"the branches at {out[-1].fraction} and {f} are both "
+                                            f"{steps} steps long: give fractions a step apart or more")
+            out.append(DecayBranch(f, steps, start, length))
+        return out
 
     def warmup(self, max_steps: int) -> int:
         """Warmup steps of a run of max_steps (train.schedule)."""
@@ -152,3 +216,26 @@ class TrainConfig(Settings):
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def _shortest(first: int, total: int, decay_fraction: float) -> int | None:
+    """The fewest steps (< total) of a wsd run whose decay begins at `first` or later; None if none."""
+    lo, hi = 1, total - 1  # decay_start never decreases with the length: bisect
+    if hi < 1 or decay_start(hi, decay_fraction) < first:
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (mid + 1, hi) if decay_start(mid, decay_fraction) < first else (lo, mid)
+    return lo
+
+
+def _up(x: float) -> float:
+    """x rounded up at its third significant digit (an allowed fraction, said in few digits)."""
+    scale = 10 ** (2 - math.floor(math.log10(x)))
+    return math.ceil(x * scale - 1e-9) / scale
+
+
+def _down(x: float) -> float:
+    """x rounded down at its third significant digit."""
+    scale = 10 ** (2 - math.floor(math.log10(x)))
+    return math.floor(x * scale + 1e-9) / scale

@@ -22,6 +22,11 @@ class LengthSettings(Settings):
     ceil(windows_per_epoch / batch_size), validation at the end of each epoch. Overrides steps and tokens."""
     windows_per_epoch: int | None = setting(None, gt=0, null="no epochs")
     """Training windows (sequences) per epoch; set with epochs."""
+    pause_at: float | None = setting(None, gt=0, lt=1, null="no pause")
+    """Pause at this fraction of the steps (round(fraction x steps), at least 1): the state saved as the run's
+    checkpoint, a validation, the record `paused`; the same run started again with a later pause_at, or none, goes
+    on from there exactly as if it had not paused. Successive halving's rungs (hydra.sweeper.halving) set it; not part
+    of the job key."""
 
     def check(self, key: str, root) -> None:
         if self.steps is None and self.tokens is None and self.epochs is None:
@@ -31,6 +36,13 @@ class LengthSettings(Settings):
             raise SettingsError(f"{key}.epochs={self.epochs!r} with {key}.windows_per_epoch="
                                 f"{self.windows_per_epoch!r}: set both (a run of epochs) or neither",
                                 key=f"{key}.epochs", value=self.epochs)
+
+    def pause_step(self, max_steps: int) -> int | None:
+        """The step a run of max_steps pauses at (pause_at), None when it does not pause before its end."""
+        if self.pause_at is None:
+            return None
+        step = max(1, round(self.pause_at * max_steps))
+        return step if step < max_steps else None
 
     def steps_per_epoch(self, batch_size: int) -> int | None:
         """Optimizer steps per epoch when the run is measured in epochs, else None."""

@@ -12,6 +12,7 @@ from slm.model import ModelConfig, build_model
 from slm.training.checkpoint_io import NOT_WRITTEN
 from slm.training.config import TrainConfig
 from slm.training.optim import build_optimizer
+from slm.training.schedules import Schedule
 from slm.training.step import objective_for, step_loss, step_seed
 
 __all__ = ["LanguageModelModule", "step_seed"]
@@ -265,6 +266,31 @@ class LanguageModelModule(L.LightningModule):
 
     def on_train_end(self) -> None:
         self.settle()
+
+    def on_train_start(self) -> None:
+        self.apply_schedule()
+
+    def apply_schedule(self) -> None:
+        """Make this run's schedule (train.schedule at max_steps) the one that sets the lr from the current step on,
+        the lr of the next step included. After a resume the scheduler holds what the checkpoint carried: its lr
+        function's fields (LambdaLR saves a callable object's __dict__) and the groups' lr of the next step, both
+        of the run that wrote it; a decay branch (slm.runs.branches) resumes from its parent run's checkpoint, a
+        run of another length. Same values for a run resumed from its own checkpoint (and at step 0)."""
+        vars(self.schedule).update(vars(self.train_cfg.schedule.build(self.max_steps)))
+        for config in self.trainer.lr_scheduler_configs:
+            scheduler = config.scheduler
+            if not isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR):
+                continue
+            for fn in scheduler.lr_lambdas:
+                if isinstance(fn, Schedule) and fn is not self.schedule:
+                    vars(fn).update(vars(self.schedule))
+            lrs = [base * fn(scheduler.last_epoch) for fn, base in zip(scheduler.lr_lambdas, scheduler.base_lrs)]
+            for group, lr in zip(scheduler.optimizer.param_groups, lrs):
+                if isinstance(group["lr"], torch.Tensor):
+                    group["lr"].fill_(lr)
+                else:
+                    group["lr"] = lr
+            scheduler._last_lr = [group["lr"] for group in scheduler.optimizer.param_groups]
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         state = checkpoint.get("slm_rng")

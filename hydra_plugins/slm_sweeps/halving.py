@@ -1,0 +1,263 @@
+"""`hydra.sweeper.halving`: successive halving (Jamieson & Talwalkar 2016; the synchronous form of ASHA, Li et al.
+2020) over a grid sweep's configurations, so that a sweep stops spending on its losers.
+
+    hydra.sweeper.halving: {eta: 3, rungs: 3}              rungs at 1/9, 1/3 and all of each job's steps
+    hydra.sweeper.halving: {eta: 3, fractions: [0.1, 0.3, 1]}
+
+A configuration is a job's overrides less train.seed: its seeds are its jobs (an lr of hydra.sweeper.lr_search is a
+configuration of its own, as each arm is in ASHA; the analysis takes each point at its best lr, as ever). Rung by rung:
+
+  1. every job of the configurations still in trains to the rung's fraction of its steps (round(fraction x steps), at
+     least 1) and pauses there: `train.length.pause_at=<fraction>` is added to its overrides at launch, a setting left
+     out of the job key, so each rung continues the same run from its checkpoint (slm.runs.job: status `paused`, the
+     validation loss at that step in its validation curve). The schedule must be wsd and every rung but the last must
+     fall in its stable phase: the run paused at a rung is the run that goes on, not a shorter run decayed early;
+  2. once every such job has reached the rung (or failed, or diverged), the configurations are ranked by the mean over
+     their seeds of the validation loss at the rung (score: the stable phase's loss, which is what a continued run
+     has; a failed or diverged seed ranks its configuration below every configuration whose seeds all reached it; ties
+     by name), and the best ceil(n / eta) go on. The decision is pinned in sweep.json (`halving`: per rung its
+     fraction, the scores, who went on), so a sweep started again, or a copy of it (slm-workers), makes the same one
+     whatever has run since;
+  3. the jobs of the others are recorded `pruned` (slm.runs.record: a final status, never launched again, never
+     counted failed), with `halving` in their record: rung, fraction, step, score and rank of how many.
+
+The last rung trains the survivors to their end (`completed`, as any job). A rung on Slurm is one job array. A sweep
+killed at any point and started again trains nothing twice: a job paused at or past a rung is not launched for it, and
+the pinned decisions are reread. While a rung's jobs are trained elsewhere (another copy, a Slurm array of another
+process), the decision waits for them.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from typing import Any, Callable, NamedTuple, Optional
+
+from hydra.errors import HydraException
+
+from hydra_plugins.slm_sweeps import jobs as J
+
+PAUSE = "train.length.pause_at"
+
+
+class Halving(NamedTuple):  # (not a dataclass: Hydra's plugin scan executes this module outside sys.modules)
+    eta: float
+    fractions: list[float]
+
+
+def parse(node: Any, ladder: Any = None) -> Optional[Halving]:
+    """hydra.sweeper.halving as a Halving (None when not set); HydraException (one line) for a bad block."""
+    if node is None:
+        return None
+    from omegaconf import OmegaConf
+
+    if OmegaConf.is_config(node):
+        node = OmegaConf.to_container(node, resolve=True)
+    example = "e.g. {eta: 3, rungs: 3} or {eta: 3, fractions: [0.11, 0.33, 1]}"
+    if not isinstance(node, dict) or set(node) - {"eta", "rungs", "fractions"}:
+        raise HydraException(f"hydra.sweeper.halving={node!r} is invalid: a mapping of eta and rungs or fractions, "
+                             f"{example}")
+    if ladder is not None:
+        raise HydraException("hydra.sweeper.halving and hydra.sweeper.ladder cannot be combined: a ladder trains every "
+                             "configuration at every rung; drop one")
+    eta = node.get("eta", 3)
+    if not _number(eta) or eta <= 1:
+        raise HydraException(f"hydra.sweeper.halving.eta={eta!r} is invalid: a number > 1 (the share kept at each rung "
+                             "is 1/eta), e.g. 3")
+    rungs, fractions = node.get("rungs"), node.get("fractions")
+    if (rungs is None) == (fractions is None):
+        raise HydraException(f"hydra.sweeper.halving needs one of rungs or fractions, {example}")
+    if rungs is not None:
+        if not isinstance(rungs, int) or isinstance(rungs, bool) or rungs < 2:
+            raise HydraException(f"hydra.sweeper.halving.rungs={rungs!r} is invalid: an integer >= 2 (the rungs are "
+                                 "1/eta^(rungs-1), ..., 1/eta, 1 of each job's steps)")
+        fractions = [float(eta) ** -(rungs - 1 - i) for i in range(rungs)]
+    else:
+        ok = isinstance(fractions, list) and len(fractions) >= 2 and all(_number(f) and 0 < f <= 1 for f in fractions) \
+            and all(a < b for a, b in zip(fractions, fractions[1:])) and fractions[-1] == 1
+        if not ok:
+            raise HydraException(f"hydra.sweeper.halving.fractions={fractions!r} is invalid: two or more increasing "
+                                 "fractions of each job's steps in (0, 1], the last 1, e.g. [0.11, 0.33, 1]")
+        fractions = [float(f) for f in fractions]
+    return Halving(float(eta), fractions)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def rung_steps(job: J.Job, halving: Halving) -> list[int]:
+    """The step each rung ends at for this job; HydraException (one line) when the rungs do not fit its schedule: a
+    schedule other than wsd, two rungs at one step, or a rung but the last past the stable phase."""
+    from slm.training.config import TrainConfig
+
+    train = TrainConfig.from_node(job.section("train"))
+    steps = train.max_steps(int(job.select("model.context_length")))
+    schedule = train.schedule
+    if schedule.kind != "wsd":
+        raise HydraException(f"{job.key}: hydra.sweeper.halving continues each job from its checkpoint, which needs "
+                             f"train.schedule.kind=wsd (its stable phase); this job has {schedule.kind}")
+    out = [max(1, round(f * steps)) for f in halving.fractions]
+    stable = steps - max(1, int(schedule.decay_fraction * steps))  # wsd's decay begins here (schedules.py)
+    if len(set(out)) < len(out) or any(s > stable for s in out[:-1]):
+        raise HydraException(f"{job.key}: hydra.sweeper.halving.fractions {halving.fractions} do not fit its {steps} "
+                             f"steps: the rungs fall at steps {out}, and every rung but the last must be a distinct step "
+                             f"of the stable phase (steps 1-{stable}, before train.schedule.decay_fraction="
+                             f"{schedule.decay_fraction}'s decay); use fewer rungs or a longer run")
+    return out
+
+
+def configuration(job: J.Job) -> str:
+    """A job's configuration: its overrides less train.seed, sorted."""
+    return ",".join(sorted(o for o in job.overrides if not str(o).lstrip("+").startswith("train.seed=")))
+
+
+def score_at(job: J.Job, step: int) -> Optional[float]:
+    """The job's validation loss at `step` (its validation curve), inf when it failed or diverged, None when it has
+    not reached the step (yet)."""
+    from slm.runs.record import RecordError, load_record
+
+    try:
+        record = load_record(job.run_dir) or {}
+    except RecordError:
+        return math.inf
+    if record.get("status") in ("failed", "diverged"):
+        return math.inf
+    for point in (record.get("eval") or {}).get("val_curve") or []:
+        if isinstance(point, list) and len(point) == 2 and point[0] == step and _number(point[1]):
+            return float(point[1])
+    return None
+
+
+def reached(job: J.Job, step: int) -> bool:
+    """True if the job need not train for a rung ending at `step`: it ended (completed, failed, diverged, pruned) or
+    its record says it is at or past the step."""
+    from slm.runs.record import RecordError, load_record
+
+    try:
+        record = load_record(job.run_dir) or {}
+    except RecordError:
+        return True  # unreadable: never launched (jobs.unreadable says so)
+    if record.get("status") in ("completed", "failed", "diverged", "pruned"):
+        return True
+    at = (record.get("training") or {}).get("steps")
+    return record.get("status") == "paused" and isinstance(at, int) and at >= step
+
+
+def survivors(n: int, eta: float, rungs: int) -> list[int]:
+    """How many of n configurations train at each rung (ceil(n / eta) kept each time, at least 1)."""
+    out = [n]
+    for _ in range(rungs - 1):
+        out.append(max(1, math.ceil(out[-1] / eta)))
+    return out
+
+
+def print_halving(halving: Halving, jobs: list[J.Job], rows: list[dict]) -> None:
+    """The dry run's halving: the rungs, how many configurations and jobs train at each, and the compute at most (the
+    most expensive configurations kept at every rung) against the full grid's."""
+    flops = {r["key"]: r.get("flops") for r in rows if not r.get("error")}
+    configs: dict[str, float] = {}
+    seeds: dict[str, int] = {}
+    for job in jobs:
+        if job.cfg is not None and flops.get(job.key) is not None:
+            name = configuration(job)
+            configs[name] = configs.get(name, 0.0) + flops[job.key]
+            seeds[name] = seeds.get(name, 0) + 1
+    if not configs:
+        return
+    counts = survivors(len(configs), halving.eta, len(halving.fractions))
+    costly = sorted(configs.values(), reverse=True)
+    spent, before = 0.0, 0.0
+    for kept, fraction in zip(counts, halving.fractions):
+        spent += sum(costly[:kept]) * (fraction - before)
+        before = fraction
+    full = sum(configs.values())
+    rungs = ", ".join(f"{f:.3g} ({k} configuration{'s' if k != 1 else ''})" for f, k in zip(halving.fractions, counts))
+    print(f"halving (eta {halving.eta:g}): {len(configs)} configurations of {max(seeds.values())} seed(s); rungs at "
+          f"{rungs} of each job's steps; the others recorded pruned")
+    print(f"halving: at most {spent:.3g} FLOPs, {spent / full:.1%} of the full grid's {full:.3g} (the costliest "
+          f"configurations kept at every rung); the GPU-hours above are the full grid's")
+
+
+def decide(rung: int, fraction: float, configs: dict[str, list[J.Job]], steps: dict[str, int], eta: float
+           ) -> Optional[dict]:
+    """The rung's decision ({fraction, scores, kept}) once every job of `configs` has reached it, else None."""
+    scores = {}
+    for name, jobs in configs.items():
+        values = [score_at(j, steps[j.key]) for j in jobs]
+        if any(v is None for v in values):
+            return None
+        scores[name] = statistics.fmean(values) if all(math.isfinite(v) for v in values) else math.inf
+    order = sorted(scores, key=lambda n: (scores[n], n))
+    kept = order[:max(1, math.ceil(len(order) / eta))]
+    return {"rung": rung, "fraction": fraction, "kept": kept,
+            "scores": {n: (s if math.isfinite(s) else None) for n, s in scores.items()}}
+
+
+def prune(job: J.Job, rung: int, decision: dict, step: int) -> None:
+    """Record a job of a configuration the rung stopped as `pruned` (unless it ended otherwise already)."""
+    from slm.runs.record import RecordError, load_record, update_record
+
+    try:
+        record = load_record(job.run_dir) or {}
+    except RecordError:
+        return
+    if record.get("status") in ("completed", "failed", "diverged", "pruned") or not record:
+        return
+    name = configuration(job)
+    order = sorted(decision["scores"], key=lambda n: (math.inf if decision["scores"][n] is None
+                                                      else decision["scores"][n], n))
+    update_record(job.run_dir, status="pruned", halving={
+        "rung": rung, "fraction": decision["fraction"], "step": step, "score": decision["scores"][name],
+        "rank": order.index(name) + 1, "of": len(order), "kept": len(decision["kept"])})
+
+
+def run(name: str, jobs: list[J.Job], halving: Halving, launch: Callable[[list[J.Job], list[str]], list],
+        pinned: list[dict], pin: Callable[[list[dict]], None], poll: float = 10.0) -> list:
+    """Run the rungs: launch(jobs, extra overrides) trains jobs (the sweeper's _run), `pinned` are the decisions of an
+    earlier start (sweep.json's `halving`), `pin` saves them. Returns the launcher's returns."""
+    steps = {j.key: rung_steps(j, halving) for j in jobs if j.cfg is not None}
+    configs: dict[str, list[J.Job]] = {}
+    for job in jobs:
+        if job.cfg is not None:
+            configs.setdefault(configuration(job), []).append(job)
+    alive = sorted(configs)
+    returns = []
+    for rung, fraction in enumerate(halving.fractions):
+        last = rung == len(halving.fractions) - 1
+        todo = [j for n in alive for j in configs[n] if not reached(j, steps[j.key][rung])]
+        extra = [] if last else [f"{PAUSE}={fraction!r}"]
+        print(f"sweep {name}: halving rung {rung + 1} of {len(halving.fractions)}: {len(alive)} configuration"
+              f"{'s' if len(alive) != 1 else ''} to {fraction:.3g} of their steps; {len(todo)} job"
+              f"{'s' if len(todo) != 1 else ''} to train", flush=True)
+        if todo:
+            returns += launch(todo if rung else todo + [j for j in jobs if j.cfg is None], extra)
+        if last:
+            break
+        decision = pinned[rung] if rung < len(pinned) else None
+        if decision is None:
+            members = {n: configs[n] for n in alive}
+            rung_at = {j.key: steps[j.key][rung] for n in alive for j in configs[n]}
+            decision = decide(rung, fraction, members, rung_at, halving.eta)
+            said = False
+            while decision is None and any(J.outcome(j)["status"] == J.RUNNING for n in alive for j in configs[n]):
+                if not said:
+                    print(f"sweep {name}: waiting for the rung's jobs another process trains", flush=True)
+                    said = True
+                time.sleep(poll)
+                decision = decide(rung, fraction, members, rung_at, halving.eta)
+            if decision is None:
+                print(f"sweep {name}: halving stops at rung {rung + 1}: some of its jobs have not reached it (stopped, "
+                      "or unreadable); run the sweep again to go on")
+                return returns
+            pinned = pinned[:rung] + [decision]
+            pin(pinned)
+        out = [n for n in alive if n not in decision["kept"]]
+        for n in out:
+            for job in configs[n]:
+                prune(job, rung, decision, steps[job.key][rung])
+        alive = [n for n in alive if n in decision["kept"]]
+        print(f"sweep {name}: rung {rung + 1}: {len(alive)} configuration{'s' if len(alive) != 1 else ''} go on, "
+              f"{len(out)} pruned", flush=True)
+    return returns

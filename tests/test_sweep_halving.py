@@ -1,0 +1,176 @@
+"""hydra.sweeper.halving (hydra_plugins/slm_sweeps/halving.py): every job trains a rung's fraction of its steps, the best
+1/eta of the configurations go on from their checkpoints, the others are recorded pruned; decisions pinned, a second
+run trains nothing, a survivor ends as the same run trained straight through; bad blocks are one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+LRS = ["1e-4", "1e-3", "3e-3", "3e-2"]
+BASE = ["model=debug", "model.n_layers=1", "train.length.steps=24", "train.batch_size=4", "train.schedule.kind=wsd",
+        "train.schedule.warmup_steps=2", "train.schedule.decay_fraction=0.25", "train.validation.batches=2",
+        "train.validation.interval=0", "eval=none", "train.logging.progress_bar=false"]
+HALVING = "hydra.sweeper.halving={eta: 2, fractions: [0.25, 0.5, 1]}"
+
+
+def slm(tmp_path: Path, *args: str, timeout: int = 900, check: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "SLM_RUNS": str(tmp_path / "runs"), "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-m", "slm.cli.train", *args], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=timeout)
+    if check:
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return out
+
+
+def sweep_args(group: str = "halve") -> list[str]:
+    return ["-m", *BASE, f"train.lr={','.join(LRS)}", "train.seed=0,1", f"run_group={group}", HALVING]
+
+
+def records(sweep: Path) -> dict[str, dict]:
+    return {p.parent.name: json.loads(p.read_text()) for p in sweep.glob("*/result.json")}
+
+
+def score(record: dict, step: int) -> float:
+    return dict((s, v) for s, v in record["eval"]["val_curve"])[step]
+
+
+@pytest.fixture(scope="module")
+def halved(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("halving")
+    first = slm(tmp, *sweep_args())
+    return tmp, first
+
+
+def lr_of(record: dict) -> float:
+    return record["config"]["train"]["lr"]
+
+
+def test_each_rung_keeps_the_best_half_by_mean_loss_and_prunes_the_rest(halved):
+    tmp, first = halved
+    recs = records(tmp / "runs" / "halve")
+    assert len(recs) == 8
+    by_status = {}
+    for key, r in recs.items():
+        by_status.setdefault(r["status"], []).append(key)
+    assert sorted(by_status) == ["completed", "pruned"] and len(by_status["completed"]) == 2
+    # rung 1 (step 6): the 2 of 4 lrs with the lowest mean loss over both seeds go on, by hand from the curves
+    at6 = {lr: statistics.fmean(score(r, 6) for r in recs.values() if lr_of(r) == lr) for lr in {lr_of(r) for r in recs.values()}}
+    kept6 = sorted(at6, key=at6.get)[:2]
+    pruned6 = {lr_of(r) for r in recs.values() if r["status"] == "pruned" and r["halving"]["rung"] == 0}
+    assert pruned6 == set(at6) - set(kept6)
+    at12 = {lr: statistics.fmean(score(r, 12) for r in recs.values() if lr_of(r) == lr) for lr in kept6}
+    best = min(at12, key=at12.get)
+    assert {lr_of(recs[k]) for k in by_status["completed"]} == {best}
+    for key, r in recs.items():
+        if r["status"] == "pruned":
+            h = r["halving"]
+            assert h["step"] == (6 if h["rung"] == 0 else 12) and h["of"] == (4 if h["rung"] == 0 else 2)
+            assert h["score"] == pytest.approx(at6[lr_of(r)] if h["rung"] == 0 else at12[lr_of(r)])
+            assert r["training"]["steps"] == h["step"]  # trained to its rung, not a step more
+    decisions = json.loads((tmp / "runs" / "halve" / "sweep.json").read_text())["halving"]
+    assert [d["fraction"] for d in (decisions["0"], decisions["1"])] == [0.25, 0.5]
+    assert first.stdout.count("halving rung") == 3 and "rung 1: 2 configurations go on, 2 pruned" in first.stdout
+
+
+def test_a_second_run_trains_nothing_and_keeps_every_record(halved):
+    tmp, _ = halved
+    sweep = tmp / "runs" / "halve"
+    before = {p: p.stat().st_mtime_ns for p in sweep.glob("*/result.json")}
+    again = slm(tmp, *sweep_args())
+    assert "0 jobs to train" in again.stdout
+    assert {p: p.stat().st_mtime_ns for p in sweep.glob("*/result.json")} == before
+
+
+def test_a_survivor_ends_as_the_same_run_trained_straight_through(halved):
+    tmp, _ = halved
+    recs = records(tmp / "runs" / "halve")
+    survivor = next(r for r in recs.values() if r["status"] == "completed")
+    lr, seed = survivor["config"]["train"]["lr"], survivor["config"]["train"]["seed"]
+    slm(tmp, *BASE, f"train.lr={lr}", f"train.seed={seed}", "run_group=straight")
+    (straight,) = records(tmp / "runs" / "straight").values()
+    assert straight["eval"]["val_nll"] == survivor["eval"]["val_nll"]
+    assert straight["training"]["steps"] == survivor["training"]["steps"] == 24
+
+
+def test_killed_after_a_decision_and_started_again_it_decides_the_same(halved, tmp_path):
+    tmp, _ = halved
+    env = {**os.environ, "SLM_RUNS": str(tmp_path / "runs"), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "slm.cli.train", *sweep_args()], cwd=tmp_path, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    sweep_file = tmp_path / "runs" / "halve" / "sweep.json"
+    try:
+        began = time.monotonic()
+        while '"halving"' not in (sweep_file.read_text() if sweep_file.exists() else ""):
+            assert proc.poll() is None and time.monotonic() - began < 600
+            time.sleep(0.2)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    slm(tmp_path, *sweep_args())
+    statuses = {k: (r["status"], (r.get("halving") or {}).get("rung")) for k, r in records(sweep_file.parent).items()}
+    reference = {k: (r["status"], (r.get("halving") or {}).get("rung")) for k, r in records(tmp / "runs" / "halve").items()}
+    assert statuses == reference
+
+
+@pytest.mark.parametrize("halving, says", [
+    ("{eta: 1, rungs: 3}", "hydra.sweeper.halving.eta=1 is invalid"),
+    ("{eta: 3, fractions: [0.5, 0.25, 1]}", "hydra.sweeper.halving.fractions=[0.5, 0.25, 1] is invalid"),
+    ("{eta: 3, fractions: [0.25, 0.9, 1]}", "do not fit its 24 steps"),
+    ("{eta: 3}", "needs one of rungs or fractions"),
+])
+def test_a_bad_halving_block_is_one_line_and_exit_2(tmp_path, halving, says):
+    out = slm(tmp_path, "-m", *BASE, "train.seed=0,1", f"hydra.sweeper.halving={halving}", check=False)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert says in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_halving_needs_a_wsd_schedule_and_refuses_a_ladder_and_optuna(tmp_path):
+    cosine = slm(tmp_path, "-m", *[a for a in BASE if not a.startswith("train.schedule.kind=")],
+                 "train.schedule.kind=cosine", "train.seed=0,1", HALVING, check=False)
+    assert cosine.returncode == 2 and "needs train.schedule.kind=wsd" in cosine.stderr
+    ladder = slm(tmp_path, "-m", *BASE, "train.seed=0,1", HALVING,
+                 "hydra.sweeper.ladder={rungs: [5e4, 1e5]}", check=False)
+    assert ladder.returncode == 2 and "cannot be combined" in ladder.stderr
+    optuna = slm(tmp_path, "-m", "hydra/sweeper=optuna", *BASE, HALVING, check=False)
+    assert optuna.returncode == 2 and "the grid sweeper's" in optuna.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_the_dry_run_prints_the_rungs_and_the_compute_at_most(tmp_path):
+    out = slm(tmp_path, *sweep_args(), "hydra.sweeper.dry_run=true")
+    lines = [line for line in out.stdout.splitlines() if line.startswith("halving")]
+    assert lines[0].startswith("halving (eta 2): 4 configurations of 2 seed(s); rungs at 0.25 (4 configurations), "
+                               "0.5 (2 configurations), 1 (1 configuration)")
+    share = 0.25 + 0.5 * 0.25 + 0.25 * 0.5  # of the full grid, every configuration costing the same
+    assert f"{share:.1%} of the full grid's" in lines[1]
+    assert math.isclose(share, 0.5)
+
+
+def test_the_table_lists_pruned_runs_and_the_report_shows_each_rung(halved):
+    from analysis.collect import collect
+    from analysis.halving import report_blocks
+
+    tmp, _ = halved
+    sweep = tmp / "runs" / "halve"
+    table = collect(sweep)
+    assert sorted(table["status"].value_counts().items()) == [("completed", 2), ("pruned", 6)]
+    blocks = report_blocks(table)
+    decisions = json.loads((sweep / "sweep.json").read_text())["halving"]
+    frames = [b for b in blocks if not isinstance(b, str)]
+    assert len(frames) == 2 and blocks[0].startswith("halve: successive halving (hydra.sweeper.halving) over 4 ")
+    for frame, rung in zip(frames, ("0", "1")):
+        d = decisions[rung]
+        assert frame["went on"].tolist().count("yes") == len(d["kept"])
+        assert frame["score"].tolist() == sorted(v for v in d["scores"].values())
+    assert report_blocks(table[table["status"] == "completed"].assign(run_dir=str(tmp / "x" / "y"))) == []
