@@ -92,3 +92,26 @@ def test_a_node_runs_its_task_into_the_job_directory(submitted):
     assert record["status"] == "completed"
     assert (sweep / ".submitit" / "4242_1" / "4242_1_0_result.pkl").exists()  # what the waiting sweep reads
     assert not (sweep / "model=debug,train.length.steps=2,train.seed=0").exists()
+
+
+def test_an_array_is_cut_at_the_clusters_max_array_size(tmp_path, monkeypatch):
+    """sbatch refuses an array over MaxArraySize (1001 by default): without hydra.sweeper.max_batch_size the sweeper
+    submits arrays of at most that many, one after another; without scontrol nothing is cut."""
+    from types import SimpleNamespace
+
+    from hydra_plugins.slm_sweeps.grid_sweeper import GridSweeper
+    from hydra_plugins.slm_sweeps.slurm_launcher import SlurmLauncher, max_array_size
+
+    (tmp_path / "scontrol").write_text("#!/bin/sh\necho 'MaxArraySize            = 1001'\necho 'MaxJobCount = 10000'\n")
+    (tmp_path / "scontrol").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    assert max_array_size() == 1001
+    sweeper = GridSweeper()
+    sweeper.launcher = SlurmLauncher.__new__(SlurmLauncher)
+    assert sweeper.batch_size() == 1001
+    sweeper.max_batch_size = 50
+    assert sweeper.batch_size() == 50
+    sweeper.max_batch_size, sweeper.launcher = None, SimpleNamespace()  # the basic launcher: no limit
+    assert sweeper.batch_size() is None
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing"))
+    assert max_array_size() is None

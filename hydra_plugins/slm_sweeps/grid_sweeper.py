@@ -90,7 +90,7 @@ class GridSweeper(BasicSweeper):
 
             deferred = [e.job for e in plan.deferred] if plan else []
             rows = print_plan(name, sweep_dir, jobs + deferred, self.estimate, launcher=self.config.hydra.launcher,
-                              rerun_failed=bool(self.config.get("rerun_failed", False)), batch_size=self.max_batch_size)
+                              rerun_failed=bool(self.config.get("rerun_failed", False)), batch_size=self.batch_size())
             if plan is not None:
                 L.print_ladder(plan, rows, {**owners, **{e.job.key: e for e in plan.deferred}}, self.lr_search)
             if self.halving is not None:
@@ -170,7 +170,7 @@ class GridSweeper(BasicSweeper):
         if isinstance(self.launcher, BasicLauncher):
             return self._one_by_one(name, jobs, runnable)
         returns = []  # Slurm: each batch one job array
-        size = self.max_batch_size or len(runnable) or 1
+        size = self.batch_size() or len(runnable) or 1
         for start in range(0, len(runnable), size):
             batch = runnable[start:start + size]
             results = J.launch(self.launcher, batch, initial_job_idx=start)
@@ -178,6 +178,14 @@ class GridSweeper(BasicSweeper):
             for job, ret in zip(batch, results):
                 J.outcome(job, ret)  # records a job that died without a record
         return returns
+
+    def batch_size(self) -> Optional[int]:
+        """Jobs per Slurm array: hydra.sweeper.max_batch_size, else the cluster's MaxArraySize when the launcher knows
+        it (an array over it is refused by sbatch), else None (all in one)."""
+        if self.max_batch_size:
+            return self.max_batch_size
+        limit = getattr(self.launcher, "array_limit", None)
+        return limit() if callable(limit) else None
 
     def _one_by_one(self, name: str, jobs: List[J.Job], runnable: List[J.Job]) -> list:
         """Launch the jobs in this process one at a time, each with a progress line before and after (the whole

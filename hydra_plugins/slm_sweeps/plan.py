@@ -312,7 +312,8 @@ def slurm_lines(launcher, rows: list[dict], batch_size: int | None = None) -> li
     size = int(batch_size) if batch_size else len(launched)
     arrays = math.ceil(len(launched) / size)
     lines = [head, f"  array: {_plural(len(launched), 'job')}, the jobs not completed{out}"
-             + (f", in {arrays} arrays of at most {size} one after another (hydra.sweeper.max_batch_size)" if arrays > 1 else "")
+             + (f", in {arrays} arrays of at most {size} one after another (hydra.sweeper.max_batch_size, else "
+                  "the cluster's MaxArraySize)" if arrays > 1 else "")
              + f"; at most {cfg.get('array_parallelism')} running at once (array_parallelism)"]
     nodes, tasks, gpus = cfg.get("nodes"), cfg.get("tasks_per_node"), cfg.get("gpus_per_node")
     gpus_per_job = _whole(gpus) * _whole(nodes) if _whole(gpus) and _whole(nodes) else None

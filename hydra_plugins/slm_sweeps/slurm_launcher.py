@@ -30,6 +30,20 @@ from omegaconf import OmegaConf
 log = logging.getLogger(__name__)
 
 
+def max_array_size() -> int | None:
+    """The cluster's MaxArraySize (`scontrol show config`: an array's indices run 0 to MaxArraySize - 1, 1001 by
+    default), or None where scontrol does not answer (no Slurm here: nothing limits the array)."""
+    import re
+    import subprocess
+
+    try:
+        out = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    found = re.search(r"^\s*MaxArraySize\s*=\s*(\d+)", out.stdout, re.M) if out.returncode == 0 else None
+    return int(found.group(1)) if found else None
+
+
 class ArrayTask:
     """One job of an array: the stock launcher's call with its arguments, the launcher and Hydra's state read from the
     file every job of the array shares (`shared`: a pickle of (launcher, Singleton state))."""
@@ -52,6 +66,12 @@ class ArrayTask:
 
 
 class SlurmLauncher(SubmititSlurmLauncher):
+    def array_limit(self) -> int | None:
+        """The most jobs one array may hold on this cluster (MaxArraySize, read once), None when unknown."""
+        if not hasattr(self, "_array_limit"):
+            self._array_limit = max_array_size()
+        return self._array_limit
+
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         jobs = self.submit(job_overrides, initial_job_idx)
         return self.collect(jobs, job_overrides)

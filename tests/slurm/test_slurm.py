@@ -1,7 +1,7 @@
 """Sweeps through hydra/launcher=slurm on a real single-node Slurm cluster (tests/slurm/start.sh;
 `make test-slurm` installs, starts, runs these and stops it): the smoke sweep, a preemption that
-checkpoints, requeues and resumes to the weights of an uninterrupted run, failing jobs reported, and an
-Optuna study whose trials run as Slurm jobs."""
+checkpoints, requeues and resumes to the weights of an uninterrupted run, failing jobs reported, an
+Optuna study whose trials run as Slurm jobs, and successive halving with one array per rung."""
 
 from __future__ import annotations
 
@@ -214,3 +214,24 @@ def test_a_two_task_job_trains_data_parallel_like_one_process(tmp_path):
     one = [json.loads(line)["loss"] for line in (one_dir / "train_log.jsonl").read_text().splitlines()]
     assert len(two) == len(one) == 8
     assert all(abs(a - b) <= 2e-5 * abs(b) for a, b in zip(two, one)), (two, one)
+
+
+def test_successive_halving_runs_each_rung_as_one_array_and_prunes_the_rest(tmp_path):
+    """hydra.sweeper.halving through Slurm: 4 lrs x 1 seed, eta 2, rungs at half and all of 16 steps: an array of 4
+    jobs that pause at step 8, then an array of the 2 that go on; the others recorded pruned; a second run submits
+    nothing."""
+    args = ["run_group=halve", "model=debug", "eval=none", "train.length.steps=16", "train.schedule.kind=wsd",
+            "train.schedule.warmup_steps=2", "train.schedule.decay_fraction=0.25", "train.validation.interval=0",
+            "train.validation.batches=2", "train.logging.progress_bar=false", "train.lr=1e-4,1e-3,3e-3,3e-2",
+            "hydra.sweeper.halving={eta: 2, fractions: [0.5, 1]}"]
+    out = sweep(tmp_path, *args)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    sweep_dir = tmp_path / "runs" / "halve"
+    submitted = tasks(sweep_dir)
+    assert len({t.split("_")[0] for t in submitted}) == 2 and len(submitted) == 6  # one array per rung: 4, then 2
+    statuses = sorted(record(p)["status"] for p in sweep_dir.glob("*train.lr=*"))
+    assert statuses == ["completed", "completed", "pruned", "pruned"]
+    pruned = [record(p) for p in sweep_dir.glob("*train.lr=*") if record(p)["status"] == "pruned"]
+    assert all(r["halving"]["step"] == 8 and r["training"]["steps"] == 8 for r in pruned)
+    again = sweep(tmp_path, *args)
+    assert again.returncode == 0 and tasks(sweep_dir) == submitted, (again.stdout + again.stderr)[-3000:]
