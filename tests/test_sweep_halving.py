@@ -174,3 +174,24 @@ def test_the_table_lists_pruned_runs_and_the_report_shows_each_rung(halved):
         assert frame["went on"].tolist().count("yes") == len(d["kept"])
         assert frame["score"].tolist() == sorted(v for v in d["scores"].values())
     assert report_blocks(table[table["status"] == "completed"].assign(run_dir=str(tmp / "x" / "y"))) == []
+
+
+def test_a_run_resumed_past_an_earlier_rungs_pause_trains_nothing_for_it(tmp_path):
+    """A halving sweep killed after a later rung began (the run recorded `running` again, its checkpoint past the
+    earlier rung's step) and started again: the earlier rung's launch trains nothing, and the rung counts as reached
+    (the run's validation at its step is in the record)."""
+    from hydra_plugins.slm_sweeps.halving import reached
+    from hydra_plugins.slm_sweeps.jobs import Job
+
+    args = [*BASE, "train.seed=0", "run_group=one"]
+    slm(tmp_path, *args, "train.length.pause_at=0.5")
+    run_dir = next((tmp_path / "runs" / "one").glob("*/result.json")).parent
+    record = json.loads((run_dir / "result.json").read_text())
+    assert record["status"] == "paused" and record["training"]["steps"] == 12
+    record["status"] = "running"  # as the next rung's start() leaves it, killed before its first checkpoint
+    (run_dir / "result.json").write_text(json.dumps(record))
+    again = slm(tmp_path, *args, "train.length.pause_at=0.25")
+    assert "at or past its train.length.pause_at; nothing to do" in again.stdout
+    assert json.loads((run_dir / "result.json").read_text())["training"]["steps"] == 12
+    job = Job([], run_dir, {})
+    assert reached(job, 6) is False and reached(job, 12) is True  # validated at 12 (the pause); not at 6

@@ -110,7 +110,8 @@ class GridSweeper(BasicSweeper):
 
             returns = H.run(name, jobs, self.halving,
                             launch=lambda todo, extra: self._run(name, sweep_dir, todo, multipliers, extra=extra),
-                            pinned=halving_decisions(sweep_dir), pin=lambda d: save_halving_decisions(sweep_dir, d))
+                            pinned=lambda: halving_decisions(sweep_dir),
+                            pin=lambda d: save_halving_decisions(sweep_dir, d))
         else:
             returns = self._run(name, sweep_dir, jobs, multipliers, ladder_info)
         if plan is not None and plan.deferred:

@@ -113,21 +113,26 @@ def configuration(job: J.Job) -> str:
     return ",".join(sorted(o for o in job.overrides if not str(o).lstrip("+").startswith("train.seed=")))
 
 
+def _curve_point(record: dict, step: int) -> Optional[float]:
+    for point in (record.get("eval") or {}).get("val_curve") or []:
+        if isinstance(point, list) and len(point) == 2 and point[0] == step:
+            return float(point[1]) if _number(point[1]) else math.inf
+    return None
+
+
 def score_at(job: J.Job, step: int) -> Optional[float]:
-    """The job's validation loss at `step` (its validation curve), inf when it failed or diverged, None when it has
-    not reached the step (yet)."""
+    """The job's validation loss at `step` (its validation curve, whatever became of the run after it), inf when it
+    failed or diverged before, None when it has not reached the step (yet)."""
     from slm.runs.record import RecordError, load_record
 
     try:
         record = load_record(job.run_dir) or {}
     except RecordError:
         return math.inf
-    if record.get("status") in ("failed", "diverged"):
-        return math.inf
-    for point in (record.get("eval") or {}).get("val_curve") or []:
-        if isinstance(point, list) and len(point) == 2 and point[0] == step and _number(point[1]):
-            return float(point[1])
-    return None
+    found = _curve_point(record, step)
+    if found is not None:
+        return found
+    return math.inf if record.get("status") in ("failed", "diverged") else None
 
 
 def reached(job: J.Job, step: int) -> bool:
@@ -139,10 +144,14 @@ def reached(job: J.Job, step: int) -> bool:
         record = load_record(job.run_dir) or {}
     except RecordError:
         return True  # unreadable: never launched (jobs.unreadable says so)
-    if record.get("status") in ("completed", "failed", "diverged", "pruned"):
-        return True
+    if record.get("status") in ("completed", "failed", "diverged", "pruned") or _curve_point(record, step) is not None:
+        return True  # (validated at the step: a later rung of a sweep started again has begun from there)
     at = (record.get("training") or {}).get("steps")
     return record.get("status") == "paused" and isinstance(at, int) and at >= step
+
+
+def _pinned(decisions: list[dict], rung: int) -> Optional[dict]:
+    return decisions[rung] if rung < len(decisions) else None
 
 
 def survivors(n: int, eta: float, rungs: int) -> list[int]:
@@ -198,12 +207,13 @@ def decide(rung: int, fraction: float, configs: dict[str, list[J.Job]], steps: d
 def prune(job: J.Job, rung: int, decision: dict, step: int) -> None:
     """Record a job of a configuration the rung stopped as `pruned` (unless it ended otherwise already)."""
     from slm.runs.record import RecordError, load_record, update_record
+    from slm.runs.status import lock_held
 
     try:
         record = load_record(job.run_dir) or {}
     except RecordError:
         return
-    if record.get("status") in ("completed", "failed", "diverged", "pruned") or not record:
+    if record.get("status") in ("completed", "failed", "diverged", "pruned") or not record or lock_held(job.run_dir):
         return
     name = configuration(job)
     order = sorted(decision["scores"], key=lambda n: (math.inf if decision["scores"][n] is None
@@ -214,9 +224,10 @@ def prune(job: J.Job, rung: int, decision: dict, step: int) -> None:
 
 
 def run(name: str, jobs: list[J.Job], halving: Halving, launch: Callable[[list[J.Job], list[str]], list],
-        pinned: list[dict], pin: Callable[[list[dict]], None], poll: float = 10.0) -> list:
-    """Run the rungs: launch(jobs, extra overrides) trains jobs (the sweeper's _run), `pinned` are the decisions of an
-    earlier start (sweep.json's `halving`), `pin` saves them. Returns the launcher's returns."""
+        pinned: Callable[[], list[dict]], pin: Callable[[list[dict]], None], poll: float = 10.0) -> list:
+    """Run the rungs: launch(jobs, extra overrides) trains jobs (the sweeper's _run), pinned() reads the decisions
+    pinned so far (sweep.json's `halving`: an earlier start's, or another copy's), `pin` saves them. Returns the
+    launcher's returns."""
     steps = {j.key: rung_steps(j, halving) for j in jobs if j.cfg is not None}
     configs: dict[str, list[J.Job]] = {}
     for job in jobs:
@@ -235,7 +246,7 @@ def run(name: str, jobs: list[J.Job], halving: Halving, launch: Callable[[list[J
             returns += launch(todo if rung else todo + [j for j in jobs if j.cfg is None], extra)
         if last:
             break
-        decision = pinned[rung] if rung < len(pinned) else None
+        decision = _pinned(pinned(), rung)
         if decision is None:
             members = {n: configs[n] for n in alive}
             rung_at = {j.key: steps[j.key][rung] for n in alive for j in configs[n]}
@@ -251,8 +262,8 @@ def run(name: str, jobs: list[J.Job], halving: Halving, launch: Callable[[list[J
                 print(f"sweep {name}: halving stops at rung {rung + 1}: some of its jobs have not reached it (stopped, "
                       "or unreadable); run the sweep again to go on")
                 return returns
-            pinned = pinned[:rung] + [decision]
-            pin(pinned)
+            decision = _pinned(pinned(), rung) or decision  # another copy decided meanwhile: its decision holds
+            pin(pinned()[:rung] + [decision])
         out = [n for n in alive if n not in decision["kept"]]
         for n in out:
             for job in configs[n]:

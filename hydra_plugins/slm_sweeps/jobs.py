@@ -217,7 +217,7 @@ def outcome(job: Job, ret: Optional[JobReturn] = None) -> dict:
         record = load_record(job.run_dir) or {}
     except RecordError as err:
         return {"key": job.key, "status": UNREADABLE, "error": str(err), "val_nll": None, "run_dir": str(job.run_dir)}
-    if record.get("status") not in FINAL and ret is not None and ret.status == JobStatus.FAILED:
+    if record.get("status") not in (*FINAL, "paused") and ret is not None and ret.status == JobStatus.FAILED:
         record = record_failure(job.run_dir, record.get("config") or {"overrides": job.overrides},
                                 one_line(ret._return_value))
     status, error = record.get("status"), record.get("error")

@@ -149,7 +149,7 @@ def branch_config(cfg: dict, branch, warmup: int) -> dict:
 
     out = copy.deepcopy(dict(cfg))
     train = upgrade_train_fields(dict(out["train"]))
-    train["length"] = {**(train.get("length") or {}), "steps": None, **branch.length}
+    train["length"] = {**(train.get("length") or {}), "steps": None, **branch.length, "pause_at": None}
     train["schedule"] = {**(train.get("schedule") or {}), "warmup_steps": int(warmup), "decay_branches": []}
     checkpoint = dict(train.get("checkpoint") or {})
     if checkpoint.get("keep_steps"):

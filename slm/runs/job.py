@@ -131,7 +131,8 @@ def train_run(cfg: dict, run_dir: str | os.PathLike, *, sweep: bool = False, rer
             print(f"slm-train: {run_dir} is being trained by another process; skipped")
             return {"status": "running", "error": None, "busy": True}
         record, go_on = _run(cfg, run_dir, sweep=sweep, rerun_failed=rerun_failed)
-        if go_on:  # the decay branches (slm.runs.branches), under the run's lock: the job is the run and its branches
+        if go_on and (record or {}).get("status") != "paused":  # the decay branches (slm.runs.branches), under the
+            # run's lock: the job is the run and its branches (not while it is paused at a halving rung)
             train_branches(cfg, run_dir, (record or {}).get("status"), sweep=sweep, rerun_failed=rerun_failed)
         return record
 
@@ -176,6 +177,10 @@ def _run(cfg: dict, run_dir: Path, *, sweep: bool, rerun_failed: bool) -> tuple[
         if not sweep:
             raise
         print(f"slm-train: {err}; skipped", file=sys.stderr)
+        return existing, False
+    past = _past_pause(existing, cfg, chosen)
+    if past is not None:
+        print(f"slm-train: {run_dir} is at step {past}, at or past its train.length.pause_at; nothing to do")
         return existing, False
     resume = resume_checkpoint(run_dir / CHECKPOINT.parent, policy)  # the same answer, its notes and file moves
     try:
@@ -272,6 +277,17 @@ def paused_at(record: dict | None, cfg: dict) -> int | None:
             or not isinstance(max_steps, int):
         return None
     return step if max(1, round(float(pause_at) * max_steps)) <= step else None
+
+
+def _past_pause(record: dict | None, cfg: dict, checkpoint: Path | None) -> int | None:
+    """The step of the checkpoint a run would resume from when it is at or past the step train.length.pause_at asks
+    to pause at (a halving sweep started again after a later rung began: nothing to train for this rung), else None."""
+    pause_at = ((cfg.get("train") or {}).get("length") or {}).get("pause_at")
+    max_steps = ((record or {}).get("training") or {}).get("max_steps")
+    if pause_at is None or checkpoint is None or not isinstance(max_steps, int):
+        return None
+    step = checkpoint_step(checkpoint)
+    return step if step >= max(1, round(float(pause_at) * max_steps)) else None
 
 
 def _train(job: PreparedJob, resume: Path | None) -> dict:

@@ -161,6 +161,8 @@ def record_paused(job: PreparedJob, built: Built, training: dict) -> dict:
         return {"status": "paused", "error": None}
     module, step = built.module, training["paused"]["step"]
     nll = module.val_metrics.get("val_nll")
+    if not math.isfinite(nll if isinstance(nll, (int, float)) else float("nan")):
+        raise FloatingPointError(f"validation NLL is {nll} at the pause (step {step})")
     print(f"slm-train: paused at step {step:,} of {job.max_steps:,} (train.length.pause_at="
           f"{training['paused']['fraction']:g}), checkpointed in {CHECKPOINT}; validation {module.objective.nll_kind} "
           f"{nll:.4f}; the same command with a later pause_at, or none, goes on")
