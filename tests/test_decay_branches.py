@@ -226,3 +226,21 @@ def test_a_branch_whose_checkpoint_is_missing_trains_from_step_0_to_the_same_run
         a, b = load_file(branch / "model" / "model.safetensors"), load_file(solo / "model" / "model.safetensors")
         assert all(torch.equal(a[k], b[k]) for k in a) and load_record(branch)["training"]["resumed_from"] is None
     assert pending_branches(main, runs["cfg"]) == []
+
+
+def test_the_dry_run_counts_the_branches_decays(tmp_path):
+    """A job's dry-run row: its own steps, and its tokens, FLOPs and GPU-hours with each branch's decay added."""
+    from hydra_plugins.slm_sweeps.jobs import Job
+    from hydra_plugins.slm_sweeps.plan import plan_row
+    from slm.cli.config import compose_config
+
+    base = ["model=debug", "train.length.steps=100", "train.schedule.kind=wsd", "train.schedule.warmup_steps=2",
+            "train.schedule.decay_fraction=0.2"]
+    plain = plan_row(Job([], tmp_path / "a", compose_config(base)), {"mfu": 0.4, "peak_flops": 1e15})
+    branched = plan_row(Job([], tmp_path / "b", compose_config([*base, "train.schedule.decay_branches=[0.25,0.5]"])),
+                        {"mfu": 0.4, "peak_flops": 1e15})
+    assert branched["steps"] == plain["steps"] == 100
+    per_step = plain["tokens"] / 100
+    assert branched["tokens"] == plain["tokens"] + (5 + 10) * per_step  # 25 steps decay over 5, 50 over 10
+    assert branched["flops"] / plain["flops"] == pytest.approx(115 / 100)
+    assert any("with its 2 decay branches" in note and "15 more steps" in note for note in branched["notes"])

@@ -194,7 +194,9 @@ def plan_row(job: Job, estimate: dict) -> dict:
         report = _memo(params_report, {**cfg["model"], **({"vocab_size": vocab} if vocab else {})})
         train = TrainConfig.from_node(cfg["train"])
         steps = train.max_steps(report["context_length"])
-        tokens = steps * train.batch_size * report["context_length"]
+        branches = train.decay_branches(report["context_length"])
+        extra = sum(b.steps - b.start for b in branches)  # each decay branch trains its decay on top of the run
+        tokens = (steps + extra) * train.batch_size * report["context_length"]
     except Exception as err:
         return {**row, "error": one_line(err)}
     flops = tokens * report["flops_per_token"]
@@ -207,7 +209,10 @@ def plan_row(job: Job, estimate: dict) -> dict:
             "budget_error": budget_error, "budget_outside": outside,
             "budget_knob": (report.get("budget_fit") or {}).get("moved"),
             "params": report["params_total"], "non_embedding": report["params_non_embedding"],
-            "active": report["params_active"], "notes": report["notes"],
+            "active": report["params_active"],
+            "notes": report["notes"] + ([f"with its {len(branches)} decay branch{'es' if len(branches) > 1 else ''} "
+                                         f"(train.schedule.decay_branches): {extra} more steps, in its tokens, FLOPs "
+                                         "and GPU-h"] if branches else []),
             "vocab_fitted": vocab is None, "steps": steps, "tokens": tokens, "flops": flops,
             "gpu_hours": flops / (float(estimate["mfu"]) * float(estimate["peak_flops"])) / 3600}
 
