@@ -31,14 +31,9 @@ import sys
 from pathlib import Path
 
 from slm.metrics import VAL_CURVE
+from slm.runs.keys import configuration
 from slm.runs.record import RecordError, load_record
 from slm.runs.status import halving_decisions, sweep_sections
-
-
-def configuration(overrides: list[str]) -> str:
-    """A job's configuration: its overrides less train.seed, sorted (hydra_plugins/slm_sweeps/halving.py's rule), and
-    less the sweep file's name (sweep=..., which differs between the grid and the halving sweep)."""
-    return ",".join(sorted(str(o) for o in overrides if not str(o).lstrip("+").startswith(("train.seed=", "sweep="))))
 
 
 def runs(sweep_dir: Path) -> list[dict]:
@@ -153,14 +148,9 @@ def judge(grid_dir: Path, halving_dir: Path, eta: float | None = None) -> dict:
         "flops": {"grid": sum(flops(r["record"]) for r in grid),
                   "grid_branches": sum(flops(b) for r in grid for b in r["branches"].values()),
                   "halving": sum(flops(r["record"]) for r in halved)},
-        "pruned": {d["rung"]: sorted(_strip(set(d["scores"]) - set(d["kept"]))) for d in decisions},
+        "pruned": {d["rung"]: sorted(set(d["scores"]) - set(d["kept"])) for d in decisions},
         "noise": _noise(by_config, best),
     }
-
-
-def _strip(names) -> list[str]:
-    """Configurations as halving.py names them (sweep= included) as this module names them."""
-    return [configuration(n.split(",")) for n in names]
 
 
 def _noise(by_config: dict[str, list[dict]], best: str) -> list[str]:
@@ -245,7 +235,7 @@ def report_blocks(table) -> list:
             blocks.append(f"Rung {int(d['rung']) + 1}, {float(d['fraction']):.3g} of the steps: {len(d['kept'])} of "
                           f"{len(names)} went on.")
             blocks.append(pd.DataFrame({
-                "configuration": [configuration(n.split(",")) for n in names],
+                "configuration": names,
                 "score": [d["scores"][n] for n in names], "rank": range(1, len(names) + 1),
                 "went on": ["yes" if n in d["kept"] else "pruned" for n in names]}))
     return blocks

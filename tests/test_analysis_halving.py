@@ -67,8 +67,7 @@ def test_judge_compares_halving_with_the_grid_from_the_records(tmp_path):
                                       "record": _record(finals[c] + s / 100, [[5, at5[c]], [10, finals[c]]])
                                       if c in kept else _record(None, [[5, at5[c]]], steps=5, status="pruned")}
               for c in finals for s in (0, 1)}
-    decision = {"rung": 0, "fraction": 0.5, "kept": ["x=b,sweep=halving", "x=a,sweep=halving"],
-                "scores": {f"x={c},sweep=halving": at5[c] for c in finals}}
+    decision = {"rung": 0, "fraction": 0.5, "kept": ["x=b", "x=a"], "scores": {f"x={c}": at5[c] for c in finals}}
     result = judge(_sweep(tmp_path, "grid", grid), _sweep(tmp_path, "halving", halved, [decision]))
     assert result["steps"] == [5] and result["configurations"] == 4 and result["seeds"] == 2
     assert result["truth_top"] == ["x=a", "x=b", "x=c"] and result["halving_top"] == ["x=a", "x=b"]

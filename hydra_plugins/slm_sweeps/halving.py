@@ -98,7 +98,9 @@ def rung_steps(job: J.Job, halving: Halving) -> list[int]:
     if schedule.kind != "wsd":
         raise HydraException(f"{job.key}: hydra.sweeper.halving continues each job from its checkpoint, which needs "
                              f"train.schedule.kind=wsd (its stable phase); this job has {schedule.kind}")
-    out = [max(1, round(f * steps)) for f in halving.fractions]
+    from slm.training.length import pause_step
+
+    out = [pause_step(f, steps) for f in halving.fractions]
     stable = steps - max(1, int(schedule.decay_fraction * steps))  # wsd's decay begins here (schedules.py)
     if len(set(out)) < len(out) or any(s > stable for s in out[:-1]):
         raise HydraException(f"{job.key}: hydra.sweeper.halving.fractions {halving.fractions} do not fit its {steps} "
@@ -109,8 +111,10 @@ def rung_steps(job: J.Job, halving: Halving) -> list[int]:
 
 
 def configuration(job: J.Job) -> str:
-    """A job's configuration: its overrides less train.seed, sorted."""
-    return ",".join(sorted(o for o in job.overrides if not str(o).lstrip("+").startswith("train.seed=")))
+    """A job's configuration (slm.runs.keys.configuration: its overrides less train.seed and sweep=)."""
+    from slm.runs.keys import configuration as of_overrides
+
+    return of_overrides(job.overrides)
 
 
 def _curve_point(record: dict, step: int) -> Optional[float]:
@@ -138,13 +142,13 @@ def score_at(job: J.Job, step: int) -> Optional[float]:
 def reached(job: J.Job, step: int) -> bool:
     """True if the job need not train for a rung ending at `step`: it ended (completed, failed, diverged, pruned) or
     its record says it is at or past the step."""
-    from slm.runs.record import RecordError, load_record
+    from slm.runs.record import FINAL, RecordError, load_record
 
     try:
         record = load_record(job.run_dir) or {}
     except RecordError:
         return True  # unreadable: never launched (jobs.unreadable says so)
-    if record.get("status") in ("completed", "failed", "diverged", "pruned") or _curve_point(record, step) is not None:
+    if record.get("status") in FINAL or _curve_point(record, step) is not None:
         return True  # (validated at the step: a later rung of a sweep started again has begun from there)
     at = (record.get("training") or {}).get("steps")
     return record.get("status") == "paused" and isinstance(at, int) and at >= step
@@ -206,14 +210,14 @@ def decide(rung: int, fraction: float, configs: dict[str, list[J.Job]], steps: d
 
 def prune(job: J.Job, rung: int, decision: dict, step: int) -> None:
     """Record a job of a configuration the rung stopped as `pruned` (unless it ended otherwise already)."""
-    from slm.runs.record import RecordError, load_record, update_record
+    from slm.runs.record import FINAL, RecordError, load_record, update_record
     from slm.runs.status import lock_held
 
     try:
         record = load_record(job.run_dir) or {}
     except RecordError:
         return
-    if record.get("status") in ("completed", "failed", "diverged", "pruned") or not record or lock_held(job.run_dir):
+    if record.get("status") in FINAL or not record or lock_held(job.run_dir):
         return
     name = configuration(job)
     order = sorted(decision["scores"], key=lambda n: (math.inf if decision["scores"][n] is None

@@ -150,10 +150,6 @@ def _run(cfg: dict, run_dir: Path, *, sweep: bool, rerun_failed: bool) -> tuple[
             raise RunConfigClash(message)
         print(f"slm-train: {message}; skipped")
         return existing, False
-    at = paused_at(existing, cfg)
-    if at is not None:
-        print(f"slm-train: {run_dir} is paused at step {at}, not before its train.length.pause_at; nothing to do")
-        return existing, False
     if settled(status, rerun_failed=rerun_failed or not sweep):
         pending = pending_branches(run_dir, cfg, rerun_failed=rerun_failed or not sweep)
         if status == "completed":
@@ -267,27 +263,18 @@ def check_train_log(run_dir: Path, resume: Path | None) -> None:
     kept_lines(run_dir / TRAIN_LOG, checkpoint_step(resume) if resume is not None else 0)
 
 
-def paused_at(record: dict | None, cfg: dict) -> int | None:
-    """The step a run recorded `paused` is paused at when the asked train.length.pause_at would pause it there or
-    earlier (so it has nothing to train), else None."""
-    training = (record or {}).get("training") or {}
-    pause_at = ((cfg.get("train") or {}).get("length") or {}).get("pause_at")
-    step, max_steps = training.get("steps"), training.get("max_steps")
-    if (record or {}).get("status") != "paused" or pause_at is None or not isinstance(step, int) \
-            or not isinstance(max_steps, int):
-        return None
-    return step if max(1, round(float(pause_at) * max_steps)) <= step else None
-
-
 def _past_pause(record: dict | None, cfg: dict, checkpoint: Path | None) -> int | None:
     """The step of the checkpoint a run would resume from when it is at or past the step train.length.pause_at asks
-    to pause at (a halving sweep started again after a later rung began: nothing to train for this rung), else None."""
+    to pause at (a run paused there already, or a halving sweep started again after a later rung began: nothing to
+    train for this rung), else None."""
     pause_at = ((cfg.get("train") or {}).get("length") or {}).get("pause_at")
     max_steps = ((record or {}).get("training") or {}).get("max_steps")
     if pause_at is None or checkpoint is None or not isinstance(max_steps, int):
         return None
+    from slm.training.length import pause_step
+
     step = checkpoint_step(checkpoint)
-    return step if step >= max(1, round(float(pause_at) * max_steps)) else None
+    return step if step >= pause_step(pause_at, max_steps) else None
 
 
 def _train(job: PreparedJob, resume: Path | None) -> dict:

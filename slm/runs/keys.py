@@ -26,6 +26,12 @@ FULL_KEY_FILE = "job_key.txt"
 _KEEP = frozenset(string.ascii_letters + string.digits + "._,=+-@:[]{}")
 
 
+def configuration(overrides) -> str:
+    """A job's configuration: its overrides less train.seed and less the sweep file's name (sweep=...), sorted and
+    joined by "," (successive halving's unit, hydra_plugins/slm_sweeps/halving.py, and analysis.halving's)."""
+    return ",".join(sorted(str(o) for o in overrides if not str(o).lstrip("+").startswith(("train.seed=", "sweep="))))
+
+
 def _escape(char: str) -> str:
     if char in _KEEP:
         return char

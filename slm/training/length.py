@@ -9,6 +9,12 @@ from slm.settings import Settings, SettingsError, setting
 LengthSettingsError = SettingsError  # the name this module's callers knew
 
 
+def pause_step(fraction: float, max_steps: int) -> int:
+    """The step `fraction` of a run of max_steps falls at: round(fraction x max_steps), at least 1 (train.length.pause_at,
+    successive halving's rungs)."""
+    return max(1, round(float(fraction) * max_steps))
+
+
 @dataclass
 class LengthSettings(Settings):
     """`train.length`: the run's length; epochs win over steps, steps over tokens."""
@@ -41,7 +47,7 @@ class LengthSettings(Settings):
         """The step a run of max_steps pauses at (pause_at), None when it does not pause before its end."""
         if self.pause_at is None:
             return None
-        step = max(1, round(self.pause_at * max_steps))
+        step = pause_step(self.pause_at, max_steps)
         return step if step < max_steps else None
 
     def steps_per_epoch(self, batch_size: int) -> int | None:
