@@ -14,6 +14,7 @@ from slm.model import ConfigError, build_model, config_from_spec, count
 from slm.model.budget import KNOB_RANGE, SOLVER_KEYS, budget_fit, budget_knob
 from slm.settings import nested
 from tests.conftest import compose_model_node
+from tests.shipped import shipped_sweeps
 
 TINY = ("model.vocab_size=65", "model.context_length=128", "model.attention.head_dim=16", "model.width_step=16")
 FAMILIES = {  # cpu_default's points (LLaMA-style families with 2 KV heads; the MoE sized by its active count)
@@ -150,7 +151,7 @@ def test_bad_d_ff_step(value):
 
 
 ROOT = Path(__file__).resolve().parents[1]
-BUDGETED = sorted(p.stem for p in (ROOT / "sweeps").glob("*.yaml") if "param_budget:" in p.read_text())
+BUDGETED = sorted(p.stem for p in shipped_sweeps() if "param_budget:" in p.read_text())
 
 
 def _points(sweep: str) -> list[list[str]]:

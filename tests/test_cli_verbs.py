@@ -22,6 +22,7 @@ from slm.model.generate import generate
 from slm.model.networks import build_model
 from slm.model.weights import load_model, save_model
 from slm.settings import nested
+from tests.shipped import shipped_sweeps
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n"
@@ -261,6 +262,17 @@ def test_status_lists_run_groups_and_takes_a_group_name(tmp_path, capsys, monkey
     _fails(run, [], capsys, "none: no such directory", prog="slm-status")
 
 
+def test_the_docs_name_every_job_state_slm_status_prints():
+    """docs/training.md's vocabulary and the README's slm-status line name every state of slm.runs.status.STATES."""
+    from slm.runs import status
+
+    training = (ROOT / "docs" / "training.md").read_text().split("**Job states.**", 1)[1].split("\n\n", 1)[0]
+    readme = next(line for line in (ROOT / "README.md").read_text().splitlines() if "slm-status runs/" in line)
+    for state in status.STATES:
+        assert f"`{state}`" in training, state
+        assert re.search(rf"\b{state}\b", readme.split("#", 1)[1]), state
+
+
 # ================================================================================ slm-train --help and defaults
 def _listed(help_text: str, section: str) -> list[str]:
     """The names at the start of the indented lines of a help section (up to the next blank line)."""
@@ -284,7 +296,7 @@ def test_train_help_describes_slm(tmp_path):
     # sweeps: the runnable ones set their run_group; those that cannot run alone are listed apart
     sweeps_block = text.split("\nsweep=<", 1)[1].split("\n\n", 1)[0]
     runnable, apart = sweeps_block.split("Not sweeps by themselves:")
-    files = {p.stem: yaml.safe_load(p.read_text()) or {} for p in (ROOT / "sweeps").glob("*.yaml")}
+    files = {p.stem: yaml.safe_load(p.read_text()) or {} for p in shipped_sweeps()}
     standalone = sorted(n for n, cfg in files.items() if "run_group" in cfg)
     assert sorted(re.findall(r"^  ([a-z0-9_]+)\s", runnable, re.M)) == standalone
     assert sorted(re.findall(r"^  ([a-z0-9_]+)\s", apart, re.M)) == sorted(set(files) - set(standalone))
@@ -302,10 +314,23 @@ def test_default_model_is_the_laptop_sized_one_and_every_sweep_names_its_model()
     assert model.family == "debug" and count(model).params_total < 200_000 and cfg.train.length.tokens == 1e6
     register_resolvers()
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        for path in sorted((ROOT / "sweeps").glob("*.yaml")):
+        for path in shipped_sweeps():
             sweep = compose("config", overrides=[f"sweep={path.stem}"], return_hydra_config=True)
             if "run_group" not in (yaml.safe_load(path.read_text()) or {}):
                 continue  # not a sweep by itself
             points = OmegaConf.to_container(OmegaConf.select(sweep, "hydra.sweeper.points") or OmegaConf.create([]))
             named = all(any(str(o).startswith("model=") for o in p) for p in points) and points
             assert named or sweep.model.family != "debug" or path.stem == "smoke", path.stem
+
+
+def test_a_users_own_sweep_file_is_not_a_shipped_one(tmp_path):
+    """The tests over every shipped sweep read git's list: a file a user puts in sweeps/ (where the README sends it)
+    is not checked against the help text and the shipped sweeps' rules."""
+    (tmp_path / "sweeps").mkdir()
+    (tmp_path / "sweeps" / "ours.yaml").write_text("run_group: ours\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run([*git, "add", "sweeps/ours.yaml"], cwd=tmp_path, check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], cwd=tmp_path, check=True)
+    (tmp_path / "sweeps" / "mine.yaml").write_text("run_group: mine\n")  # the user's, not committed
+    assert [p.name for p in shipped_sweeps(tmp_path)] == ["ours.yaml"]

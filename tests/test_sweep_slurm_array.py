@@ -1,6 +1,8 @@
 """hydra/launcher=slurm prepares an array with one shared payload (hydra_plugins/slm_sweeps/slurm_launcher.py): each
 job's pickle is an ArrayTask of its own overrides, a node runs it as the stock launcher would, and a requeue resubmits
-it unchanged. Slurm is stood in for by an `sbatch` on PATH that answers as sbatch does (tests/slurm runs a real one)."""
+it unchanged. Slurm is stood in for by stand-ins on PATH for every binary the submission calls (submitit refuses to
+start without an `srun`; `sbatch` answers as sbatch does; `scontrol` knows no cluster), so the test is the same on a
+machine that never had Slurm and on one where a real Slurm is installed (tests/slurm runs a real one)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,10 @@ SBATCH = """#!/bin/sh
 echo "$@" > "$SLM_TEST_SBATCH_MARK"
 echo "Submitted batch job 4242"
 """
+# Each binary the launcher's path may call, as this test's stand-in: sbatch submits; srun is only looked for (submitit's
+# executor checks it is on PATH); scontrol fails as it does where no cluster answers (no MaxArraySize: nothing is cut).
+STAND_INS = {"sbatch": SBATCH, "srun": "#!/bin/sh\nexit 0\n",
+             "scontrol": "#!/bin/sh\necho 'slurm_load_ctl_conf error: Unable to contact slurm controller' >&2\nexit 1\n"}
 
 
 @pytest.fixture(scope="module")
@@ -25,8 +31,9 @@ def submitted(tmp_path_factory):
     """A 3-job Slurm sweep, stopped once sbatch has been called: (its work directory, the run group's directory)."""
     work = tmp_path_factory.mktemp("slurm")
     (work / "bin").mkdir()
-    (work / "bin" / "sbatch").write_text(SBATCH)
-    (work / "bin" / "sbatch").chmod(0o755)
+    for name, script in STAND_INS.items():
+        (work / "bin" / name).write_text(script)
+        (work / "bin" / name).chmod(0o755)
     mark = work / "sbatch.mark"
     env = {**os.environ, "SLM_RUNS": str(work / "runs"), "PATH": f"{work / 'bin'}{os.pathsep}{os.environ['PATH']}",
            "SLM_TEST_SBATCH_MARK": str(mark), "OMP_NUM_THREADS": "1"}
