@@ -208,7 +208,9 @@ def expected_jobs(multirun_yaml: str | os.PathLike) -> dict[str, dict] | None:
     for combo in itertools.product(*(values for _, values in axes)):
         overrides = dict(zip((key for key, _ in axes), combo))
         dirname = item_sep.join(sorted(f"{k}{kv_sep}{v}" for k, v in overrides.items() if k not in exclude))
-        jobs[job_key(dirname)] = overrides
+        key, former = job_key(dirname), job_key(dirname, former_cut=True)  # a long key as runs made before were cut
+        jobs[former if former != key and not (sweep_dir / key).exists() and (sweep_dir / former).is_dir() else key] \
+            = overrides
     return jobs
 
 

@@ -134,6 +134,11 @@ def test_a_job_killed_after_its_run_trains_only_the_branches_then_nothing(runs):
     assert "is already completed; training its decay branch" in said, said[-3000:]
     assert "step 0 of" not in said  # the run is not trained again, and no branch starts from step 0
     assert said.count("slm-train: decay branch ") == len(killed["pending"])
+    for f in BRANCHES:  # a branch that never ran starts from the run's checkpoint: it does not "resume"
+        start = BRANCHES[f] - max(1, int(0.2 * BRANCHES[f]))
+        if runs["branches"][f] in killed["pending"]:
+            assert f"starts from the main run's step {start} of {BRANCHES[f]} ({main.name})" in said, said[-3000:]
+    assert "resumed from step" not in said and "starts from the main run's step" in said
     assert load_record(main)["updated_at"] == killed["main"]["updated_at"]
     assert (main / "train_log.jsonl").read_text() == killed["log"]
     assert pending_branches(main, runs["cfg"]) == []

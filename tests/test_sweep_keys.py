@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra._internal.config_loader_impl import get_overrides_dirname
 
@@ -38,6 +40,25 @@ def test_long_keys_keep_their_start_and_a_hash_of_the_whole():
     assert len(a) <= MAX_LEN and len(b) <= MAX_LEN
     assert a != b and a[:50] == base[:50]
     assert job_key(base + ",x=1") == a  # stable
+
+
+def test_a_cut_keys_hash_never_reads_as_a_value(tmp_path):
+    """A cut key keeps whole overrides, then "...sha1-<hash>" (the former cut read `train.length.tokens=2-a9b1b185bbf5`:
+    a tokens value of "2-a9b1..."); a run made under the former cut is still found in its run group."""
+    from slm.cli.job_keys import key_from_overrides
+    from slm.runs.keys import CUT_MARK
+
+    overrides = [f"model.field_{i}=value_{i}" for i in range(15)] + ["train.length.tokens=250000.0"]
+    key = key_from_overrides(overrides)
+    kept, mark, digest = key.partition(CUT_MARK)
+    assert mark and len(key) <= MAX_LEN and len(digest) == 12 and kept.endswith(",")
+    assert all(part in overrides for part in kept[:-1].split(","))  # every kept override whole
+    former = job_key(",".join(sorted(overrides)), former_cut=True)
+    assert former != key and re.search(r"=[^,=]*-[0-9a-f]{12}$", former)  # the former: a value, "-" and the hash
+    (tmp_path / former).mkdir()
+    assert key_from_overrides(overrides, parent=tmp_path) == former  # resumed where it is
+    (tmp_path / key).mkdir()
+    assert key_from_overrides(overrides, parent=tmp_path) == key
 
 
 # ---------------------------------------------------------------- one run, one key (slm.cli.job_keys)

@@ -118,14 +118,18 @@ def whole_key(overrides: Iterable[str], exclude: Iterable[str] = ()) -> str:
 def key_from_overrides(overrides: Iterable[str], exclude: Iterable[str] = (), parent=None) -> str:
     """The run-directory name of a job with these overrides (the `slm_job_key` resolver). With `parent`, the run
     group's directory: when no run directory of today's key is there but one of the key a run made under a former
-    spelling rule got (moved settings spelt flat: FORMER_KEY_RULES, newest first) is, that one's name, so the run is
-    found where it is."""
+    spelling rule got (moved settings spelt flat: FORMER_KEY_RULES, newest first) or under the former cut of a long
+    key (slm.runs.keys.job_key's former_cut) is, that one's name, so the run is found where it is."""
     overrides = [str(o) for o in overrides]
-    key = job_key(",".join(canonical_overrides(overrides, exclude)))
+    dirname = ",".join(canonical_overrides(overrides, exclude))
+    key = job_key(dirname)
     if parent is None or not str(parent) or (Path(str(parent)) / key).exists():
         return key
-    for rule in FORMER_KEY_RULES:
-        legacy = job_key(",".join(sorted(canonical_overrides(overrides, exclude, legacy=rule))))
-        if legacy != key and (Path(str(parent)) / legacy).is_dir():
-            return legacy
+    spellings = [dirname] + [",".join(sorted(canonical_overrides(overrides, exclude, legacy=rule)))
+                             for rule in FORMER_KEY_RULES]
+    for spelling in spellings:  # a long key cut as runs made before "...sha1-" were, then former spelling rules
+        for former_cut in (False, True):
+            legacy = job_key(spelling, former_cut=former_cut)
+            if legacy != key and (Path(str(parent)) / legacy).is_dir():
+                return legacy
     return key

@@ -75,6 +75,19 @@ def _branch_points(branches: list) -> list[tuple]:
     return points
 
 
+def _branch_of(run_dir: Path) -> tuple[str, int] | None:
+    """(the run it branched from, the step) where `run_dir` is a decay branch's (its record's branch section)."""
+    from slm.runs.record import RecordError, load_record
+
+    try:
+        branch = (load_record(run_dir) or {}).get("branch")
+    except RecordError:
+        return None
+    if not isinstance(branch, dict) or not isinstance(branch.get("step"), int):
+        return None
+    return str(branch.get("of")), branch["step"]
+
+
 def build(job: PreparedJob, resume: Path | None) -> Built:
     """The module (seeded; train.init_from's weights on a fresh start), the data module, the callbacks (progress,
     checkpoints, throughput, train_log, routing load, kept steps, decay branches' checkpoints, stop signals, the pause), the
@@ -114,7 +127,7 @@ def build(job: PreparedJob, resume: Path | None) -> Built:
     routing = RoutingLoad(train_cfg.logging.interval)
     bar = train_cfg.logging.progress_bar and interactive()  # a bar only on a terminal: in a file it is a stream of \r
     resumed_from = str(Path(resume).relative_to(run_dir)) if resume is not None else None
-    talk = [StartLine(resumed_from), StepsBar(throughput) if bar else
+    talk = [StartLine(resumed_from, branch_of=_branch_of(run_dir)), StepsBar(throughput) if bar else
             ProgressLog(throughput, max_steps, train_cfg.logging.print_every(max_steps))] if rank_zero else []
     # Requeueing is submitit's (conf/hydra/launcher/slurm.yaml): where Lightning would pick SLURMEnvironment,
     # it gets one with its own auto-requeue off.

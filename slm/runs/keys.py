@@ -7,8 +7,8 @@ left out: run_group, sweep, rerun_failed, progress bar), made filesystem-safe:
 - stable: the same overrides give the same key in any order, on any machine, in any later run;
 - readable: `model.d_model=384,model.n_layers=32` stays as it is, "/" becomes "~";
 - distinct: different overrides never share a key ("~" and "%" and characters that are awkward in a
-  file name are %-escaped, so the mapping is one-to-one; keys over MAX_LEN characters keep their start
-  plus a hash of the whole).
+  file name are %-escaped, so the mapping is one-to-one; keys over MAX_LEN characters keep the overrides that fit
+  whole, then "...sha1-" and a hash of the whole).
 
 Concurrent sweeps do not collide because each writes under its own run_group; two processes that reach
 the same job (the same sweep started twice) are kept apart by the run's lock (slm.runs.job).
@@ -45,13 +45,26 @@ def full_key(override_dirname: str) -> str:
     return "".join(_escape(c) for c in override_dirname) if override_dirname else DEFAULT_KEY
 
 
-def job_key(override_dirname: str) -> str:
+CUT_MARK = "...sha1-"
+"""Between a cut key's kept overrides and the hash of the whole: no override holds "...", so the hash never reads as
+a setting's value (the former cut, `train.length.tokens=2-a9b1b185bbf5`, did)."""
+
+
+def job_key(override_dirname: str, former_cut: bool = False) -> str:
     """The run-directory name for a job whose Hydra `override_dirname` is given ("" -> "default"); a key over
-    MAX_LEN characters keeps its start and a hash of the whole (the whole is written beside: FULL_KEY_FILE)."""
+    MAX_LEN characters keeps its whole overrides that fit, then CUT_MARK and a hash of the whole (the whole is written
+    beside: FULL_KEY_FILE). `former_cut`: the name such a key got before (its start cut mid-value, "-" and the hash),
+    which runs made then still have."""
     key = full_key(override_dirname)
-    if len(key) > MAX_LEN:
-        key = key[: MAX_LEN - 20] + "-" + hashlib.sha1(override_dirname.encode()).hexdigest()[:12]
-    return key
+    if len(key) <= MAX_LEN:
+        return key
+    digest = hashlib.sha1(override_dirname.encode()).hexdigest()[:12]
+    if former_cut:
+        return key[: MAX_LEN - 20] + "-" + digest
+    room = MAX_LEN - len(CUT_MARK) - len(digest)
+    kept = key[:room]
+    whole = kept.rfind(",", 0, room + 1) if key[room] != "," else room
+    return (kept[:whole] + "," if whole > 0 else kept) + CUT_MARK + digest
 
 
 def read_full_key(run_dir) -> str | None:

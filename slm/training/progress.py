@@ -65,16 +65,21 @@ def _say(line: str, stream: TextIO | None = None) -> None:
 
 
 class StartLine(L.Callback):
-    """One line when training starts: the device and precision, and where it starts: `step 0 of M`, or
-    `resumed from step N of M (<checkpoint>)`."""
+    """One line when training starts: the device and precision, and where it starts: `step 0 of M`,
+    `resumed from step N of M (<checkpoint>)`, or for a decay branch at its first start (`branch_of`: the run it
+    branched from and the step), `starts from the main run's step N of M`."""
 
-    def __init__(self, resumed_from: str | None = None, stream: TextIO | None = None):
-        self.resumed_from, self.stream = resumed_from, stream
+    def __init__(self, resumed_from: str | None = None, stream: TextIO | None = None,
+                 branch_of: tuple[str, int] | None = None):
+        self.resumed_from, self.stream, self.branch_of = resumed_from, stream, branch_of
 
     def on_train_start(self, trainer, pl_module) -> None:
         where = f"{device_name(pl_module.device)}, precision {trainer.precision}"
         step, total = trainer.global_step, trainer.max_steps
-        if self.resumed_from is not None:
+        if self.resumed_from is not None and self.branch_of is not None and step == self.branch_of[1]:
+            _say(f"slm-train: a decay branch: starts from the main run's step {step} of {total} ({self.branch_of[0]}); "
+                 f"training on {where}", self.stream)
+        elif self.resumed_from is not None:
             _say(f"slm-train: resumed from step {step} of {total} ({self.resumed_from}); training on {where}",
                  self.stream)
         else:
