@@ -45,12 +45,13 @@ help:
 
 install: $(STAMP)
 
-# Re-installs only when pyproject.toml, this Makefile or TORCH_SPEC changed; otherwise instant.
+# Re-installs only when pyproject.toml, this Makefile or TORCH_SPEC changed; otherwise instant. (setuptools' 10-line
+# "Editable installation" warning is silenced: the checkout is the package by design.)
 $(STAMP): pyproject.toml Makefile
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install -q -e ".[dev]"
+	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip install -q -e ".[dev]"
 	@echo "$(TORCH_SPEC)" > $(STAMP)
 
 ifneq ($(wildcard $(STAMP)),)

@@ -65,6 +65,9 @@ def test_failed_diverged_and_invalid_jobs_are_recorded_and_the_others_complete(t
     before = {k: r["updated_at"] for k, r in records(sweep).items()}
     again = slm(tmp_path, *args)
     assert again.returncode == 1 and "launching 0 of 6 jobs" in again.stdout, again.stdout[-2000:]
+    assert ("launching 0 of 6 jobs; the others: 4 failed, 1 completed, 1 diverged (rerun_failed=true runs failed, "
+            "diverged and invalid jobs again)") in again.stdout  # counted, not "completed, unreadable, or failed…"
+    assert "Launching 1 jobs locally" not in again.stdout + again.stderr
     assert "Trainer.fit" not in again.stderr
     assert {k: r["updated_at"] for k, r in records(sweep).items()} == before
 
@@ -72,6 +75,7 @@ def test_failed_diverged_and_invalid_jobs_are_recorded_and_the_others_complete(t
     # invalid ones again, and leaves the completed one alone
     rerun = slm(tmp_path, *args, "rerun_failed=true")
     assert "launching 2 of 6 jobs" in rerun.stdout, rerun.stdout[-2000:]
+    assert "Launching 1 jobs locally" not in rerun.stdout + rerun.stderr  # Hydra's line per job: slm's says it
     after = {k: r["updated_at"] for k, r in records(sweep).items()}
     assert [k for k in after if after[k] == before[k]] == [k for k in by_lr if "0.001" in k]
 

@@ -34,6 +34,7 @@ prints once every copy has ended (jobs.note_for_workers).
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from dataclasses import replace
@@ -166,8 +167,7 @@ class GridSweeper(BasicSweeper):
                 outcomes[job.key] = J.outcome(job)
         runnable = [replace(j, overrides=j.overrides + list(extra)) for j in jobs if j.key not in outcomes]
         if len(runnable) < len(jobs):
-            print(f"sweep {name}: launching {len(runnable)} of {len(jobs)} jobs; the others are completed, "
-                  f"unreadable, or recorded failed, diverged or invalid (rerun_failed=true runs those again)")
+            print(f"sweep {name}: launching {len(runnable)} of {len(jobs)} jobs; {J.not_launched(outcomes.values())}")
         if isinstance(self.launcher, BasicLauncher):
             return self._one_by_one(name, jobs, runnable)
         returns = []  # Slurm: each batch one job array
@@ -193,6 +193,9 @@ class GridSweeper(BasicSweeper):
         sweep's state, from the run directories); a job another process has taken or finished meanwhile (a copy of
         this sweep: slm-workers) is passed over."""
         returns = []
+        # Hydra's basic launcher logs "Launching 1 jobs locally" and "#i : <overrides>" for every job: slm's own line
+        # above says both. Its warnings and errors still show.
+        logging.getLogger("hydra._internal.core_plugins.basic_launcher").setLevel(logging.WARNING)
         for idx, job in enumerate(runnable):
             if J.taken(job):
                 continue

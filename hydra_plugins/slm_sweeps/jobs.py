@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from slm.runs.errors import one_line
 from slm.runs.record import FINAL, RecordError, load_record, settled
 from slm.durations import duration
-from slm.runs.status import (FAILED, RUNNING, STOPPED, UNREADABLE, WORKERS_DIR_ENV, WORKERS_ENV, lock_held, progress_text,
+from slm.runs.status import (DIVERGED, FAILED, RUNNING, STOPPED, UNREADABLE, WORKERS_DIR_ENV, WORKERS_ENV, lock_held, progress_text,
                               states_of, summary_lines, sweep_progress)
 
 log = logging.getLogger(__name__)
@@ -229,6 +229,17 @@ def outcome(job: Job, ret: Optional[JobReturn] = None) -> dict:
         status = STOPPED  # started, and nothing trains it now: the same command resumes it
     return {"key": job.key, "status": status, "error": error,
             "val_nll": (record.get("eval") or {}).get("val_nll"), "run_dir": str(job.run_dir)}
+
+
+def not_launched(outcomes) -> str:
+    """What a restarted sweep says of the jobs it does not launch: their count per state, e.g. "the others: 9
+    completed, 1 failed (rerun_failed=true runs failed, diverged and invalid jobs again)"."""
+    from collections import Counter
+
+    counts = Counter(o["status"] for o in outcomes)
+    said = ", ".join(f"{n} {state}" for state, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    again = " (rerun_failed=true runs failed, diverged and invalid jobs again)" if {FAILED, DIVERGED} & set(counts) else ""
+    return f"the others: {said}{again}"
 
 
 def taken(job: Job) -> bool:
