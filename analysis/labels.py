@@ -44,13 +44,16 @@ def run_labels(table: pd.DataFrame, columns: list[str] | None = None, dedupe: bo
     if "n_kv_heads" in text and "n_heads" in table:  # multi-head attention: kv heads = heads, nothing to say
         mha = pd.to_numeric(table["n_kv_heads"], errors="coerce") == pd.to_numeric(table["n_heads"], errors="coerce")
         text.loc[mha, "n_kv_heads"] = ""
-    core = [c for c in ("family", "n_layers", "d_model") if c in text and text[c].nunique() > 1]
-    by_family = text.groupby(family)
+    # what varies, and each family's usual value, among the rows that have a value: a partial table's pending rows
+    # (no config yet) make no axis vary and no empty value usual
+    known = text.mask(text == "")
+    core = [c for c in ("family", "n_layers", "d_model") if c in text and known[c].nunique() > 1]
+    by_family = known.groupby(family)
     candidates = [c for c in columns if c not in ("family", "n_layers", "d_model", "seed")]
     varies = by_family[candidates].nunique() > 1 if candidates else pd.DataFrame()
     others = [c for c in candidates if varies[c].any()]  # differ within some family
-    tail = ["seed"] if "seed" in text and text["seed"].nunique() > 1 else []
-    mode = {c: by_family[c].agg(lambda v: v.value_counts().index[0]) for c in others}
+    tail = ["seed"] if "seed" in text and known["seed"].nunique() > 1 else []
+    mode = {c: by_family[c].agg(lambda v: v.value_counts().index[0] if v.notna().any() else "") for c in others}
     families = family.tolist()
     parts = [[_part(c, value) if value else "" for value in text[c].tolist()] for c in core]
     for c in others:

@@ -135,3 +135,19 @@ def test_run_labels_name_what_differs():
     labels = run_labels(table[table["status"] == "completed"])
     assert labels.iloc[0] == "gpt2 L4 d768 seed 0"
     assert labels.is_unique
+
+
+def test_a_partial_tables_pending_rows_do_not_make_a_run_list_every_setting():
+    """Pending rows (no config yet) neither make an axis vary nor make an empty value usual: the one finished llama3
+    run is not labelled with every setting it has (the notebook's label on a partial table)."""
+    import pandas as pd
+
+    from analysis.labels import run_labels
+
+    table = pd.DataFrame({"family": ["llama3", "llama3", "llama3", "gpt2"], "n_layers": [4, None, None, 4],
+                          "d_model": [64, None, None, 64], "norm": ["rmsnorm", None, None, "layernorm"],
+                          "position": ["rope", None, None, "learned"], "lr": [1e-3, None, None, 1e-3],
+                          "run": ["a", "b", "c", "d"], "status": ["completed", "pending", "pending", "completed"]})
+    labels = run_labels(table).tolist()
+    assert labels[3] == "gpt2" and labels[0].startswith("llama3")
+    assert not any(word in " ".join(labels) for word in ("norm=", "position=", "lr=", "L4", "d64")), labels
