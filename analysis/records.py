@@ -20,7 +20,7 @@ from slm.eval import RENAMED_TASKS
 from slm.metrics import BOUND, NELBO, NLL_KINDS, VAL_CURVE, chance_level
 from slm.renames import TRAIN_MOVED, RenameError, upgrade_model_fields, upgrade_train_fields
 from slm.runs.record import RESULT_FILE
-from slm.runs.status import live_status
+from slm.runs.status import interruption, live_status
 
 
 def number(value):
@@ -211,6 +211,14 @@ def sweep(r):
 def status(r):
     """status, or for a run recorded running: its lock (slm.runs.status.live_status)"""
     return live_status(r.record.get("status"), r.run_dir)
+
+
+def error(r):
+    """the record's error line; for a stopped run, the signal and step that stopped it (training.interrupted)"""
+    said = r.record.get("error")
+    if said or status(r) != "stopped":
+        return said
+    return interruption(r.record.get("training") or {})
 
 
 def run_dir(r):

@@ -333,6 +333,27 @@ def _tier_blocks(study: Study, table: pd.DataFrame) -> list:
     return blocks
 
 
+
+def _unfinished_blocks(table: pd.DataFrame) -> list:
+    """The "Runs that did not complete" section: one row per run that started and did not end as its sweep meant it
+    to (a pruned run did: the Successive halving section lists them), with its error or, for a stopped run, the
+    signal and step; the jobs that never started in one line (their keys would make tall rows of nothing)."""
+    if "status" not in table:
+        return []
+    problems = table[~table["status"].isin(["completed", "pruned", "pending"])]
+    pending = int((table["status"] == "pending").sum())
+    blocks: list = []
+    if len(problems):
+        blocks.append(pd.DataFrame({"run": problems["run"].to_numpy(), "status": problems["status"].to_numpy(),
+                                    "error": problems["error"].fillna("").to_numpy() if "error" in problems else ""}))
+    if pending:
+        groups = sorted(table.loc[table["status"] == "pending", "sweep"].dropna().astype(str).unique()) \
+            if "sweep" in table else []
+        where = f" (`slm-status {groups[0]}` lists them)" if len(groups) == 1 else ""
+        blocks.append(f"{pending} job{'s' if pending != 1 else ''} of the sweep not started yet{where}.")
+    return [("Runs that did not complete", blocks)] if blocks else []
+
+
 def sections(table: pd.DataFrame, results_path: str, score: str | None = None, study: Study | None = None,
              skipped: dict | None = None, ladder: list | None = None) -> list[tuple[str, list]]:
     """[(heading, [blocks])], a block being a str (paragraph), a DataFrame (table) or ("figure", kind). The
@@ -367,11 +388,7 @@ def sections(table: pd.DataFrame, results_path: str, score: str | None = None, s
         out.append(("Successive halving", halving))
 
     # a pruned run ended as its sweep meant it to (the Successive halving section lists them)
-    problems = table[~table["status"].isin(["completed", "pruned"])] if "status" in table else table.iloc[0:0]
-    if len(problems):
-        frame = pd.DataFrame({"run": problems["run"].to_numpy(), "status": problems["status"].to_numpy(),
-                              "error": problems["error"].to_numpy() if "error" in problems else ""})
-        out.append(("Runs that did not complete", [frame]))
+    out += _unfinished_blocks(table)
 
     if score:
         out.append(("Tiers", _tier_blocks(study, table)))

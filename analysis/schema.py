@@ -134,7 +134,8 @@ _BEFORE_METRICS: tuple[Column, ...] = (
     Column("sweep", "identity", "run group (the folder above the run)", read.sweep, "text", "identity"),
     Column("status", "identity", f"one of {', '.join(ORDER)} (slm.runs.status: the words of slm-status)",
            read.status, "text", "identity"),
-    Column("error", "identity", "the record's error line", ("error",), "text", "identity"),
+    Column("error", "identity", "the record's error line; a stopped run's: the signal and step that stopped it",
+           read.error, "text", "identity"),
     Column("eval_error", "identity", "why the lm-eval suite failed after training (the run itself completed)",
            ("eval", "lm_eval_error"), "text", "identity"),
     # the model section: open-ended

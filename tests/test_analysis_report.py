@@ -170,3 +170,29 @@ def test_markdown_and_html_are_rendered_from_one_list_of_blocks(results):
     assert re.findall(r"^## (.+)$", md, re.M) == [html_.unescape(h) for h in re.findall(r"<h2>(.+?)</h2>", page)]
     assert md.count("\n| --- |") + md.count("_(none)_") == page.count("<table>") + page.count("<em>(none)</em>")
     assert md.count("![") == page.count("<img ") > 0
+
+
+def test_runs_that_did_not_complete_say_what_stopped_them_and_pending_jobs_take_one_line(tmp_path):
+    """A stopped run's error cell holds the signal and step its record names (it was empty); jobs never started are
+    one line, not one tall row each."""
+    import json
+
+    from analysis.report import sections
+    from tests.test_analysis_collect import make_record, write
+
+    root = tmp_path / "runs" / "g"
+    write(root / "model.n_layers=2", make_record(n_layers=2))
+    write(root / "model.n_layers=4", make_record(n_layers=4, val_nll=2.9))
+    stopped = make_record(status="running", n_layers=8)
+    stopped["training"] = {"interrupted": {"step": 8, "signal": "SIGINT", "at": "2026-11-28T00:00:00"}}
+    write(root / "model.n_layers=8", stopped)
+    jobs = {f"model.n_layers={n}": [f"model.n_layers={n}"] for n in (2, 4, 8, 16, 32)}
+    (root / "sweep.json").write_text(json.dumps({"jobs": jobs}))
+    (root / "multirun.yaml").write_text("hydra: {}\n")
+    table = collect(root)
+    row = table[table["run"].str.endswith("n_layers=8")].iloc[0]
+    assert row["status"] == "stopped" and row["error"].startswith("SIGINT at step 8: checkpointed")
+    (_, blocks), = [s for s in sections(table, "t.parquet") if s[0] == "Runs that did not complete"]
+    frame, line = blocks
+    assert list(frame["status"]) == ["stopped"] and "SIGINT at step 8" in frame["error"].iloc[0]
+    assert line == "2 jobs of the sweep not started yet (`slm-status g` lists them)."

@@ -182,12 +182,19 @@ def run_state(run_dir: str | os.PathLike, key: str | None = None) -> JobState:
     if state.status == COMPLETED:
         state.seconds = job_seconds(record)
     if state.status == STOPPED:
-        interrupted = training.get("interrupted")
-        if isinstance(interrupted, dict):
-            sig = interrupted.get("signal")
-            then = "to be requeued" if sig not in ("SIGINT", "SIGTERM") else "the same command resumes it"
-            state.note = f"{sig} at step {interrupted.get('step')}: checkpointed, {then}"
+        state.note = interruption(training)
     return state
+
+
+def interruption(training: dict) -> str | None:
+    """What stopped a run, from its record's training.interrupted: "SIGINT at step 8: checkpointed, the same command
+    resumes it"; None when the record names no signal (killed outright: SIGKILL leaves nothing)."""
+    interrupted = training.get("interrupted") if isinstance(training, dict) else None
+    if not isinstance(interrupted, dict):
+        return None
+    sig = interrupted.get("signal")
+    then = "to be requeued" if sig not in ("SIGINT", "SIGTERM") else "the same command resumes it"
+    return f"{sig} at step {interrupted.get('step')}: checkpointed, {then}"
 
 
 def listed_jobs(sweep_dir: str | os.PathLike) -> dict[str, list[str]]:
