@@ -160,9 +160,26 @@ class PointKeys:
     def __init__(self, table: pd.DataFrame, exclude: tuple = ()):
         self.colour = group_column(table)
         self.colours = group_colors(table[self.colour])[0] if self.colour else {}
-        self.marker = sweep_axis(style_rows(table), exclude=(self.colour, *exclude))
+        # the marker means one axis in every plot: where a plot's own axis is that one (`exclude`), no marker,
+        # rather than another axis (width in one plot and heads in the next)
+        marker = sweep_axis(style_rows(table), exclude=(self.colour,))
+        self.marker = None if marker in exclude else marker
         values = sorted(set(_axis_text(style_rows(table)[self.marker])) - {""}, key=_axis_order) if self.marker else []
         self.markers = {v: MARKERS[i % len(MARKERS)] for i, v in enumerate(values)}
+
+    def shown(self, rows: pd.DataFrame) -> "PointKeys":
+        """The same keys with only the colours and markers that `rows` (the points a plot drew) have: a legend never
+        lists a family with no point."""
+        import copy
+
+        out = copy.copy(self)
+        if self.colour and self.colour in rows:
+            present = set(rows[self.colour].astype(str))
+            out.colours = {k: v for k, v in self.colours.items() if k in present}
+        if self.marker and self.marker in rows:
+            present = set(_axis_text(rows[self.marker]))
+            out.markers = {k: v for k, v in self.markers.items() if k in present}
+        return out
 
     def colour_of(self, row) -> str:
         return self.colours.get(str(row[self.colour]), PALETTE[0]) if self.colour else PALETTE[0]

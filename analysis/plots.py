@@ -61,7 +61,7 @@ from analysis.plot_style import choose_score, score_label  # noqa: F401  (re-exp
 from analysis.schema import keys_of
 from analysis.thresholds import find_threshold, nll_frontier
 from analysis.tiers import find_tiers, units_of
-from analysis.tuning import at_best_lr, lr_curves, lr_labels, lr_varies
+from analysis.tuning import at_best_lr, lr_curves, lr_labels, lr_varies, rows_at
 from slm.eval.score_lines import near_chance
 from slm.metrics import LOSS
 
@@ -160,7 +160,7 @@ def plot_tiers(table: pd.DataFrame, score: str | None = None, k: int | None = No
     style.set_title(fig, title, style.wrap_text("; ".join(subtitle), 100))
     style.set_caption(fig, *captions)
     if keys.colour:
-        keys.legend(ax)
+        keys.shown(table.loc[first] if len(first) == n and set(first) <= set(table.index) else table).legend(ax)
     if result.split:
         style.settle_layout(fig)
         for gap in result.gaps:
@@ -269,7 +269,7 @@ def plot_threshold(table: pd.DataFrame, score: str | None = None, axis: str = "d
                                 "dotted: chance" if style.chance_value(rows, score) is not None else "") if t)
     style.set_title(fig, title, sub)
     style.set_caption(fig, *captions)
-    keys.legend(ax, [style.bound_handle()] if bound_rows(rows, score).any() else None)
+    keys.shown(rows).legend(ax, [style.bound_handle()] if bound_rows(rows, score).any() else None)
     style.pad_y(ax)
     style.draw_chance(ax, style.chance_value(rows, score))
     fig.slm_result = result
@@ -314,8 +314,11 @@ def plot_depth(table: pd.DataFrame, tasks: list[str] | None = None, max_panels: 
     depth_marker = (lambda v: keys.markers.get(style.format_number(v), "o")) if keys.marker == "n_layers" \
         else (lambda v: "o")
     any_bound = False
+    tuned = False
     for ax, column in zip(axes.flat, columns):
         part = rows[pd.to_numeric(rows[column], errors="coerce").notna() & depth_values.notna()]
+        if lr_varies(part, column):  # lr a nuisance axis, as everywhere else: each configuration at its best lr
+            part, tuned = rows_at(part, column, "tuned"), True
         bounds = bound_rows(part, column)
         any_bound |= bool(bounds.any())
         for key in keys_sorted:
@@ -348,10 +351,11 @@ def plot_depth(table: pd.DataFrame, tasks: list[str] | None = None, max_panels: 
         ax.tick_params(labelsize=8)
     for ax in list(axes.flat)[len(columns):]:
         ax.set_axis_off()
-    extra = [(Line2D([], [], color="#777777", lw=1.6), how.split(": ", 1)[1])]
+    extra = [(Line2D([], [], color="#777777", lw=1.6), how.split(": ", 1)[1] + (
+        " (each configuration at its best lr)" if tuned else ""))]
     if any_bound:
         extra.append(style.bound_handle())
-    handles, labels, heads = keys.entries(extra)
+    handles, labels, heads = keys.shown(rows).entries(extra)
     if crossed:  # colour is a family and a width here: the key says so
         n_colour = len(keys.colours) + 1 if keys.colour and keys.colours else 0
         own = [Line2D([], [], ls="", marker="")] + [Line2D([], [], ls="", marker="o", color=colors[k], markersize=7)
@@ -459,7 +463,7 @@ def plot_throughput(table: pd.DataFrame, score: str | None = None) -> Figure:
     if diffusion.any():
         extra.append((Line2D([], [], ls="", marker="o", mfc="none", mec="black", mew=1.2, markersize=11),
                       "ringed: masked diffusion decoder"))
-    keys.legend(ax, extra, (mem.dropna().to_numpy(), to_size, mem_title, lambda v: f"{v:,.0f}")
+    keys.shown(rows).legend(ax, extra, (mem.dropna().to_numpy(), to_size, mem_title, lambda v: f"{v:,.0f}")
                 if mem.notna().any() else None)
     style.pad_y(ax)
     style.draw_chance(ax, style.chance_value(rows, score))
@@ -536,7 +540,7 @@ def plot_pareto(table: pd.DataFrame, x: str = "train_flops", y: str | None = Non
                       f"a {points.colour}'s best at each {style.AXIS_NAMES.get(points.marker, points.marker)}"))
     if bound.any():
         extra.append(style.bound_handle())
-    points.legend(ax, extra)
+    points.shown(rows).legend(ax, extra)
     style.pad_y(ax, 0.08)
     ax.margins(x=0.08)
     sub = []
@@ -717,7 +721,7 @@ def plot_lr(table: pd.DataFrame, score: str | None = None, keys: pd.Series | Non
         extra = [(Line2D([], [], ls="", marker="*", color="#777777", mec="black", ms=10), "best lr")]
         if bound.any():
             extra.append(style.bound_handle())
-        keys.legend(ax, extra)
+        keys.shown(first).legend(ax, extra)
         sub = (f"colour: {keys.colour}; " + (f"marker: {style.AXIS_NAMES.get(keys.marker, keys.marker)}; "
                                               if keys.marker else "") + sub)
     else:  # two configurations share a family and a depth: one colour per configuration, and the key says so

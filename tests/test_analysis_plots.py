@@ -429,3 +429,42 @@ def test_other_work_is_the_machine_s_busy_time_less_this_process_s(tmp_path, mon
             while time.perf_counter() < end:
                 sum(i * i for i in range(1000))
         assert real.cores is not None and 0 <= real.cores <= cpu_busy.host_cpus()  # the whole machine's CPUs
+
+
+def test_depth_plot_family_line_is_at_each_configurations_best_lr():
+    """With an lr searched, the depth plot's family mean is taken at each configuration's best lr, as the tiers and
+    the verdict take it (it averaged every lr: a bad lr dragged the line)."""
+    from analysis.plots import plot_depth
+
+    rows = []
+    for family in ("gpt2", "llama3"):
+        for n_layers in (2, 4, 8):
+            for lr, worse in ((1e-3, 0.0), (1e-2, 1.0)):
+                rows.append({"status": "completed", "family": family, "n_layers": n_layers, "d_model": 64,
+                             "lr": lr, "seed": 0, "val_nll": 3.0 - 0.1 * n_layers / 8 + worse + (family == "gpt2") * 0.05,
+                             "run": f"{family}/{n_layers}/{lr}"})
+    fig = plot_depth(pd.DataFrame(rows))
+    lines = {line.get_label(): line for line in fig.axes[0].get_lines() if not line.get_label().startswith("_")}
+    for family in ("gpt2", "llama3"):
+        want = [3.0 - 0.1 * n / 8 + (family == "gpt2") * 0.05 for n in (2, 4, 8)]
+        assert np.allclose(lines[family].get_ydata(), want), (family, lines[family].get_ydata())
+
+
+def test_legends_list_only_what_is_drawn_and_the_marker_means_one_axis(table):
+    """A family with no drawn point (its only run failed) is not in a legend; a plot whose own axis is the marker's
+    (width on the threshold plot, where depth does not vary) draws plain circles, not heads as the marker."""
+    import matplotlib.pyplot as plt
+
+    from analysis.plots import plot_threshold, plot_tiers
+    from analysis.plot_style import PointKeys
+
+    failed = pd.DataFrame([{**table.iloc[0].to_dict(), "family": "moe", "status": "failed", "run": "moe/x"}])
+    grown = pd.concat([table, failed], ignore_index=True)
+    fig = plot_tiers(grown, "avg_suite") if "avg_suite" in grown else plot_tiers(grown)
+    texts = [t.get_text() for ax in fig.axes for legend in [ax.get_legend()] if legend for t in legend.get_texts()]
+    assert "gpt2" in texts and "moe" not in texts, texts
+    plt.close(fig)
+    one_depth = table.assign(n_layers=12, n_heads=lambda t: pd.to_numeric(t["d_model"], errors="coerce") // 64)
+    keys = PointKeys(one_depth, exclude=("d_model",))
+    assert PointKeys(one_depth).marker == "d_model" and keys.marker is None and keys.markers == {}
+    plt.close(plot_threshold(one_depth))
