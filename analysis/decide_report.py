@@ -34,18 +34,20 @@ class Judged:
 
 
 def judge(table: pd.DataFrame, config: str | None = None, rung: str = RUNG, proxies=None, target: float | None = None,
-          draws: int = 1000, truth: str | None = None) -> Judged:
+          draws: int = 1000, truth: str | None = None, progress=None) -> Judged:
     """Decision accuracy and the held-out check of a ladder's table; DecideError for a table that is not one.
-    `config`: the configuration column (default: analysis.decide.ladder_config's choice); `proxies`: default_proxies."""
+    `config`: the configuration column (default: analysis.decide.ladder_config's choice); `proxies`: default_proxies;
+    `progress(label, unit)`: a progress(done, total) callback for each bootstrap."""
     from analysis.forecast import ForecastError, held_out
 
     table, config = ladder_config(table, config)
-    result = decide(table, config, rung, list(proxies or default_proxies(table)), target, draws, truth=truth)
+    result = decide(table, config, rung, list(proxies or default_proxies(table)), target, draws, truth=truth,
+                    progress=progress and progress("decision accuracy:", "seed redraws"))
     ladder = ladder_table(table, config, rung, result.truth)
     if target is not None:
         ladder = ladder[ladder["rung"] <= target]
     try:
-        return Judged(result, ladder, held_out(ladder, draws=draws))
+        return Judged(result, ladder, held_out(ladder, draws=draws, progress=progress and progress("held-out check:")))
     except ForecastError as err:
         return Judged(result, ladder, None, str(err))
 
