@@ -87,6 +87,9 @@ class DecideResult:
     """{(proxy, rung): {configuration: mean over seeds}}, lower is better (a higher-is-better proxy negated)."""
     top: dict = field(default_factory=dict)
     """{configuration: {seed: value}} of the truth at the target, lower is better: what the decision is."""
+    values: dict = field(default_factory=dict)
+    """{rung: {configuration: {seed: value}}} of the truth at every rung (each at its best lr there), lower is
+    better."""
     draws: int = 0
     """Bootstrap redraws asked for."""
     sign: float = 1.0
@@ -275,6 +278,7 @@ def decide(table: pd.DataFrame, config: str = "family", rung: str = "param_budge
                           f"{rung} = {_num(target)}; rungs with runs: "
                           f"{', '.join(_num(r) for r in rungs if truth_values.get(r)) or 'none'}")
     result.ceiling, result.top, result.draws, result.sign = noise_ceiling(top), top, draws, _sign(table, truth)
+    result.values = truth_values
     rng = np.random.default_rng(seed)
     tasks = []
     for proxy in proxies:
@@ -333,18 +337,21 @@ def _interval(r: RungDecision) -> str:
     return "-" if r.low is None else f"{r.low:.3f}-{r.high:.3f}"
 
 
+def table_rows(result: DecideResult) -> list[dict[str, str]]:
+    """The decision-accuracy table's rows, each cell formatted as slm-decide prints it (the report shows the same)."""
+    return [{"proxy": r.proxy, "rung": _num(r.rung), "% of target compute": "" if r.share is None else
+             f"{100 * r.share:.3g}%", "configurations": str(r.configurations), "decision accuracy": f"{r.accuracy:.3f}",
+             "95% interval": _interval(r), "SNR": "" if r.snr is None else f"{r.snr:.3g}"} for r in result.rows]
+
+
 def markdown(result: DecideResult, level: float = 0.8) -> str:
     """The decision-accuracy table, the noise ceiling and the cheapest rung per proxy at `level`, as Markdown."""
+    rows = table_rows(result)
+    columns = list(rows[0]) if rows else []
     lines = [f"Decision accuracy: each proxy at each rung against the order of the configurations ({result.config}) "
              f"on {result.truth} at the target rung {result.rung} = {_num(result.target)} (95% intervals from "
-             "redrawn seeds)", "",
-             "| proxy | rung | % of target compute | configurations | decision accuracy | 95% interval | SNR |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
-    for r in result.rows:
-        share = "" if r.share is None else f"{100 * r.share:.3g}%"
-        ratio = "" if r.snr is None else f"{r.snr:.3g}"
-        lines.append(f"| {r.proxy} | {_num(r.rung)} | {share} | {r.configurations} | {r.accuracy:.3f} | "
-                     f"{_interval(r)} | {ratio} |")
+             "redrawn seeds)", "", "| " + " | ".join(columns) + " |", "| " + " | ".join("---" for _ in columns) + " |"]
+    lines += ["| " + " | ".join(row.values()) + " |" for row in rows]
     lines.append("")
     said = "not measurable (fewer than two seeds in common at the target)" if result.ceiling is None \
         else f"{result.ceiling:.3f}"

@@ -188,15 +188,41 @@ def _forecast(result, forecast) -> list[str]:
     return [f"- Forecast at {target}: {best.config} lowest ({best.loss:.4g}{interval}). {curves}"]
 
 
+def by_rung(result: DecideResult) -> list[dict[str, str]]:
+    """The verdict per rung: the configurations in order on the truth at each rung (each at its best lr there), best
+    first, and in how many seeds the best is ahead of the next. Configurations are compared within a rung only."""
+    shares = {r.rung: r.share for r in result.rows if r.proxy == result.truth} | {result.target: 1.0}
+    rows = []
+    for rung in result.rungs:
+        cells = result.values.get(rung, {})
+        if not cells:
+            continue
+        means = {c: sum(v.values()) / len(v) for c, v in cells.items()}
+        order = sorted(means, key=lambda c: (means[c], c))
+        ahead = ""
+        if len(order) > 1:
+            seeds = sorted(set(cells[order[0]]) & set(cells[order[1]]), key=str)
+            if len(seeds) > 1:
+                ahead = f"{sum(cells[order[0]][s] < cells[order[1]][s] for s in seeds)} of {len(seeds)}"
+        share = shares.get(rung)
+        rows.append({result.rung: _num(rung) + (" (target)" if rung == result.target else ""),
+                     "% of target compute": "" if share is None else f"{100 * share:.3g}%", "best": order[0],
+                     f"order on {result.truth}, best first": (" < " if result.sign > 0 else " > ").join(
+                         f"{c} {result.sign * means[c]:.4g}" for c in order),
+                     "seeds in which the best leads the next": ahead})
+    return rows
+
+
 def answer(result: DecideResult, level: float = 0.8, check=None, forecast=None) -> str:
     """The decision in words, as Markdown: the decision, what decides it below the target, how far to trust it, and a
     forecast's line where one was made (`check`: analysis.forecast.HeldOutResult; `forecast`: its ForecastResult)."""
     seeds = min((len(v) for v in result.top.values()), default=0)
     rungs = len(result.rungs)
     best, lines = _decision(result)
-    lines += _rungs(result, best, level) + _trust(result, level, seeds, rungs) + _held_out(check)
+    lines += (_rungs(result, best, level) if best is not None else []) + _trust(result, level, seeds, rungs)
+    lines += _held_out(check)
     lines += _forecast(result, forecast)
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["HELP", "MAX_REACH", "MIN_CEILING", "MIN_RUNGS", "MIN_SEEDS", "answer"]
+__all__ = ["HELP", "MAX_REACH", "MIN_CEILING", "MIN_RUNGS", "MIN_SEEDS", "answer", "by_rung"]

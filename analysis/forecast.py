@@ -450,6 +450,15 @@ def _heading(fit: Fit) -> str:
     return f"{law}; unit = {fit.unit:.4g} FLOPs" + ("" if fit.form == "none" else f"; E = {fit.E:.4g}")
 
 
+def check_rows(result: HeldOutResult) -> list[dict[str, str]]:
+    """The held-out check's rows, each cell formatted as slm-decide prints it (the report shows the same)."""
+    fit = result.fit
+    return [{"configuration": ch.config, "A": f"{fit.A[ch.config]:.4g}", "alpha": f"{fit.alpha[ch.config]:.4g}",
+             "FLOPs": f"{ch.flops:.3g}", "predicted": f"{ch.predicted:.4g}",
+             "95% interval": _interval_text(ch.low, ch.high), "observed": f"{ch.observed:.4g}",
+             "error": f"{ch.error:+.3g}", "relative error": f"{100 * ch.relative:+.2f}%"} for ch in result.checks]
+
+
 def markdown(result: ForecastResult | HeldOutResult) -> str:
     """The forecast's table (fit, prediction with its interval, P(best)) or the held-out check's, as Markdown."""
     fit = result.fit
@@ -461,10 +470,7 @@ def markdown(result: ForecastResult | HeldOutResult) -> str:
                  f"{_heading(fit)}. {redraws}.", "",
                  "| configuration | A | alpha | FLOPs | predicted | 95% interval | observed | error | relative error |",
                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-        for ch in result.checks:
-            lines.append(f"| {ch.config} | {fit.A[ch.config]:.4g} | {fit.alpha[ch.config]:.4g} | {ch.flops:.3g} | "
-                         f"{ch.predicted:.4g} | {_interval_text(ch.low, ch.high)} | {ch.observed:.4g} | "
-                         f"{ch.error:+.3g} | {100 * ch.relative:+.2f}% |")
+        lines += ["| " + " | ".join(row.values()) + " |" for row in check_rows(result)]
         pairs = f"{result.pairs} pair{'' if result.pairs == 1 else 's'}"
         lines += ["", f"- mean absolute relative error {100 * result.mare:.2f}%; order agreement "
                   f"{result.agreement:.3f} ({pairs}); best predicted {result.best_predicted}, observed "

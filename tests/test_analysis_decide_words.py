@@ -43,13 +43,16 @@ def test_the_shipped_ladder_opens_with_the_decision_in_words(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("The decision: llama3_canon is best at the target param_budget = 220000 on val_nll "
                                "(1.601; lfm2 next at 1.65, ahead in 3 of 3 seeds)")
-    assert lines[1].startswith("- Decided at 0.8 by val_nll_50 at param_budget = 50000 (2.92% of the target's compute)")
+    assert lines[1].startswith("- Decided at 0.8 by val_nll_50 at param_budget = 50000 (2.92% of the target's "
+                               "compute)")
     assert lines[1].endswith("It puts lfm2 first, not llama3_canon.")  # the 0.9 rung gets the winner wrong
-    assert lines[2] == "- llama3_canon is first on val_nll_50 from param_budget = 80000 (6.9% of the target's compute) up."
+    assert lines[2] == ("- llama3_canon is first on val_nll_50 from param_budget = 80000 (6.9% of the target's "
+                        "compute) up.")
     assert lines[3].startswith("- Trust: noise ceiling 1.000")
-    assert lines[4].startswith("- Cannot decide at params = 7e+07 from this ladder: the target is about 60,000x the top "
-                               "rung's compute, past the ladder's own span of 17x")
-    assert "llama3_canon first (P(best) " in lines[4] and lines.index(next(x for x in lines if x.startswith("Decision accuracy"))) > 4
+    assert lines[4].startswith("- Cannot decide at params = 7e+07 from this ladder: the target is about 60,000x the "
+                               "top rung's compute, past the ladder's own span of 17x")
+    assert "llama3_canon first (P(best) " in lines[4]
+    assert min(i for i, line in enumerate(lines) if line.startswith("Decision accuracy")) > 4  # the tables after
 
 
 def test_two_families_two_seeds_three_rungs_warn_and_cannot_decide_the_forecast(tmp_path, capsys):
@@ -71,7 +74,7 @@ def test_thin_evidence_says_cannot_decide_or_warns_one_line_each():
     text = answer(result)
     assert text.startswith("Cannot decide which is best at the target param_budget = 400000 on val_nll: the target's "
                            "own seeds order the configurations no better than chance (noise ceiling 0.000")
-    assert "The decision:" not in text and all(len(line) > 0 for line in text.splitlines())
+    assert "The decision:" not in text and "Decided at" not in text  # no rung can predict an order that is noise
     # every interval 0-1: the seeds alone reverse the decision at every rung
     noisy = small(noise=0.0)
     noisy["val_nll"] += np.where(noisy["seed"] == 0, 1, -1) * np.where(noisy["family"] == "gpt2", 0.2, -0.2)
