@@ -170,16 +170,17 @@ def _forecast(result, forecast) -> list[str]:
         return []
     best = forecast.predictions[0]
     target = forecast.target.removeprefix("target_")
-    p = "" if best.p_best is None else \
-        f" (P(best) {best.p_best:.3f}, the share of the seed redraws in which it is lowest)"
     reach, far, span = 0.0, 1.0, 1.0
     for each in forecast.predictions:
         low, high = forecast.span.get(each.config, (math.nan, math.nan))
         if high > low > 0 and each.flops > high and math.log(each.flops / high) / math.log(high / low) > reach:
             reach, far, span = math.log(each.flops / high) / math.log(high / low), each.flops / high, high / low
-    together = ", whose draws move together through the shared offset E," if forecast.fit.form == "shared" else ""
-    curves = (f"The fitted curves put {best.config} first{p}: the stability of the curves' order under the "
-              f"seeds{together} not a measurement at the target.")
+    together = ", whose draws move together through the shared offset E," if forecast.fit.form == "shared" else ","
+    curves = (f"The fitted curves put {best.config} first; without redraws (--draws 0) nothing says how stable that "
+              "order is." if best.p_best is None else
+              f"The fitted curves put {best.config} first (P(best) {best.p_best:.3f}, the share of the seed redraws in "
+              f"which it is lowest): that is the stability of the curves' order under the seeds{together} not a "
+              "measurement at the target.")
     if reach > MAX_REACH:
         return [f"- Cannot decide at {target} from this ladder: the target is about {_times(far)} the top rung's "
                 f"compute, past the ladder's own span of {_times(span)} (a forecast is read at most {MAX_REACH:g}x "

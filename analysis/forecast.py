@@ -476,7 +476,8 @@ def markdown(result: ForecastResult | HeldOutResult) -> str:
                   f"{result.agreement:.3f} ({pairs}); best predicted {result.best_predicted}, observed "
                   f"{result.best_observed} ({'match' if result.best_matches else 'no match'})"]
     else:
-        lines = [f"Forecast at {result.target}. {_heading(fit)}. {redraws}; {P_BEST[fit.form]}", "",
+        lines = [f"Forecast at {result.target}. {_heading(fit)}. {redraws}"
+                 + (f"; {P_BEST[fit.form]}" if result.draws else "."), "",
                  "| rank | configuration | rungs | A | alpha | target FLOPs | predicted loss | 95% interval "
                  "| P(best) |",
                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]

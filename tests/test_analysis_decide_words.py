@@ -101,6 +101,9 @@ def test_a_forecast_within_the_ladders_reach_is_given_with_p_best(tmp_path, caps
     head = out.split("\nDecision accuracy:")[0]
     assert "- Forecast at flops = 1e+13: llama3 lowest" in head and "Cannot decide at" not in head
     assert MAX_REACH == 1.0  # 1e13 is 6.5x the top rung's 1.9e12, within the ladder's 16x
+    assert "P(best) 1.000, the share of the seed redraws in which it is lowest): that is the stability" in head
+    out, _ = _run(tmp_path, capsys, small(seeds=3), "--draws", "0", "--forecast", "flops=1e13")
+    assert "without redraws (--draws 0) nothing says how stable that order is" in out and "P(best):" not in out
 
 
 def test_output_paths_are_checked_before_the_work(tmp_path, capsys):
