@@ -64,7 +64,8 @@ def _cheapest(result: DecideResult, level: float) -> RungDecision | None:
 
 
 def _leads_from(result: DecideResult, best: str) -> RungDecision | None:
-    """The cheapest row from whose rung up (on its proxy) `best` is first at every rung below the target."""
+    """The cheapest row from which `best` is first at every rung of that proxy's rows up (a partial proxy's include
+    the target read early)."""
     found = []
     for proxy in result.proxies:
         rows = sorted((r for r in result.rows if r.proxy == proxy), key=lambda r: r.rung)
