@@ -77,12 +77,38 @@ def _load_all(prog: str, paths: list[str]):
     return pd.concat([_load(prog, path) for path in paths], ignore_index=True)
 
 
+def _output_file(prog: str, flag: str, out: str | None) -> None:
+    """One line and exit 2 where `out` cannot be written as a file (an existing directory, a parent that is a file):
+    checked before the work, so nothing is written."""
+    if out is None:
+        return
+    path = Path(out)
+    if path.is_dir():
+        fail(prog, f"{flag} {out}: is a directory; name a file to write (e.g. {path / 'out.md'})")
+    parent = next((p for p in path.parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        fail(prog, f"{flag} {out}: {parent} is a file, not a directory")
+
+
+def _output_dir(prog: str, flag: str, out: str | None) -> None:
+    """One line and exit 2 where `out` cannot be a directory of figures (an existing file, or one above it),
+    checked before the work."""
+    if out is None:
+        return
+    path = Path(out)
+    blocking = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        fail(prog, f"{flag} {out}: {'exists' if blocking == path else f'{blocking} exists'} and is not a directory; "
+             "name a directory for the figures (it is created if missing)")
+
+
 def _print_and_write(prog: str, text: str, out: str | None) -> None:
-    """Print `text`; with `out`, also write it there (atomically) and say so."""
+    """Print `text`; with `out` (checked first: _output_file), also write it there (atomically) and say so."""
     print(text, end="")
     if out:
         from slm.runs.record import write_text_atomic
 
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(Path(out), text)
         print(f"{prog}: wrote {out}")
 
@@ -317,13 +343,16 @@ def compare_main(argv: list[str] | None = None) -> None:
 
 
 class _Progress:
-    """slm-fit's progress on stderr while it bootstraps: one line redrawn on a terminal; elsewhere (a log, a pipe) a
-    plain line at the full fit and at every 10% of the refits, with counts and the time so far."""
+    """A long analysis's progress on stderr (slm-fit's bootstrap, slm-decide's redraws): one line redrawn on a
+    terminal; elsewhere (a log, a pipe) a plain line at the start and at every 10% of the work, with counts and the
+    time so far. `after`: seconds of quiet first, so a short analysis prints nothing (its last line only if one was)."""
 
-    def __init__(self, prog: str, runs: int, stream=None):
+    def __init__(self, prog: str, runs: int = 0, stream=None, label: str = "bootstrap", unit: str = "refits",
+                 first: str | None = None, after: float = 0.0):
         import time
 
         self.prog, self.runs, self.stream, self.clock = prog, runs, stream or sys.stderr, time.monotonic
+        self.label, self.unit, self.first, self.after, self.shown = label, unit, first, after, False
         self.started = self.clock()
         try:
             self.tty = bool(self.stream.isatty())
@@ -332,15 +361,18 @@ class _Progress:
 
     def __call__(self, done: int, total: int) -> None:
         step = max(1, total // 10)
-        if not self.tty and done % step and done != total:
-            return
         seconds = self.clock() - self.started
+        if not self.shown and (seconds < self.after or (done == total and self.after)):
+            return
+        if not self.tty and done % step and done != total and self.shown:
+            return
         if done == 0:
-            line = f"{self.prog}: fitted {self.runs} runs; bootstrap: {total} refits on resampled runs"
+            line = self.first or f"{self.prog}: fitted {self.runs} runs; bootstrap: {total} refits on resampled runs"
         else:
             left = seconds / done * (total - done)
-            line = (f"{self.prog}: bootstrap {done} of {total} refits ({done / total:.0%}), {seconds:.0f}s"
+            line = (f"{self.prog}: {self.label} {done} of {total} {self.unit} ({done / total:.0%}), {seconds:.0f}s"
                     + (f", about {left:.0f}s left" if done < total else ""))
+        self.shown = True
         if self.tty:
             end = "\n" if done in (0, total) else ""
             print(f"\r\033[K{line}", end=end, file=self.stream, flush=True)
@@ -417,6 +449,7 @@ def claims_main(argv: list[str] | None = None) -> None:
     p.add_argument("-o", "--out", default=None, help="also write the table to this Markdown file")
     args = p.parse_args(argv)
     _logging(prog)
+    _output_file(prog, "-o", args.out)
     import pandas as pd
 
     from analysis.claims import judge, markdown, seeds_summary
@@ -446,26 +479,29 @@ def _forecast_target(prog: str, text: str | None) -> dict:
 @_bad_files_fail("slm-decide")
 @quiet_on_closed_pipe
 def decide_main(argv: list[str] | None = None) -> None:
+    from analysis.decide_words import HELP
+
     prog = "slm-decide"
     p = OneLineParser(prog=prog, description="Decision accuracy of a ladder: per proxy and rung, how often two "
                       "configurations are ordered as at the target rung, with bootstrap intervals over seeds, the "
                       "noise ceiling and the cheapest rung that reaches --level (analysis/decide.py); the held-out "
                       "forecast of the top rung and, with --forecast, each configuration's loss at a larger scale "
-                      "(analysis/forecast.py).")
+                      "(analysis/forecast.py). " + HELP + " Progress goes to stderr when the redraws take a while.")
     p.add_argument("results", nargs="+", help="results tables (.parquet/.csv from slm-collect) or runs directories")
     p.add_argument("--config", default=None, help="the column naming a configuration (default: a ladder sweep's points, "
                    "by family where that names them, else family)")
     p.add_argument("--rung", default="param_budget", help="the column naming a rung (default: param_budget)")
     p.add_argument("--target", type=float, default=None, help="the target rung (default: the largest)")
     p.add_argument("--truth", default=None, help="the metric whose order at the target is to be predicted (default: "
-                   "val_nll); the forecast extrapolates it")
+                   "val_nll; refused where it has no value); the forecast extrapolates it")
     p.add_argument("--proxy", default=None, help="comma-separated proxy columns (default: val_nll, val_bpb, "
                    "val_nll_50, val_nll_25 and the lm-eval scores, those present)")
     p.add_argument("--level", type=float, default=0.8, help="decision accuracy to plan with (default: 0.8)")
-    p.add_argument("--draws", type=int, default=1000, help="bootstrap redraws of the seeds (default: 1000)")
+    p.add_argument("--draws", type=int, default=1000, help="bootstrap redraws of the seeds (default: 1000; 0: no "
+                   "intervals)")
     p.add_argument("--forecast", default=None, metavar="params=N|flops=C",
                    help="also extrapolate each configuration's --truth loss to this scale")
-    p.add_argument("-o", "--out", default=None, help="also write the tables to this Markdown file")
+    p.add_argument("-o", "--out", default=None, help="also write the answer and the tables to this Markdown file")
     p.add_argument("--plot", default=None, metavar="DIR", help="also draw DIR/decision_accuracy and DIR/rank_flow "
                    "(.png and .svg)")
     args = p.parse_args(argv)
@@ -473,6 +509,7 @@ def decide_main(argv: list[str] | None = None) -> None:
 
     from analysis.decide import DecideError, markdown
     from analysis.decide_report import draw, held_out_text, judge
+    from analysis.decide_words import answer
     from analysis.forecast import ForecastError, forecast
     from analysis.forecast import markdown as forecast_markdown
 
@@ -481,18 +518,26 @@ def decide_main(argv: list[str] | None = None) -> None:
     if args.draws < 0:
         fail(prog, f"--draws {args.draws} is invalid: a number of bootstrap redraws >= 0")
     target = _forecast_target(prog, args.forecast)
+    _output_file(prog, "-o", args.out)
+    _output_dir(prog, "--plot", args.plot)
     table = _load_all(prog, args.results)
+
+    def progress(label: str, unit: str = "refits"):
+        return _Progress(prog, label=label, unit=unit, first=f"{prog}: {label} {unit}...", after=10.0)
+
     try:
         judged = judge(table, args.config, args.rung, args.proxy.split(",") if args.proxy else None, args.target,
-                       args.draws, args.truth)
+                       args.draws, args.truth, progress=progress)
     except DecideError as err:
         fail(prog, str(err))
-    parts = [markdown(judged.result, args.level), held_out_text(judged)]
+    predicted = None
     if target:
         try:
-            parts.append(forecast_markdown(forecast(judged.ladder, draws=args.draws, **target)))
+            predicted = forecast(judged.ladder, draws=args.draws, progress=progress("forecast:"), **target)
         except ForecastError as err:
             fail(prog, str(err))
+    parts = [answer(judged.result, args.level, judged.check, predicted), markdown(judged.result, args.level),
+             held_out_text(judged)] + ([forecast_markdown(predicted)] if predicted is not None else [])
     _print_and_write(prog, "\n".join(parts), args.out)
     if args.plot:
         paths = draw(judged, args.plot, args.level)

@@ -43,6 +43,8 @@ import pandas as pd
 PARTIAL = {"val_nll_25": 0.25, "val_nll_50": 0.5}
 """Proxies read part-way through training: the fraction of the run's compute they cost."""
 BAD = ("failed", "diverged")
+MIN_DRAWS = 100
+"""Fewer redraws than this give rough intervals (said in the notes and the answer)."""
 
 
 class DecideError(ValueError):
@@ -81,6 +83,19 @@ class DecideResult:
     """What the reader should know: configurations missing at a rung, unequal seeds, best lrs at a grid's edge."""
     chosen: dict = field(default_factory=dict)
     """{(proxy, rung, configuration): lr} where the rung searched the lr."""
+    means: dict = field(default_factory=dict)
+    """{(proxy, rung): {configuration: mean over seeds}}, lower is better (a higher-is-better proxy negated)."""
+    top: dict = field(default_factory=dict)
+    """{configuration: {seed: value}} of the truth at the target, lower is better: what the decision is."""
+    values: dict = field(default_factory=dict)
+    """{rung: {configuration: {seed: value}}} of the truth at every rung (each at its best lr there), lower is
+    better."""
+    draws: int = 0
+    """Bootstrap redraws asked for."""
+    sign: float = 1.0
+    """-1 where the truth is higher-is-better (the means and `top` are negated), else 1."""
+    rungs: list[float] = field(default_factory=list)
+    """Every rung of the table."""
 
     def cheapest(self, proxy: str, level: float) -> RungDecision | None:
         """The lowest-compute rung below the target whose decision accuracy on `proxy` is at least `level`."""
@@ -211,24 +226,37 @@ def snr(by_config: dict) -> float | None:
     return math.inf if within == 0 else spread / math.sqrt(within)
 
 
+def _has_values(table: pd.DataFrame, column: str) -> bool:
+    return column in table and pd.to_numeric(table[column], errors="coerce").notna().any()
+
+
 def _truth(table: pd.DataFrame, truth: str | None, proxies) -> str:
+    """The truth asked for, else val_nll; DecideError where val_nll has no value (no silent other metric)."""
     if truth is not None:
         return truth
-    has = "val_nll" in table and pd.to_numeric(table["val_nll"], errors="coerce").notna().any()
-    return "val_nll" if has else list(proxies)[0]
+    if _has_values(table, "val_nll"):
+        return "val_nll"
+    others = [p for p in proxies if _has_values(table, p)]
+    raise DecideError("val_nll (the default --truth, the metric whose order at the target is the decision) has no "
+                      "value in any run; name the metric with --truth"
+                      + (f", e.g. --truth {others[0]}" if others else ""))
 
 
 def decide(table: pd.DataFrame, config: str = "family", rung: str = "param_budget", proxies=("val_nll",),
-           target: float | None = None, draws: int = 1000, seed: int = 0, truth: str | None = None) -> DecideResult:
-    """Decision accuracy of every rung and proxy against the truth's order at the target (the module docstring)."""
+           target: float | None = None, draws: int = 1000, seed: int = 0, truth: str | None = None,
+           progress=None) -> DecideResult:
+    """Decision accuracy of every rung and proxy against the truth's order at the target (the module docstring);
+    `progress(done, total)`, if given, is called before the redraws (done 0) and after each."""
     truth = _truth(table, truth, proxies)
+    flags = {column: flag for flag, columns in (("--proxy", proxies), ("--truth", [truth]), ("--rung", [rung]),
+                                                ("--config", [config])) for column in columns}
     for column in dict.fromkeys((config, rung, truth, *proxies)):
         if column not in table:
-            raise DecideError(f"the results have no column {column!r}; columns include: "
+            raise DecideError(f"{flags[column]} {column}: the results have no column {column!r}; columns include: "
                               f"{', '.join(sorted(map(str, table.columns))[:20])}")
     for proxy in dict.fromkeys((truth, *proxies)):
-        if pd.to_numeric(table[proxy], errors="coerce").isna().all():
-            raise DecideError(f"--proxy {proxy}: no run has a value in that column")
+        if not _has_values(table, proxy):
+            raise DecideError(f"{flags[proxy]} {proxy}: no run has a value in that column")
     rungs = sorted(set(pd.to_numeric(table[rung], errors="coerce").dropna().astype(float)))
     if len(rungs) < 2:
         raise DecideError(f"--rung {rung}: a ladder needs at least two rungs; the results have {len(rungs)}")
@@ -241,7 +269,7 @@ def decide(table: pd.DataFrame, config: str = "family", rung: str = "param_budge
         for r in rungs:
             mean = spent[pd.to_numeric(table[rung], errors="coerce") == r].mean()
             flops[r] = None if pd.isna(mean) else float(mean)
-    result = DecideResult(config, rung, target, truth=truth, proxies=list(proxies))
+    result = DecideResult(config, rung, target, truth=truth, proxies=list(proxies), rungs=rungs)
     truth_edges: list = []
     truth_values = _values(table, config, rung, truth, result.chosen, truth_edges)
     top = truth_values.get(target, {})
@@ -249,8 +277,10 @@ def decide(table: pd.DataFrame, config: str = "family", rung: str = "param_budge
         raise DecideError(f"--target {_num(target)}: no configuration has a completed run with {truth} at "
                           f"{rung} = {_num(target)}; rungs with runs: "
                           f"{', '.join(_num(r) for r in rungs if truth_values.get(r)) or 'none'}")
-    result.ceiling = noise_ceiling(top)
+    result.ceiling, result.top, result.draws, result.sign = noise_ceiling(top), top, draws, _sign(table, truth)
+    result.values = truth_values
     rng = np.random.default_rng(seed)
+    tasks = []
     for proxy in proxies:
         edges: list = truth_edges if proxy == truth else []
         values = truth_values if proxy == truth else _values(table, config, rung, proxy, result.chosen, edges)
@@ -266,17 +296,32 @@ def decide(table: pd.DataFrame, config: str = "family", rung: str = "param_budge
             if r == target and part == 1.0:  # a whole run at the target is the truth itself: its noise is the ceiling
                 continue
             here = values.get(r, {})
-            accuracy, pairs = agreement(_means(here), _means(top))
-            if not pairs:
-                continue
-            repeats = any(len(v) > 1 for v in here.values()) or any(len(v) > 1 for v in top.values())
-            low = high = None
-            if draws and repeats:
-                boot = [agreement(_means(here, rng), _means(top, rng))[0] for _ in range(draws)]
-                low, high = float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))
-            share = part * flops[r] / flops[target] if flops.get(r) and flops.get(target) else None
-            common = len(set(here) & set(top))
-            result.rows.append(RungDecision(proxy, r, share, common, accuracy, low, high, snr(here)))
+            result.means[(proxy, r)] = _means(here)
+            if agreement(_means(here), _means(top))[1]:
+                repeats = any(len(v) > 1 for v in here.values()) or any(len(v) > 1 for v in top.values())
+                tasks.append((proxy, r, here, part, bool(draws and repeats)))
+    total, done = draws * sum(t[-1] for t in tasks), 0
+    if progress is not None and total:
+        progress(0, total)
+    for proxy, r, here, part, redraw in tasks:
+        accuracy, pairs = agreement(_means(here), _means(top))
+        low = high = None
+        if redraw:
+            boot = []
+            for _ in range(draws):
+                boot.append(agreement(_means(here, rng), _means(top, rng))[0])
+                done += 1
+                if progress is not None:
+                    progress(done, total)
+            low, high = float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))
+            if not low <= accuracy <= high:
+                result.notes.append(f"{proxy} at {_num(r)}: the 95% interval {low:.3f}-{high:.3f} excludes the "
+                                    f"accuracy {accuracy:.3f} of all the seeds: the redraws' accuracies lie mostly "
+                                    f"{'above' if low > accuracy else 'below'} it (a skewed bootstrap"
+                                    + (f"; {draws} redraws are few" if draws < MIN_DRAWS else "") + ")")
+        share = part * flops[r] / flops[target] if flops.get(r) and flops.get(target) else None
+        common = len(set(here) & set(top))
+        result.rows.append(RungDecision(proxy, r, share, common, accuracy, low, high, snr(here)))
     if not result.rows:
         raise DecideError(f"no two configurations ({config}) have completed runs both at the target {rung} = "
                           f"{_num(target)} and at another rung: nothing to compare")
@@ -292,18 +337,21 @@ def _interval(r: RungDecision) -> str:
     return "-" if r.low is None else f"{r.low:.3f}-{r.high:.3f}"
 
 
+def table_rows(result: DecideResult) -> list[dict[str, str]]:
+    """The decision-accuracy table's rows, each cell formatted as slm-decide prints it (the report shows the same)."""
+    return [{"proxy": r.proxy, "rung": _num(r.rung), "% of target compute": "" if r.share is None else
+             f"{100 * r.share:.3g}%", "configurations": str(r.configurations), "decision accuracy": f"{r.accuracy:.3f}",
+             "95% interval": _interval(r), "SNR": "" if r.snr is None else f"{r.snr:.3g}"} for r in result.rows]
+
+
 def markdown(result: DecideResult, level: float = 0.8) -> str:
     """The decision-accuracy table, the noise ceiling and the cheapest rung per proxy at `level`, as Markdown."""
+    rows = table_rows(result)
+    columns = list(rows[0]) if rows else []
     lines = [f"Decision accuracy: each proxy at each rung against the order of the configurations ({result.config}) "
              f"on {result.truth} at the target rung {result.rung} = {_num(result.target)} (95% intervals from "
-             "redrawn seeds)", "",
-             "| proxy | rung | % of target compute | configurations | decision accuracy | 95% interval | SNR |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
-    for r in result.rows:
-        share = "" if r.share is None else f"{100 * r.share:.3g}%"
-        ratio = "" if r.snr is None else f"{r.snr:.3g}"
-        lines.append(f"| {r.proxy} | {_num(r.rung)} | {share} | {r.configurations} | {r.accuracy:.3f} | "
-                     f"{_interval(r)} | {ratio} |")
+             "redrawn seeds)", "", "| " + " | ".join(columns) + " |", "| " + " | ".join("---" for _ in columns) + " |"]
+    lines += ["| " + " | ".join(row.values()) + " |" for row in rows]
     lines.append("")
     said = "not measurable (fewer than two seeds in common at the target)" if result.ceiling is None \
         else f"{result.ceiling:.3f}"

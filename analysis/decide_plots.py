@@ -23,26 +23,39 @@ def _log_axis(ax) -> None:
 
 def accuracy_plot(result: DecideResult, level: float | None = 0.8):
     """Decision accuracy against the rung's share of the target's compute (the rung itself where train_flops is
-    missing), one line per proxy with its 95% interval, the noise ceiling dotted and `level` dashed: the figure
-    DataDecide draws. Returns a matplotlib Figure (its own Agg canvas)."""
+    missing), one line per proxy with its 95% interval drawn from its low to its high end (a percentile interval may
+    leave out its point), the noise ceiling dotted and `level` dashed: the figure DataDecide draws. A proxy whose
+    points are another's is said in the legend (the two lines coincide); a noise ceiling of 0 is said, not drawn on
+    the axis. Returns a matplotlib Figure (its own Agg canvas)."""
     from analysis.plot_style import new_figure
 
     fig = new_figure(figsize=(6.4, 4.2))
     ax = fig.add_subplot()
     by_share = all(r.share is not None for r in result.rows)
+    drawn: dict = {}
     for i, proxy in enumerate(result.proxies):
         rows = sorted((r for r in result.rows if r.proxy == proxy), key=lambda r: (r.share or 0, r.rung))
         if not rows:
             continue
         x = [100 * r.share if by_share else r.rung for r in rows]
         y = [r.accuracy for r in rows]
-        err = [[0 if r.low is None else r.accuracy - r.low for r in rows],
-               [0 if r.high is None else r.high - r.accuracy for r in rows]]
-        ax.errorbar(x, y, yerr=err, marker=MARKERS[i % len(MARKERS)], linestyle=STYLES[i % len(STYLES)], capsize=3,
-                    label=proxy, alpha=0.85)
-    if result.ceiling is not None:
+        points = tuple(zip(x, y, (r.low for r in rows), (r.high for r in rows)))
+        same = drawn.setdefault(points, proxy)
+        label = proxy if same == proxy else f"{proxy} (the same points as {same}: the lines coincide)"
+        line, = ax.plot(x, y, marker=MARKERS[i % len(MARKERS)], linestyle=STYLES[i % len(STYLES)], label=label,
+                        alpha=0.85)
+        spans = [(xi, r.low, r.high) for xi, r in zip(x, rows) if r.low is not None]
+        if spans:
+            ax.vlines([s[0] for s in spans], [s[1] for s in spans], [s[2] for s in spans], color=line.get_color(),
+                      alpha=0.85)
+            ax.plot([s[0] for s in spans] * 2, [s[1] for s in spans] + [s[2] for s in spans], linestyle="none",
+                    marker="_", markersize=8, color=line.get_color(), alpha=0.85)
+    if result.ceiling:
         ax.axhline(result.ceiling, color="black", linestyle=":", linewidth=1,
                    label=f"noise ceiling ({result.truth} at the target)")
+    elif result.ceiling == 0:
+        ax.plot([], [], color="black", linestyle=":", linewidth=1,
+                label=f"noise ceiling 0 ({result.truth} at the target: seeds disagree on every pair; not drawn)")
     if level is not None:
         ax.axhline(level, color="grey", linestyle="--", linewidth=1, label=f"level {level:g}")
     _log_axis(ax)
@@ -52,8 +65,6 @@ def accuracy_plot(result: DecideResult, level: float | None = 0.8):
     ax.set_title(f"Decision accuracy against {result.truth} at {result.rung} = {_num(result.target)}")
     ax.legend(fontsize=8)
     return fig
-
-
 
 
 def rank_flow(ladder: pd.DataFrame, rung: str = "rung", shares: dict | None = None):

@@ -11,6 +11,7 @@ import pandas as pd
 
 from analysis import document as doc
 from analysis.decide import DecideError, DecideResult, decide, default_proxies, is_ladder, ladder_config, ladder_table
+from analysis.decide import table_rows
 from analysis.decide import markdown as decide_markdown
 
 LEVEL = 0.8
@@ -34,18 +35,20 @@ class Judged:
 
 
 def judge(table: pd.DataFrame, config: str | None = None, rung: str = RUNG, proxies=None, target: float | None = None,
-          draws: int = 1000, truth: str | None = None) -> Judged:
+          draws: int = 1000, truth: str | None = None, progress=None) -> Judged:
     """Decision accuracy and the held-out check of a ladder's table; DecideError for a table that is not one.
-    `config`: the configuration column (default: analysis.decide.ladder_config's choice); `proxies`: default_proxies."""
+    `config`: the configuration column (default: analysis.decide.ladder_config's choice); `proxies`: default_proxies;
+    `progress(label, unit)`: a progress(done, total) callback for each bootstrap."""
     from analysis.forecast import ForecastError, held_out
 
     table, config = ladder_config(table, config)
-    result = decide(table, config, rung, list(proxies or default_proxies(table)), target, draws, truth=truth)
+    result = decide(table, config, rung, list(proxies or default_proxies(table)), target, draws, truth=truth,
+                    progress=progress and progress("decision accuracy:", "seed redraws"))
     ladder = ladder_table(table, config, rung, result.truth)
     if target is not None:
         ladder = ladder[ladder["rung"] <= target]
     try:
-        return Judged(result, ladder, held_out(ladder, draws=draws))
+        return Judged(result, ladder, held_out(ladder, draws=draws, progress=progress and progress("held-out check:")))
     except ForecastError as err:
         return Judged(result, ladder, None, str(err))
 
@@ -71,31 +74,41 @@ def _paragraphs(text: str) -> list[str]:
     return [p.strip() for p in text.split("\n\n") if p.strip()]
 
 
-def ladder_blocks(table: pd.DataFrame, figures: Path, draws: int = 1000) -> list:
-    """The report section's blocks ([] when the table is not a ladder), its figures written into `figures`."""
+def ladder_parts(table: pd.DataFrame, figures: Path, draws: int = 1000) -> tuple[list, list]:
+    """(the report's Verdict on a ladder, its Rankings across scale section), as blocks; ([], []) when the table is
+    not a ladder. The verdict is given at each rung and at the target (analysis.decide_words): a configuration at one
+    rung is never ranked against one at another. Numbers are formatted as slm-decide prints them; the figures are
+    written into `figures`."""
+    from analysis.decide_words import answer, by_rung
+    from analysis.forecast import check_rows
+
     if not is_ladder(table):
-        return []
+        return [], []
     try:
         judged = judge(table, draws=draws)
     except DecideError as err:
-        return [f"Decision accuracy: not computed ({err})."]
+        return [], [f"Decision accuracy: not computed ({err})."]
     result = judged.result
+    verdict: list = [answer(result, LEVEL, judged.check).rstrip("\n"),
+                     "The sweep is a ladder, so the verdict is given per rung and at the target: configurations are "
+                     f"compared within a rung ({result.config}, each at its best lr there), never one at a rung "
+                     f"against one at another. On {result.truth}:", pd.DataFrame(by_rung(result))]
     blocks: list = [f"The sweep is a ladder: each configuration at {table[RUNG].nunique()} parameter budgets. How often "
                     f"two configurations are ordered by a proxy at a lower rung as by {result.truth} at the top rung "
                     f"(decision accuracy, DataDecide's); `slm-decide` prints the same (docs/decisions.md)."]
-    blocks.append(pd.DataFrame([{"proxy": r.proxy, "rung": r.rung, "% of top compute": None if r.share is None
-                                 else round(100 * r.share, 3), "configurations": r.configurations,
-                                 "decision accuracy": r.accuracy,
-                                 "95% interval": "-" if r.low is None else f"{r.low:.3f}-{r.high:.3f}",
-                                 "SNR": r.snr} for r in result.rows]))
+    blocks.append(pd.DataFrame(table_rows(result)))
     blocks.append(_paragraphs(decide_markdown(result, LEVEL))[-1])  # the ceiling, the cheapest rungs, the notes
     text = _paragraphs(held_out_text(judged))
     blocks.append(text[0])
     if judged.check is not None:
-        blocks.append(pd.DataFrame([{"configuration": c.config, "predicted": c.predicted, "observed": c.observed,
-                                     "error": c.error, "relative": c.relative} for c in judged.check.checks]))
+        blocks.append(pd.DataFrame(check_rows(judged.check)))
         blocks += [t for t in text[1:] if not t.startswith("|")]
     draw(judged, figures)
     blocks += [doc.Figure("Decision accuracy against compute", f"{figures.name}/decision_accuracy", ""),
                doc.Figure("Rank of each configuration at each rung", f"{figures.name}/rank_flow", "")]
-    return blocks
+    return verdict, blocks
+
+
+def ladder_blocks(table: pd.DataFrame, figures: Path, draws: int = 1000) -> list:
+    """The report's Rankings across scale section ([] when the table is not a ladder): ladder_parts' second."""
+    return ladder_parts(table, figures, draws)[1]

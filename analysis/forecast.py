@@ -63,6 +63,16 @@ STARTS = (0.01, 0.5, 0.9)
 """Starts of the shared offset, as fractions of the smallest mean."""
 
 
+P_BEST = {"shared": "P(best): the share of the draws in which the configuration is lowest. Each draw refits every "
+                    "curve at once, and the shared offset E moves them together, so the draws are correlated: a "
+                    "P(best) near 1 beside overlapping intervals says the fitted curves' order is stable under the "
+                    "seeds, not that the target will follow the curves.",
+          "none": "P(best): the share of the draws in which the configuration is lowest (each curve refitted on its "
+                  "own seeds' redraw). It says the fitted curves' order is stable under the seeds, not that the "
+                  "target will follow the curves."}
+"""What P(best) means, printed where it is."""
+
+
 class ForecastError(ValueError):
     """A table or target the forecast cannot use: one line naming the value and what is allowed."""
 
@@ -115,6 +125,8 @@ class ForecastResult:
     """Bootstrap draws that fitted."""
     failed: int
     notes: list[str] = field(default_factory=list)
+    span: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """Per configuration, the mean FLOPs of its lowest and its highest rung: how far the ladder reaches."""
 
     @property
     def ranking(self) -> list[str]:
@@ -223,8 +235,11 @@ def _form(cells: dict, offset: str) -> tuple[str, str]:
         return offset, f"offset = {offset!r} as asked"
     if fewest >= 3 and means >= params + 2:
         return "shared", f"{means} means for the shared offset's {params} parameters"
-    return "none", (f"pure power law: {means} means, {params} parameters, at least {fewest} rungs per configuration; "
-                    f"the shared offset needs 3 rungs each and 2 means more than parameters")
+    n = len(cells)
+    return "none", (f"a pure power law, A and alpha per configuration: the shared offset would add E to "
+                    f"{2 * n} of them ({params} parameters for {n} configuration{'s' if n != 1 else ''}) and needs "
+                    f"{params + 2} means and 3 rungs per configuration; the ladder has {means} means and "
+                    f"{fewest} rung{'s' if fewest != 1 else ''} for its shortest configuration")
 
 
 def _fit(means: dict, form: str, unit: float, start: np.ndarray | None = None) -> Fit:
@@ -302,11 +317,17 @@ def fit_curves(table: pd.DataFrame, offset: str = "auto") -> Fit:
     return fit
 
 
-def _bootstrap(cells: dict, fit: Fit, flops: dict[str, float], draws: int, seed: int) -> tuple[np.ndarray, int]:
-    """(predictions at `flops`, draws x configurations in fit order, of the draws that fitted; failed draws)."""
+def _bootstrap(cells: dict, fit: Fit, flops: dict[str, float], draws: int, seed: int,
+               progress=None) -> tuple[np.ndarray, int]:
+    """(predictions at `flops`, draws x configurations in fit order, of the draws that fitted; failed draws);
+    `progress(done, draws)` before the first draw and after each."""
     rng = np.random.default_rng(seed)
     names, out, failed = list(fit.A), [], 0
-    for _ in range(draws):
+    if progress is not None and draws:
+        progress(0, draws)
+    for done in range(1, draws + 1):
+        if progress is not None and done > 1:
+            progress(done - 1, draws)
         means = _means(cells, rng)
         try:
             again = _fit(means, fit.form, fit.unit, start=fit.theta)
@@ -319,6 +340,8 @@ def _bootstrap(cells: dict, fit: Fit, flops: dict[str, float], draws: int, seed:
             out.append(predicted)
         else:
             failed += 1
+    if progress is not None and draws:
+        progress(draws, draws)
     return np.array(out).reshape(-1, len(names)), failed
 
 
@@ -339,8 +362,9 @@ def _positive(name: str, given) -> float:
 
 
 def forecast(table: pd.DataFrame, target_flops: float | None = None, target_params: float | None = None,
-             draws: int = 1000, seed: int = 0, offset: str = "auto") -> ForecastResult:
-    """Every configuration's loss at the target compute (or size), its 95% interval, the ranking and P(best)."""
+             draws: int = 1000, seed: int = 0, offset: str = "auto", progress=None) -> ForecastResult:
+    """Every configuration's loss at the target compute (or size), its 95% interval, the ranking and P(best);
+    `progress(done, draws)` as the draws are made."""
     if (target_flops is None) == (target_params is None):
         raise ForecastError(f"target_flops = {target_flops!r}, target_params = {target_params!r}: give exactly one")
     name = "target_flops" if target_params is None else "target_params"
@@ -367,7 +391,7 @@ def forecast(table: pd.DataFrame, target_flops: float | None = None, target_para
         if flops[c] < largest:
             notes.append(f"configuration {c!r}: the target ({flops[c]:.3g} FLOPs) is below its largest rung's compute "
                          f"({largest:.3g} FLOPs): an interpolation, not an extrapolation")
-    boot, failed = _bootstrap(cells, fit, flops, draws, seed)
+    boot, failed = _bootstrap(cells, fit, flops, draws, seed, progress)
     if len(boot):
         low = boot == boot.min(axis=1, keepdims=True)
         p_best = (low / low.sum(axis=1, keepdims=True)).mean(axis=0)
@@ -378,11 +402,15 @@ def forecast(table: pd.DataFrame, target_flops: float | None = None, target_para
     predictions.sort(key=lambda p: (p.loss, p.config))
     for rank, p in enumerate(predictions, 1):
         p.rank = rank
-    return ForecastResult(fit, f"{name} = {target:g}", predictions, rule, len(boot), failed, fit.notes[1:] + notes)
+    span = {c: (cells[c][0][1], cells[c][-1][1]) for c in fit.A}
+    return ForecastResult(fit, f"{name} = {target:g}", predictions, rule, len(boot), failed, fit.notes[1:] + notes,
+                          span)
 
 
-def held_out(table: pd.DataFrame, draws: int = 1000, seed: int = 0, offset: str = "auto") -> HeldOutResult:
-    """The fit on every rung but the top one against the top rung's observed means (see the module docstring)."""
+def held_out(table: pd.DataFrame, draws: int = 1000, seed: int = 0, offset: str = "auto",
+             progress=None) -> HeldOutResult:
+    """The fit on every rung but the top one against the top rung's observed means (see the module docstring);
+    `progress(done, draws)` as the draws are made."""
     cells, rungs, _, notes = _cells(table)
     if len(rungs) < 3:
         raise ForecastError(f"rung: the held-out check needs at least 3 rungs: 2 to fit, 1 to check; "
@@ -399,7 +427,7 @@ def held_out(table: pd.DataFrame, draws: int = 1000, seed: int = 0, offset: str 
     if not lower:
         raise ForecastError(f"rung: no configuration has two rungs below the top rung {top:g} and a run at it")
     fit = _fit_cells(lower, offset)
-    boot, failed = _bootstrap(lower, fit, at, draws, seed)
+    boot, failed = _bootstrap(lower, fit, at, draws, seed, progress)
     checks = []
     for k, c in enumerate(fit.A):
         predicted = float(fit.predict(c, at[c]))
@@ -422,26 +450,34 @@ def _heading(fit: Fit) -> str:
     return f"{law}; unit = {fit.unit:.4g} FLOPs" + ("" if fit.form == "none" else f"; E = {fit.E:.4g}")
 
 
+def check_rows(result: HeldOutResult) -> list[dict[str, str]]:
+    """The held-out check's rows, each cell formatted as slm-decide prints it (the report shows the same)."""
+    fit = result.fit
+    return [{"configuration": ch.config, "A": f"{fit.A[ch.config]:.4g}", "alpha": f"{fit.alpha[ch.config]:.4g}",
+             "FLOPs": f"{ch.flops:.3g}", "predicted": f"{ch.predicted:.4g}",
+             "95% interval": _interval_text(ch.low, ch.high), "observed": f"{ch.observed:.4g}",
+             "error": f"{ch.error:+.3g}", "relative error": f"{100 * ch.relative:+.2f}%"} for ch in result.checks]
+
+
 def markdown(result: ForecastResult | HeldOutResult) -> str:
     """The forecast's table (fit, prediction with its interval, P(best)) or the held-out check's, as Markdown."""
     fit = result.fit
-    redraws = (f"95% intervals from {result.draws} seed redraws ({result.failed} failed)"
+    plural = "" if result.draws == 1 else "s"
+    redraws = (f"95% intervals from {result.draws} seed redraw{plural} ({result.failed} failed)"
                if result.draws or result.failed else "no bootstrap draws")
     if isinstance(result, HeldOutResult):
         lines = [f"Held-out check: rungs below {result.top:g} predict the top rung {result.top:g}. "
                  f"{_heading(fit)}. {redraws}.", "",
                  "| configuration | A | alpha | FLOPs | predicted | 95% interval | observed | error | relative error |",
                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-        for ch in result.checks:
-            lines.append(f"| {ch.config} | {fit.A[ch.config]:.4g} | {fit.alpha[ch.config]:.4g} | {ch.flops:.3g} | "
-                         f"{ch.predicted:.4g} | {_interval_text(ch.low, ch.high)} | {ch.observed:.4g} | "
-                         f"{ch.error:+.3g} | {100 * ch.relative:+.2f}% |")
+        lines += ["| " + " | ".join(row.values()) + " |" for row in check_rows(result)]
+        pairs = f"{result.pairs} pair{'' if result.pairs == 1 else 's'}"
         lines += ["", f"- mean absolute relative error {100 * result.mare:.2f}%; order agreement "
-                  f"{result.agreement:.3f} ({result.pairs} pairs); best predicted {result.best_predicted}, observed "
+                  f"{result.agreement:.3f} ({pairs}); best predicted {result.best_predicted}, observed "
                   f"{result.best_observed} ({'match' if result.best_matches else 'no match'})"]
     else:
-        lines = [f"Forecast at {result.target}. {_heading(fit)}. {redraws}; P(best): share of the draws in which "
-                 f"the configuration is lowest.", "",
+        lines = [f"Forecast at {result.target}. {_heading(fit)}. {redraws}"
+                 + (f"; {P_BEST[fit.form]}" if result.draws else "."), "",
                  "| rank | configuration | rungs | A | alpha | target FLOPs | predicted loss | 95% interval "
                  "| P(best) |",
                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]

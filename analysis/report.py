@@ -355,17 +355,19 @@ def _unfinished_blocks(table: pd.DataFrame) -> list:
 
 
 def sections(table: pd.DataFrame, results_path: str, score: str | None = None, study: Study | None = None,
-             skipped: dict | None = None, ladder: list | None = None) -> list[tuple[str, list]]:
+             skipped: dict | None = None, ladder: list | None = None,
+             ladder_verdict: list | None = None) -> list[tuple[str, list]]:
     """[(heading, [blocks])], a block being a str (paragraph), a DataFrame (table) or ("figure", kind). The
     report opens with the verdict on the headline metric (analysis.headline, analysis.verdict; `score`: the
     user's choice) and ends with the appendix of methods and tests. Every statistic comes from one
     analysis.study.Study (`study`, else made here). `skipped`: {plot kind: why} of the figures not drawn (plots
     draw only what has data); their blocks are left out and the Summary names them. `ladder`: the blocks of a ladder
-    sweep's Rankings across scale section (analysis.decide_report), after the Summary."""
+    sweep's Rankings across scale section (analysis.decide_report), after the Summary; `ladder_verdict`: a ladder's
+    verdict, per rung and at the target, in place of the ranking of (configuration x rung) cells."""
     study = study if study is not None else analyse(table, score)
     headline, verdict = study.headline, study.verdict
     score, note = headline.column, headline.note
-    out = [("Verdict", verdict.blocks())]
+    out = [("Verdict", ladder_verdict or verdict.blocks())]
     chance = chance_blocks(table, headline)
     if chance:
         out.append(("Tasks at chance" if headline.at_chance else "Scores against chance", chance))
@@ -499,10 +501,11 @@ def write_report(results_path: str | os.PathLike, out_dir: str | os.PathLike, sc
     drawn = draw_all(table, out_dir / FIGURES, score=study.score, study=study)
     skipped = not_drawn(drawn)
     captions = {kind: style.caption(fig) for kind, (fig, _) in drawn.items() if kind not in skipped}
-    from analysis.decide_report import ladder_blocks
+    from analysis.decide_report import ladder_parts
 
-    parts = sections(table, str(results_path), score, study=study, skipped=skipped,
-                     ladder=ladder_blocks(table, out_dir / FIGURES))
+    ladder_verdict, ladder = ladder_parts(table, out_dir / FIGURES)
+    parts = sections(table, str(results_path), score, study=study, skipped=skipped, ladder=ladder,
+                     ladder_verdict=ladder_verdict)
     generated = datetime.now(timezone.utc).isoformat(timespec="seconds")  # the same stamp in both files
     blocks = document(title, parts, generated, captions)
     (out_dir / "report.md").write_text(doc.markdown(blocks))

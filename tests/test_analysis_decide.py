@@ -101,7 +101,8 @@ def test_the_plot_draws_one_line_per_proxy_with_the_ceiling_and_the_level(tmp_pa
     result = decide(table, proxies=["val_nll", "val_bpb"], draws=20)
     ax = plot(result, 0.8).axes[0]
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert sorted(labels) == sorted(["val_nll", "val_bpb", "noise ceiling (val_nll at the target)", "level 0.8"])
+    assert sorted(labels) == sorted(["val_nll", "val_bpb (the same points as val_nll: the lines coincide)",
+                                     "noise ceiling (val_nll at the target)", "level 0.8"])
     assert ax.get_xlabel() == "% of the target's training compute"
     path = tmp_path / "results.parquet"
     table.to_parquet(path)
@@ -187,9 +188,17 @@ def test_the_report_of_a_ladder_sweep_has_the_rankings_across_scale_section(tmp_
     html, _ = write_report(path, tmp_path / "report", table=table)
     text = (tmp_path / "report" / "report.md").read_text()
     section = text.split("## Rankings across scale", 1)[1].split("\n## ", 1)[0]
-    assert "| val_nll | 100,000 | 1.562 | 5 | 0.9 |" in section and "noise ceiling" in section
+    assert "| val_nll | 100000 | 1.56% | 5 | 0.900 |" in section and "noise ceiling" in section  # as slm-decide
     assert "Held-out check" in section and "figures/rank_flow.png" in section
     assert (tmp_path / "report" / "figures" / "decision_accuracy.png").exists()
+    # the verdict is per rung and at the target: no ranking of (family x rung) cells against each other
+    verdict = text.split("## Verdict", 1)[1].split("\n## ", 1)[0]
+    assert verdict.lstrip().startswith("The decision: canon is best at the target param_budget = 800000 on val_nll")
+    rows = [line.split(" | ") for line in verdict.splitlines() if line.startswith("| ") and "---" not in line]
+    assert [row[0] for row in rows] == ["| param_budget", "| 100000", "| 200000", "| 400000", "| 800000 (target)"]
+    order = [[name.split()[0] for name in row[3].split(" < ")] for row in rows[1:]]
+    assert order[0] == ["canon", "moe", "llama3", "lfm2", "gpt2"]  # the lowest rung swaps llama3 and lfm2
+    assert order[-1] == ["canon", "moe", "lfm2", "llama3", "gpt2"] and "**Ranking**" not in verdict
     assert "Rankings across scale" not in _plain_report(tmp_path, table.drop(columns="lr_rule"))
 
 

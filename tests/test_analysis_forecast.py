@@ -82,7 +82,11 @@ def test_held_out_against_a_line_through_two_points():
     assert (result.agreement, result.pairs) == (0.0, 1)
     assert (result.best_predicted, result.best_observed, result.best_matches) == ("a", "b", False)
     text = markdown(result)
-    assert "| a |" in text and "order agreement 0.000 (1 pairs)" in text and "no match" in text
+    assert "| a |" in text and "order agreement 0.000 (1 pair)" in text and "no match" in text
+    # the form's reason says what was fitted (2 parameters per configuration), not "5 parameters" fitted to 4 means
+    assert ("a pure power law, A and alpha per configuration: the shared offset would add E to 4 of them (5 "
+            "parameters for 2 configurations) and needs 7 means and 3 rungs per configuration; the ladder has 4 means "
+            "and 2 rungs for its shortest configuration") in text
 
 
 def test_the_bootstrap_is_the_documented_resampling():
