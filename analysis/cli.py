@@ -150,7 +150,8 @@ def collect_main(argv: list[str] | None = None) -> None:
         fail(prog, f"--output {args.output}: expected a .parquet or .csv file name")
     args.paths = [_where(prog, path, "run, run group or result.json") for path in args.paths]
     try:
-        table = collect(args.paths)
+        table = collect(args.paths, progress=_Progress(prog, label="read", unit="records", after=10.0,
+                                                      first=f"{prog}: reading the runs' records"))
     except FileNotFoundError as err:
         fail(prog, str(err))
     if table.empty:

@@ -33,7 +33,7 @@ import itertools
 import logging
 import os
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pandas as pd
@@ -248,22 +248,29 @@ def _lr_multipliers(sweep_dir: Path) -> tuple[dict[str, float], dict[str, dict]]
         return {}, {}
 
 
-def collect(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> pd.DataFrame:
+def collect(paths: str | os.PathLike | Iterable[str | os.PathLike],
+            progress: Callable[[int, int], None] | None = None) -> pd.DataFrame:
     """One row per run found under `paths` (directories walked, or result.json files). Raises
-    FileNotFoundError for a path that does not exist."""
+    FileNotFoundError for a path that does not exist. `progress(done, total)` is called as the records are read
+    (slm-collect's progress line on thousands of records)."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     rows, not_started, seen = [], [], set()
     multipliers: dict[Path, tuple[dict[str, float], dict[str, dict]]] = {}
+    found = []
     for path in map(Path, paths):
         if not path.exists():
             raise FileNotFoundError(f"no such file or directory: {path}")
         root = path.parent if path.is_file() else path
-        if path.is_file():
-            run_dirs, bare, sweeps = [path.parent], [], []
-        else:
-            run_dirs, bare, sweeps = find_run_dirs(path)
+        found.append((root, *(([path.parent], [], []) if path.is_file() else find_run_dirs(path))))
+    total, done = sum(len(run_dirs) for _, run_dirs, _, _ in found), 0
+    if progress is not None:
+        progress(0, total)
+    for root, run_dirs, bare, sweeps in found:
         for run_dir in run_dirs:
+            done += 1
+            if progress is not None:
+                progress(done, total)
             key = run_dir.resolve()
             if key in seen:
                 continue

@@ -377,3 +377,21 @@ def test_a_saved_table_finds_its_runs_from_anywhere(tmp_path, monkeypatch):
     legacy.to_parquet(tmp_path / "moved" / "grid" / "old.parquet")
     monkeypatch.chdir(tmp_path)
     assert all((Path(d) / "result.json").is_file() for d in load_results(Path("moved/grid/old.parquet"))["run_dir"])
+
+
+def test_collect_reports_progress_over_the_records(sweep, capsys):
+    """slm-collect on thousands of records says how far it is (slm-fit's progress line): collect calls progress
+    with (done, total) from 0 to the last record, and the line reads `read i of n records`."""
+    from analysis.cli import _Progress
+
+    calls = []
+    table = collect(sweep, progress=lambda done, total: calls.append((done, total)))
+    total = calls[0][1]
+    assert calls[0] == (0, total) and calls[-1] == (total, total) and total == len(table[table["status"] != "pending"])
+    import io
+
+    stream = io.StringIO()
+    collect(sweep, progress=_Progress("slm-collect", label="read", unit="records", first="slm-collect: reading",
+                                      stream=stream))
+    lines = stream.getvalue().splitlines()
+    assert lines[0] == "slm-collect: reading" and lines[-1].startswith(f"slm-collect: read {total} of {total} records")
