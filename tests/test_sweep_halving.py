@@ -66,7 +66,7 @@ def test_each_rung_keeps_the_best_half_by_mean_loss_and_prunes_the_rest(halved):
     # rung 1 (step 6): the 2 of 4 lrs with the lowest mean loss over both seeds go on, by hand from the curves
     at6 = {lr: statistics.fmean(score(r, 6) for r in recs.values() if lr_of(r) == lr) for lr in {lr_of(r) for r in recs.values()}}
     kept6 = sorted(at6, key=at6.get)[:2]
-    pruned6 = {lr_of(r) for r in recs.values() if r["status"] == "pruned" and r["halving"]["rung"] == 0}
+    pruned6 = {lr_of(r) for r in recs.values() if r["status"] == "pruned" and r["halving"]["rung"] == 1}
     assert pruned6 == set(at6) - set(kept6)
     at12 = {lr: statistics.fmean(score(r, 12) for r in recs.values() if lr_of(r) == lr) for lr in kept6}
     best = min(at12, key=at12.get)
@@ -74,12 +74,17 @@ def test_each_rung_keeps_the_best_half_by_mean_loss_and_prunes_the_rest(halved):
     for key, r in recs.items():
         if r["status"] == "pruned":
             h = r["halving"]
-            assert h["step"] == (6 if h["rung"] == 0 else 12) and h["of"] == (4 if h["rung"] == 0 else 2)
-            assert h["score"] == pytest.approx(at6[lr_of(r)] if h["rung"] == 0 else at12[lr_of(r)])
+            assert h["rungs"] == 3 and h["rung"] in (1, 2)  # numbered as the console numbers them
+            assert h["step"] == (6 if h["rung"] == 1 else 12) and h["of"] == (4 if h["rung"] == 1 else 2)
+            assert h["score"] == pytest.approx(at6[lr_of(r)] if h["rung"] == 1 else at12[lr_of(r)])
+            name, value = h["configuration"].split("=")  # what tells it from the others: its lr
+            assert name == "train.lr" and float(value) == lr_of(r)
             assert r["training"]["steps"] == h["step"]  # trained to its rung, not a step more
     decisions = json.loads((tmp / "runs" / "halve" / "sweep.json").read_text())["halving"]
-    assert [d["fraction"] for d in (decisions["0"], decisions["1"])] == [0.25, 0.5]
-    assert first.stdout.count("halving rung") == 3 and "rung 1: 2 configurations go on, 2 pruned" in first.stdout
+    assert [(d["rung"], d["fraction"]) for d in (decisions["0"], decisions["1"])] == [(1, 0.25), (2, 0.5)]
+    assert first.stdout.count("halving rung") == 3
+    assert "rung 1 of 3: 2 configurations go on (" in first.stdout and "rung 2 of 3: 1 configuration goes on" \
+        in first.stdout
 
 
 def test_a_second_run_trains_nothing_and_keeps_every_record(halved):

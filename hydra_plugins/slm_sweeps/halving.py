@@ -110,11 +110,34 @@ def rung_steps(job: J.Job, halving: Halving) -> list[int]:
     return out
 
 
-def configuration(job: J.Job) -> str:
-    """A job's configuration (slm.runs.keys.configuration: its overrides less train.seed and sweep=)."""
+def configuration(job: J.Job, searched: bool = False) -> str:
+    """A job's configuration (slm.runs.keys.configuration: its overrides less train.seed and sweep=, with its lr where
+    `searched`: the sweep has an lr search, whose x1 job's overrides do not name its lr)."""
     from slm.runs.keys import configuration as of_overrides
 
-    return of_overrides(job.overrides)
+    return of_overrides(job.overrides, _lr(job) if searched else None)
+
+
+def _lr(job: J.Job) -> Optional[float]:
+    lr = job.select("train.lr") if job.cfg is not None else None
+    return float(lr) if _number(lr) else None
+
+
+def _labels(configs: dict[str, list[J.Job]], searched: bool) -> dict[str, str]:
+    """{configuration: what tells it from the others} (slm.runs.keys.short_names), as the console, sweep.json and
+    the report name it."""
+    from slm.runs.keys import configuration_parts, short_names
+
+    return short_names({n: configuration_parts(jobs[0].overrides, _lr(jobs[0]) if searched else None)
+                        for n, jobs in configs.items()})
+
+
+def check_pause(job: J.Job) -> None:
+    """HydraException (one line) when the user set train.length.pause_at: halving sets each job's pause at its rungs."""
+    value = job.select(PAUSE) if job.cfg is not None else None
+    if value is not None:
+        raise HydraException(f"{PAUSE}={value} is refused: hydra.sweeper.halving pauses every job at its rungs "
+                             f"(hydra.sweeper.halving.rungs or fractions); drop {PAUSE}")
 
 
 def _curve_point(record: dict, step: int) -> Optional[float]:
@@ -166,7 +189,7 @@ def survivors(n: int, eta: float, rungs: int) -> list[int]:
     return out
 
 
-def print_halving(halving: Halving, jobs: list[J.Job], rows: list[dict]) -> None:
+def print_halving(halving: Halving, jobs: list[J.Job], rows: list[dict], searched: bool = False) -> None:
     """The dry run's halving: the rungs, how many configurations and jobs train at each, and the compute at most (the
     most expensive configurations kept at every rung) against the full grid's."""
     flops = {r["key"]: r.get("flops") for r in rows if not r.get("error")}
@@ -174,7 +197,7 @@ def print_halving(halving: Halving, jobs: list[J.Job], rows: list[dict]) -> None
     seeds: dict[str, int] = {}
     for job in jobs:
         if job.cfg is not None and flops.get(job.key) is not None:
-            name = configuration(job)
+            name = configuration(job, searched)
             configs[name] = configs.get(name, 0.0) + flops[job.key]
             seeds[name] = seeds.get(name, 0) + 1
     if not configs:
@@ -193,9 +216,11 @@ def print_halving(halving: Halving, jobs: list[J.Job], rows: list[dict]) -> None
           f"configurations kept at every rung); the GPU-hours above are the full grid's")
 
 
-def decide(rung: int, fraction: float, configs: dict[str, list[J.Job]], steps: dict[str, int], eta: float
-           ) -> Optional[dict]:
-    """The rung's decision ({fraction, scores, kept}) once every job of `configs` has reached it, else None."""
+def decide(rung: int, fraction: float, configs: dict[str, list[J.Job]], steps: dict[str, int], eta: float,
+           rungs: int = 0, labels: Optional[dict] = None) -> Optional[dict]:
+    """The rung's decision once every job of `configs` has reached it, else None: {rung (its number, from 1, as the
+    console prints it), rungs (how many), fraction, scores, kept, jobs (configuration -> its job keys), labels
+    (configuration -> what tells it from the others)}."""
     scores = {}
     for name, jobs in configs.items():
         values = [score_at(j, steps[j.key]) for j in jobs]
@@ -204,12 +229,16 @@ def decide(rung: int, fraction: float, configs: dict[str, list[J.Job]], steps: d
         scores[name] = statistics.fmean(values) if all(math.isfinite(v) for v in values) else math.inf
     order = sorted(scores, key=lambda n: (scores[n], n))
     kept = order[:max(1, math.ceil(len(order) / eta))]
-    return {"rung": rung, "fraction": fraction, "kept": kept,
-            "scores": {n: (s if math.isfinite(s) else None) for n, s in scores.items()}}
+    return {"rung": rung + 1, "rungs": rungs, "fraction": fraction, "kept": kept,
+            "scores": {n: (s if math.isfinite(s) else None) for n, s in scores.items()},
+            "jobs": {n: [j.key for j in jobs] for n, jobs in configs.items()},
+            "labels": {n: (labels or {}).get(n, n) for n in configs}}
 
 
-def prune(job: J.Job, rung: int, decision: dict, step: int) -> None:
-    """Record a job of a configuration the rung stopped as `pruned` (unless it ended otherwise already)."""
+def prune(job: J.Job, name: str, decision: dict, step: int) -> None:
+    """Record a job of configuration `name`, which the rung stopped, as `pruned` (unless it ended otherwise already):
+    `halving` in its record holds the rung's number (from 1, as the console prints it) of how many, fraction, step,
+    the configuration's label, score and rank of how many."""
     from slm.runs.record import FINAL, RecordError, load_record, update_record
     from slm.runs.status import lock_held
 
@@ -219,60 +248,128 @@ def prune(job: J.Job, rung: int, decision: dict, step: int) -> None:
         return
     if record.get("status") in FINAL or not record or lock_held(job.run_dir):
         return
-    name = configuration(job)
     order = sorted(decision["scores"], key=lambda n: (math.inf if decision["scores"][n] is None
                                                       else decision["scores"][n], n))
     update_record(job.run_dir, status="pruned", halving={
-        "rung": rung, "fraction": decision["fraction"], "step": step, "score": decision["scores"][name],
+        "rung": decision["rung"], "rungs": decision["rungs"], "fraction": decision["fraction"], "step": step,
+        "configuration": (decision.get("labels") or {}).get(name, name), "score": decision["scores"][name],
         "rank": order.index(name) + 1, "of": len(order), "kept": len(decision["kept"])})
 
 
-def run(name: str, jobs: list[J.Job], halving: Halving, launch: Callable[[list[J.Job], list[str]], list],
-        pinned: Callable[[], list[dict]], pin: Callable[[list[dict]], None], poll: float = 10.0) -> list:
-    """Run the rungs: launch(jobs, extra overrides) trains jobs (the sweeper's _run), pinned() reads the decisions
-    pinned so far (sweep.json's `halving`: an earlier start's, or another copy's), `pin` saves them. Returns the
-    launcher's returns."""
-    steps = {j.key: rung_steps(j, halving) for j in jobs if j.cfg is not None}
+def _upgraded(decision: Optional[dict], rung: int, rungs: int, legacy: dict[str, str]) -> Optional[dict]:
+    """A pinned decision in today's form: an earlier version's counts its rung from 0 and names a configuration without
+    the lr of an lr search (`legacy`: {that name: today's}); its names are translated."""
+    if decision is None or "jobs" in decision:
+        return decision
+    rename = lambda n: legacy.get(n, n)  # noqa: E731
+    return {**decision, "rung": rung + 1, "rungs": rungs, "kept": [rename(n) for n in decision["kept"]],
+            "scores": {rename(n): v for n, v in decision["scores"].items()}}
+
+
+def _configurations(jobs: list[J.Job], searched: bool) -> tuple[dict[str, list[J.Job]], dict[str, str], dict]:
+    """({configuration: its jobs}, {configuration: its label}, {an earlier version's name of it: configuration})."""
+    from slm.runs.keys import configuration_parts
+
     configs: dict[str, list[J.Job]] = {}
     for job in jobs:
         if job.cfg is not None:
-            configs.setdefault(configuration(job), []).append(job)
+            configs.setdefault(configuration(job, searched), []).append(job)
+    legacy = {",".join(configuration_parts(js[0].overrides)): n for n, js in configs.items()}
+    return configs, _labels(configs, searched), legacy
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def run(name: str, jobs: list[J.Job], halving: Halving, launch: Callable[[list[J.Job], list[str]], list],
+        pinned: Callable[[], list[dict]], pin: Callable[[list[dict]], None], poll: float = 10.0,
+        searched: bool = False) -> list:
+    """Run the rungs: launch(jobs, extra overrides) trains jobs (the sweeper's _run), pinned() reads the decisions
+    pinned so far (sweep.json's `halving`: an earlier start's, or another copy's), `pin` saves them; `searched`: the
+    sweep has an lr search (each lr a configuration of its own). Returns the launcher's returns."""
+    steps = {j.key: rung_steps(j, halving) for j in jobs if j.cfg is not None}
+    configs, labels, legacy = _configurations(jobs, searched)
     alive = sorted(configs)
     returns = []
+    rungs = len(halving.fractions)
     for rung, fraction in enumerate(halving.fractions):
-        last = rung == len(halving.fractions) - 1
+        last = rung == rungs - 1
         todo = [j for n in alive for j in configs[n] if not reached(j, steps[j.key][rung])]
         extra = [] if last else [f"{PAUSE}={fraction!r}"]
-        print(f"sweep {name}: halving rung {rung + 1} of {len(halving.fractions)}: {len(alive)} configuration"
-              f"{'s' if len(alive) != 1 else ''} to {fraction:.3g} of their steps; {len(todo)} job"
-              f"{'s' if len(todo) != 1 else ''} to train", flush=True)
+        print(f"sweep {name}: halving rung {rung + 1} of {rungs}: {_count(len(alive), 'configuration')} to "
+              f"{'all' if fraction == 1 else f'{fraction:.3g}'} of their steps; {_count(len(todo), 'job')} to train", flush=True)
         if todo:
             returns += launch(todo if rung else todo + [j for j in jobs if j.cfg is None], extra)
         if last:
             break
-        decision = _pinned(pinned(), rung)
+        decision = _upgraded(_pinned(pinned(), rung), rung, rungs, legacy)
         if decision is None:
             members = {n: configs[n] for n in alive}
             rung_at = {j.key: steps[j.key][rung] for n in alive for j in configs[n]}
-            decision = decide(rung, fraction, members, rung_at, halving.eta)
+            decision = decide(rung, fraction, members, rung_at, halving.eta, rungs, labels)
             said = False
             while decision is None and any(J.outcome(j)["status"] == J.RUNNING for n in alive for j in configs[n]):
                 if not said:
                     print(f"sweep {name}: waiting for the rung's jobs another process trains", flush=True)
                     said = True
                 time.sleep(poll)
-                decision = decide(rung, fraction, members, rung_at, halving.eta)
+                decision = decide(rung, fraction, members, rung_at, halving.eta, rungs, labels)
             if decision is None:
                 print(f"sweep {name}: halving stops at rung {rung + 1}: some of its jobs have not reached it (stopped, "
                       "or unreadable); run the sweep again to go on")
                 return returns
-            decision = _pinned(pinned(), rung) or decision  # another copy decided meanwhile: its decision holds
+            # another copy decided meanwhile: its decision holds
+            decision = _upgraded(_pinned(pinned(), rung), rung, rungs, legacy) or decision
             pin(pinned()[:rung] + [decision])
         out = [n for n in alive if n not in decision["kept"]]
         for n in out:
             for job in configs[n]:
-                prune(job, rung, decision, steps[job.key][rung])
+                prune(job, n, decision, steps[job.key][rung])
         alive = [n for n in alive if n in decision["kept"]]
-        print(f"sweep {name}: rung {rung + 1}: {len(alive)} configuration{'s' if len(alive) != 1 else ''} go on, "
-              f"{len(out)} pruned", flush=True)
+        print(f"sweep {name}: rung {rung + 1} of {rungs}: {_count(len(alive), 'configuration')} "
+              f"{'goes' if len(alive) == 1 else 'go'} on ({_names(alive, labels)}), {len(out)} pruned", flush=True)
     return returns
+
+
+def _names(names: list[str], labels: dict[str, str], limit: int = 5) -> str:
+    shown = [labels.get(n, n) for n in names[:limit]]
+    return ", ".join(shown) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def winner_line(name: str, jobs: list[J.Job], decisions: list[dict], searched: bool = False) -> Optional[str]:
+    """The sweep's answer once the last rung has ended: the configuration with the lowest final validation loss (the
+    mean over its seeds) among those trained to the end, its score, and what was pruned; None before (a rung not
+    decided, or a survivor's job not ended)."""
+    from slm.runs.record import RecordError, load_record
+
+    if not decisions:
+        return None
+    configs, labels, legacy = _configurations(jobs, searched)
+    decisions = [_upgraded(d, i, len(decisions) + 1, legacy) for i, d in enumerate(decisions)]
+    finals = {}
+    for n in decisions[-1]["kept"]:
+        values = []
+        for job in configs.get(n, []):
+            try:
+                record = load_record(job.run_dir) or {}
+            except RecordError:
+                return None
+            if record.get("status") not in ("completed", "failed", "diverged"):
+                return None
+            value = (record.get("eval") or {}).get("val_nll")
+            values.append(float(value) if record.get("status") == "completed" and _number(value) else math.inf)
+        if values:
+            finals[n] = statistics.fmean(values) if all(math.isfinite(v) for v in values) else math.inf
+    order = sorted(finals, key=lambda n: (finals[n], n))
+    if not order or not math.isfinite(finals[order[0]]):
+        return None
+    best = order[0]
+    seeds = len(configs[best])
+    pruned = ", ".join(f"rung {d['rung']}: {len(d['scores']) - len(d['kept'])}" for d in decisions)
+    others = "; ".join(f"{labels.get(n, n)} {finals[n]:.4f}" for n in order[1:4])
+    return (f"sweep {name}: halving chose {labels.get(best, best)}: final validation loss {finals[best]:.4f} (the mean "
+            f"of {_count(seeds, 'seed')}), "
+            + ("the only one trained to the end" if len(finals) == 1 else f"the best of the {len(finals)} trained to the end")
+            + (f" (then {others})" if others else "") + f"; {len(configs) - len(finals)} of {len(configs)} "
+            f"configurations pruned ({pruned})")
