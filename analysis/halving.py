@@ -17,6 +17,10 @@ ties), and whether halving by it (eta, the grid's rung steps) keeps the truth's 
 end) against the grid's, and the compute each spent: training FLOPs (the records' tokens x flops_per_token; a
 sweep's wall time is the command's, docs/halving.md).
 
+For the report (a table with runs of halving sweeps): report_blocks (the Successive halving section: every rung's
+scores), VerdictPart (the verdict's list of every configuration compared: chosen, pruned at its rung with its score)
+and one_lr_reason (which lrs a sweep searched, where only one finished per configuration).
+
 Reads result.json and sweep.json files only.
 """
 

@@ -19,6 +19,10 @@ task score it is the pair's test instead (the documents are the only noise known
 configuration's own 95% interval is value ± t(df) se, df its se's degrees of freedom. A difference is beyond noise
 when p < 0.05 / m, m the number of pairs tested
 (Bonferroni); untested when neither is possible (no per-document results, no standard error, one seed).
+
+A table with runs of a successive-halving sweep (analysis.halving.VerdictPart): its configurations are named as the
+sweep names them, the ranking is of those trained to the end, and every configuration the sweep compared is listed
+beside it (the chosen one; the pruned ones at their rung, with their score and rank there).
 """
 
 from __future__ import annotations
@@ -131,7 +135,8 @@ class Verdict:
         """The verdict section: plain words, then the ranking table."""
         out = [self.headline.why]
         if self.column is None or self.ranked.empty:
-            return out + ["Nothing to rank: no completed run has a value of this metric."]
+            return out + ["Nothing to rank: no completed run has a value of this metric."] + (
+                self.halving.blocks() if self.halving is not None else [])
         hib = higher_is_better(self.table, self.column)
         k = len(self.ranked)
         seeds = self.ranked["n_seeds"]

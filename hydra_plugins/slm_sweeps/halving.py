@@ -19,9 +19,14 @@ configuration of its own, as each arm is in ASHA; the analysis takes each point 
      fraction, the scores, who went on), so a sweep started again, or a copy of it (slm-workers), makes the same one
      whatever has run since;
   3. the jobs of the others are recorded `pruned` (slm.runs.record: a final status, never launched again, never
-     counted failed), with `halving` in their record: rung, fraction, step, score and rank of how many.
+     counted failed), with `halving` in their record: rung, fraction, step, configuration, score and rank of how many.
 
-The last rung trains the survivors to their end (`completed`, as any job). A rung on Slurm is one job array. A sweep
+The last rung trains the survivors to their end (`completed`, as any job), and the sweep's summary ends with the winner:
+the survivor with the lowest final validation loss (winner_line). Rungs are numbered from 1 in the console, in sweep.json
+and in the records alike. A configuration's name is its overrides less train.seed and sweep= (slm.runs.keys), with its lr
+under an lr search (whose x1 job's overrides do not name it), so no name is ""; what tells it from the others (its
+label) is how the console, sweep.json's `labels` and the report show it. Halving owns train.length.pause_at: a job that
+sets it is refused (one line, before anything is made). A rung on Slurm is one job array. A sweep
 killed at any point and started again trains nothing twice: a job paused at or past a rung is not launched for it, and
 the pinned decisions are reread. While a rung's jobs are trained elsewhere (another copy, a Slurm array of another
 process), the decision waits for them.

@@ -16,8 +16,11 @@ summaries and the report use these words and no others. The first four are what 
   unreadable                      its result.json cannot be read or is not a record (the error says why)
 
 A sweep's progress (sweep_progress, progress_text: the sweepers' lines and slm-status) counts its jobs by state and
-estimates the time left from the completed jobs' recorded times (job_seconds); summary_lines is the
-summary the sweepers and slm-workers print.
+estimates the time left from the completed jobs' recorded times (job_seconds), and from a paused or pruned job's pace
+over all its steps (successive halving's rungs, where no job completes until the last: an upper bound, "eta at most",
+since halving prunes some of what is left); summary_lines is the summary the sweepers and slm-workers print. A
+paused or pruned job's note is its rung, its configuration's score and its rank there (its record, sweep.json's
+pinned decisions).
 """
 
 from __future__ import annotations
