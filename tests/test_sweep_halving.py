@@ -280,7 +280,7 @@ def test_the_report_says_which_lrs_were_searched_and_puts_the_pruned_in_the_verd
     assert "every configuration ran at one lr" not in md and "0.25,0.5,1,2,4" not in md
     assert "the sweep searched lr x 0.25, 1, 4 (hydra.sweeper.lr_search), and successive halving pruned" in md
     # W2: the three configurations compared, the chosen one and the two pruned with their rung and score; no seed
-    assert "nothing to compare" not in verdict and "train.seed" not in verdict and "seed 0" not in verdict
+    assert "nothing to compare" not in verdict and "train.seed" not in md and "seed 0" not in verdict
     assert "**Successive halving** (mine): 3 configurations compared; 2 pruned at their rungs, 1 trained to the end; " \
            "chosen: train.lr=" in verdict
     rows = [x for x in verdict.splitlines() if x.startswith("| train.lr=")]
