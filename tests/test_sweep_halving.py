@@ -249,6 +249,9 @@ def test_every_configuration_is_named_by_its_lr_and_the_summary_names_the_winner
     assert float(chosen.split("=")[1]) == lr_of(done[0])
     assert float(value) == round(statistics.fmean(r["eval"]["val_nll"] for r in done), 4)
     assert line.endswith("2 of 3 configurations pruned (rung 1: 2)")
+    from slm.runs.status import summary_lines  # slm-workers' summary of the sweep ends with it too
+
+    assert summary_lines("mine", sweep, [])[-1] == line
     # the record's rung is the one the console printed
     assert f"sweep mine: rung 1 of 2: 1 configuration goes on ({chosen}), 2 pruned" in out.stdout
     pruned = [r["halving"] for r in recs.values() if r["status"] == "pruned"]
@@ -296,3 +299,15 @@ def test_a_users_pause_at_is_refused_in_one_line(tmp_path):
     assert out.returncode == 2, out.stdout[-2000:] + out.stderr
     assert len(out.stderr.strip().splitlines()) == 1 and "train.length.pause_at=0.5 is refused" in out.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_an_earlier_versions_pinned_decision_is_read_with_todays_names_and_rung_numbers():
+    """A sweep pinned by an earlier version (rungs from 0, the x1 lr's configuration named "") started again: its
+    decision holds, under today's names."""
+    from hydra_plugins.slm_sweeps.halving import _upgraded
+
+    old = {"rung": 0, "fraction": 0.5, "kept": [""], "scores": {"": 3.0, "train.lr=0.004": 3.5}}
+    new = _upgraded(old, 0, 2, {"": "train.lr=0.001", "train.lr=0.004": "train.lr=0.004"})
+    assert (new["rung"], new["rungs"], new["kept"]) == (1, 2, ["train.lr=0.001"])
+    assert new["scores"] == {"train.lr=0.001": 3.0, "train.lr=0.004": 3.5}
+    assert _upgraded(new | {"jobs": {}}, 0, 2, {}) == new | {"jobs": {}}

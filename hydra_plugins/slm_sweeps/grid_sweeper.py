@@ -131,12 +131,6 @@ class GridSweeper(BasicSweeper):
             print(f"sweep {name}: this copy is done; slm-workers sums up the sweep once every copy has ended")
         else:
             J.summarize(name, sweep_dir, outcomes)
-        if self.halving is not None:
-            from slm.runs.status import halving_decisions
-
-            line = H.winner_line(name, jobs, halving_decisions(sweep_dir), searched=bool(multipliers))
-            if line:
-                print(line, flush=True)
         if any(o["status"] == J.FAILED for o in outcomes):
             sys.stdout.flush()
             sys.exit(1)

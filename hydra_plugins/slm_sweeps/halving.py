@@ -22,7 +22,7 @@ configuration of its own, as each arm is in ASHA; the analysis takes each point 
      counted failed), with `halving` in their record: rung, fraction, step, configuration, score and rank of how many.
 
 The last rung trains the survivors to their end (`completed`, as any job), and the sweep's summary ends with the winner:
-the survivor with the lowest final validation loss (winner_line). Rungs are numbered from 1 in the console, in sweep.json
+the survivor with the lowest final validation loss (slm.runs.status.halving_winner). Rungs are numbered from 1 in the console, in sweep.json
 and in the records alike. A configuration's name is its overrides less train.seed and sweep= (slm.runs.keys), with its lr
 under an lr search (whose x1 job's overrides do not name it), so no name is ""; what tells it from the others (its
 label) is how the console, sweep.json's `labels` and the report show it. Halving owns train.length.pause_at: a job that
@@ -340,41 +340,3 @@ def run(name: str, jobs: list[J.Job], halving: Halving, launch: Callable[[list[J
 def _names(names: list[str], labels: dict[str, str], limit: int = 5) -> str:
     shown = [labels.get(n, n) for n in names[:limit]]
     return ", ".join(shown) + (f" and {len(names) - limit} more" if len(names) > limit else "")
-
-
-def winner_line(name: str, jobs: list[J.Job], decisions: list[dict], searched: bool = False) -> Optional[str]:
-    """The sweep's answer once the last rung has ended: the configuration with the lowest final validation loss (the
-    mean over its seeds) among those trained to the end, its score, and what was pruned; None before (a rung not
-    decided, or a survivor's job not ended)."""
-    from slm.runs.record import RecordError, load_record
-
-    if not decisions:
-        return None
-    configs, labels, legacy = _configurations(jobs, searched)
-    decisions = [_upgraded(d, i, len(decisions) + 1, legacy) for i, d in enumerate(decisions)]
-    finals = {}
-    for n in decisions[-1]["kept"]:
-        values = []
-        for job in configs.get(n, []):
-            try:
-                record = load_record(job.run_dir) or {}
-            except RecordError:
-                return None
-            if record.get("status") not in ("completed", "failed", "diverged"):
-                return None
-            value = (record.get("eval") or {}).get("val_nll")
-            values.append(float(value) if record.get("status") == "completed" and _number(value) else math.inf)
-        if values:
-            finals[n] = statistics.fmean(values) if all(math.isfinite(v) for v in values) else math.inf
-    order = sorted(finals, key=lambda n: (finals[n], n))
-    if not order or not math.isfinite(finals[order[0]]):
-        return None
-    best = order[0]
-    seeds = len(configs[best])
-    pruned = ", ".join(f"rung {d['rung']}: {len(d['scores']) - len(d['kept'])}" for d in decisions)
-    others = "; ".join(f"{labels.get(n, n)} {finals[n]:.4f}" for n in order[1:4])
-    return (f"sweep {name}: halving chose {labels.get(best, best)}: final validation loss {finals[best]:.4f} (the mean "
-            f"of {_count(seeds, 'seed')}), "
-            + ("the only one trained to the end" if len(finals) == 1 else f"the best of the {len(finals)} trained to the end")
-            + (f" (then {others})" if others else "") + f"; {len(configs) - len(finals)} of {len(configs)} "
-            f"configurations pruned ({pruned})")

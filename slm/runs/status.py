@@ -490,4 +490,42 @@ def summary_lines(name: str, sweep_dir: str | os.PathLike, jobs: list[tuple[str,
     parts = ", ".join(f"{n} {s}" for s, n in tally.items())
     lines = [f"sweep {name}: {len(jobs)} job{'' if len(jobs) == 1 else 's'}: {parts} (details: slm-status {sweep_dir})"]
     lines += [f"  {status:9s} {key}: {error or ''}".rstrip() for key, status, error in jobs if status != COMPLETED]
-    return lines
+    winner = halving_winner(name, sweep_dir)
+    return lines + ([winner] if winner else [])
+
+
+def halving_winner(name: str, sweep_dir: str | os.PathLike) -> str | None:
+    """A halving sweep's answer once its last rung has ended: the configuration with the lowest final validation loss
+    (the mean over its seeds) among those trained to the end, its score, and what was pruned (sweep.json's decisions,
+    the survivors' records); None before, or without decisions that list their jobs."""
+    decisions = halving_decisions(sweep_dir)
+    if not decisions or not isinstance(decisions[-1].get("jobs"), dict):
+        return None
+    last, finals, seeds = decisions[-1], {}, {}
+    for config in last["kept"]:
+        values = []
+        for key in last["jobs"].get(config, []):
+            try:
+                record = load_record(Path(sweep_dir) / key) or {}
+            except RecordError:
+                return None
+            if record.get("status") not in (COMPLETED, FAILED, DIVERGED):
+                return None  # not trained to the end yet
+            value = _number((record.get("eval") or {}).get("val_nll"))
+            ok = record.get("status") == COMPLETED and value is not None and math.isfinite(value)
+            values.append(value if ok else math.inf)
+        if values:
+            finals[config], seeds[config] = sum(values) / len(values), len(values)
+    order = sorted(finals, key=lambda c: (finals[c], c))
+    if not order or not math.isfinite(finals[order[0]]):
+        return None
+    label = (last.get("labels") or {}).get
+    best, total = order[0], len(decisions[0].get("scores") or {})
+    others = "; ".join(f"{label(c, c)} {finals[c]:.4f}" for c in order[1:4])
+    pruned = ", ".join(f"rung {i + 1}: {len(d.get('scores') or {}) - len(d.get('kept') or [])}"
+                       for i, d in enumerate(decisions))
+    return (f"sweep {name}: halving chose {label(best, best)}: final validation loss {finals[best]:.4f} (the mean of "
+            f"{seeds[best]} seed{'s' if seeds[best] != 1 else ''}), "
+            + ("the only one trained to the end" if len(finals) == 1 else
+               f"the best of the {len(finals)} trained to the end (then {others})")
+            + f"; {total - len(finals)} of {total} configurations pruned ({pruned})")
