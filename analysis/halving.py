@@ -240,7 +240,7 @@ def decisions_of(sweep_dir: Path) -> list[dict]:
     return out
 
 
-def outcomes(sweep_dir: Path, decisions: list[dict], finals: dict[str, float]) -> list[dict]:
+def outcomes(decisions: list[dict], finals: dict[str, float]) -> list[dict]:
     """Every configuration of a halving sweep, those trained to the end first (by final value, `finals`: job key ->
     final validation loss of a completed job), then the pruned by the rung they reached (latest first) and their rank
     there: [{configuration, label, outcome (chosen, trained to the end, went on, pruned), rung, rungs, score, rank, of,
@@ -319,10 +319,12 @@ class VerdictPart:
 
         finals = {}
         done = self.table[self.table["status"] == "completed"] if "status" in self.table else self.table
-        for run_dir, value in zip(done["run_dir"], pd.to_numeric(done.get("val_nll"), errors="coerce")):
+        if "val_nll" not in done:
+            return outcomes(self.sweeps[sweep_dir], finals)
+        for run_dir, value in zip(done["run_dir"], pd.to_numeric(done["val_nll"], errors="coerce")):
             if Path(str(run_dir)).parent == sweep_dir and math.isfinite(value):
                 finals[Path(str(run_dir)).name] = float(value)
-        return outcomes(sweep_dir, self.sweeps[sweep_dir], finals)
+        return outcomes(self.sweeps[sweep_dir], finals)
 
     def blocks(self, limit: int = 15) -> list:
         """Per halving sweep: a paragraph naming the chosen configuration and what was pruned where, and a table of
@@ -335,7 +337,8 @@ class VerdictPart:
             chosen = next((r for r in rows if r["outcome"] == "chosen"), None)
             pruned = [r for r in rows if r["outcome"] == "pruned"]
             ended = [r for r in rows if r["final"] is not None]
-            text = (f"**Successive halving** ({sweep_dir.name}): {len(rows)} configurations compared; "
+            text = (f"**Successive halving** ({sweep_dir.name}): {len(rows)} configuration"
+                    f"{'s' if len(rows) != 1 else ''} compared; "
                     f"{len(pruned)} pruned at their rungs, {len(ended)} trained to the end")
             if chosen is not None:
                 text += (f"; chosen: {chosen['label']} (final validation NLL {chosen['final']:.4g}, the mean of "

@@ -22,12 +22,12 @@ configuration of its own, as each arm is in ASHA; the analysis takes each point 
      counted failed), with `halving` in their record: rung, fraction, step, configuration, score and rank of how many.
 
 The last rung trains the survivors to their end (`completed`, as any job), and the sweep's summary ends with the winner:
-the survivor with the lowest final validation loss (slm.runs.status.halving_winner). Rungs are numbered from 1 in the console, in sweep.json
-and in the records alike. A configuration's name is its overrides less train.seed and sweep= (slm.runs.keys), with its lr
-under an lr search (whose x1 job's overrides do not name it), so no name is ""; what tells it from the others (its
-label) is how the console, sweep.json's `labels` and the report show it. Halving owns train.length.pause_at: a job that
-sets it is refused (one line, before anything is made). A rung on Slurm is one job array. A sweep
-killed at any point and started again trains nothing twice: a job paused at or past a rung is not launched for it, and
+the survivor with the lowest final validation loss (slm.runs.status.halving_winner). Rungs are numbered from 1 in the
+console, in sweep.json and in the records alike. A configuration's name is its overrides less train.seed and sweep=
+(slm.runs.keys), with its lr under an lr search (whose x1 job's overrides do not name it), so no name is ""; what tells
+it from the others (its label) is how the console, sweep.json's `labels` and the report show it. Halving owns
+train.length.pause_at: a job that sets it is refused (one line, before anything is made). A rung on Slurm is one job
+array. A sweep killed at any point and started again trains nothing twice: a job paused at or past a rung is not launched for it, and
 the pinned decisions are reread. While a rung's jobs are trained elsewhere (another copy, a Slurm array of another
 process), the decision waits for them.
 """
@@ -302,8 +302,9 @@ def run(name: str, jobs: list[J.Job], halving: Halving, launch: Callable[[list[J
         last = rung == rungs - 1
         todo = [j for n in alive for j in configs[n] if not reached(j, steps[j.key][rung])]
         extra = [] if last else [f"{PAUSE}={fraction!r}"]
-        print(f"sweep {name}: halving rung {rung + 1} of {rungs}: {_count(len(alive), 'configuration')} to "
-              f"{'all' if fraction == 1 else f'{fraction:.3g}'} of their steps; {_count(len(todo), 'job')} to train", flush=True)
+        share = "all" if fraction == 1 else f"{fraction:.3g}"
+        print(f"sweep {name}: halving rung {rung + 1} of {rungs}: {_count(len(alive), 'configuration')} to {share} of "
+              f"their steps; {_count(len(todo), 'job')} to train", flush=True)
         if todo:
             returns += launch(todo if rung else todo + [j for j in jobs if j.cfg is None], extra)
         if last:

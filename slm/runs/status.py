@@ -88,7 +88,7 @@ class JobState:
     val_nll: float | None = None
     note: str | None = None
     overrides: list[str] = field(default_factory=list)
-    seconds: float | None = None  # a completed run's time (job_seconds); a paused or pruned one's, to its end at that pace
+    seconds: float | None = None  # a completed run's time (job_seconds); a paused or pruned one's at its pace to its end
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -208,10 +208,10 @@ def _halving_note(record: dict, status: str) -> str | None:
     """A pruned run's rung, score and rank (its record's `halving`); a paused one's step and validation loss there."""
     if status == PRUNED:
         h = record.get("halving")
-        if not isinstance(h, dict) or "rung" not in h:
+        if not isinstance(h, dict) or not isinstance(h.get("rung"), int):
             return None
         of = f" of {h['rungs']}" if h.get("rungs") else ""
-        score = "failed" if h.get("score") is None else f"{h['score']:.4f}"
+        score = "failed" if _number(h.get("score")) is None else f"{h['score']:.4f}"
         return (f"pruned at rung {rung_number(h)}{of} (step {h.get('step')}): score {score} (its configuration's mean "
                 f"over seeds), rank {h.get('rank')} of {h.get('of')}; {h.get('kept')} went on")
     paused = (record.get("training") or {}).get("paused")
