@@ -311,3 +311,16 @@ def test_an_earlier_versions_pinned_decision_is_read_with_todays_names_and_rung_
     assert (new["rung"], new["rungs"], new["kept"]) == (1, 2, ["train.lr=0.001"])
     assert new["scores"] == {"train.lr=0.001": 3.0, "train.lr=0.004": 3.5}
     assert _upgraded(new | {"jobs": {}}, 0, 2, {}) == new | {"jobs": {}}
+
+
+def test_a_sweep_of_seeds_only_names_its_configuration_and_says_there_is_nothing_to_prune(tmp_path):
+    (tmp_path / "mine" / "sweep").mkdir(parents=True)
+    seeds = MINE.replace("run_group: mine", "run_group: seeds_only").replace("    lr_search: [0.25, 1, 4]\n", "")
+    (tmp_path / "mine" / "sweep" / "seeds_only.yaml").write_text(seeds)
+    out = slm(tmp_path, "-m", "--config-dir", str(tmp_path / "mine"), "sweep=seeds_only")
+    sweep = tmp_path / "runs" / "seeds_only"
+    decision = json.loads((sweep / "sweep.json").read_text())["halving"]["0"]
+    assert set(decision["scores"]) == {"default"}  # was ""
+    assert set(decision["labels"]) == {"default"}
+    assert "halving over one configuration (default: its jobs differ in train.seed only): nothing to prune" in out.stdout
+    assert "halving chose default: final validation loss" in out.stdout

@@ -298,6 +298,9 @@ def run(name: str, jobs: list[J.Job], halving: Halving, launch: Callable[[list[J
     alive = sorted(configs)
     returns = []
     rungs = len(halving.fractions)
+    if len(configs) == 1:
+        print(f"sweep {name}: halving over one configuration ({labels[alive[0]]}: its jobs differ in train.seed only): "
+              "nothing to prune; its jobs pause at each rung and train to their end", flush=True)
     for rung, fraction in enumerate(halving.fractions):
         last = rung == rungs - 1
         todo = [j for n in alive for j in configs[n] if not reached(j, steps[j.key][rung])]
