@@ -17,6 +17,10 @@ ties), and whether halving by it (eta, the grid's rung steps) keeps the truth's 
 end) against the grid's, and the compute each spent: training FLOPs (the records' tokens x flops_per_token; a
 sweep's wall time is the command's, docs/halving.md).
 
+For the report (a table with runs of halving sweeps): report_blocks (the Successive halving section: every rung's
+scores), VerdictPart (the verdict's list of every configuration compared: chosen, pruned at its rung with its score)
+and one_lr_reason (which lrs a sweep searched, where only one finished per configuration).
+
 Reads result.json and sweep.json files only.
 """
 
@@ -119,7 +123,7 @@ def flops(record: dict) -> float:
 def judge(grid_dir: Path, halving_dir: Path, eta: float | None = None) -> dict:
     """The comparison in the module docstring, as a dict (markdown() writes it)."""
     grid, halved = runs(grid_dir), runs(halving_dir)
-    decisions = halving_decisions(halving_dir)
+    decisions = decisions_of(halving_dir)
     if eta is None:
         eta = _eta(halving_dir)
     fractions = [d["fraction"] for d in decisions]
@@ -209,8 +213,63 @@ def markdown(result: dict) -> str:
               f"| halving | {g['halving']:.3g} | {g['halving'] / g['grid']:.1%} |",
               "", f"(The grid's decay branches, for the branch score only, cost {g['grid_branches']:.3g} FLOPs more.)"]
     for rung, names in sorted(result["pruned"].items()):
-        lines.append(f"- rung {int(rung) + 1} pruned {len(names)}: {', '.join(names)}")
+        lines.append(f"- rung {rung} pruned {len(names)}: {', '.join(names)}")
     return "\n".join(lines) + "\n"
+
+
+def decisions_of(sweep_dir: Path) -> list[dict]:
+    """A halving sweep's pinned decisions (sweep.json), each with its rung's number (from 1), `labels` (configuration ->
+    what tells it from the others) and `jobs` (configuration -> job keys); an earlier version's decisions, which hold
+    neither, get them from the sweep's jobs (its configurations named without an lr search's lr)."""
+    from slm.runs.keys import configuration_parts, short_names
+
+    decisions = halving_decisions(sweep_dir)
+    if decisions and not all("jobs" in d and "labels" in d for d in decisions):
+        parts: dict[str, list[str]] = {}
+        jobs: dict[str, list[str]] = {}
+        for key, overrides in sweep_sections(sweep_dir, ("jobs",))["jobs"].items():
+            name = ",".join(configuration_parts(overrides))  # that version's name
+            parts.setdefault(name, configuration_parts(overrides))
+            jobs.setdefault(name, []).append(key)
+        labels = short_names(parts)
+        decisions = [{"jobs": jobs, "labels": labels, **d} for d in decisions]
+    out = []
+    for i, d in enumerate(decisions):
+        labels = {n: d["labels"].get(n) or n or "(no overrides)" for n in d["scores"]}
+        out.append({**d, "rung": i + 1, "labels": labels})
+    return out
+
+
+def outcomes(decisions: list[dict], finals: dict[str, float]) -> list[dict]:
+    """Every configuration of a halving sweep, those trained to the end first (by final value, `finals`: job key ->
+    final validation loss of a completed job), then the pruned by the rung they reached (latest first) and their rank
+    there: [{configuration, label, outcome (chosen, trained to the end, went on, pruned), rung, rungs, score, rank, of,
+    final, seeds}]."""
+    rungs = decisions[-1].get("rungs") or len(decisions) + 1
+    rows = []
+    for name in decisions[0]["scores"]:
+        seen = [d for d in decisions if name in d["scores"]]
+        d = seen[-1]
+        order = sorted(d["scores"], key=lambda n: (math.inf if d["scores"][n] is None else d["scores"][n], n))
+        keys = d["jobs"].get(name, [])
+        values = [finals[k] for k in keys if k in finals]
+        survived = name in d["kept"] and d is decisions[-1]
+        done = survived and keys and len(values) == len(keys)
+        rows.append({"configuration": name, "label": d["labels"].get(name, name), "rung": d["rung"], "rungs": rungs,
+                     "score": d["scores"][name], "rank": order.index(name) + 1, "of": len(order),
+                     "outcome": "trained to the end" if done else "went on" if name in d["kept"] else "pruned",
+                     "final": statistics.fmean(values) if done else None, "seeds": len(keys)})
+    ends = [r for r in rows if r["final"] is not None]
+    if ends:
+        min(ends, key=lambda r: (r["final"], r["configuration"]))["outcome"] = "chosen"
+    return sorted(rows, key=lambda r: (r["final"] is None, r["final"] or 0.0, -r["rung"], r["rank"]))
+
+
+def sweeps_of(table) -> list[Path]:
+    """The sweep directories of the table's runs that are halving sweeps (sweep.json with pinned decisions)."""
+    if "run_dir" not in table:
+        return []
+    return [d for d in sorted({Path(str(x)).parent for x in table["run_dir"].dropna()}) if halving_decisions(d)]
 
 
 def report_blocks(table) -> list:
@@ -219,26 +278,119 @@ def report_blocks(table) -> list:
     (sweep.json's pinned decisions); [] when no run of the table is of a halving sweep."""
     import pandas as pd
 
-    if "run_dir" not in table:
-        return []
     blocks: list = []
-    for sweep_dir in sorted({Path(str(d)).parent for d in table["run_dir"].dropna()}):
-        decisions = halving_decisions(sweep_dir)
-        if not decisions:
-            continue
+    for sweep_dir in sweeps_of(table):
+        decisions = decisions_of(sweep_dir)
         first = decisions[0]
         blocks.append(f"{sweep_dir.name}: successive halving (hydra.sweeper.halving) over {len(first['scores'])} "
-                      "configurations (a job less its seed), ranked at each rung by the mean over seeds of the validation "
-                      "loss at the rung's step (the stable phase's); the others recorded pruned.")
+                      "configurations (a job less its seed; each named by what tells it from the others), ranked at each "
+                      "rung by the mean over seeds of the validation loss at the rung's step (the stable phase's); the "
+                      "others recorded pruned.")
         for d in decisions:
             names = sorted(d["scores"], key=lambda n: (math.inf if d["scores"][n] is None else d["scores"][n], n))
-            blocks.append(f"Rung {int(d['rung']) + 1}, {float(d['fraction']):.3g} of the steps: {len(d['kept'])} of "
-                          f"{len(names)} went on.")
+            blocks.append(f"Rung {d['rung']}" + (f" of {d['rungs']}" if d.get("rungs") else "")
+                          + f", {float(d['fraction']):.3g} of the steps: {len(d['kept'])} of {len(names)} went on.")
             blocks.append(pd.DataFrame({
-                "configuration": names,
+                "configuration": [d["labels"][n] for n in names],
                 "score": [d["scores"][n] for n in names], "rank": range(1, len(names) + 1),
                 "went on": ["yes" if n in d["kept"] else "pruned" for n in names]}))
     return blocks
+
+
+class VerdictPart:
+    """What the verdict says of a table's halving sweeps: each configuration named as the sweep names it, and every
+    configuration the sweep compared (chosen, trained to the end, pruned at its rung with its score)."""
+
+    def __init__(self, table, sweeps: list[Path]):
+        self.table = table
+        self.sweeps = {d: decisions_of(d) for d in sweeps}
+        self.label = {}  # job key (its sweep's path / key) -> its configuration's label
+        for sweep_dir, decisions in self.sweeps.items():
+            for name, keys in decisions[0]["jobs"].items():
+                for key in keys:
+                    self.label[str(sweep_dir / key)] = decisions[0]["labels"].get(name, name)
+
+    def label_of(self, row) -> str | None:
+        """The label of a table row's configuration, None for a run of no halving sweep."""
+        return self.label.get(str(Path(str(self.table.at[row, "run_dir"]))))
+
+    def outcomes(self, sweep_dir: Path) -> list[dict]:
+        import pandas as pd
+
+        finals = {}
+        done = self.table[self.table["status"] == "completed"] if "status" in self.table else self.table
+        if "val_nll" not in done:
+            return outcomes(self.sweeps[sweep_dir], finals)
+        for run_dir, value in zip(done["run_dir"], pd.to_numeric(done["val_nll"], errors="coerce")):
+            if Path(str(run_dir)).parent == sweep_dir and math.isfinite(value):
+                finals[Path(str(run_dir)).name] = float(value)
+        return outcomes(self.sweeps[sweep_dir], finals)
+
+    def blocks(self, limit: int = 15) -> list:
+        """Per halving sweep: a paragraph naming the chosen configuration and what was pruned where, and a table of
+        every configuration it compared (the first `limit`)."""
+        import pandas as pd
+
+        out: list = []
+        for sweep_dir in self.sweeps:
+            rows = self.outcomes(sweep_dir)
+            chosen = next((r for r in rows if r["outcome"] == "chosen"), None)
+            pruned = [r for r in rows if r["outcome"] == "pruned"]
+            ended = [r for r in rows if r["final"] is not None]
+            text = (f"**Successive halving** ({sweep_dir.name}): {len(rows)} configuration"
+                    f"{'s' if len(rows) != 1 else ''} compared; "
+                    f"{len(pruned)} pruned at their rungs, {len(ended)} trained to the end")
+            if chosen is not None:
+                text += (f"; chosen: {chosen['label']} (final validation NLL {chosen['final']:.4g}, the mean of "
+                         f"{chosen['seeds']} seed{'s' if chosen['seeds'] != 1 else ''}).")
+            else:
+                text += "; none chosen yet (the sweep has not ended)."
+            out.append(text + " A pruned configuration's score is the mean over its seeds of the validation loss at "
+                       "its rung's step, in the stable phase: it ranks configurations at that step, not at the end, so "
+                       "only the configurations trained to the end are in the ranking above.")
+            out.append(pd.DataFrame([{
+                "configuration": r["label"], "outcome": r["outcome"],
+                "ranked at rung": f"{r['rung']} of {r['rungs']}", "score there": r["score"],
+                "rank there": f"{r['rank']} of {r['of']}",
+                "final validation NLL": r["final"]} for r in rows[:limit]]))
+            if len(rows) > limit:
+                out.append(f"_{len(rows) - limit} more configurations: see Successive halving._")
+        return out
+
+
+def verdict_part(table) -> VerdictPart | None:
+    """The verdict's view of the table's halving sweeps, None when it has none."""
+    sweeps = sweeps_of(table)
+    return VerdictPart(table, sweeps) if sweeps else None
+
+
+def lrs_tried(table) -> list[float]:
+    """The lr multipliers (hydra.sweeper.lr_search, sweep.json: the table's lr_multiplier column) its runs were at."""
+    import pandas as pd
+
+    if "lr_multiplier" not in table:
+        return []
+    return sorted(float(m) for m in pd.to_numeric(table["lr_multiplier"], errors="coerce").dropna().unique())
+
+
+def one_lr_reason(table) -> str:
+    """Why no configuration has runs at several lrs, as the lr figure and section say it: the lrs the table's sweeps
+    searched and what became of the others, or that nothing searched lr."""
+    import pandas as pd
+
+    tried = lrs_tried(table)
+    if len(tried) < 2:
+        return ("every configuration ran at one lr: hydra.sweeper.lr_search (e.g. [0.25,0.5,1,2,4]) adds an lr axis "
+                "per point")
+    mult = pd.to_numeric(table["lr_multiplier"], errors="coerce")
+    status = table["status"] if "status" in table else pd.Series("completed", index=table.index)
+    off = status[(status != "completed") & mult.notna()]
+    why = ("successive halving pruned the others at its rungs (section Successive halving lists every lr's score)"
+           if (off == "pruned").any() else
+           "the runs at the other lrs did not complete (" + ", ".join(f"{n} {s}" for s, n in off.value_counts().items())
+           + ")" if len(off) else "no configuration completed at two of them")
+    return (f"each configuration completed at one lr only: the sweep searched lr x {', '.join(f'{m:g}' for m in tried)} "
+            f"(hydra.sweeper.lr_search), and {why}")
 
 
 def main(argv: list[str] | None = None) -> int:

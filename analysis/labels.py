@@ -18,6 +18,16 @@ LABEL_AXES = ["family", "n_layers", "d_model", "n_kv_heads", "position", "norm",
 _SHORT = {"n_layers": "L", "d_model": "d", "seed": "seed ", "n_kv_heads": "kv", "max_steps": "steps="}
 
 
+def fallback(runs: pd.Series, seeds: bool = True) -> pd.Series:
+    """Labels of rows no label axis tells apart: the start of their job key; without `seeds` (a configuration's label,
+    its seeds pooled) less its train.seed, and where nothing else is left the sweep's folder."""
+    keys = runs.astype(str).str.split("/").str[-1]
+    if not seeds:
+        keys = keys.str.replace(r"(^|,)train\.seed=[^,]*", "", regex=True).str.strip(",")
+        keys = keys.where(keys != "", runs.astype(str).str.split("/").str[0])
+    return keys.str[:40]
+
+
 def _part(column: str, value: str) -> str:
     """A family, depth, width or seed as its label shows it: "gpt2", "L12", "d512", "seed 3"."""
     return value if column == "family" else f"{_SHORT[column]}{value}"
@@ -65,7 +75,7 @@ def run_labels(table: pd.DataFrame, columns: list[str] | None = None, dedupe: bo
                        index=table.index, dtype=object)
     empty = labels == ""
     if empty.any() and "run" in table:
-        labels[empty] = table.loc[empty, "run"].astype(str).str.split("/").str[-1].str[:40]
+        labels[empty] = fallback(table.loc[empty, "run"], seeds="seed" in columns)
     if dedupe and labels.duplicated(keep=False).any() and "run" in table:
         dup = labels.duplicated(keep=False)
         labels[dup] = labels[dup] + " (" + table.loc[dup, "run"].astype(str).str.split("/").str[0].str[:24] + ")"

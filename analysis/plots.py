@@ -678,9 +678,9 @@ def plot_lr(table: pd.DataFrame, score: str | None = None, keys: pd.Series | Non
     score, note = style.choose_score(table, score)
     keys = keys_of(table, keys) if score else None
     if not score or not lr_varies(table, score, keys):
-        return style.placeholder("Score against learning rate",
-                                 "every configuration ran at one lr: hydra.sweeper.lr_search=[0.25,0.5,1,2,4] adds an "
-                                 "lr axis per point")
+        from analysis.halving import one_lr_reason
+
+        return style.placeholder("Score against learning rate", one_lr_reason(table))
     hib = higher_is_better(table, score)
     curves, best = lr_curves(table, score, keys), at_best_lr(table, score, keys=keys)
     labels = lr_labels(table, best)

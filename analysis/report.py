@@ -34,7 +34,7 @@ import analysis.plot_style as style
 from analysis.claims import judge, seeds_summary
 from analysis.collect import ALL_STATUSES, load_results
 from analysis.document import fmt as _fmt, html_table, markdown_table  # noqa: F401 (re-exported: ladder, ...)
-from analysis.halving import report_blocks as halving_blocks
+from analysis.halving import lrs_tried, one_lr_reason, report_blocks as halving_blocks
 from analysis.labels import run_labels
 from analysis.metrics import (LOSS, average_members, bound_rows, higher_is_better, metric, name_of, nll_column,
                               single_task_average)
@@ -250,10 +250,14 @@ def lr_blocks(table: pd.DataFrame, score: str, study: Study | None = None) -> li
     edge flags, tiers under both (the study's, analysis.study), and the score-against-lr figure."""
     keys = study.keys_for(table) if study is not None else config_keys(table)
     if not lr_varies(table, score, keys):
+        if len(lrs_tried(table)) >= 2:  # the sweep searched lr: what became of it
+            reason = one_lr_reason(table)
+            return [f"{reason[0].upper()}{reason[1:]}. Every comparison here is at the lr each configuration "
+                    "completed at.", ("figure", "lr")]
         return ["Every configuration ran at one learning rate, so every comparison here is at that lr, and a shape "
-                "far from its own best lr looks worse than it is. `hydra.sweeper.lr_search=[0.25,0.5,1,2,4]` runs "
-                "each point at those multiples of its lr; the report then compares configurations at their best lr.",
-                ("figure", "lr")]
+                "far from its own best lr looks worse than it is. `hydra.sweeper.lr_search`, e.g. [0.25,0.5,1,2,4], "
+                "runs each point at those multiples of its lr; the report then compares configurations at their best "
+                "lr.", ("figure", "lr")]
     best = at_best_lr(table, score, keys=keys)
     labels = lr_labels(table, best)
     edge = best["edge"].notna()

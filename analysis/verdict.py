@@ -19,6 +19,10 @@ task score it is the pair's test instead (the documents are the only noise known
 configuration's own 95% interval is value ± t(df) se, df its se's degrees of freedom. A difference is beyond noise
 when p < 0.05 / m, m the number of pairs tested
 (Bonferroni); untested when neither is possible (no per-document results, no standard error, one seed).
+
+A table with runs of a successive-halving sweep (analysis.halving.VerdictPart): its configurations are named as the
+sweep names them, the ranking is of those trained to the end, and every configuration the sweep compared is listed
+beside it (the chosen one; the pruned ones at their rung, with their score and rank there).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import t as student_t
 
+from analysis.halving import verdict_part
 from analysis.headline import ALPHA, Headline, t_crit, units, welch_df
 from analysis.labels import LABEL_AXES, run_labels
 from analysis.metrics import bounds_left_out, higher_is_better, metric, metric_of, name_of, task_names
@@ -107,6 +112,8 @@ class Verdict:
     document_task: str | None = None
     """The lm-eval task of the per-document tests (the headline task, or for a validation loss its bits-per-byte
     task); None where no run kept per-document results of it."""
+    halving: object = None
+    """analysis.halving.VerdictPart where the table has runs of halving sweeps: the configurations they pruned."""
 
     @property
     def column(self) -> str | None:
@@ -128,7 +135,8 @@ class Verdict:
         """The verdict section: plain words, then the ranking table."""
         out = [self.headline.why]
         if self.column is None or self.ranked.empty:
-            return out + ["Nothing to rank: no completed run has a value of this metric."]
+            return out + ["Nothing to rank: no completed run has a value of this metric."] + (
+                self.halving.blocks() if self.halving is not None else [])
         hib = higher_is_better(self.table, self.column)
         k = len(self.ranked)
         seeds = self.ranked["n_seeds"]
@@ -139,11 +147,15 @@ class Verdict:
                                                                else f" {self.interval(r)}")
                         for _, r in self.ranked.head(5).iterrows())
         borrowed = "fill_sd" in self.ranked and (self.ranked["fill_sd"] > 0).any()
-        out.append(f"**Ranking** on {name_of(self.column)} ({'higher' if hib else 'lower'} is better; {k} "
-                   f"configurations, {seed_text}; 95% intervals where the noise is known"
+        out.append(f"**Ranking** on {name_of(self.column)} ({'higher' if hib else 'lower'} is better; "
+                   f"{_count(k, 'configuration', 'configurations')}" + (" trained to the end" if self.halving else "")
+                   + f", {seed_text}; 95% intervals where the noise is known"
                    + ("; a single-seed configuration borrows the seed-to-seed spread pooled over those with several"
                       if borrowed else "") + f"): {top}" + (f", … ({k - 5} more in the table)." if k > 5 else "."))
-        out.append(self._noise_line(lead))
+        if self.halving is not None:  # the configurations successive halving compared and pruned
+            out += self.halving.blocks()
+        if k >= 2 or self.halving is None:
+            out.append(self._noise_line(lead))
         documents = self._documents_line()
         if documents:
             out.append(documents)
@@ -403,8 +415,13 @@ def build_verdict(table: pd.DataFrame, headline: Headline, paired: bool = True,
     hib = higher_is_better(table, column)
     keys = keys_of(table, keys)
     u = units(table, column, keys)
+    halving = verdict_part(table)
     if u.empty:
-        return Verdict(headline, table, u)
+        return Verdict(headline, table, u, halving=halving)
+    if halving is not None:  # a halving sweep's configurations as it names them (never by a seed)
+        named = [halving.label_of(r[0]) or label for r, label in zip(u["runs"], u["label"])]
+        if len(set(named)) == len(named):
+            u["label"] = named
     first = [r[0] for r in u["runs"]]
     axis = sweep_axis(table.loc[first], exclude=("family",))
     for extra in ("family", axis):
@@ -412,7 +429,7 @@ def build_verdict(table: pd.DataFrame, headline: Headline, paired: bool = True,
             u[extra] = table.loc[first, extra].to_numpy()
     u["se"] = pd.to_numeric(u["se"], errors="coerce").astype(float)
     ranked = u.sort_values("value", ascending=not hib, kind="stable").reset_index(drop=True)
-    v = Verdict(headline, table, ranked, axis=axis)
+    v = Verdict(headline, table, ranked, axis=axis, halving=halving)
 
     index = {label: i for i, label in enumerate(ranked["label"])}
     pairs = [(0, i) for i in range(1, len(ranked))] + [(i, i + 1) for i in range(1, len(ranked) - 1)]

@@ -74,7 +74,7 @@ def test_judge_compares_halving_with_the_grid_from_the_records(tmp_path):
     assert result["rungs"]["stable"][0]["agreement"] == pytest.approx(5 / 6)
     assert result["rungs"]["branch"][0]["agreement"] == 1.0
     assert result["keeps_best"] == {"stable": True, "branch": True}
-    assert result["halving_best_rank_in_truth"] == 1 and result["pruned"] == {0: ["x=c", "x=d"]}
+    assert result["halving_best_rank_in_truth"] == 1 and result["pruned"] == {1: ["x=c", "x=d"]}
     assert result["flops"]["grid"] == 8 * 1000 * 6.0 and result["flops"]["halving"] == (4 * 1000 + 4 * 500) * 6.0
     text = markdown(result)
     assert "| stable | 0.833 | yes |" in text and "| halving | 3.6e+04 | 75.0% |" in text

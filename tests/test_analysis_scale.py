@@ -98,11 +98,19 @@ def _labels_by_row(table: pd.DataFrame, columns: list[str] | None = None, dedupe
     labels = pd.Series([one(i) for i in table.index], index=table.index, dtype=object)
     empty = labels == ""
     if empty.any() and "run" in table:
-        labels[empty] = table.loc[empty, "run"].astype(str).str.split("/").str[-1].str[:40]
+        labels[empty] = [_fallback(run, "seed" in columns) for run in table.loc[empty, "run"].astype(str)]
     if dedupe and labels.duplicated(keep=False).any() and "run" in table:
         dup = labels.duplicated(keep=False)
         labels[dup] = labels[dup] + " (" + table.loc[dup, "run"].astype(str).str.split("/").str[0].str[:24] + ")"
     return labels
+
+
+def _fallback(run: str, seeds: bool) -> str:
+    """A label no axis makes: the job key's start, a configuration's (seeds pooled) less its train.seed."""
+    key = run.split("/")[-1]
+    if not seeds:
+        key = ",".join(p for p in key.split(",") if not p.startswith("train.seed=")) or run.split("/")[0]
+    return key[:40]
 
 
 def test_run_labels_are_the_row_by_row_labels(tables):

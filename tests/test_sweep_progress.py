@@ -238,3 +238,27 @@ def test_a_completed_run_records_its_sessions_time(tmp_path, monkeypatch):
     (run,) = (tmp_path / "runs" / "train").iterdir()
     training = json.loads((run / "result.json").read_text())["training"]
     assert training["session_job_seconds"] >= training["wall_seconds"] > 0
+
+
+def test_a_halving_rungs_paused_jobs_give_the_eta_and_slm_status_their_rung_score_and_rank(tmp_path):
+    """Through a whole halving rung no job completes: the eta comes from the paused ones (their pace over all their
+    steps, an upper bound: halving prunes some), and slm-status shows each paused run's rung, score and rank."""
+    from slm.runs.status import save_halving_decisions
+
+    sweep = tmp_path / "halve"
+    paused = {"step": 8, "fraction": 1 / 3}
+    _run(sweep / "a", "paused", 8, max_steps=24, steps=8, wall_seconds=4.0, paused={**paused, "val_nll": 3.0})
+    _run(sweep / "b", "paused", 8, max_steps=24, steps=8, wall_seconds=4.0, paused={**paused, "val_nll": 3.5})
+    list_jobs(sweep, {k: [f"x={k}", "train.seed=0"] for k in "abc"})
+    p = sweep_progress(states_of([sweep / k for k in "abc"]))
+    assert p.per_job == 12.0 and p.left == pytest.approx(1 + 2 * 2 / 3)  # c to do, a and b two thirds each
+    lines = report(sweep)
+    assert lines[1].startswith("progress: 0 completed, 0 failed, 0 running, 2 paused, 1 pending (0 of 3 done); "
+                               "eta at most 28s: 2.33 jobs left x 12s per job"), lines[1]
+    assert any(x.endswith("rung 1: paused at step 8: val_nll 3.0000 there; ranked once every job of the rung has "
+                          "reached it") for x in lines), lines
+    save_halving_decisions(sweep, [{"rung": 1, "rungs": 2, "fraction": 1 / 3, "kept": ["x=a"],
+                                    "scores": {"x=a": 3.0, "x=b": 3.5}, "jobs": {"x=a": ["a"], "x=b": ["b"]}}])
+    lines = report(sweep)
+    assert any(x.endswith("8/24  rung 1 of 2 (step 8): score 3.0000 (its configuration's mean over seeds), rank 1 "
+                          "of 2: goes on") for x in lines), lines

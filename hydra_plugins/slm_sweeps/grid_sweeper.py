@@ -84,8 +84,9 @@ class GridSweeper(BasicSweeper):
         jobs, multipliers, plan, owners = self.planned(arguments, compose)
         if self.halving is not None:
             for job in jobs:
-                if job.cfg is not None:
-                    H.rung_steps(job, self.halving)  # a rung that does not fit: one line, before anything is made
+                if job.cfg is not None:  # a rung that does not fit, the user's pause: one line, before anything is made
+                    H.check_pause(job)
+                    H.rung_steps(job, self.halving)
         if self.dry_run:
             from hydra_plugins.slm_sweeps.plan import print_plan
 
@@ -95,7 +96,7 @@ class GridSweeper(BasicSweeper):
             if plan is not None:
                 L.print_ladder(plan, rows, {**owners, **{e.job.key: e for e in plan.deferred}}, self.lr_search)
             if self.halving is not None:
-                H.print_halving(self.halving, jobs, rows)
+                H.print_halving(self.halving, jobs, rows, searched=bool(multipliers))
             return []
 
         sweep_dir.mkdir(parents=True, exist_ok=True)
@@ -112,7 +113,7 @@ class GridSweeper(BasicSweeper):
             returns = H.run(name, jobs, self.halving,
                             launch=lambda todo, extra: self._run(name, sweep_dir, todo, multipliers, extra=extra),
                             pinned=lambda: halving_decisions(sweep_dir),
-                            pin=lambda d: save_halving_decisions(sweep_dir, d))
+                            pin=lambda d: save_halving_decisions(sweep_dir, d), searched=bool(multipliers))
         else:
             returns = self._run(name, sweep_dir, jobs, multipliers, ladder_info)
         if plan is not None and plan.deferred:

@@ -19,10 +19,15 @@ configuration of its own, as each arm is in ASHA; the analysis takes each point 
      fraction, the scores, who went on), so a sweep started again, or a copy of it (slm-workers), makes the same one
      whatever has run since;
   3. the jobs of the others are recorded `pruned` (slm.runs.record: a final status, never launched again, never
-     counted failed), with `halving` in their record: rung, fraction, step, score and rank of how many.
+     counted failed), with `halving` in their record: rung, fraction, step, configuration, score and rank of how many.
 
-The last rung trains the survivors to their end (`completed`, as any job). A rung on Slurm is one job array. A sweep
-killed at any point and started again trains nothing twice: a job paused at or past a rung is not launched for it, and
+The last rung trains the survivors to their end (`completed`, as any job), and the sweep's summary ends with the winner:
+the survivor with the lowest final validation loss (slm.runs.status.halving_winner). Rungs are numbered from 1 in the
+console, in sweep.json and in the records alike. A configuration's name is its overrides less train.seed and sweep=
+(slm.runs.keys), with its lr under an lr search (whose x1 job's overrides do not name it), so no name is ""; what tells
+it from the others (its label) is how the console, sweep.json's `labels` and the report show it. Halving owns
+train.length.pause_at: a job that sets it is refused (one line, before anything is made). A rung on Slurm is one job
+array. A sweep killed at any point and started again trains nothing twice: a job paused at or past a rung is not launched for it, and
 the pinned decisions are reread. While a rung's jobs are trained elsewhere (another copy, a Slurm array of another
 process), the decision waits for them.
 """
@@ -110,11 +115,34 @@ def rung_steps(job: J.Job, halving: Halving) -> list[int]:
     return out
 
 
-def configuration(job: J.Job) -> str:
-    """A job's configuration (slm.runs.keys.configuration: its overrides less train.seed and sweep=)."""
+def configuration(job: J.Job, searched: bool = False) -> str:
+    """A job's configuration (slm.runs.keys.configuration: its overrides less train.seed and sweep=, with its lr where
+    `searched`: the sweep has an lr search, whose x1 job's overrides do not name its lr)."""
     from slm.runs.keys import configuration as of_overrides
 
-    return of_overrides(job.overrides)
+    return of_overrides(job.overrides, _lr(job) if searched else None)
+
+
+def _lr(job: J.Job) -> Optional[float]:
+    lr = job.select("train.lr") if job.cfg is not None else None
+    return float(lr) if _number(lr) else None
+
+
+def _labels(configs: dict[str, list[J.Job]], searched: bool) -> dict[str, str]:
+    """{configuration: what tells it from the others} (slm.runs.keys.short_names), as the console, sweep.json and
+    the report name it."""
+    from slm.runs.keys import configuration_parts, short_names
+
+    return short_names({n: configuration_parts(jobs[0].overrides, _lr(jobs[0]) if searched else None)
+                        for n, jobs in configs.items()})
+
+
+def check_pause(job: J.Job) -> None:
+    """HydraException (one line) when the user set train.length.pause_at: halving sets each job's pause at its rungs."""
+    value = job.select(PAUSE) if job.cfg is not None else None
+    if value is not None:
+        raise HydraException(f"{PAUSE}={value} is refused: hydra.sweeper.halving pauses every job at its rungs "
+                             f"(hydra.sweeper.halving.rungs or fractions); drop {PAUSE}")
 
 
 def _curve_point(record: dict, step: int) -> Optional[float]:
@@ -166,7 +194,7 @@ def survivors(n: int, eta: float, rungs: int) -> list[int]:
     return out
 
 
-def print_halving(halving: Halving, jobs: list[J.Job], rows: list[dict]) -> None:
+def print_halving(halving: Halving, jobs: list[J.Job], rows: list[dict], searched: bool = False) -> None:
     """The dry run's halving: the rungs, how many configurations and jobs train at each, and the compute at most (the
     most expensive configurations kept at every rung) against the full grid's."""
     flops = {r["key"]: r.get("flops") for r in rows if not r.get("error")}
@@ -174,7 +202,7 @@ def print_halving(halving: Halving, jobs: list[J.Job], rows: list[dict]) -> None
     seeds: dict[str, int] = {}
     for job in jobs:
         if job.cfg is not None and flops.get(job.key) is not None:
-            name = configuration(job)
+            name = configuration(job, searched)
             configs[name] = configs.get(name, 0.0) + flops[job.key]
             seeds[name] = seeds.get(name, 0) + 1
     if not configs:
@@ -193,9 +221,11 @@ def print_halving(halving: Halving, jobs: list[J.Job], rows: list[dict]) -> None
           f"configurations kept at every rung); the GPU-hours above are the full grid's")
 
 
-def decide(rung: int, fraction: float, configs: dict[str, list[J.Job]], steps: dict[str, int], eta: float
-           ) -> Optional[dict]:
-    """The rung's decision ({fraction, scores, kept}) once every job of `configs` has reached it, else None."""
+def decide(rung: int, fraction: float, configs: dict[str, list[J.Job]], steps: dict[str, int], eta: float,
+           rungs: int = 0, labels: Optional[dict] = None) -> Optional[dict]:
+    """The rung's decision once every job of `configs` has reached it, else None: {rung (its number, from 1, as the
+    console prints it), rungs (how many), fraction, scores, kept, jobs (configuration -> its job keys), labels
+    (configuration -> what tells it from the others)}."""
     scores = {}
     for name, jobs in configs.items():
         values = [score_at(j, steps[j.key]) for j in jobs]
@@ -204,12 +234,16 @@ def decide(rung: int, fraction: float, configs: dict[str, list[J.Job]], steps: d
         scores[name] = statistics.fmean(values) if all(math.isfinite(v) for v in values) else math.inf
     order = sorted(scores, key=lambda n: (scores[n], n))
     kept = order[:max(1, math.ceil(len(order) / eta))]
-    return {"rung": rung, "fraction": fraction, "kept": kept,
-            "scores": {n: (s if math.isfinite(s) else None) for n, s in scores.items()}}
+    return {"rung": rung + 1, "rungs": rungs, "fraction": fraction, "kept": kept,
+            "scores": {n: (s if math.isfinite(s) else None) for n, s in scores.items()},
+            "jobs": {n: [j.key for j in jobs] for n, jobs in configs.items()},
+            "labels": {n: (labels or {}).get(n, n) for n in configs}}
 
 
-def prune(job: J.Job, rung: int, decision: dict, step: int) -> None:
-    """Record a job of a configuration the rung stopped as `pruned` (unless it ended otherwise already)."""
+def prune(job: J.Job, name: str, decision: dict, step: int) -> None:
+    """Record a job of configuration `name`, which the rung stopped, as `pruned` (unless it ended otherwise already):
+    `halving` in its record holds the rung's number (from 1, as the console prints it) of how many, fraction, step,
+    the configuration's label, score and rank of how many."""
     from slm.runs.record import FINAL, RecordError, load_record, update_record
     from slm.runs.status import lock_held
 
@@ -219,60 +253,94 @@ def prune(job: J.Job, rung: int, decision: dict, step: int) -> None:
         return
     if record.get("status") in FINAL or not record or lock_held(job.run_dir):
         return
-    name = configuration(job)
     order = sorted(decision["scores"], key=lambda n: (math.inf if decision["scores"][n] is None
                                                       else decision["scores"][n], n))
     update_record(job.run_dir, status="pruned", halving={
-        "rung": rung, "fraction": decision["fraction"], "step": step, "score": decision["scores"][name],
+        "rung": decision["rung"], "rungs": decision["rungs"], "fraction": decision["fraction"], "step": step,
+        "configuration": (decision.get("labels") or {}).get(name, name), "score": decision["scores"][name],
         "rank": order.index(name) + 1, "of": len(order), "kept": len(decision["kept"])})
 
 
-def run(name: str, jobs: list[J.Job], halving: Halving, launch: Callable[[list[J.Job], list[str]], list],
-        pinned: Callable[[], list[dict]], pin: Callable[[list[dict]], None], poll: float = 10.0) -> list:
-    """Run the rungs: launch(jobs, extra overrides) trains jobs (the sweeper's _run), pinned() reads the decisions
-    pinned so far (sweep.json's `halving`: an earlier start's, or another copy's), `pin` saves them. Returns the
-    launcher's returns."""
-    steps = {j.key: rung_steps(j, halving) for j in jobs if j.cfg is not None}
+def _upgraded(decision: Optional[dict], rung: int, rungs: int, legacy: dict[str, str]) -> Optional[dict]:
+    """A pinned decision in today's form: an earlier version's counts its rung from 0 and names a configuration without
+    the lr of an lr search (`legacy`: {that name: today's}); its names are translated."""
+    if decision is None or "jobs" in decision:
+        return decision
+    rename = lambda n: legacy.get(n, n)  # noqa: E731
+    return {**decision, "rung": rung + 1, "rungs": rungs, "kept": [rename(n) for n in decision["kept"]],
+            "scores": {rename(n): v for n, v in decision["scores"].items()}}
+
+
+def _configurations(jobs: list[J.Job], searched: bool) -> tuple[dict[str, list[J.Job]], dict[str, str], dict]:
+    """({configuration: its jobs}, {configuration: its label}, {an earlier version's name of it: configuration})."""
+    from slm.runs.keys import configuration_parts
+
     configs: dict[str, list[J.Job]] = {}
     for job in jobs:
         if job.cfg is not None:
-            configs.setdefault(configuration(job), []).append(job)
+            configs.setdefault(configuration(job, searched), []).append(job)
+    legacy = {",".join(configuration_parts(js[0].overrides)): n for n, js in configs.items()}
+    return configs, _labels(configs, searched), legacy
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def run(name: str, jobs: list[J.Job], halving: Halving, launch: Callable[[list[J.Job], list[str]], list],
+        pinned: Callable[[], list[dict]], pin: Callable[[list[dict]], None], poll: float = 10.0,
+        searched: bool = False) -> list:
+    """Run the rungs: launch(jobs, extra overrides) trains jobs (the sweeper's _run), pinned() reads the decisions
+    pinned so far (sweep.json's `halving`: an earlier start's, or another copy's), `pin` saves them; `searched`: the
+    sweep has an lr search (each lr a configuration of its own). Returns the launcher's returns."""
+    steps = {j.key: rung_steps(j, halving) for j in jobs if j.cfg is not None}
+    configs, labels, legacy = _configurations(jobs, searched)
     alive = sorted(configs)
     returns = []
+    rungs = len(halving.fractions)
+    if len(configs) == 1:
+        print(f"sweep {name}: halving over one configuration ({labels[alive[0]]}: its jobs differ in train.seed only): "
+              "nothing to prune; its jobs pause at each rung and train to their end", flush=True)
     for rung, fraction in enumerate(halving.fractions):
-        last = rung == len(halving.fractions) - 1
+        last = rung == rungs - 1
         todo = [j for n in alive for j in configs[n] if not reached(j, steps[j.key][rung])]
         extra = [] if last else [f"{PAUSE}={fraction!r}"]
-        print(f"sweep {name}: halving rung {rung + 1} of {len(halving.fractions)}: {len(alive)} configuration"
-              f"{'s' if len(alive) != 1 else ''} to {fraction:.3g} of their steps; {len(todo)} job"
-              f"{'s' if len(todo) != 1 else ''} to train", flush=True)
+        share = "all" if fraction == 1 else f"{fraction:.3g}"
+        print(f"sweep {name}: halving rung {rung + 1} of {rungs}: {_count(len(alive), 'configuration')} to {share} of "
+              f"their steps; {_count(len(todo), 'job')} to train", flush=True)
         if todo:
             returns += launch(todo if rung else todo + [j for j in jobs if j.cfg is None], extra)
         if last:
             break
-        decision = _pinned(pinned(), rung)
+        decision = _upgraded(_pinned(pinned(), rung), rung, rungs, legacy)
         if decision is None:
             members = {n: configs[n] for n in alive}
             rung_at = {j.key: steps[j.key][rung] for n in alive for j in configs[n]}
-            decision = decide(rung, fraction, members, rung_at, halving.eta)
+            decision = decide(rung, fraction, members, rung_at, halving.eta, rungs, labels)
             said = False
             while decision is None and any(J.outcome(j)["status"] == J.RUNNING for n in alive for j in configs[n]):
                 if not said:
                     print(f"sweep {name}: waiting for the rung's jobs another process trains", flush=True)
                     said = True
                 time.sleep(poll)
-                decision = decide(rung, fraction, members, rung_at, halving.eta)
+                decision = decide(rung, fraction, members, rung_at, halving.eta, rungs, labels)
             if decision is None:
                 print(f"sweep {name}: halving stops at rung {rung + 1}: some of its jobs have not reached it (stopped, "
                       "or unreadable); run the sweep again to go on")
                 return returns
-            decision = _pinned(pinned(), rung) or decision  # another copy decided meanwhile: its decision holds
+            # another copy decided meanwhile: its decision holds
+            decision = _upgraded(_pinned(pinned(), rung), rung, rungs, legacy) or decision
             pin(pinned()[:rung] + [decision])
         out = [n for n in alive if n not in decision["kept"]]
         for n in out:
             for job in configs[n]:
-                prune(job, rung, decision, steps[job.key][rung])
+                prune(job, n, decision, steps[job.key][rung])
         alive = [n for n in alive if n in decision["kept"]]
-        print(f"sweep {name}: rung {rung + 1}: {len(alive)} configuration{'s' if len(alive) != 1 else ''} go on, "
-              f"{len(out)} pruned", flush=True)
+        print(f"sweep {name}: rung {rung + 1} of {rungs}: {_count(len(alive), 'configuration')} "
+              f"{'goes' if len(alive) == 1 else 'go'} on ({_names(alive, labels)}), {len(out)} pruned", flush=True)
     return returns
+
+
+def _names(names: list[str], labels: dict[str, str], limit: int = 5) -> str:
+    shown = [labels.get(n, n) for n in names[:limit]]
+    return ", ".join(shown) + (f" and {len(names) - limit} more" if len(names) > limit else "")

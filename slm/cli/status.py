@@ -8,12 +8,14 @@ Statuses (slm.runs.status.STATES, the words slm-collect and the sweepers use too
 diverged as recorded in each result.json; running (a process holds the run's lock); stopped (started,
 nothing runs it now: killed, interrupted, or preempted and waiting for its requeue; the next attempt
 resumes it); pending (a job of the sweep not started yet); unreadable (its result.json cannot be read or
-is not a record: the line says why). Progress is the last logged optimizer step over the run's max_steps.
+is not a record: the line says why); paused and pruned (successive halving), each with its rung, its configuration's
+score and its rank there. Progress is the last logged optimizer step over the run's max_steps.
 
 While a run group has jobs left (running, stopped or pending), a `progress:` line under its counts says how many
 of its jobs are done and when the rest should be: the jobs left (a running one less the steps it has done) x the
 mean time of its completed jobs (slm.runs.status.job_seconds: training, and where the record has it the final
-validation, the saved weights and the eval suite) / the jobs running at once; data preparation is not counted.
+validation, the saved weights and the eval suite; a paused or pruned job's pace over all its steps) / the jobs running
+at once; data preparation is not counted.
 """
 
 from __future__ import annotations

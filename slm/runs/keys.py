@@ -26,10 +26,28 @@ FULL_KEY_FILE = "job_key.txt"
 _KEEP = frozenset(string.ascii_letters + string.digits + "._,=+-@:[]{}")
 
 
-def configuration(overrides) -> str:
+def configuration(overrides, lr: float | None = None) -> str:
     """A job's configuration: its overrides less train.seed and less the sweep file's name (sweep=...), sorted and
-    joined by "," (successive halving's unit, hydra_plugins/slm_sweeps/halving.py, and analysis.halving's)."""
-    return ",".join(sorted(str(o) for o in overrides if not str(o).lstrip("+").startswith(("train.seed=", "sweep="))))
+    joined by "," (successive halving's unit, hydra_plugins/slm_sweeps/halving.py, and analysis.halving's). `lr`: the
+    job's lr where the sweep searches lr (hydra.sweeper.lr_search), added as train.lr=<lr> when its overrides do not
+    name it (the search's x1 job keeps the point's own overrides). Never "": a job with no other override is
+    DEFAULT_KEY."""
+    return ",".join(configuration_parts(overrides, lr)) or DEFAULT_KEY
+
+
+def configuration_parts(overrides, lr: float | None = None) -> list[str]:
+    """The sorted overrides `configuration` joins."""
+    parts = sorted(str(o) for o in overrides if not str(o).lstrip("+").startswith(("train.seed=", "sweep=")))
+    if lr is not None and not any(p.lstrip("+").startswith("train.lr=") for p in parts):
+        parts = sorted(parts + [f"train.lr={lr:.6g}"])
+    return parts
+
+
+def short_names(parts: dict[str, list[str]]) -> dict[str, str]:
+    """{configuration: what tells it from the others} for {configuration: configuration_parts}: its overrides less
+    those every configuration shares (a configuration alone, or one with nothing of its own, keeps its whole name)."""
+    shared = set.intersection(*(set(p) for p in parts.values())) if len(parts) > 1 else set()
+    return {name: ",".join(o for o in p if o not in shared) or name for name, p in parts.items()}
 
 
 def _escape(char: str) -> str:

@@ -28,8 +28,10 @@ Top-level sections (schema_version 1):
   artifacts    paths relative to the run directory (weights, checkpoint, logs)
   branch       a decay branch's run only (train.schedule.decay_branches, slm.runs.branches): of (the job key of the
                run it branched from, a sibling directory), fraction, step (the run's step it resumed from), steps
-  halving      a run successive halving pruned (status `pruned`; hydra.sweeper.halving): rung (from 0), fraction, step,
-               score (its configuration's mean validation loss there), rank of `of` configurations, kept (how many went on)
+  halving      a run successive halving pruned (status `pruned`; hydra.sweeper.halving): rung (from 1, as the console
+               numbers it; from 0 in records without `rungs`) of `rungs`, fraction, step, configuration (what tells it
+               from the sweep's others), score (its configuration's mean validation loss there), rank of `of`
+               configurations, kept (how many went on)
   created_at, updated_at  ISO-8601 UTC
 """
 

@@ -16,8 +16,11 @@ summaries and the report use these words and no others. The first four are what 
   unreadable                      its result.json cannot be read or is not a record (the error says why)
 
 A sweep's progress (sweep_progress, progress_text: the sweepers' lines and slm-status) counts its jobs by state and
-estimates the time left from the completed jobs' recorded times (job_seconds); summary_lines is the
-summary the sweepers and slm-workers print.
+estimates the time left from the completed jobs' recorded times (job_seconds), and from a paused or pruned job's pace
+over all its steps (successive halving's rungs, where no job completes until the last: an upper bound, "eta at most",
+since halving prunes some of what is left); summary_lines is the summary the sweepers and slm-workers print. A
+paused or pruned job's note is its rung, its configuration's score and its rank there (its record, sweep.json's
+pinned decisions).
 """
 
 from __future__ import annotations
@@ -85,7 +88,7 @@ class JobState:
     val_nll: float | None = None
     note: str | None = None
     overrides: list[str] = field(default_factory=list)
-    seconds: float | None = None  # a completed run's training wall time (job_seconds)
+    seconds: float | None = None  # a completed run's time (job_seconds); a paused or pruned one's at its pace to its end
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -181,6 +184,11 @@ def run_state(run_dir: str | os.PathLike, key: str | None = None) -> JobState:
     state.val_nll = _number((record.get("eval") or {}).get("val_nll"))
     if state.status == COMPLETED:
         state.seconds = job_seconds(record)
+    elif state.status in (PAUSED, PRUNED):  # trained part way (halving's rungs): its pace, over all its steps
+        done, trained = training.get("steps"), job_seconds(record)
+        if isinstance(done, int) and done > 0 and trained and isinstance(state.max_steps, int):
+            state.seconds = trained * state.max_steps / done
+        state.note = _halving_note(record, state.status)
     if state.status == STOPPED:
         state.note = interruption(training)
     return state
@@ -195,6 +203,52 @@ def interruption(training: dict) -> str | None:
     sig = interrupted.get("signal")
     then = "to be requeued" if sig not in ("SIGINT", "SIGTERM") else "the same command resumes it"
     return f"{sig} at step {interrupted.get('step')}: checkpointed, {then}"
+
+
+def rung_number(entry: dict) -> int:
+    """The rung (from 1, as the sweep's console counts them) of a pruned record's `halving` section; an earlier
+    version's, without `rungs`, counted from 0."""
+    return int(entry["rung"]) if "rungs" in entry else int(entry["rung"]) + 1
+
+
+def _halving_note(record: dict, status: str) -> str | None:
+    """A pruned run's rung, score and rank (its record's `halving`); a paused one's step and validation loss there."""
+    if status == PRUNED:
+        h = record.get("halving")
+        if not isinstance(h, dict) or not isinstance(h.get("rung"), int):
+            return None
+        of = f" of {h['rungs']}" if h.get("rungs") else ""
+        score = "failed" if _number(h.get("score")) is None else f"{h['score']:.4f}"
+        return (f"pruned at rung {rung_number(h)}{of} (step {h.get('step')}): score {score} (its configuration's mean "
+                f"over seeds), rank {h.get('rank')} of {h.get('of')}; {h.get('kept')} went on")
+    paused = (record.get("training") or {}).get("paused")
+    if isinstance(paused, dict) and _number(paused.get("val_nll")) is not None:
+        return f"paused at step {paused.get('step')}: val_nll {paused['val_nll']:.4f} there"
+    return None
+
+
+def _rank_paused(states: list[JobState], decisions: list[dict], records: dict[str, float]) -> None:
+    """A paused job's rung, its configuration's score and rank there (sweep.json's pinned decisions), or that its
+    rung is not decided yet; `records`: {job key: its pause's fraction}."""
+    for state in states:
+        if state.status != PAUSED or state.key not in records:
+            continue
+        fraction = records[state.key]
+        for i, d in enumerate(decisions):
+            name = next((n for n, keys in (d.get("jobs") or {}).items() if state.key in keys), None)
+            if name is not None and isinstance(d.get("fraction"), (int, float)) and math.isclose(d["fraction"], fraction):
+                scores = d.get("scores") or {}
+                order = sorted(scores, key=lambda n: (math.inf if scores[n] is None else scores[n], n))
+                score = "failed" if scores.get(name) is None else f"{scores[name]:.4f}"
+                went = "goes on" if name in d.get("kept", []) else "pruned"
+                of = f" of {d['rungs']}" if d.get("rungs") else ""
+                state.note = (f"rung {i + 1}{of} (step {state.step}): score {score} (its "
+                              f"configuration's mean over seeds), rank {order.index(name) + 1} of {len(order)}: {went}")
+                break
+        else:
+            state.note = (f"rung {len(decisions) + 1}" + (f" of {decisions[0]['rungs']}" if decisions and
+                                                           decisions[0].get("rungs") else "")
+                          + f": {state.note or 'paused'}; ranked once every job of the rung has reached it")
 
 
 def listed_jobs(sweep_dir: str | os.PathLike) -> dict[str, list[str]]:
@@ -220,6 +274,9 @@ def sweep_states(sweep_dir: str | os.PathLike, warn: Callable[[str], None] = log
         listed = {}
     for key, overrides in listed.items():
         states.setdefault(key, JobState(key=key, status=PENDING, overrides=overrides))
+    paused = {k: _pause_fraction(sweep_dir / k) for k, s in states.items() if s.status == PAUSED}
+    if paused:
+        _rank_paused(list(states.values()), halving_decisions(sweep_dir), {k: f for k, f in paused.items() if f})
     return sorted(states.values(), key=lambda s: (ORDER.index(s.status) if s.status in ORDER else len(ORDER), s.key))
 
 
@@ -319,6 +376,14 @@ def save_halving_decisions(sweep_dir: str | os.PathLike, decisions: list[dict]) 
     update_sweep_file(sweep_dir, halving={str(i): d for i, d in enumerate(decisions)})
 
 
+def _pause_fraction(run_dir: Path) -> float | None:
+    try:
+        paused = ((load_record(run_dir) or {}).get("training") or {}).get("paused") or {}
+    except RecordError:
+        return None
+    return _number(paused.get("fraction"))
+
+
 def counts(states: list[JobState]) -> dict[str, int]:
     out: dict[str, int] = {}
     for s in states:
@@ -360,7 +425,8 @@ class Progress:
     total: int
     counts: dict[str, int]
     left: float  # jobs' worth of training left: pending and stopped jobs, running ones less the steps they have done
-    per_job: float | None  # mean seconds of the `timed` completed jobs that record them (job_seconds)
+    per_job: float | None  # mean seconds of a whole job: the `timed` completed jobs that record them (job_seconds),
+    # and paused or pruned ones (halving's rungs) at their pace over all their steps
     timed: int
     at_once: int  # jobs training at once
 
@@ -392,7 +458,7 @@ def sweep_progress(states: list[JobState], copies: int | None = None) -> Progres
     tally = {s: 0 for s in ALWAYS_SHOWN}
     for s in states:
         tally[s.status] = tally.get(s.status, 0) + 1
-    times = [s.seconds for s in states if s.status == COMPLETED and s.seconds is not None]
+    times = [s.seconds for s in states if s.status in (COMPLETED, PAUSED, PRUNED) and s.seconds is not None]
     unfinished = [s for s in states if s.status in TO_DO]
     at_once = max(copies or 1, tally[RUNNING], 1)
     return Progress(total=len(states), counts=tally, left=sum(1.0 - _fraction_done(s) for s in unfinished),
@@ -410,11 +476,15 @@ def progress_text(p: Progress, why: bool = False) -> str:
     if p.per_job is None:
         return text + ("; eta unknown: no completed job records its training time (training.wall_seconds)"
                        if p.counts.get(COMPLETED) else "; eta after the first job completes")
-    text += f"; eta {duration(p.eta)}"
+    text += f"; eta {'at most ' if p.counts.get(PAUSED) else ''}{duration(p.eta)}"  # halving prunes some of it
     if why:
-        text += (f": {p.left:.3g} jobs left x {duration(p.per_job)} per job (the mean time of {p.timed} completed "
-                 f"job{'s' if p.timed != 1 else ''}: training, and where recorded the final validation and scoring; "
-                 f"data preparation not counted), {p.at_once} at a time"
+        parted = p.counts.get(PAUSED, 0) + p.counts.get(PRUNED, 0)
+        text += (f": {p.left:.3g} jobs left x {duration(p.per_job)} per job (the mean time of {p.timed} "
+                 + ("completed " if not parted else "") + f"job{'s' if p.timed != 1 else ''}: training, and where "
+                 "recorded the final validation and scoring"
+                 + ("; a paused or pruned one's pace over all its steps" if parted else "")
+                 + f"; data preparation not counted), {p.at_once} at a time"
+                 + ("; at most: successive halving prunes some of what is left" if p.counts.get(PAUSED) else "")
                  + ("; nothing is running now" if not p.counts.get(RUNNING) else ""))
     return text
 
@@ -427,4 +497,42 @@ def summary_lines(name: str, sweep_dir: str | os.PathLike, jobs: list[tuple[str,
     parts = ", ".join(f"{n} {s}" for s, n in tally.items())
     lines = [f"sweep {name}: {len(jobs)} job{'' if len(jobs) == 1 else 's'}: {parts} (details: slm-status {sweep_dir})"]
     lines += [f"  {status:9s} {key}: {error or ''}".rstrip() for key, status, error in jobs if status != COMPLETED]
-    return lines
+    winner = halving_winner(name, sweep_dir)
+    return lines + ([winner] if winner else [])
+
+
+def halving_winner(name: str, sweep_dir: str | os.PathLike) -> str | None:
+    """A halving sweep's answer once its last rung has ended: the configuration with the lowest final validation loss
+    (the mean over its seeds) among those trained to the end, its score, and what was pruned (sweep.json's decisions,
+    the survivors' records); None before, or without decisions that list their jobs."""
+    decisions = halving_decisions(sweep_dir)
+    if not decisions or not isinstance(decisions[-1].get("jobs"), dict):
+        return None
+    last, finals, seeds = decisions[-1], {}, {}
+    for config in last["kept"]:
+        values = []
+        for key in last["jobs"].get(config, []):
+            try:
+                record = load_record(Path(sweep_dir) / key) or {}
+            except RecordError:
+                return None
+            if record.get("status") not in (COMPLETED, FAILED, DIVERGED):
+                return None  # not trained to the end yet
+            value = _number((record.get("eval") or {}).get("val_nll"))
+            ok = record.get("status") == COMPLETED and value is not None and math.isfinite(value)
+            values.append(value if ok else math.inf)
+        if values:
+            finals[config], seeds[config] = sum(values) / len(values), len(values)
+    order = sorted(finals, key=lambda c: (finals[c], c))
+    if not order or not math.isfinite(finals[order[0]]):
+        return None
+    label = (last.get("labels") or {}).get
+    best, total = order[0], len(decisions[0].get("scores") or {})
+    others = "; ".join(f"{label(c, c)} {finals[c]:.4f}" for c in order[1:4])
+    pruned = ", ".join(f"rung {i + 1}: {len(d.get('scores') or {}) - len(d.get('kept') or [])}"
+                       for i, d in enumerate(decisions))
+    return (f"sweep {name}: halving chose {label(best, best)}: final validation loss {finals[best]:.4f} (the mean of "
+            f"{seeds[best]} seed{'s' if seeds[best] != 1 else ''}), "
+            + ("the only one trained to the end" if len(finals) == 1 else
+               f"the best of the {len(finals)} trained to the end (then {others})")
+            + f"; {total - len(finals)} of {total} configurations pruned ({pruned})")
