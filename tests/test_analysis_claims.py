@@ -93,6 +93,33 @@ def test_runs_far_below_chinchillas_tokens_per_parameter_get_one_line_of_caution
                                                         for b in claims_blocks(enough, "val_nll"))
 
 
+def _best_lr_means(root, **where) -> dict:
+    """{family: mean val_nll over seeds at its best lr} of the shipped records under `root` matching `where`."""
+    from analysis import collect
+
+    table = collect(root)
+    for column, value in where.items():
+        table = table[table[column] == value]
+    means = table.groupby(["family", "lr"])["val_nll"].mean()
+    return {family: round(float(means[family].min()), 3) for family in means.index.get_level_values(0).unique()}
+
+
+def test_the_shipped_records_give_the_family_orders_docs_decisions_quotes():
+    """docs/decisions.md: at 2e5 parameters, claims_cpu (0.61 tokens per parameter) puts LFM2 ahead of LLaMA3+Canon;
+    the same configurations trained to 5 per parameter (claims_cpu_5tpp) and the ladder from its second rung up put
+    Canon ahead; the ladder's lowest rung agrees with claims_cpu."""
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    short = _best_lr_means(docs / "claims" / "runs" / "claims_cpu", n_layers=4)
+    assert short == {"lfm2": 2.133, "llama3_canon": 2.302, "llama3": 2.431, "gpt2": 2.588}
+    long = _best_lr_means(docs / "claims" / "runs" / "claims_cpu_5tpp")
+    assert long == {"llama3_canon": 1.623, "lfm2": 1.670}
+    ladder = docs / "decisions" / "runs" / "ladder_cpu"
+    low, top = _best_lr_means(ladder, param_budget=5e4), _best_lr_means(ladder, param_budget=2.2e5)
+    assert (low["lfm2"], low["llama3_canon"]) == (2.081, 2.233) and (top["lfm2"], top["llama3_canon"]) == (1.650, 1.601)
+
+
 def test_shared_and_best_lr_can_disagree():
     """Deep shapes trained at the shared lr 2e-3 are far from their best (1e-3): at the shared lr the depth curve
     says shallower is better; at each shape's best lr the interior optimum shows."""
