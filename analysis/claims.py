@@ -22,6 +22,10 @@ The claims (those the study reads off its tables and plots):
                    t-test over the seeds of each pair at alpha 0.05 / pairs (Bonferroni);
                    supported when none does, not supported naming the pair that does
 
+Runs that trained far fewer tokens per parameter than usual (median below TOKENS_PER_PARAM_LOW, a tenth of
+Chinchilla's ~20) get one line of caution above the table (tokens_caution): a ranking can change with tokens per
+parameter (docs/decisions.md, "What this means for the study's claims").
+
 "Not testable" says what is missing (fewer than three depths, one family, no repeated seeds to measure noise).
 Every claim is judged on the runs the report compares (analysis.study: a diffusion NELBO is not ranked with exact
 NLLs), and the tiers and the threshold are read from the study's one computation of them.
@@ -42,6 +46,9 @@ from analysis.tiers import TierResult, format_p, units_of
 from analysis.tuning import at_best_lr, rows_at
 
 SUPPORTED, NOT_SUPPORTED, NOT_TESTABLE = "supported", "not supported", "not testable"
+TOKENS_PER_PARAM_LOW = 2.0
+"""Training tokens per parameter (tokens / params_total, the runs' median) below which the verdicts get a caution: a
+tenth of Chinchilla's ~20 (Hoffmann et al. 2022)."""
 Z = 1.96
 ALPHA = 0.05
 
@@ -215,3 +222,19 @@ def seeds_summary(table: pd.DataFrame, score: str = LOSS, keys: pd.Series | None
                                 if bounds else ""))
 
 
+
+
+def tokens_caution(table: pd.DataFrame, score: str = LOSS) -> str:
+    """One line when the compared runs' median tokens per parameter is below TOKENS_PER_PARAM_LOW, else "": their
+    ranking may not be the one at the target's tokens per parameter (docs/decisions.md measured a flip)."""
+    done = comparable_rows(table, score)
+    if "tokens" not in done or "params_total" not in done:
+        return ""
+    ratio = pd.to_numeric(done["tokens"], errors="coerce") / pd.to_numeric(done["params_total"], errors="coerce")
+    ratio = ratio[ratio.gt(0) & ratio.lt(math.inf)]
+    if ratio.empty or ratio.median() >= TOKENS_PER_PARAM_LOW:
+        return ""
+    return (f"Caution: these runs trained {ratio.median():.2g} tokens per parameter (median), far below Chinchilla's "
+            "~20: rankings can change with tokens per parameter (at 2e5 parameters LFM2 leads LLaMA3+Canon at 0.6 "
+            "tokens per parameter and trails it at 5: docs/decisions.md), so read these verdicts at the target's tokens "
+            "per parameter before trusting them at scale.")

@@ -453,12 +453,14 @@ def claims_main(argv: list[str] | None = None) -> None:
     _output_file(prog, "-o", args.out)
     import pandas as pd
 
-    from analysis.claims import judge, markdown, seeds_summary
+    from analysis.claims import judge, markdown, seeds_summary, tokens_caution
 
     table = _load_all(prog, args.results)
     if args.score not in table or pd.to_numeric(table[args.score], errors="coerce").notna().sum() == 0:
         fail(prog, f"--score {args.score}: no run in {', '.join(args.results)} has a value of it")
-    text = f"{seeds_summary(table, args.score)}\n\n{markdown(judge(table, args.score))}\n"
+    caution = tokens_caution(table, args.score)
+    text = f"{seeds_summary(table, args.score)}\n\n" + (f"{caution}\n\n" if caution else "") \
+        + f"{markdown(judge(table, args.score))}\n"
     _print_and_write(prog, text, args.out)
 
 

@@ -31,7 +31,7 @@ import pandas as pd
 
 import analysis.document as doc
 import analysis.plot_style as style
-from analysis.claims import judge, seeds_summary
+from analysis.claims import judge, seeds_summary, tokens_caution
 from analysis.collect import ALL_STATUSES, load_results
 from analysis.document import fmt as _fmt, html_table, markdown_table  # noqa: F401 (re-exported: ladder, ...)
 from analysis.halving import lrs_tried, one_lr_reason, report_blocks as halving_blocks
@@ -295,7 +295,7 @@ def claims_blocks(table: pd.DataFrame, score: str, study: Study | None = None) -
     summary = seeds_summary(table, score, study.keys_for(table))
     return ["Each claim of a depth x width study, tested on these runs (analysis/claims.py says how; the tiers and "
             "the threshold are the results of the sections above): " + summary + ".",
-            judge(table, score, study=study)]
+            *filter(None, [tokens_caution(table, score)]), judge(table, score, study=study)]
 
 
 def chance_blocks(table: pd.DataFrame, headline) -> list:

@@ -191,8 +191,8 @@ _BEFORE_METRICS: tuple[Column, ...] = (
            block="counts"),
     Column("param_budget", "count", "the parameter budget the width was solved for (model.param_budget; empty: "
            "d_model as given)", read.param_budget, block="counts"),
-    Column("budget_count", "count", "which count the budget is for: total or active parameters "
-           "(model.budget_count)", read.budget_count, "text", "counts"),
+    Column("budget_count", "count", "which count the budget is for: total, active or non_embedding "
+           "parameters (model.budget_count)", read.budget_count, "text", "counts"),
     Column("budget_tolerance", "count", "how far from the budget the solver may land, as a fraction "
            "(model.budget_tolerance)", read.budget_tolerance, block="counts"),
     Column("budget_error", "count", "params_<budget_count> / param_budget - 1: how far the solved width landed "

@@ -71,6 +71,55 @@ def test_one_seed_leaves_noise_claims_not_testable():
     assert got[("families within noise of each other", "as run")] == NOT_TESTABLE
 
 
+def test_runs_far_below_chinchillas_tokens_per_parameter_get_one_line_of_caution(tmp_path, capsys):
+    """W4: a family ranking read at 0.6 tokens per parameter flipped at 5 (docs/decisions.md): slm-claims and the
+    report say so above the verdicts when the runs' median is below a tenth of Chinchilla's ~20, and not otherwise."""
+    from analysis.claims import tokens_caution
+    from analysis.report import claims_blocks
+
+    short = study(U_SHAPE, {"gpt2": 0.0}).assign(params_total=2e5, tokens=1.2288e5)
+    line = tokens_caution(short)
+    assert line.startswith("Caution: these runs trained 0.61 tokens per parameter (median), far below Chinchilla's ~20: "
+                           "rankings can change with tokens per parameter") and "docs/decisions.md" in line
+    assert line in claims_blocks(short, "val_nll")
+    path = tmp_path / "short.csv"
+    short.to_csv(path, index=False)
+    claims_main([str(path)])
+    out = capsys.readouterr().out
+    assert out.count(line) == 1 and out.index(line) < out.index("| claim |")
+    for enough in (study(U_SHAPE, {"gpt2": 0.0}).assign(params_total=2e5, tokens=4e6),  # 20 per parameter
+                   study(U_SHAPE, {"gpt2": 0.0})):  # no counts: nothing to say
+        assert tokens_caution(enough) == "" and not any(isinstance(b, str) and b.startswith("Caution")
+                                                        for b in claims_blocks(enough, "val_nll"))
+
+
+def _best_lr_means(root, **where) -> dict:
+    """{family: mean val_nll over seeds at its best lr} of the shipped records under `root` matching `where`."""
+    from analysis import collect
+
+    table = collect(root)
+    for column, value in where.items():
+        table = table[table[column] == value]
+    means = table.groupby(["family", "lr"])["val_nll"].mean()
+    return {family: round(float(means[family].min()), 3) for family in means.index.get_level_values(0).unique()}
+
+
+def test_the_shipped_records_give_the_family_orders_docs_decisions_quotes():
+    """docs/decisions.md: at 2e5 parameters, claims_cpu (0.61 tokens per parameter) puts LFM2 ahead of LLaMA3+Canon;
+    the same configurations trained to 5 per parameter (claims_cpu_5tpp) and the ladder from its second rung up put
+    Canon ahead; the ladder's lowest rung agrees with claims_cpu."""
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    short = _best_lr_means(docs / "claims" / "runs" / "claims_cpu", n_layers=4)
+    assert short == {"lfm2": 2.133, "llama3_canon": 2.302, "llama3": 2.431, "gpt2": 2.588}
+    long = _best_lr_means(docs / "claims" / "runs" / "claims_cpu_5tpp")
+    assert long == {"llama3_canon": 1.623, "lfm2": 1.670}
+    ladder = docs / "decisions" / "runs" / "ladder_cpu"
+    low, top = _best_lr_means(ladder, param_budget=5e4), _best_lr_means(ladder, param_budget=2.2e5)
+    assert (low["lfm2"], low["llama3_canon"]) == (2.081, 2.233) and (top["lfm2"], top["llama3_canon"]) == (1.650, 1.601)
+
+
 def test_shared_and_best_lr_can_disagree():
     """Deep shapes trained at the shared lr 2e-3 are far from their best (1e-3): at the shared lr the depth curve
     says shallower is better; at each shape's best lr the interior optimum shows."""
@@ -110,10 +159,12 @@ def test_the_shipped_claims_records_give_the_readme_table():
     from pathlib import Path
 
     from analysis import collect
-    from analysis.claims import seeds_summary
+    from analysis.claims import seeds_summary, tokens_caution
 
     docs = Path(__file__).resolve().parents[1] / "docs" / "claims"
     table = collect(docs / "runs" / "claims_cpu")
     assert len(table) == 135 and set(table["lr_multiplier"]) == {0.25, 0.5, 1.0, 2.0, 4.0}
     shipped = (docs / "claims.md").read_text()
     assert seeds_summary(table) in shipped and markdown(judge(table)) in shipped
+    assert tokens_caution(table).startswith("Caution: these runs trained 0.61 tokens per parameter")
+    assert tokens_caution(table) in shipped

@@ -100,6 +100,30 @@ def test_runs_at_another_peak_are_counted_not_used(tmp_path, monkeypatch, capsys
     assert "MFU of gpt2: 30.0%, measured: median of 1 completed gpt2 run on NVIDIA A100-SXM4-80GB: a100/a" in out
 
 
+def test_a_cpu_sweep_gets_its_cpu_wall_time_from_the_cpu_runs_measured_here(tmp_path, monkeypatch, capsys):
+    """A sweep that trains on this machine's CPU: the GPU-hours are not its time; the dry run adds the CPU wall time at
+    the training FLOP/s (tokens_per_s x flops_per_token) of the completed CPU runs of its family (a GPU run is not
+    one of them), and says when no CPU run has measured it yet."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the same on a machine with a GPU
+    _, out = plan(tmp_path, monkeypatch, capsys, "gpt2")
+    assert "CPU: 1 job would train on this machine's CPU, where the GPU-hours do not apply; no completed CPU run" in out
+    root = tmp_path / "runs"
+    for name, speed in (("cpu/a", 1e4), ("cpu/b", 3e4), ("cpu/c", 2e4)):
+        write_json_atomic(root / name / "result.json", {
+            "schema_version": 1, "status": "completed", "model": {"family": "gpt2", "flops_per_token": 1e6},
+            "training": {"tokens_per_s": speed}, "environment": {"device": "cpu (1 threads)"}})
+    run(root, "gpu/g")  # measured on a GPU: not a CPU speed
+    rows, out = plan(tmp_path, monkeypatch, capsys, "gpt2")
+    line = next(x for x in out.splitlines() if x.startswith("CPU:"))
+    from slm.durations import duration
+
+    assert line.startswith(f"CPU: about {duration(rows['gpt2']['flops'] / 2e10)} of training for the 1 job not "
+                           "completed, one after another") and "median 20 GFLOP/s on cpu (1 threads); run group cpu)" \
+        in line, line
+
+
 def test_an_mfu_given_is_used_as_given(tmp_path, monkeypatch, capsys):
     run(tmp_path / "runs", "g/a", mfu=0.1)
     rows, out = plan(tmp_path, monkeypatch, capsys, "gpt2", estimate={**ESTIMATE, "mfu": 0.3})

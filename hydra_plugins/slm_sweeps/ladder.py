@@ -5,7 +5,7 @@
         ladder:
           rungs: [5.0e4, 8.0e4, 1.26e5, 2.0e5]   # model.param_budget of each rung (the budget solver sizes each point)
           tokens_per_param: 5                    # train.length.tokens = rung x this (null: the sweep's own length)
-          lr: search                             # search | transfer (below)
+          lr: search                             # search | transfer | fixed (below)
           search_rungs: 2                        # transfer: how many of the lowest rungs search the lr
           validations: 4                         # validations per job, evenly spaced (the 25% and 50% proxies)
 
@@ -15,7 +15,8 @@ validations>`. The batch size is the sweep's at every rung (fixed). The jobs run
 
 The lr rule, recorded per job in the sweep's sweep.json (`ladder`: rung, lr_rule, and where a carried lr came from):
 - `search` (the honest default): hydra.sweeper.lr_search at every rung; the analysis takes each configuration at
-  its best lr per rung (without an lr_search every job is recorded `fixed`: the point's lr at every rung).
+  its best lr per rung. It needs an lr_search (refused without one).
+- `fixed`: the point's lr at every rung, no lr_search (the default when no lr_search is set; refused with one).
 - `transfer` (the cheap one): the lr is searched at the lowest `search_rungs` rungs only; each configuration's best
   multiplier there (the lowest mean validation NLL over its seeds at the highest searched rung; a failed or diverged
   seed ranks a multiplier last) is carried up to the rungs above, once every searched job of that configuration at
@@ -38,7 +39,7 @@ from omegaconf import OmegaConf
 from hydra_plugins.slm_sweeps import jobs as J
 from slm.runs.record import FINAL
 
-RULES = ("search", "transfer")
+RULES = ("search", "transfer", "fixed")
 TRANSFERS = ("mup", "completep")
 RUNG_KEYS = ("model.param_budget", "train.length.tokens", "train.validation.interval")
 
@@ -50,12 +51,13 @@ class Ladder:
     rungs: list[float]
     tokens_per_param: Optional[float] = 5.0
     lr: str = "search"
+    """search, transfer, or fixed (the point's lr at every rung); unset: search with an lr_search, else fixed."""
     search_rungs: int = 2
     validations: int = 4
 
     def searched(self, index: int) -> bool:
-        """Whether the jobs of rung `index` (0: the lowest) search the lr."""
-        return self.lr == "search" or index < self.search_rungs
+        """Whether the jobs of rung `index` (0: the lowest) run in the first phase (search the lr, or train a fixed one)."""
+        return self.lr != "transfer" or index < self.search_rungs
 
 
 def _bad(key: str, value: Any, allowed: str) -> HydraException:
@@ -90,9 +92,16 @@ def parse(node: Any, lr_search: list[float]) -> Optional[Ladder]:
             raise _bad("tokens_per_param", tpp, "a positive number of training tokens per parameter (e.g. 5, 20), or null "
                        "for the sweep's own train.length")
         ladder.tokens_per_param = None if tpp is None else float(tpp)
-    ladder.lr = node.get("lr", ladder.lr)
+    ladder.lr = node.get("lr", "search" if lr_search else "fixed")
     if ladder.lr not in RULES:
         raise _bad("lr", ladder.lr, f"choose one of: {', '.join(RULES)}")
+    if ladder.lr == "search" and not lr_search:
+        raise HydraException("hydra.sweeper.ladder.lr=search searches the lr at every rung: set hydra.sweeper.lr_search "
+                             "too (e.g. [0.5, 1, 2, 4]), or lr: fixed for the point's lr at every rung")
+    if ladder.lr == "fixed" and lr_search:
+        raise HydraException(f"hydra.sweeper.ladder.lr=fixed trains the point's lr at every rung, but "
+                             f"hydra.sweeper.lr_search={list(lr_search)} is set: use lr: search (or transfer), or drop "
+                             "lr_search")
     if ladder.lr == "transfer" and not lr_search:
         raise HydraException("hydra.sweeper.ladder.lr=transfer carries the lr searched at the lowest rungs: set "
                              "hydra.sweeper.lr_search too (e.g. [0.5, 1, 2])")
@@ -133,6 +142,12 @@ def _configuration(overrides: list[str]) -> tuple:
     return tuple(sorted(o for o in overrides if not str(o).lstrip("+").startswith("train.seed=")))
 
 
+def _up(value: float) -> str:
+    """`value` rounded up to 3 significant digits (a minimum that, as printed, is still enough)."""
+    scale = 10.0 ** (math.floor(math.log10(value)) - 2)
+    return f"{math.ceil(round(value / scale, 9)) * scale:.3g}"
+
+
 def _rung_overrides(base: J.Job, ladder: Ladder, rung: float) -> list[str]:
     """The overrides that put a base job at a rung (see the module docstring)."""
     from slm.training.config import TrainConfig
@@ -146,6 +161,14 @@ def _rung_overrides(base: J.Job, ladder: Ladder, rung: float) -> list[str]:
                 raise HydraException(f"train.length.{key}={length[key]} would override the ladder's token budget "
                                      "(hydra.sweeper.ladder.tokens_per_param): leave it unset in a ladder")
         tokens = rung * ladder.tokens_per_param
+        context = int(base.select("model.context_length"))
+        batch = TrainConfig.from_node(train).batch_size * context
+        if float(f"{tokens:g}") < batch:
+            raise HydraException(
+                f"hydra.sweeper.ladder: rung {rung:g} x tokens_per_param {ladder.tokens_per_param:g} = {tokens:g} "
+                f"tokens is less than one batch (train.batch_size {batch // context} x model.context_length {context} = "
+                f"{batch} tokens): tokens_per_param must be at least {_up(batch / rung)} at this rung, or the rung at "
+                f"least {_up(batch / ladder.tokens_per_param)}")
         out.append(f"train.length.tokens={tokens:g}")
         train["length"] = {**length, "tokens": float(f"{tokens:g}")}
     if ladder.validations > 1:
@@ -286,8 +309,9 @@ def carry(compose: Callable[[list[str]], J.Job], plan: Plan, jobs: list[J.Job], 
 
 
 def print_ladder(plan: Plan, rows: list[dict], owners: dict[str, RungJob], multipliers: list[float]) -> None:
-    """The dry run's ladder: per rung its budget, tokens, jobs, FLOPs per job and per rung, its share of the top
-    rung's compute (FLOPs per job) and its lr rule."""
+    """The dry run's ladder: per rung its budget, tokens, jobs, non-embedding share of the parameters, FLOPs per job and
+    per rung, its share of the top rung's compute (FLOPs per job) and its lr rule; a note on a rung that is mostly
+    embedding."""
     ladder = plan.ladder
     by_rung: dict[int, list[dict]] = {}
     for row in rows:
@@ -295,13 +319,16 @@ def print_ladder(plan: Plan, rows: list[dict], owners: dict[str, RungJob], multi
         if entry is not None and not row.get("error"):
             by_rung.setdefault(entry.index, []).append(row)
     per_job = {i: statistics.fmean(r["flops"] for r in rs) for i, rs in by_rung.items()}
-    top = per_job.get(len(ladder.rungs) - 1)
+    body = {i: statistics.fmean(r["non_embedding"] / r["params"] for r in rs) for i, rs in by_rung.items()}
+    last = len(ladder.rungs) - 1
+    top = per_job.get(last)
     tokens = "the sweep's train.length" if ladder.tokens_per_param is None else f"{ladder.tokens_per_param:g} per parameter"
+    rule = {"transfer": f" (searched at the lowest {ladder.search_rungs}, carried up)",
+            "fixed": " (the point's lr at every rung: no hydra.sweeper.lr_search)"}.get(ladder.lr, "")
     print(f"ladder: {len(ladder.rungs)} rungs of model.param_budget, tokens {tokens}, the sweep's batch size at every "
-          f"rung, lr rule {ladder.lr}" + (f" (searched at the lowest {ladder.search_rungs}, carried up)"
-                                          if ladder.lr == "transfer" else ""))
+          f"rung, lr rule {ladder.lr}{rule}")
     mults = ", ".join(f"x{m:g}" for m in multipliers) or "the point's lr"
-    print(f"{'rung':>5s} {'budget':>10s} {'tokens':>10s} {'jobs':>5s} {'FLOPs/job':>10s} {'FLOPs':>10s} "
+    print(f"{'rung':>5s} {'budget':>10s} {'tokens':>10s} {'jobs':>5s} {'non-emb':>8s} {'FLOPs/job':>10s} {'FLOPs':>10s} "
           f"{'% of top':>9s}  lr")
     for i, rung in enumerate(ladder.rungs):
         rs = by_rung.get(i, [])
@@ -309,12 +336,29 @@ def print_ladder(plan: Plan, rows: list[dict], owners: dict[str, RungJob], multi
             print(f"{i + 1:5d} {rung:10.3g}  (no valid job)")
             continue
         share = f"{100 * per_job[i] / top:.3g}%" if top else "-"
-        lr = f"searched: {mults}" if ladder.searched(i) else \
+        lr = ("fixed: the point's lr" if ladder.lr == "fixed" else f"searched: {mults}") if ladder.searched(i) else \
             f"carried from rung {ladder.search_rungs} ({ladder.rungs[ladder.search_rungs - 1]:g}) once it has run"
         print(f"{i + 1:5d} {rung:10.3g} {statistics.fmean(r['tokens'] for r in rs):10.3g} {len(rs):5d} "
-              f"{per_job[i]:10.3g} {sum(r['flops'] for r in rs):10.3g} {share:>9s}  {lr}")
+              f"{100 * body[i]:7.3g}% {per_job[i]:10.3g} {sum(r['flops'] for r in rs):10.3g} {share:>9s}  {lr}")
+    print("non-emb: the non-embedding share of a job's parameters (params_non_embedding / params_total, the rung's mean)")
+    mostly = [i for i in sorted(body) if body[i] < 0.5]
+    if mostly:
+        where = ", ".join(f"{ladder.rungs[i]:g} ({100 * (1 - body[i]):.3g}% embedding)" for i in mostly)
+        print(f"note: mostly embedding at rung{'s' if len(mostly) > 1 else ''} {where}: there the budget buys vocabulary, "
+              "not depth or width; model.budget_count=non_embedding sizes every rung by its non-embedding parameters "
+              "(Chinchilla's and OLMo's convention)")
     if top:
-        spent = sum(sum(r["flops"] for r in rs) for i, rs in by_rung.items() if i < len(ladder.rungs) - 1)
+        spent = sum(sum(r["flops"] for r in rs) for i, rs in by_rung.items() if i < last)
         total = sum(sum(r["flops"] for r in rs) for rs in by_rung.values())
-        print(f"the rungs below the top cost {100 * spent / total:.3g}% of the ladder's FLOPs; "
-              f"the lowest rung's job {100 * per_job.get(0, 0) / top:.3g}% of a top-rung job's")
+        low = min(per_job)
+        line = f"the rungs below the top cost {100 * spent / total:.3g}% of the ladder's FLOPs"
+        if low == 0:
+            line += f"; the lowest rung's job {100 * per_job[0] / top:.3g}% of a top-rung job's"
+        elif low < last:
+            line += (f"; the lowest rung has no valid job: the lowest that has one, rung {low + 1} "
+                     f"({ladder.rungs[low]:g}), {100 * per_job[low] / top:.3g}% of a top-rung job's")
+        else:
+            line += "; no rung below the top has a valid job"
+        print(line)
+    elif by_rung:
+        print("the top rung has no valid job: no rung's share of its compute")

@@ -22,7 +22,10 @@ FLOPs per token of slm.model.count (PaLM's convention, 6N + attention) and peak_
      third of the hours that measurement implies).
 
 Runs on a CPU, or on another device or precision, are never used; a result.json that cannot be read is
-skipped. Below the table one line per family says which MFU it used and from which runs; an MFU that is not
+skipped. A sweep that would train here on the CPU (train.parallel.accelerator cpu, or auto on a machine with no GPU;
+not through Slurm) also gets its CPU wall time: each job's FLOPs over the training FLOP/s (tokens_per_s x
+flops_per_token) of the completed CPU runs under $SLM_RUNS, the median of its family's, else of every family's (the
+jobs one after another; a rough figure, since a CPU's FLOP/s moves with model size and threads). Below the table one line per family says which MFU it used and from which runs; an MFU that is not
 measured here (given or assumed) is shown beside the measured figure. With a Slurm launcher the dry run also says
 what would be submitted (slurm_lines).
 """
@@ -82,9 +85,20 @@ def _measured(record: dict, name: str) -> dict | None:
     return {"name": name, "family": model.get("family"), "mfu": mfu, "peak_flops": peak, "device": device}
 
 
-def measured_runs(root: Path) -> list[dict]:
-    """Every completed run under `root` (<group>/<key>/result.json) with an MFU measured on a GPU; a record
-    that cannot be read is skipped."""
+def _cpu_speed(record: dict, name: str) -> dict | None:
+    """A completed CPU run's training FLOP/s (tokens_per_s x flops_per_token), family and device, or None."""
+    training, model, env = (record.get(k) or {} for k in ("training", "model", "environment"))
+    speed, per_token, device = _number(training.get("tokens_per_s")), _number(model.get("flops_per_token")), \
+        env.get("device")
+    if record.get("status") != COMPLETED or speed is None or per_token is None or not isinstance(device, str) \
+            or not device.startswith("cpu"):
+        return None
+    return {"name": name, "family": model.get("family"), "flops_per_s": speed * per_token, "device": device}
+
+
+def measured_runs(root: Path, read=_measured) -> list[dict]:
+    """Every completed run under `root` (<group>/<key>/result.json) with an MFU measured on a GPU (read=_cpu_speed:
+    with a training speed measured on a CPU); a record that cannot be read is skipped."""
     from slm.runs.record import RESULT_FILE, RecordError, load_record
 
     runs = []
@@ -97,7 +111,7 @@ def measured_runs(root: Path) -> list[dict]:
         if group.startswith(".") or key.startswith("."):
             continue
         try:
-            run = _measured(load_record(path.parent) or {}, f"{group}/{key}")
+            run = read(load_record(path.parent) or {}, f"{group}/{key}")
         except RecordError:
             continue
         if run is not None:
@@ -254,6 +268,9 @@ def print_plan(name: str, sweep_dir: Path, jobs: list[Job], estimate: dict, laun
           f"{sum(r['flops'] for r in ok):9.3g} {sum(r['gpu_hours'] for r in ok):8.2f} {'':8s}  {'':{knobs}s}  "
           f"({sum(r['gpu_hours'] for r in todo):.2f} GPU-h not completed yet)")
     _print_estimate(estimate, {r["family"]: mfus[r["family"]] for r in ok})
+    if not str(_launcher_settings(launcher).get("_target_", "")).endswith("SlurmLauncher"):  # Slurm: the cluster's
+        for line in cpu_lines(jobs, rows):
+            print(line)
     print("active: parameters one token uses (less the experts a mixture of experts skips); FLOPs follow them")
     if any(r.get("budget_error") is not None for r in ok):
         print("budget: params (the count model.budget_count names) / model.param_budget - 1"
@@ -268,6 +285,47 @@ def print_plan(name: str, sweep_dir: Path, jobs: list[Job], estimate: dict, laun
     for line in slurm_lines(launcher, rows, batch_size):
         print(line)
     return rows
+
+
+def _on_cpu(job: Job) -> bool:
+    """Whether the job would train on this machine's CPU (slm.training.devices: auto is the CPU without a GPU)."""
+    import torch
+
+    try:
+        accelerator = str(job.select("train.parallel.accelerator") or "auto")
+    except Exception:
+        return False
+    gpu = torch.cuda.is_available() or torch.backends.mps.is_available()
+    return accelerator == "cpu" or (accelerator == "auto" and not gpu)
+
+
+def cpu_lines(jobs: list[Job], rows: list[dict]) -> list[str]:
+    """The CPU wall time of the jobs not completed that would train on this machine's CPU, at the FLOP/s of the
+    completed CPU runs under $SLM_RUNS (per family, else every family's median); [] when none would."""
+    root = Path(os.environ.get("SLM_RUNS") or "runs")
+    todo = [r for r, job in zip(rows, jobs) if job.cfg is not None and not r.get("error") and r["state"] != COMPLETED
+            and _on_cpu(job)]
+    if not todo:
+        return []
+    runs = measured_runs(root, _cpu_speed)
+    if not runs:
+        return [f"CPU: {_plural(len(todo), 'job')} would train on this machine's CPU, where the GPU-hours do not apply; no "
+                f"completed CPU run under {root}/ measured its speed yet (train one job, then dry-run again)"]
+    seconds, used = 0.0, set()
+    for r in todo:
+        same = [x for x in runs if x["family"] == r["family"]] or runs
+        used.update(x["name"] for x in same)
+        seconds += r["flops"] / statistics.median(x["flops_per_s"] for x in same)
+    chosen = [x for x in runs if x["name"] in used]
+    threads = ", ".join(sorted({x["device"] for x in chosen}))
+    groups = sorted({x["name"].split("/")[0] for x in chosen})
+    groups_text = ", ".join(groups[:3]) + (f" (+{len(groups) - 3} more)" if len(groups) > 3 else "")
+    return [f"CPU: about {duration(seconds)} of training for the {_plural(len(todo), 'job')} not completed, one after "
+            f"another (slm-workers N: about 1/N with N free cores), at the training FLOP/s of {len(chosen)} completed "
+            f"CPU run{'s' if len(chosen) != 1 else ''} under {root}/ (median "
+            f"{statistics.median(x['flops_per_s'] for x in chosen) / 1e9:.3g} GFLOP/s on {threads}; run group"
+            f"{'s' if len(groups) != 1 else ''} {groups_text}); "
+            "rough: a CPU's FLOP/s moves with model size"]
 
 
 def _launcher_settings(launcher) -> dict:

@@ -29,7 +29,7 @@ MAX_WIDTH = 16384
 KNOB_RANGE = (0.5, 2.0)
 """How far the second knob may move the MLP hidden size: this range times the family's value at the width."""
 
-BUDGET_COUNTS = ("total", "active")
+BUDGET_COUNTS = ("total", "active", "non_embedding")
 _WIDTH_ERRORS = ("model.d_model=", "model.attention.n_kv_heads=", "model.attention.n_heads=", "model.memory.heads=")
 """ModelConfig's errors about the width and the heads it sets (the no-width message explains those)."""
 SOLVER_KEYS = {"param_budget": None, "width_step": 64, "d_ff_step": 8, "budget_count": "total",
@@ -39,7 +39,8 @@ SOLVER_DOCS = {
     "param_budget": "parameters to aim for; null: d_model as given",
     "width_step": "d_model is a multiple of this",
     "d_ff_step": "the tuned MLP size's step: 8, the alignment bf16 tensor cores want (null: width only)",
-    "budget_count": "the count the budget is for: total | active (per token: a mixture of experts' fair size)",
+    "budget_count": "the count the budget is for: total | active (per token: a mixture of experts' fair size) | "
+                    "non_embedding (total less the embeddings: Chinchilla's, OLMo's)",
     "budget_tolerance": "refuse a budget whose closest config misses it by more than this fraction (null: any)",
 }
 """One line on each of SOLVER_KEYS (the comments of conf/model_base/base.yaml)."""
@@ -261,7 +262,7 @@ def _hint(spec: dict, cfg: ModelConfig, params: int, budget: float, step: int, c
         relax = [(f"model.width_step={s}", spec, s) for s in _smaller(step, 8)]
     parts = [why]
     embedding = count(cfg).params_embedding
-    if down and embedding > params / 2:
+    if down and counted != "non_embedding" and embedding > params / 2:
         parts.append(f"most of it is the embeddings, {embedding:,} parameters (vocabulary {cfg.vocab_size:,})")
     for override, other, other_step in relax:
         try:
@@ -282,7 +283,8 @@ def solve_budget(spec: dict, budget: float, step: int = 64, counted: str = "tota
                  d_ff_step: int | None = SOLVER_KEYS["d_ff_step"],
                  explain: bool = True) -> tuple[ModelConfig, BudgetFit]:
     """The config from `spec` whose params_<counted> (total, or active per token for a mixture of experts) is
-    closest to `budget` (the steps in this module's docstring), and how it was solved.
+    closest to `budget` (the steps in this module's docstring), and how it was solved; counted "non_embedding":
+    params_total less the embeddings (slm.model.counting).
 
     `spec` holds ModelConfig fields as given by the user (None for derived sizes). Ties go to the narrower
     model. Raises ConfigError if no width fits the constraints, or if the closest config misses the budget by
