@@ -44,6 +44,7 @@ from analysis.study import AS_RUN, BEST, SHARED, Study, analyse
 from analysis.thresholds import ThresholdResult
 from analysis.tiers import TierResult, format_p, units_of
 from analysis.tuning import at_best_lr, rows_at
+from analysis.words import counted
 
 SUPPORTED, NOT_SUPPORTED, NOT_TESTABLE = "supported", "not supported", "not testable"
 TOKENS_PER_PARAM_LOW = 2.0
@@ -59,13 +60,13 @@ def _tiers(result: TierResult) -> tuple[str, str]:
     two = result.two_tiers or result
     n = len(two.units)
     if n < 4:
-        return NOT_TESTABLE, f"{n} configurations: two tiers of at least 2 need 4"
+        return NOT_TESTABLE, f"{counted(n, 'configuration')}: two tiers of at least 2 need 4"
     if two.split:
         gap = two.gaps[0] if two.gaps else None
         stat = (f"2 tiers ({two.tiers[0].n} + {two.tiers[1].n} of {n}); "
                 + (f"gap {format_p(gap.p_value)}" if gap is not None and gap.p_value is not None else ""))
         return SUPPORTED, stat.rstrip("; ")
-    return NOT_SUPPORTED, f"{n} configurations: {two.reason}"
+    return NOT_SUPPORTED, f"{counted(n, 'configuration')}: {two.reason}"
 
 
 def _threshold(rows: pd.DataFrame, result: ThresholdResult | None) -> tuple[str, str]:
@@ -114,7 +115,10 @@ def _depth(rows: pd.DataFrame, score: str, hib: bool, keys: pd.Series | None = N
     if best["n_layers"] in (units["n_layers"].min(), units["n_layers"].max()):
         return NOT_SUPPORTED, f"{where}: at an end of the range (the score still improves that way)"
     stat = f"{where}; z vs shallowest {z[0]:.2f}, vs deepest {z[1]:.2f}"
-    return (SUPPORTED if min(z) > Z else NOT_SUPPORTED), stat + ("" if min(z) > Z else f" (<= {Z})")
+    if min(z) > Z:
+        return SUPPORTED, stat + f" (both > {Z})"
+    end = "shallowest" if z[0] <= z[1] else "deepest"
+    return NOT_SUPPORTED, stat + f": the {end}'s z {min(z):.2f} <= {Z}, within noise of the best"
 
 
 def _families(rows: pd.DataFrame, score: str, keys: pd.Series | None = None) -> tuple[str, str]:
@@ -217,7 +221,7 @@ def seeds_summary(table: pd.DataFrame, score: str = LOSS, keys: pd.Series | None
     lrs = pd.to_numeric(done.get("lr"), errors="coerce").nunique() if "lr" in done else 0
     seeds = done["seed"].nunique() if "seed" in done else 0
     bounds = len(bounds_left_out(table, score))
-    return (f"{len(done)} completed runs: {len(units)} configurations, {seeds} seed(s), {lrs} learning rate(s); "
+    return (f"{len(done)} completed runs: {counted(len(units), 'configuration')}, {counted(seeds, 'seed')}, {counted(lrs, 'learning rate')}; "
             f"score {score}" + (f" ({bounds} diffusion run(s) left out: a NELBO is a bound, not an NLL)"
                                 if bounds else ""))
 

@@ -43,6 +43,7 @@ from analysis.metrics import (  # noqa: F401 (comparable_rows, name_of re-export
     higher_is_better, name_of, score_columns, single_task_average, task_names, value_kinds)
 from analysis.schema import keys_of
 from analysis.tiers import units_of
+from analysis.words import counted
 from slm.eval.score_lines import near_chance
 
 ALPHA = 0.05
@@ -89,7 +90,7 @@ class Candidate:
         else:
             a, b = self.pair
             parts.append(f"largest difference {self.max_z:.2f} standard errors ({a} vs {b}), "
-                         f"{'beyond' if self.separates else 'within'} noise (Bonferroni over {self.pairs} pairs: "
+                         f"{'beyond' if self.separates else 'within'} noise (Bonferroni over {counted(self.pairs, 'pair')}: "
                          f"{self.z_crit:.2f})")
         return "; ".join(parts)
 

@@ -46,6 +46,7 @@ from analysis.study import SHARED, Study, analyse
 from analysis.thresholds import BEST_Z, best_per_family, nll_frontier
 from analysis.tiers import describe_gap, format_p, units_of
 from analysis.tuning import at_best_lr, lr_labels, lr_varies
+from analysis.words import counted
 from slm.metrics import METRICS
 
 FIGURES = "figures"
@@ -280,7 +281,7 @@ def lr_blocks(table: pd.DataFrame, score: str, study: Study | None = None) -> li
         lines.append(f"**{int(edge.sum())} of {len(best)} configurations {verb} best at the edge of the lr grid**: "
                      f"{', '.join(labels[edge])}. The optimum is not known there; widen hydra.sweeper.lr_search.")
     else:
-        lines.append(f"Every configuration's best lr is inside its grid ({len(best)} configurations).")
+        lines.append(f"Every configuration's best lr is inside its grid ({counted(len(best), 'configuration')}).")
     study = study if study is not None and study.score == score else analyse(table, score)
     if SHARED in study.views and len(study.view(SHARED).rows):
         lines.append(f"Tiers of {score} at the shared lr: {_tier_line(study.view(SHARED).tiers(score))}. "
@@ -320,6 +321,11 @@ def _tier_blocks(study: Study, table: pd.DataFrame) -> list:
             continue
         result = study.tiers(column)  # a diffusion bound apart from exact NLLs
         lines = [f"**{column}**: " + (f"{result.k} tiers." if result.split else f"no split — {result.reason}.")]
+        if not result.split and column == study.score and study.verdict.clear_leader:
+            lines.append(f"- both hold: the verdict's leader, {study.verdict.ranked.iloc[0]['label']}, is ahead of "
+                         "every other configuration beyond noise, one pair at a time; tiers need groups of at least "
+                         "2 configurations apart by a gap that is large against the spread within them, and one "
+                         "leader is not such a group")
         for tier in result.tiers if result.split else []:
             lines.append(f"- tier {tier.rank} ({tier.n}): {', '.join(tier.members)} — {_fmt(tier.low)} to "
                          f"{_fmt(tier.high)}")

@@ -57,6 +57,7 @@ from analysis.labels import LABEL_AXES, run_labels  # noqa: F401 (run_labels re-
 from analysis.metrics import higher_is_better as _higher_is_better, stderr_column
 from analysis.schema import config_columns, keys_of
 from analysis.tuning import lr_varies, rows_at
+from analysis.words import counted
 
 
 @dataclass
@@ -134,7 +135,7 @@ class TierResult:
     def summary(self) -> str:
         """A few lines a person can read."""
         direction = "higher is better" if self.higher_is_better else "lower is better"
-        lines = [f"{self.score} ({direction}), {len(self.units)} configurations: "
+        lines = [f"{self.score} ({direction}), {counted(len(self.units), 'configuration')}: "
                  + (f"{self.k} tiers" if self.split else f"no split: {self.reason}")]
         for tier in self.tiers if self.split else []:
             runs = f"{tier.n} run{'' if tier.n == 1 else 's'}"

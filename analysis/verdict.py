@@ -42,6 +42,7 @@ from analysis.plot_style import AXIS_NAMES, sweep_axis
 from analysis.schema import budget_flags, keys_of
 from analysis.tiers import units_of
 from analysis.tuning import at_best_lr, lr_labels, lr_varies
+from analysis.words import counted
 
 QUESTIONS = {"seeds": "the architectures (seed-to-seed spread)",
              "documents": "these two trained models, on these documents",
@@ -187,12 +188,41 @@ class Verdict:
                      f"({_names(tied)}), so the best is not settled among them; "
                      + (f"it is ahead of the other {len(behind)} beyond noise." if behind else
                         "none is behind it beyond noise."))
+            apart = [name for name in tied if self._intervals_apart(lead, name)]
+            if apart:
+                text += (f" ({_names(apart)}: the 95% intervals above do not overlap the leader's, yet the difference "
+                         "is within noise: each interval is one configuration's own, at 95%; the test is of the "
+                         "difference, at the Bonferroni level 0.05 / the number of pairs tested (the Tests table's "
+                         "Bonferroni z), a stricter bar.)")
         adjacent = [self.test(a, b) for a, b in zip(self.ranked["label"], self.ranked["label"].iloc[1:])]
         if k > 2:
             steps = sum(bool(t and t.beyond) for t in adjacent)
             text += (f" Of the {len(adjacent)} neighbouring pairs in the ranking, "
                      f"{_count(steps, 'is', 'are')} apart beyond noise.")
         return text
+
+    def _intervals_apart(self, lead, name: str) -> bool:
+        """Whether the leader's and `name`'s 95% intervals (the Ranking's) do not overlap."""
+        other = self.ranked[self.ranked["label"] == name]
+        if other.empty:
+            return False
+        row = other.iloc[0]
+        halves = []
+        for r in (lead, row):
+            se = r["se"]
+            if se is None or not np.isfinite(se) or se <= 0:
+                return False
+            halves.append(float(t_crit(_df(r))) * se)
+        return abs(float(lead["value"]) - float(row["value"])) > halves[0] + halves[1]
+
+    @property
+    def clear_leader(self) -> bool:
+        """Whether the leader is ahead of every other configuration beyond noise (tested against each)."""
+        if self.column is None or len(self.ranked) < 2:
+            return False
+        lead = self.ranked.iloc[0]
+        tests = [self.test(lead["label"], r["label"]) for _, r in self.ranked.iloc[1:].iterrows()]
+        return all(t is not None and t.beyond for t in tests)
 
     def _documents_line(self) -> str:
         """Where per-document tests exist beside (or instead of) tests over seeds: which question each answers."""
@@ -257,14 +287,14 @@ class Verdict:
                  "chance": "" if c.chance is None else f"{c.chance:.3g}",
                  "within noise of chance": "" if c.chance is None else f"{c.near_chance} of {c.configurations}",
                  "noise from": c.noise, "largest z": "" if c.max_z is None else f"{c.max_z:.2f}",
-                 "Bonferroni z": "" if c.z_crit is None else f"{c.z_crit:.2f} ({c.pairs} pairs)",
+                 "Bonferroni z": "" if c.z_crit is None else f"{c.z_crit:.2f} ({counted(c.pairs, 'pair')})",
                  "separates": {True: "yes", False: "no", None: "untested"}[c.separates],
                  "chosen": "yes" if c.column == self.column else ""} for c in self.headline.candidates]
         if rows:
             out.append(pd.DataFrame(rows))
         if self.tests:
             m = len(self.tests)
-            out.append(f"**Tests behind the verdict** ({m} pairs; beyond noise: p < 0.05 / {m} = {ALPHA / m:.2g}, "
+            out.append(f"**Tests behind the verdict** ({counted(m, 'pair')}; beyond noise: p < 0.05 / {m} = {ALPHA / m:.2g}, "
                        "Bonferroni). Paired on the documents both configurations scored where they kept "
                        "per-document results (McNemar's exact test for 0/1 scores, else a paired t-test; paired "
                        "bootstrap interval); else z = difference / sqrt(se_a^2 + se_b^2), with p and interval "

@@ -215,3 +215,37 @@ def test_a_diffusion_bound_is_off_the_frontier_in_bits_per_byte_too():
     headline = choose_headline(table)
     assert headline.column == "val_bpb" and "NELBO" in headline.why
     assert build_verdict(table, headline).ranked["label"].str.contains("dllm").sum() == 0
+
+
+def _seeded_runs(root, means: dict[int, float], spread: float | dict[int, float]):
+    """3 seeds per configuration (n_layers -> mean val_nll), at mean - spread, mean, mean + spread (`spread`: one for
+    all, or n_layers -> its own)."""
+    from tests.test_analysis_collect import make_record, write
+
+    for n_layers, mean in means.items():
+        s = spread[n_layers] if isinstance(spread, dict) else spread
+        for seed, step in enumerate((-s, 0.0, s)):
+            write(root / f"L{n_layers}_s{seed}", make_record(n_layers=n_layers, seed=seed, val_nll=mean + step))
+    return root
+
+
+def test_within_noise_with_apart_intervals_says_why_and_no_tiers_under_a_clear_leader_says_why(tmp_path):
+    """Bonferroni's bar is stricter than two 95% intervals apart: the verdict says so where it calls a pair within
+    noise whose intervals do not overlap; a clear leader with no tier split says why both are true."""
+    from analysis import collect
+    from analysis.report import sections
+    from analysis.study import analyse
+
+    # the leader's seeds agree closely, L2's do not: 95% intervals [1.998, 2.002] and [2.01, 2.11] are apart, while
+    # Welch's test of the difference (df about 2) is not beyond noise at 0.05 / the pairs tested
+    means, spread = {1: 2.0, 2: 2.06, 3: 3.0, 4: 3.1}, {1: 0.001, 2: 0.02, 3: 0.001, 4: 0.001}
+    table = collect(_seeded_runs(tmp_path / "a", means, spread))
+    text = "\n".join(b for b in analyse(table, "val_nll").verdict.blocks() if isinstance(b, str))
+    assert "within noise of it (L2)" in text.replace("L2 d128", "L2"), text
+    assert "do not overlap the leader's, yet the difference is within noise" in text
+
+    table = collect(_seeded_runs(tmp_path / "b", {1: 2.0, 2: 3.0, 3: 3.001, 4: 3.002}, 0.01))
+    study = analyse(table, "val_nll")
+    assert study.verdict.clear_leader and not study.tiers("val_nll").split
+    (_, blocks), = [s for s in sections(table, "t.parquet", "val_nll", study=study) if s[0] == "Tiers"]
+    assert any("both hold: the verdict's leader" in b for b in blocks if isinstance(b, str))
