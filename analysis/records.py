@@ -321,7 +321,8 @@ def warmup_steps(r):
     steps = number(get(r.record, train("warmup_steps")))
     if steps is not None:
         return steps
-    fraction, max_steps = number(get(r.record, train("warmup_fraction"))), number(get(r.record, ("training", "max_steps")))
+    fraction = number(get(r.record, train("warmup_fraction")))
+    max_steps = number(get(r.record, ("training", "max_steps")))
     return float(int(fraction * max_steps)) if fraction is not None and max_steps is not None else None
 
 

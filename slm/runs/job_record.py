@@ -5,8 +5,8 @@
   record_completed  the weights and the tokenizer saved (model/), the line saying how training ended, the record
                     `completed` with its validation (and test) metrics, bits per byte, data and artifacts
   record_diverged   the record `diverged` with the step and the loss; no weights
-  health            the record's `health` section of a run that trained (slm.runs.health: loss spikes, validation
-                    rises and a flag), written with each of the three above and record_paused
+  health            the `health` section of a run that trained (slm.runs.health: loss spikes, validation rises and
+                    a flag), written by record_completed, record_diverged and record_paused
   record_failure    a job that could not start (invalid config or data): `failed` with its error line
 """
 
@@ -142,7 +142,8 @@ def record_diverged(job: PreparedJob, built: Built, training: dict) -> dict:
         return {"status": "diverged", "error": None}
     d = built.module.diverged
     return update_record(job.run_dir, status="diverged", error=f"non-finite training loss {d['loss']} at step {d['step']}",
-                         training=training, health=health(job, val_curve(job.run_dir, built.module)), data=_data_section(job.data, built.datamodule), artifacts=dict(ARTIFACTS))
+                         training=training, health=health(job, val_curve(job.run_dir, built.module)),
+                         data=_data_section(job.data, built.datamodule), artifacts=dict(ARTIFACTS))
 
 
 def health(job: PreparedJob, curve: list) -> dict:
