@@ -10,10 +10,11 @@ m_t: the median of the WINDOW steps' losses before t; s_t: their step-to-step no
 barely inflates). REL = 0.1, Z = 6, WINDOW = 10. Every step with WINDOW steps before it is judged, the last steps of
 warmup too (a spike at the step the learning rate peaks is one). Why: a run's trend never raises its loss 10% in one
 step (it falls), and six times its own noise keeps an objective with noisy steps (masked diffusion's, whose times and
-masks are random per step) from being flagged for its scatter. While the loss falls fast the median lags above it, so
-the rule is conservative there: a bump of 8% over the median is not flagged. Consecutive spike steps are one spike:
-its first step, its highest loss, the median before it and how many steps it lasted. The default study's llama3 run
-at depth 2 went from 3.26 to 5.17 nats at step 13, 1.5 x the median 3.48; a step's noise there is about 0.07 nats (0.03 late in the run).
+masks are random per step) from being flagged for its scatter (the default study's dllm run: 5 steps 10% above
+the median, none beyond 6 x its 0.12 nats a step). While the loss falls fast the median lags above it, so the rule is
+conservative there: a bump of 8% over the median is not flagged. Consecutive spike steps are one spike: its first step,
+its highest loss, the median before it and how many steps it lasted. The default study's llama3 run at depth 2 went
+from 3.26 to 5.17 nats at step 13, 1.5 x the median 3.48; a step's noise there is about 0.07 nats (0.03 late on).
 
 Validation rise. Between two consecutive validations the NLL rose by more than VAL_REL = 1% of the earlier one.
 Validation scores the same windows every time (a diffusion run also the same masks), so two validations differ only
