@@ -116,7 +116,8 @@ def health_blocks(table: pd.DataFrame) -> list:
     lines = [f"- training health of {label}: {note if isinstance(note, str) and note else flag}"
              for label, note, flag in zip(labels, notes, flagged["health"])]
     judged = int(table["health"].notna().sum())
-    return [f"{len(flagged)} of {judged} runs judged had a training problem (rules: {HEALTH_RULE}; slm.runs.health):\n"
+    return [f"{len(flagged)} of {judged} runs judged had a loss spike or a validation rise (rules: {HEALTH_RULE}; "
+            "slm.runs.health):\n"
             + "\n".join(lines)]
 
 

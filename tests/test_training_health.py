@@ -111,7 +111,7 @@ def test_an_injected_spike_is_in_the_record_status_summary_and_report(spiked_run
     assert run_table(table, "val_nll")["health"].tolist() == [SPIKE]
     parts = dict(sections(table, "results.parquet"))
     (text,) = parts["Training health"]
-    assert text.startswith("1 of 1 runs judged had a training problem") and line in text
+    assert text.startswith("1 of 1 runs judged had a loss spike or a validation rise") and line in text
 
 
 def test_a_healthy_table_has_no_health_section_or_column(default_table):
