@@ -48,6 +48,17 @@ def test_the_default_studys_spike_is_found_with_its_step_loss_and_median():
     assert describe(health).startswith("loss spike at step 13: 5.17 against a median of ")
 
 
+def test_a_sampled_objectives_heavy_tail_is_not_a_spike_but_a_larger_jump_is():
+    """Masked diffusion's per-step loss (nll_kind nelbo) reaches 1.28x its median at fixed weights: its rule is 30%."""
+    values = _falling(noise=0.03)
+    values[150] = 1.2 * float(np.median(values[140:150]))
+    assert [s["step"] for s in assess(_log(values), warmup=10)["spikes"]] == [151]
+    assert assess(_log(values), warmup=10, kind="nelbo")["flag"] == OK
+    values[150] = 1.5 * float(np.median(values[140:150]))
+    health = assess(_log(values), warmup=10, kind="nelbo")
+    assert health["flag"] == SPIKE and health["rel"] == 0.3
+
+
 def test_a_validation_rise_beyond_one_percent_is_flagged_and_a_smaller_one_is_not():
     curve = [[50, 3.0], [100, 2.6], [150, 2.61], [200, 2.7]]  # +0.4%: noise; +3.4%: a rise
     assert val_rises(curve) == [{"step": 200, "val_nll": 2.7, "previous_step": 150, "previous": 2.61}]

@@ -142,13 +142,13 @@ def record_diverged(job: PreparedJob, built: Built, training: dict) -> dict:
         return {"status": "diverged", "error": None}
     d = built.module.diverged
     return update_record(job.run_dir, status="diverged", error=f"non-finite training loss {d['loss']} at step {d['step']}",
-                         training=training, health=health(job, val_curve(job.run_dir, built.module)),
+                         training=training, health=health(job, built, val_curve(job.run_dir, built.module)),
                          data=_data_section(job.data, built.datamodule), artifacts=dict(ARTIFACTS))
 
 
-def health(job: PreparedJob, curve: list) -> dict:
+def health(job: PreparedJob, built: Built, curve: list) -> dict:
     """The record's `health` section (slm.runs.health) of the run's train_log.jsonl and validation curve `curve`."""
-    return check_run(job.run_dir, job.train_cfg.warmup(job.max_steps), curve)
+    return check_run(job.run_dir, job.train_cfg.warmup(job.max_steps), curve, built.module.objective.nll_kind)
 
 
 def val_curve(run_dir, module) -> list[list]:
@@ -178,7 +178,7 @@ def record_paused(job: PreparedJob, built: Built, training: dict) -> dict:
     training["paused"]["val_nll"] = nll
     curve = val_curve(job.run_dir, module)
     return update_record(job.run_dir, status="paused", training=training, data=_data_section(job.data, built.datamodule),
-                         eval={"val_curve": curve}, health=health(job, curve))
+                         eval={"val_curve": curve}, health=health(job, built, curve))
 
 
 def record_completed(job: PreparedJob, built: Built, training: dict, restored: dict | None) -> dict:
@@ -203,7 +203,7 @@ def record_completed(job: PreparedJob, built: Built, training: dict, restored: d
     artifacts = {**ARTIFACTS, "weights": "model/model.safetensors", "model_dir": "model"}
     per_byte = _bits_per_byte(job.data, val["val_nll"], module.test_metrics.get("test_nll"))
     curve = val_curve(run_dir, module)
-    return update_record(run_dir, status="completed", error=None, training=training, health=health(job, curve),
+    return update_record(run_dir, status="completed", error=None, training=training, health=health(job, built, curve),
                          data=_data_section(job.data, built.datamodule), artifacts=artifacts,
                          eval={"val_nll": val["val_nll"], "val_step": val["val_step"],  # exp(a NELBO): a bound
                                ("val_ppl" if module.objective.nll_kind == "nll" else "val_ppl_bound"): val["val_ppl"],

@@ -29,7 +29,7 @@ Top-level sections (schema_version 1):
   branch       a decay branch's run only (train.schedule.decay_branches, slm.runs.branches): of (the job key of the
                run it branched from, a sibling directory), fraction, step (the run's step it resumed from), steps
   health       a run that trained (slm.runs.health): flag (ok, spike, val_rise), spikes [{step, loss, median, steps}],
-               val_rises [{step, val_nll, previous_step, previous}], steps_judged, warmup, rule (the rules in words)
+               val_rises [{step, val_nll, previous_step, previous}], steps_judged, warmup, rel, rule (the rules in words)
   halving      a run successive halving pruned (status `pruned`; hydra.sweeper.halving): rung (from 0), fraction, step,
                score (its configuration's mean validation loss there), rank of `of` configurations, kept (how many went on)
   created_at, updated_at  ISO-8601 UTC
