@@ -56,8 +56,8 @@ def warning(table: pd.DataFrame) -> str | None:
     examples = sorted(set(why[short]))
     shown = "; ".join(examples[:2]) + (" ..." if len(examples) > 2 else "")
     if int(short.sum()) == completed:
-        head = (f"**Too short to rank anything**: all {completed} completed runs are ({shown}), so the order below is "
-                "which model starts fastest, not which is better; train longer before reading it")
+        head = (f"**Too short to rank anything**: all {completed} completed runs are too short ({shown}), so the order "
+                "below says which model starts fastest, not which is better; train longer before reading it")
     else:
         head = (f"**{int(short.sum())} of {completed} completed runs are too short to rank** ({shown}): their places "
                 "below say which model starts fastest, not which is better")

@@ -163,7 +163,8 @@ def test_a_report_on_runs_too_short_to_rank_says_so_first(default_table):
     short = default_table.copy()
     short["tokens"] = 0.16 * short["params_total"]
     first = _verdict(short)[0]
-    assert first.startswith("**Too short to rank anything**: all 12 completed runs are (0.16 tokens per parameter)")
+    assert first.startswith("**Too short to rank anything**: all 12 completed runs are too short (0.16 tokens per "
+                            "parameter)")
     assert "fewer than 1 token per parameter" in first
     # some runs only, and the warmup rule: steps < 2 x warmup
     mixed = default_table.copy()
@@ -171,3 +172,12 @@ def test_a_report_on_runs_too_short_to_rank_says_so_first(default_table):
     mixed.loc[mixed.index[:3], "steps"] = 20
     first = _verdict(mixed)[0]
     assert first.startswith("**3 of 12 completed runs are too short to rank** (20 steps after a 12-step warmup)")
+
+
+def test_slm_report_prints_the_warning_too(default_table, tmp_path, capsys):
+    from analysis import save_results
+    from analysis.cli import report_main
+
+    short = default_table.assign(tokens=0.16 * default_table["params_total"])
+    report_main([str(save_results(short, tmp_path / "results.parquet")), "-o", str(tmp_path / "report")])
+    assert "slm-report: warning: Too short to rank anything: all 12 completed runs" in capsys.readouterr().out
