@@ -73,7 +73,8 @@ conf: install
 # The main job: the cpu_default sweep (12 runs, embedded corpus, offline eval after each), then the
 # results table, the plots that have data and the report. Started again, it trains only what is missing.
 # ARGS are Hydra overrides for every job of the sweep, e.g. a shrunk or varied copy of the study:
-#   make sweep ARGS="train.length.steps=20 run_group=cpu_quick"   (20 steps a job, into runs/cpu_quick/: a first look)
+#   make sweep ARGS="train.length.steps=20 run_group=cpu_quick"   (20 steps a job, into runs/cpu_quick/: a first look at
+#                                                                  the path; too short to rank the architectures)
 #   make sweep ARGS="train.lr=1e-3"                          (the study at another lr, into runs/cpu_default/)
 # An override is part of every job key, so such a job never resumes or skips one of the full study's; but the table,
 # plots and report cover every run of the run group, so give a variant its own run_group= to report it apart.

@@ -252,6 +252,11 @@ def report_main(argv: list[str] | None = None) -> None:
         fail(prog, f"-o {args.out_dir}: cannot write the report there ({err.filename or args.out_dir}: {reason})")
     print(f"{prog}: wrote {path.with_name('report.md')} and {path}")
     print(f"{prog}: {drawn_line(not_drawn)}")
+    from analysis.too_short import warning as too_short
+
+    short = too_short(table)
+    if short:  # the verdict's first line, on the console too (the README's 20-step first look)
+        print(f"{prog}: warning: {short.replace('**', '')}")
 
 
 @_bad_files_fail("slm-ladder")

@@ -19,6 +19,7 @@ from analysis.readers import BadFile, shown
 from slm.eval import RENAMED_TASKS
 from slm.metrics import BOUND, NELBO, NLL_KINDS, VAL_CURVE, chance_level
 from slm.renames import TRAIN_MOVED, RenameError, upgrade_model_fields, upgrade_train_fields
+from slm.runs.health import describe
 from slm.runs.record import RESULT_FILE
 from slm.runs.status import interruption, live_status
 
@@ -311,6 +312,26 @@ def moe_max_load(r):
     """training.moe_load.max_load"""
     load = get(r.record, ("training", "moe_load"))
     return number(load.get("max_load")) if isinstance(load, dict) else None
+
+
+def health_note(r):
+    """health, in one line (slm.runs.health.describe: each spike's step and loss against the median before it, the
+    validation rises); empty for a healthy run"""
+    return describe(get(r.record, ("health",)))
+
+
+def warmup_steps(r):
+    """health.warmup, else train.schedule.warmup_steps, else int(warmup_fraction x training.max_steps) (the schedule's
+    rule, slm.training.schedules)"""
+    recorded = number(get(r.record, ("health", "warmup")))
+    if recorded is not None:
+        return recorded
+    steps = number(get(r.record, train("warmup_steps")))
+    if steps is not None:
+        return steps
+    fraction = number(get(r.record, train("warmup_fraction")))
+    max_steps = number(get(r.record, ("training", "max_steps")))
+    return float(int(fraction * max_steps)) if fraction is not None and max_steps is not None else None
 
 
 def val_nll_kind(r):

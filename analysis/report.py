@@ -45,9 +45,11 @@ from analysis.schema import budget_flags, config_keys, role_of
 from analysis.study import SHARED, Study, analyse
 from analysis.thresholds import BEST_Z, best_per_family, nll_frontier
 from analysis.tiers import describe_gap, format_p, units_of
+from analysis.too_short import warning as too_short_warning
 from analysis.tuning import at_best_lr, lr_labels, lr_varies
 from analysis.words import counted
 from slm.metrics import METRICS
+from slm.runs.health import OK as HEALTHY, RULE as HEALTH_RULE
 
 FIGURES = "figures"
 TIER_METHOD = ("Tiers: configurations (seeds pooled) sorted by score and cut at the largest gaps; a split is kept only "
@@ -71,7 +73,7 @@ def _short(column: str) -> str:
 
 def run_table(table: pd.DataFrame, score: str | None) -> pd.DataFrame:
     """One line per run: label, status and the key numbers (the validation loss, its bits per byte where recorded
-    and its kind where some are bounds, and the score)."""
+    and its kind where some are bounds, and the score; the health flag where a run was flagged)."""
     out = pd.DataFrame({"run": run_labels(table) if len(table) else []})
     sparse = "params_active" in table and (table["params_active"] != table["params_total"]).any()
     loss = metric(LOSS)
@@ -84,7 +86,8 @@ def run_table(table: pd.DataFrame, score: str | None) -> pd.DataFrame:
                          ("train_flops", "train FLOPs"), (LOSS, _short(LOSS)),
                          (per_byte, _short(loss.across_tokenizers)), (kind, _short(kind) if kind else None),
                          (None if score in (LOSS, loss.across_tokenizers) else score, score),
-                         ("decode_tokens_per_s", "decode tok/s")):
+                         ("decode_tokens_per_s", "decode tok/s"),
+                         ("health" if _unhealthy(table).any() else None, "health")):
         if column and column in table and name not in out:
             out[name] = table[column].to_numpy()
         if column and column == score and style.score_errors(table, score).notna().any():
@@ -94,6 +97,29 @@ def run_table(table: pd.DataFrame, score: str | None) -> pd.DataFrame:
             out["budget error"] = [_percent(e) + (" (outside ±" + f"{float(t):.0%})" if f else "")
                                    for e, t, f in zip(table["budget_error"], table.get("budget_tolerance", pd.Series(index=table.index, dtype=float)), flags)]
     return out
+
+
+def _unhealthy(table: pd.DataFrame) -> pd.Series:
+    """True for the runs whose record's health flag is not ok (slm.runs.health)."""
+    if "health" not in table:
+        return pd.Series(False, index=table.index)
+    return table["health"].notna() & ~table["health"].isin(["", HEALTHY])
+
+
+def health_blocks(table: pd.DataFrame) -> list:
+    """The Training health section: one line per run whose training slm.runs.health flagged (loss spikes, validation
+    rises), with the rules; [] when no run was flagged."""
+    flagged = table[_unhealthy(table)]
+    if not len(flagged):
+        return []
+    labels = run_labels(table).loc[flagged.index]
+    notes = flagged["health_note"] if "health_note" in flagged else pd.Series("", flagged.index)
+    lines = [f"- training health of {label}: {note if isinstance(note, str) and note else flag}"
+             for label, note, flag in zip(labels, notes, flagged["health"])]
+    judged = int(table["health"].notna().sum())
+    return [f"{len(flagged)} of {judged} runs judged had a loss spike or a validation rise (rules: {HEALTH_RULE}; "
+            "slm.runs.health):\n"
+            + "\n".join(lines)]
 
 
 def uncertainty_lines(table: pd.DataFrame, score: str) -> list[str]:
@@ -377,7 +403,8 @@ def sections(table: pd.DataFrame, results_path: str, score: str | None = None, s
     study = study if study is not None else analyse(table, score)
     headline, verdict = study.headline, study.verdict
     score, note = headline.column, headline.note
-    out = [("Verdict", ladder_verdict or verdict.blocks())]
+    short = too_short_warning(table)
+    out = [("Verdict", ([short] if short else []) + (ladder_verdict or verdict.blocks()))]
     chance = chance_blocks(table, headline)
     if chance:
         out.append(("Tasks at chance" if headline.at_chance else "Scores against chance", chance))
@@ -401,6 +428,10 @@ def sections(table: pd.DataFrame, results_path: str, score: str | None = None, s
 
     # a pruned run ended as its sweep meant it to (the Successive halving section lists them)
     out += _unfinished_blocks(table)
+
+    health = health_blocks(table)
+    if health:
+        out.append(("Training health", health))
 
     if score:
         out.append(("Tiers", _tier_blocks(study, table)))

@@ -212,6 +212,13 @@ _BEFORE_METRICS: tuple[Column, ...] = (
     Column("final_train_loss", "training", "training loss at the last step", ("training", "final_train_loss"),
            block="training"),
     Column("diverged_step", "training", "step of the non-finite loss", read.diverged_step, block="training"),
+    Column("health", "training", "training health by slm.runs.health's rules: ok, spike (a step's loss far above the "
+           "median of the steps before it) or val_rise (a validation above the one before); empty: not judged (a "
+           "record from before the rules, or a run that never trained)", ("health", "flag"), "text", "training"),
+    Column("health_note", "training", "what health found, in one line: each loss spike's step and loss against the "
+           "median before it, the validation rises", read.health_note, "text", "training"),
+    Column("warmup_steps", "derived", "learning-rate warmup steps (the schedule's: train.schedule.warmup_steps, else "
+           "warmup_fraction x max_steps)", read.warmup_steps, block="counts"),
     Column("moe_max_load", "training", "mixture of experts: largest expert share of routed tokens x n_experts over "
            "the last logging window (1 = balanced; n_experts = every token on one expert)", read.moe_max_load,
            block="training"),

@@ -72,16 +72,21 @@ def claims() -> pd.DataFrame:
     return collect(CLAIMS)
 
 
-ADDED_SINCE = ("lr_rule", "ladder_point", "val_nll_25", "val_nll_50")
-"""Columns added after that table was collected (issue 41: a ladder's lr rule, the validation curve's proxies)."""
+ADDED_SINCE = ("lr_rule", "ladder_point", "val_nll_25", "val_nll_50", "health", "health_note")
+"""Columns added after that table was collected (issue 41: a ladder's lr rule, the validation curve's proxies; issue
+48: the training health, which these records predate)."""
+READ_SINCE = {"warmup_steps": 6.0}
+"""Columns added since that these records have from their config (issue 48: the warmup, 5% of 120 steps)."""
 
 
 def test_the_stored_records_table_is_the_one_collected_before(claims):
     before = [NEW_NAME.get(c, c) for c in CLAIMS_COLUMNS_BEFORE]
-    assert sorted(claims.columns) == sorted(before + list(ADDED_SINCE))
+    assert sorted(claims.columns) == sorted(before + list(ADDED_SINCE) + list(READ_SINCE))
     assert claims[list(ADDED_SINCE)].isna().all().all()  # no ladder, and no curve in these records
+    assert all((claims[c] == v).all() for c, v in READ_SINCE.items())
     moved = set(NEW_NAME.values())  # a nested setting's columns sit with their group, the others keep their order
-    assert [c for c in claims.columns if c not in moved and c not in ADDED_SINCE] == [c for c in before if c not in moved]
+    assert [c for c in claims.columns if c not in moved and c not in ADDED_SINCE and c not in READ_SINCE] == [
+        c for c in before if c not in moved]
     rows = claims.set_index("run")
     for run, values in CLAIMS_VALUES_BEFORE.items():
         for column, value in values.items():

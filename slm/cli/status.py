@@ -9,7 +9,8 @@ diverged as recorded in each result.json; running (a process holds the run's loc
 nothing runs it now: killed, interrupted, or preempted and waiting for its requeue; the next attempt
 resumes it); pending (a job of the sweep not started yet); unreadable (its result.json cannot be read or
 is not a record: the line says why); paused and pruned (successive halving), each with its rung, its configuration's
-score and its rank there. Progress is the last logged optimizer step over the run's max_steps.
+score and its rank there. Progress is the last logged optimizer step over the run's max_steps. A run whose training
+health was flagged (slm.runs.health: a loss spike, a validation rise) has a `health:` line under it.
 
 While a run group has jobs left (running, stopped or pending), a `progress:` line under its counts says how many
 of its jobs are done and when the rest should be: the jobs left (a running one less the steps it has done) x the
@@ -66,6 +67,8 @@ def report(sweep_dir: Path) -> list[str]:
         if state.val_nll is not None:
             detail = f"val_nll {state.val_nll:.4f}" + (f"  {detail}" if detail else "")
         lines.append(f"  {state.key:{width}s}  {_progress(state):>13s}  {detail}".rstrip())
+        if state.health:
+            lines.append(f"  {'':{width}s}  health: {state.health}")
         whole = read_full_key(sweep_dir / state.key)
         if whole:  # a key cut to a start and a hash: what the hash stands for
             lines.append(f"  {'':{width}s}  whole key: {whole}")

@@ -5,6 +5,8 @@
   record_completed  the weights and the tokenizer saved (model/), the line saying how training ended, the record
                     `completed` with its validation (and test) metrics, bits per byte, data and artifacts
   record_diverged   the record `diverged` with the step and the loss; no weights
+  health            the `health` section of a run that trained (slm.runs.health: loss spikes, validation rises and
+                    a flag), written by record_completed, record_diverged and record_paused
   record_failure    a job that could not start (invalid config or data): `failed` with its error line
 """
 
@@ -26,6 +28,7 @@ from slm.omp_wait import wait_settings
 from slm.renames import RenameError, upgrade_model_fields
 from slm.runs.environment import environment
 from slm.runs.errors import one_line
+from slm.runs.health import check_run
 from slm.runs.layout import CHECKPOINT
 from slm.runs.record import load_record, update_record
 from slm.settings import nested
@@ -139,7 +142,13 @@ def record_diverged(job: PreparedJob, built: Built, training: dict) -> dict:
         return {"status": "diverged", "error": None}
     d = built.module.diverged
     return update_record(job.run_dir, status="diverged", error=f"non-finite training loss {d['loss']} at step {d['step']}",
-                         training=training, data=_data_section(job.data, built.datamodule), artifacts=dict(ARTIFACTS))
+                         training=training, health=health(job, built, val_curve(job.run_dir, built.module)),
+                         data=_data_section(job.data, built.datamodule), artifacts=dict(ARTIFACTS))
+
+
+def health(job: PreparedJob, built: Built, curve: list) -> dict:
+    """The record's `health` section (slm.runs.health) of the run's train_log.jsonl and validation curve `curve`."""
+    return check_run(job.run_dir, job.train_cfg.warmup(job.max_steps), curve, built.module.objective.nll_kind)
 
 
 def val_curve(run_dir, module) -> list[list]:
@@ -167,8 +176,9 @@ def record_paused(job: PreparedJob, built: Built, training: dict) -> dict:
           f"{training['paused']['fraction']:g}), checkpointed in {CHECKPOINT}; validation {module.objective.nll_kind} "
           f"{nll:.4f}; the same command with a later pause_at, or none, goes on")
     training["paused"]["val_nll"] = nll
+    curve = val_curve(job.run_dir, module)
     return update_record(job.run_dir, status="paused", training=training, data=_data_section(job.data, built.datamodule),
-                         eval={"val_curve": val_curve(job.run_dir, module)})
+                         eval={"val_curve": curve}, health=health(job, built, curve))
 
 
 def record_completed(job: PreparedJob, built: Built, training: dict, restored: dict | None) -> dict:
@@ -192,12 +202,13 @@ def record_completed(job: PreparedJob, built: Built, training: dict, restored: d
           f"{best}", flush=True)
     artifacts = {**ARTIFACTS, "weights": "model/model.safetensors", "model_dir": "model"}
     per_byte = _bits_per_byte(job.data, val["val_nll"], module.test_metrics.get("test_nll"))
-    return update_record(run_dir, status="completed", error=None, training=training,
+    curve = val_curve(run_dir, module)
+    return update_record(run_dir, status="completed", error=None, training=training, health=health(job, built, curve),
                          data=_data_section(job.data, built.datamodule), artifacts=artifacts,
                          eval={"val_nll": val["val_nll"], "val_step": val["val_step"],  # exp(a NELBO): a bound
                                ("val_ppl" if module.objective.nll_kind == "nll" else "val_ppl_bound"): val["val_ppl"],
                                "val_nll_kind": module.objective.nll_kind, **module.test_metrics, **per_byte,
-                               "val_curve": val_curve(run_dir, module),
+                               "val_curve": curve,
                                **({"restored_best": True, "last_val_nll": restored["val_nll"],
                                    "last_val_step": restored["val_step"]} if restored else {}),
                                **({"val_attention_block": val["val_attention_block"]}

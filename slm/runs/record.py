@@ -28,6 +28,8 @@ Top-level sections (schema_version 1):
   artifacts    paths relative to the run directory (weights, checkpoint, logs)
   branch       a decay branch's run only (train.schedule.decay_branches, slm.runs.branches): of (the job key of the
                run it branched from, a sibling directory), fraction, step (the run's step it resumed from), steps
+  health       a run that trained (slm.runs.health): flag (ok, spike, val_rise), spikes [{step, loss, median, steps}],
+               val_rises [{step, val_nll, previous_step, previous}], steps_judged, warmup, rel, rule (the rules in words)
   halving      a run successive halving pruned (status `pruned`; hydra.sweeper.halving): rung (from 1, as the console
                numbers it; from 0 in records without `rungs`) of `rungs`, fraction, step, configuration (what tells it
                from the sweep's others), score (its configuration's mean validation loss there), rank of `of`
@@ -90,7 +92,7 @@ class RecordError(ValueError):
 
 
 SECTIONS = ("config", "model", "data", "training", "eval", "environment", "artifacts",
-            "branch", "halving")  # objects, or absent/null
+            "branch", "halving", "health")  # objects, or absent/null
 _JSON_TYPES = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean",
                type(None): "null"}
 

@@ -39,6 +39,7 @@ from pathlib import Path
 import yaml
 
 from slm.durations import duration
+from slm.runs.health import describe as describe_health
 from slm.runs.record import RESULT_FILE, STATUSES, RecordError, load_record, read_object
 
 log = logging.getLogger(__name__)
@@ -89,6 +90,7 @@ class JobState:
     note: str | None = None
     overrides: list[str] = field(default_factory=list)
     seconds: float | None = None  # a completed run's time (job_seconds); a paused or pruned one's at its pace to its end
+    health: str | None = None  # what its record's health section found (slm.runs.health), None when nothing
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -182,6 +184,7 @@ def run_state(run_dir: str | os.PathLike, key: str | None = None) -> JobState:
     if state.step is None:
         state.step = training.get("steps")
     state.val_nll = _number((record.get("eval") or {}).get("val_nll"))
+    state.health = describe_health(record.get("health"))
     if state.status == COMPLETED:
         state.seconds = job_seconds(record)
     elif state.status in (PAUSED, PRUNED):  # trained part way (halving's rungs): its pace, over all its steps
@@ -490,13 +493,15 @@ def progress_text(p: Progress, why: bool = False) -> str:
 
 
 def summary_lines(name: str, sweep_dir: str | os.PathLike, jobs: list[tuple[str, str, str | None]]) -> list[str]:
-    """A sweep's summary: one line with its jobs' tally, then one per job (key, status, error line) not completed."""
+    """A sweep's summary: one line with its jobs' tally, then one per job (key, status, error line) not completed, then
+    one per run whose training health was flagged (health_lines)."""
     tally: dict[str, int] = {}
     for _, status, _ in jobs:
         tally[status] = tally.get(status, 0) + 1
     parts = ", ".join(f"{n} {s}" for s, n in tally.items())
     lines = [f"sweep {name}: {len(jobs)} job{'' if len(jobs) == 1 else 's'}: {parts} (details: slm-status {sweep_dir})"]
     lines += [f"  {status:9s} {key}: {error or ''}".rstrip() for key, status, error in jobs if status != COMPLETED]
+    lines += health_lines(sweep_dir, [key for key, status, _ in jobs if status in (COMPLETED, DIVERGED, PAUSED, PRUNED)])
     winner = halving_winner(name, sweep_dir)
     return lines + ([winner] if winner else [])
 
@@ -536,3 +541,17 @@ def halving_winner(name: str, sweep_dir: str | os.PathLike) -> str | None:
             + ("the only one trained to the end" if len(finals) == 1 else
                f"the best of the {len(finals)} trained to the end (then {others})")
             + f"; {total - len(finals)} of {total} configurations pruned ({pruned})")
+
+
+def health_lines(sweep_dir: str | os.PathLike, keys: list[str]) -> list[str]:
+    """`  health    <key>: <what went wrong>` for each of these runs whose record's health section flags it
+    (slm.runs.health); a record that cannot be read is left out (the summary's own lines name it)."""
+    lines = []
+    for key in keys:
+        try:
+            found = describe_health((load_record(Path(sweep_dir) / key) or {}).get("health"))
+        except RecordError:
+            continue
+        if found:
+            lines.append(f"  {'health':9s} {key}: {found}")
+    return lines

@@ -1,0 +1,64 @@
+"""Runs too short to rank architectures, by a stated rule; the report says so in one line at the top of its verdict.
+
+A completed run is too short to rank when either holds:
+  - it trained fewer tokens than it has parameters (tokens / params_active < MIN_TOKENS_PER_PARAM = 1; the active
+    parameters, which a token uses, for a mixture of experts). That far from its data budget a model is in its first,
+    fastest phase of learning, and the order of the runs is which one leaves the early plateaus first (the unigram
+    statistics, then the bigrams), not which one learns better. The README's 20-step first look (0.16 tokens per
+    parameter) ranks gpt2 ahead at every depth, the full study (244 steps, 2 tokens per parameter) behind: at depth 2
+    gpt2's training loss is 2.86 nats after 20 steps and llama3's 3.29 (still on the 3.31-nat unigram plateau), after
+    244 steps their validation NLLs are 2.35 and 1.89.
+    Compute-optimal training is about 20 tokens per parameter (Chinchilla), so 1 is a floor, not a target.
+  - it ended within MIN_STEPS_PAST_WARMUP = 2 x its warmup steps (steps < 2 x warmup_steps): it spent no longer at its
+    peak learning rate than it took to get there, so its loss is still mostly the schedule's.
+A falling loss at the end is no test: a cosine schedule flattens every run's end, whatever its length, and a run
+stuck on a plateau is flat too. Standard library and pandas only; reads the results table.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+MIN_TOKENS_PER_PARAM = 1.0
+MIN_STEPS_PAST_WARMUP = 2.0
+RULE = (f"a run is too short to rank when it trained fewer than {MIN_TOKENS_PER_PARAM:g} token per parameter, or "
+        f"ended within {MIN_STEPS_PAST_WARMUP:g}x its warmup steps")
+
+
+def _column(table: pd.DataFrame, name: str) -> pd.Series:
+    return pd.to_numeric(table[name], errors="coerce") if name in table else pd.Series(float("nan"), table.index)
+
+
+def reasons(table: pd.DataFrame) -> pd.Series:
+    """Per completed run, why it is too short to rank ('' where it is not, or cannot be told: a count missing)."""
+    params = _column(table, "params_active").fillna(_column(table, "params_total"))
+    per_param = _column(table, "tokens") / params
+    steps, warmup = _column(table, "steps"), _column(table, "warmup_steps")
+    completed = table["status"].eq("completed") if "status" in table else pd.Series(True, table.index)
+    out = []
+    for i in table.index:
+        why = []
+        if completed[i] and per_param[i] < MIN_TOKENS_PER_PARAM:
+            why.append(f"{per_param[i]:.2g} tokens per parameter")
+        if completed[i] and warmup[i] > 0 and steps[i] < MIN_STEPS_PAST_WARMUP * warmup[i]:
+            why.append(f"{steps[i]:.0f} steps after a {warmup[i]:.0f}-step warmup")
+        out.append(", ".join(why))
+    return pd.Series(out, index=table.index, dtype=object)
+
+
+def warning(table: pd.DataFrame) -> str | None:
+    """The report's line when completed runs are too short to rank (module docstring), None when none is."""
+    why = reasons(table)
+    short = why.ne("")
+    if not short.any():
+        return None
+    completed = int(table["status"].eq("completed").sum()) if "status" in table else len(table)
+    examples = sorted(set(why[short]))
+    shown = "; ".join(examples[:2]) + (" ..." if len(examples) > 2 else "")
+    if int(short.sum()) == completed:
+        head = (f"**Too short to rank anything**: all {completed} completed runs are too short ({shown}), so the order "
+                "below says which model starts fastest, not which is better; train longer before reading it")
+    else:
+        head = (f"**{int(short.sum())} of {completed} completed runs are too short to rank** ({shown}): their places "
+                "below say which model starts fastest, not which is better")
+    return f"{head} (rule: {RULE}; analysis/too_short.py says why)."
