@@ -54,9 +54,11 @@ def run_labels(table: pd.DataFrame, columns: list[str] | None = None, dedupe: bo
     if "n_kv_heads" in text and "n_heads" in table:  # multi-head attention: kv heads = heads, nothing to say
         mha = pd.to_numeric(table["n_kv_heads"], errors="coerce") == pd.to_numeric(table["n_heads"], errors="coerce")
         text.loc[mha, "n_kv_heads"] = ""
-    # what varies, and each family's usual value, among the rows that have a value: a partial table's pending rows
-    # (no config yet) make no axis vary and no empty value usual
-    known = text.mask(text == "")
+    # what varies, and each family's usual value, among the rows that have a config: a partial table's pending rows
+    # (no config yet, their cells empty) make no axis vary and no empty value usual
+    known = text.copy()
+    if "status" in table:
+        known.loc[table["status"].astype(str).eq("pending").to_numpy()] = pd.NA
     core = [c for c in ("family", "n_layers", "d_model") if c in text and known[c].nunique() > 1]
     by_family = known.groupby(family)
     candidates = [c for c in columns if c not in ("family", "n_layers", "d_model", "seed")]

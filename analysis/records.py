@@ -217,6 +217,8 @@ def status(r):
 def error(r):
     """the record's error line; for a stopped run, the signal and step that stopped it (training.interrupted)"""
     said = r.record.get("error")
+    if said is not None and not isinstance(said, str):
+        raise BadFile(f"{r.run_dir / RESULT_FILE}: error is {shown(said)}, not a string")
     if said or status(r) != "stopped":
         return said
     return interruption(r.record.get("training") or {})

@@ -88,7 +88,7 @@ def test_a_run_keyed_the_former_way_is_found_by_a_single_run_and_a_sweep(workdir
 
 
 def test_a_cut_key_keeps_its_whole_text_beside_it(workdir):
-    from slm.runs.keys import MAX_LEN, read_full_key
+    from slm.runs.keys import CUT_MARK, MAX_LEN, read_full_key
 
     long = ["train.seed=4000000000", "train.lr=0.00123456", "train.optim.adamw.weight_decay=0.0123456", "train.grad_clip=0.987654",
             "model.position.rope_theta=123456.0", "train.schedule.min_lr_ratio=0.0123", "train.validation.interval=0"]
@@ -96,7 +96,8 @@ def test_a_cut_key_keeps_its_whole_text_beside_it(workdir):
     (run,) = (workdir / "runs" / "train").iterdir()
     whole = read_full_key(run)
     assert whole is not None and len(whole) > MAX_LEN and len(run.name) < MAX_LEN  # the name: a start and a hash
-    assert whole.startswith(run.name[:MAX_LEN - 20]) and "train.optim.adamw.weight_decay=0.0123456" in whole
+    kept = run.name.partition(CUT_MARK)[0]  # the whole overrides that fit, then "...sha1-" and the hash
+    assert kept and whole.startswith(kept) and "train.optim.adamw.weight_decay=0.0123456" in whole
     from slm.cli.status import report
 
     lines = report(run.parent)
