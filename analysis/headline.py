@@ -260,8 +260,13 @@ def _why(table: pd.DataFrame, chosen: Candidate, skipped: list[Candidate]) -> st
     elif chosen.separates is False:
         text += " No metric separates the configurations beyond noise; it is the first not at chance."
     else:
-        text += (" Its noise is unknown: " + ("there is one configuration." if chosen.configurations < 2 else
-                 "one seed per configuration and no standard error, so its differences are not tested."))
+        pruned = "status" in table and bool(table["status"].eq("pruned").any())
+        if chosen.configurations < 2 and pruned:
+            text += (" Nothing to test at the end: one configuration was trained to it, successive halving pruned "
+                     "the others at its rungs (the verdict lists them with their scores there).")
+        else:
+            text += (" Its noise is unknown: " + ("there is one configuration." if chosen.configurations < 2 else
+                     "one seed per configuration and no standard error, so its differences are not tested."))
     if not bounds_left_out(table, chosen.column).empty:
         text += " Diffusion runs' NELBO (an upper bound on the NLL) is not ranked with exact NLLs."
     return text

@@ -286,6 +286,7 @@ def test_the_report_says_which_lrs_were_searched_and_puts_the_pruned_in_the_verd
     assert "nothing to compare" not in verdict and "train.seed" not in md and "seed 0" not in verdict
     assert "**Successive halving** (mine): 3 configurations compared; 2 pruned at their rungs, 1 trained to the end; " \
            "chosen: train.lr=" in verdict
+    assert "there is one configuration" not in verdict and "one configuration was trained to it" in verdict
     rows = [x for x in verdict.splitlines() if x.startswith("| train.lr=")]
     outcomes = sorted(x.split(" | ")[1] for x in rows if "1 of 2" in x)
     assert outcomes == ["chosen", "pruned", "pruned"]
