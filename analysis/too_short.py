@@ -53,8 +53,7 @@ def warning(table: pd.DataFrame) -> str | None:
     if not short.any():
         return None
     completed = int(table["status"].eq("completed").sum()) if "status" in table else len(table)
-    examples = sorted(set(why[short]))
-    shown = "; ".join(examples[:2]) + (" ..." if len(examples) > 2 else "")
+    shown = _said(table, short)
     if int(short.sum()) == completed:
         head = (f"**Too short to rank anything**: all {completed} completed runs are too short ({shown}), so the order "
                 "below says which model starts fastest, not which is better; train longer before reading it")
@@ -62,3 +61,20 @@ def warning(table: pd.DataFrame) -> str | None:
         head = (f"**{int(short.sum())} of {completed} completed runs are too short to rank** ({shown}): their places "
                 "below say which model starts fastest, not which is better")
     return f"{head} (rule: {RULE}; analysis/too_short.py says why)."
+
+
+def _said(table: pd.DataFrame, short: pd.Series) -> str:
+    """What makes the short runs short, in one phrase: their range of tokens per parameter, and how many ended within
+    MIN_STEPS_PAST_WARMUP x their warmup."""
+    params = _column(table, "params_active").fillna(_column(table, "params_total"))
+    per_param = (_column(table, "tokens") / params)[short]
+    few = per_param[per_param < MIN_TOKENS_PER_PARAM]
+    steps, warmup = _column(table, "steps")[short], _column(table, "warmup_steps")[short]
+    early = int(((warmup > 0) & (steps < MIN_STEPS_PAST_WARMUP * warmup)).sum())
+    parts = []
+    if len(few):
+        lo, hi = f"{few.min():.2g}", f"{few.max():.2g}"
+        parts.append(f"{lo if lo == hi else f'{lo} to {hi}'} tokens per parameter")
+    if early:
+        parts.append(f"{early} ended within {MIN_STEPS_PAST_WARMUP:g}x {'its' if early == 1 else 'their'} warmup")
+    return "; ".join(parts)

@@ -171,7 +171,11 @@ def test_a_report_on_runs_too_short_to_rank_says_so_first(default_table):
     mixed["warmup_steps"] = 12.0
     mixed.loc[mixed.index[:3], "steps"] = 20
     first = _verdict(mixed)[0]
-    assert first.startswith("**3 of 12 completed runs are too short to rank** (20 steps after a 12-step warmup)")
+    assert first.startswith("**3 of 12 completed runs are too short to rank** (3 ended within 2x their warmup)")
+    # a range of tokens per parameter is said once, as a range (it listed each value: "0.16 ...; 0.17 ...")
+    spread = default_table.assign(tokens=default_table["params_total"].to_numpy() * ([0.16, 0.17] * 6))
+    first = _verdict(spread)[0]
+    assert "are too short (0.16 to 0.17 tokens per parameter)" in first and first.count("tokens per parameter") == 1
 
 
 def test_slm_report_prints_the_warning_too(default_table, tmp_path, capsys):
