@@ -134,7 +134,7 @@ SLURM_BASE ?= /tmp/slm-test-slurm
 smoke: install
 	OMP_NUM_THREADS=1 $(BIN)/slm-train -m sweep=smoke
 
-# arXiv 2512.20877 reproduced: Table 1, the position ablation and the four sweeps under the paper's protocol (sweeps/ladder_*.yaml),
+# arXiv 2512.20877 reproduced: Table 1, the position ablation and the four sweeps under the paper's protocol (sweeps/arxiv2512_*.yaml),
 # SEEDS seeds each (train.seed 0..SEEDS-1), then $(RUNS)/report-2512.20877/ladder.md with the paper's numbers beside
 # ours and the NLL-per-FLOP figure. Started again, it trains only what is missing.
 # LADDER_JOBS copies of the three sweeps run at once, LADDER_THREADS threads each (slm-workers: output prefixed
@@ -146,7 +146,7 @@ LADDER_THREADS ?= 1
 reproduce-2512: install
 	@seeds=$$(seq -s, 0 $$(($(SEEDS) - 1))); \
 	OMP_NUM_THREADS=$(LADDER_THREADS) $(BIN)/slm-workers $(LADDER_JOBS) -- sh -c "rc=0; \
-		for sweep in ladder_table1 ladder_rope ladder_sweeps; do \
+		for sweep in arxiv2512_table1 arxiv2512_rope arxiv2512_sweeps; do \
 			$(BIN)/slm-train -m sweep=\$$sweep train.seed=$$seeds || rc=\$$?; \
 		done; exit \$$rc"; rc=$$?; \
 	$(BIN)/slm-ladder $(RUNS) -o $(RUNS)/report-2512.20877 && exit $$rc

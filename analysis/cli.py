@@ -274,7 +274,7 @@ def ladder_main(argv: list[str] | None = None) -> None:
 
     table = _load(prog, args.results)
     if "test_nll" not in table or table["test_nll"].isna().all():
-        fail(prog, f"{args.results}: no run with a test NLL (train the ladder sweeps: make reproduce-2512)")
+        fail(prog, f"{args.results}: no run with a test NLL (train the arxiv2512_* sweeps: make reproduce-2512)")
     path = write(table, args.out_dir)
     print(path.read_text())
     print(f"{prog}: wrote {path} and {Path(args.out_dir) / 'figures' / 'ladder_nll_flops.png'}")

@@ -1,5 +1,5 @@
-"""arXiv 2512.20877 side by side: the ladder runs (sweeps/ladder_table1.yaml, ladder_rope.yaml, and
-ladder_sweeps.yaml, ladder_word.yaml when they ran) next to the paper's published test NLLs, and its central
+"""arXiv 2512.20877 side by side: the ladder runs (sweeps/arxiv2512_table1.yaml, arxiv2512_rope.yaml, and
+arxiv2512_sweeps.yaml, arxiv2512_word.yaml when they ran) next to the paper's published test NLLs, and its central
 figure, test NLL against training FLOPs.
 
     frame = side_by_side(table)            # one row per paper model: ours (mean, spread, seeds) and theirs
@@ -52,12 +52,12 @@ PAPER = pd.DataFrame([
 SECTIONS = {
     "main": "Test NLL (nats per character, Tiny Shakespeare, the first 10,000 test windows) of the paper's models "
             "(its Table 1 and position ablation) next to slm's runs of the same models under the same protocol "
-            "(sweeps/ladder_table1.yaml, ladder_rope.yaml).",
+            "(sweeps/arxiv2512_table1.yaml, arxiv2512_rope.yaml).",
     "sweeps": "The paper's one-factor sweeps (2 epochs of 30,000 windows, the first 5,000 test windows; "
-              "sweeps/ladder_sweeps.yaml).",
+              "sweeps/arxiv2512_sweeps.yaml).",
     "word": "Word level (nats per word; PTB and WikiText-2 as whitespace-separated words, windows of 64, 8 epochs "
             "of 79,935 windows from the first 80,000 training tokens, the first 19,935 test windows; "
-            "sweeps/ladder_word.yaml).",
+            "sweeps/arxiv2512_word.yaml).",
 }
 
 

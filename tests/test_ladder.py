@@ -49,8 +49,8 @@ def test_counts_match_the_paper(name, overrides, published):
 
 @pytest.mark.parametrize("vocab, published", [(9_999, 2_975_631), (33_277, 8_958_077)])
 def test_word_level_counts_match_the_paper(vocab, published):
-    """The word-level Transformer as sweeps/ladder_word.yaml composes it, at PTB's and WikiText-2's vocabularies."""
-    cfg = config_from_spec(compose_model_node("sweep=ladder_word", f"model.vocab_size={vocab}"))
+    """The word-level Transformer as sweeps/arxiv2512_word.yaml composes it, at PTB's and WikiText-2's vocabularies."""
+    cfg = config_from_spec(compose_model_node("sweep=arxiv2512_word", f"model.vocab_size={vocab}"))
     assert (cfg.context_length, cfg.n_layers, cfg.mlp.d_ff) == (64, 3, 256)
     assert count(cfg).params_total == published
 

@@ -372,7 +372,7 @@ def test_the_ladder_models_train_on_the_token_after_the_window(tmp_path):
 
 
 def test_the_word_level_ladder_runs_from_a_local_directory(tmp_path):
-    """sweeps/ladder_word.yaml, shrunk, on a PTB-shaped directory (train/valid/test.txt): the vocabulary is the
+    """sweeps/arxiv2512_word.yaml, shrunk, on a PTB-shaped directory (train/valid/test.txt): the vocabulary is the
     training split's whitespace words, so the count is the paper's formula (257 V + blocks + positions); the
     record names the directory and holds the test NLL. Offline with no directory it fails in one line."""
     rng = random.Random(0)
@@ -383,7 +383,7 @@ def test_the_word_level_ladder_runs_from_a_local_directory(tmp_path):
         lines = (" " + " ".join(rng.choice(words) for _ in range(10)) + " " for _ in range(n_lines))
         (corpus / f"{split}.txt").write_text("\n".join(lines) + "\n")
     vocab = len(set((corpus / "train.txt").read_text().split()))
-    short = ["sweep=ladder_word", "data=ptb", "train.logging.progress_bar=false", "train.length.epochs=1", "train.length.windows_per_epoch=64",
+    short = ["sweep=arxiv2512_word", "data=ptb", "train.logging.progress_bar=false", "train.length.epochs=1", "train.length.windows_per_epoch=64",
              "train.batch_size=16", "train.validation.windows=50", "model.context_length=16", "data.token_budget=2000"]
     out = slm_train(tmp_path, *short, f"data.sources.0.dir={corpus}")
     assert out.returncode == 0, out.stderr[-2000:]

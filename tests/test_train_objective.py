@@ -33,7 +33,8 @@ def test_train_objective_follows_the_preset(preset, objective):
 def test_an_explicit_objective_is_kept_and_a_sweep_file_may_set_it():
     assert objective_of("model=dllm", "train.objective=mdlm") == "mdlm"
     assert objective_of("model=ladder_transformer", "train.objective=last_token") == "last_token"  # no preset's
-    assert objective_of("sweep=ladder_table1") == "last_token"  # ladder_protocol's train.objective
+    assert objective_of("sweep=arxiv2512_table1") == "last_token"  # arxiv2512_protocol's train.objective
+    assert objective_of("sweep=ladder_table1") == "last_token"  # its former name still works
 
 
 def test_a_contradicting_objective_is_refused_naming_both():

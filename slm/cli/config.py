@@ -308,7 +308,7 @@ def stray_single_run(root) -> str | None:
     """Why a run without -m that names a sweep file (`slm-train sweep=cpu_default`) would train one stray point
     into the study's run group (which its report would then include), or None: the file sweeps something the
     command line does not choose (params it does not set, several points, or an lr search). A sweep file whose
-    axes the command line sets is one run of it (`slm-train sweep=ladder_word data=wikitext2`)."""
+    axes the command line sets is one run of it (`slm-train sweep=arxiv2512_word data=wikitext2`)."""
     from omegaconf import OmegaConf
 
     name = OmegaConf.select(root, "hydra.runtime.choices.sweep", default=None)

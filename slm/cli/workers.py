@@ -4,8 +4,8 @@ A local `slm-train -m` trains its jobs one after another. N copies of the same s
 copy trains the next job that no other copy holds (the run's .lock, slm.runs.job) and skips the rest, so N
 1-thread copies keep N cores busy with models too small to use more threads well (`make reproduce-2512`).
 
-    OMP_NUM_THREADS=1 slm-workers 2 -- slm-train -m sweep=ladder_table1
-    slm-workers 2 -- sh -c 'slm-train -m sweep=ladder_table1; slm-train -m sweep=ladder_rope'
+    OMP_NUM_THREADS=1 slm-workers 2 -- slm-train -m sweep=arxiv2512_table1
+    slm-workers 2 -- sh -c 'slm-train -m sweep=arxiv2512_table1; slm-train -m sweep=arxiv2512_rope'
 
 Each line a copy prints is prefixed `[i] ` (copies 1..N). The copies start `--stagger` seconds apart (default
 2), so that they take different jobs and their sweeps' timestamped files differ. Ctrl-C or SIGTERM is passed
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> None:
     if not math.isfinite(args.stagger) or args.stagger < 0:
         fail(PROG, f"--stagger={args.stagger}: give a finite number of seconds >= 0 (between the copies' starts)")
     if not command:
-        fail(PROG, "no command: give it after --, e.g. slm-workers 2 -- slm-train -m sweep=ladder_table1")
+        fail(PROG, "no command: give it after --, e.g. slm-workers 2 -- slm-train -m sweep=arxiv2512_table1")
     try:
         sys.exit(run(copies, command, args.stagger))
     except FileNotFoundError as err:
