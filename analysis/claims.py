@@ -44,7 +44,7 @@ from analysis.study import AS_RUN, BEST, SHARED, Study, analyse
 from analysis.thresholds import ThresholdResult
 from analysis.tiers import TierResult, format_p, units_of
 from analysis.tuning import at_best_lr, rows_at
-from analysis.words import counted
+from slm.words import counted
 
 SUPPORTED, NOT_SUPPORTED, NOT_TESTABLE = "supported", "not supported", "not testable"
 TOKENS_PER_PARAM_LOW = 2.0

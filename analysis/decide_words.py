@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from analysis.decide import MIN_DRAWS, DecideResult, RungDecision, _num
+from slm.words import counted
 
 MIN_SEEDS = 3
 """Seeds per configuration at the target below which the intervals and the noise ceiling are rough: a bootstrap of
@@ -29,10 +30,6 @@ HELP = ("The first lines say the decision in words. They say 'cannot decide' whe
         f"{MAX_REACH:g}x the ladder's span (in log compute) past its top rung. They warn, one line each, with fewer "
         f"than {MIN_SEEDS} seeds per configuration, fewer than {MIN_RUNGS} rungs, a ceiling below --level, fewer than "
         f"{MIN_DRAWS} --draws, or a held-out check that misses the best.")
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def _where(result: DecideResult, row: RungDecision, proxy: bool = True) -> str:
@@ -92,7 +89,7 @@ def _decision(result: DecideResult) -> tuple[str | None, list[str]]:
     best, runner = order[0], order[1]
     seeds = sorted(set(result.top[best]) & set(result.top[runner]), key=str)
     ahead = sum(result.top[best][s] < result.top[runner][s] for s in seeds)
-    by_seed = f", ahead in {ahead} of {_plural(len(seeds), 'seed')}" if len(seeds) > 1 else ""
+    by_seed = f", ahead in {ahead} of {counted(len(seeds), 'seed')}" if len(seeds) > 1 else ""
     said = f"({value[best]:.4g}; {runner} next at {value[runner]:.4g}{by_seed})"
     if result.ceiling is not None and result.ceiling <= MIN_CEILING:
         return None, [f"Cannot decide which is best at {at}: the target's own seeds order the configurations no "
@@ -106,7 +103,7 @@ def _trust(result: DecideResult, level: float, seeds: int, rungs: int) -> list[s
     ceiling = ("no noise ceiling (fewer than two seeds in common at the target)" if result.ceiling is None else
                f"noise ceiling {result.ceiling:.3f} (how often one seed's order at the target agrees with another's: "
                "the most a proxy can reach)")
-    lines = [f"- Trust: {ceiling}; {_plural(seeds, 'seed')} per configuration at the target; {_plural(rungs, 'rung')}."]
+    lines = [f"- Trust: {ceiling}; {counted(seeds, 'seed')} per configuration at the target; {counted(rungs, 'rung')}."]
     if seeds == 1:
         lines.append("- warning: one seed per configuration at the target: no interval and no noise ceiling, so "
                      f"nothing here says whether these orders are more than seed noise (train.seed: at least "
@@ -115,7 +112,7 @@ def _trust(result: DecideResult, level: float, seeds: int, rungs: int) -> list[s
         lines.append(f"- warning: {seeds} seeds per configuration at the target, fewer than {MIN_SEEDS}: the intervals "
                      f"and the noise ceiling redraw {seeds} seeds and understate the noise.")
     if rungs < MIN_RUNGS:
-        lines.append(f"- warning: {_plural(rungs, 'rung')}, fewer than {MIN_RUNGS}: no held-out check of the "
+        lines.append(f"- warning: {counted(rungs, 'rung')}, fewer than {MIN_RUNGS}: no held-out check of the "
                      "ladder's extrapolation, and one rung below the target to judge.")
     if result.ceiling is not None and MIN_CEILING < result.ceiling < level:
         lines.append(f"- warning: the noise ceiling {result.ceiling:.3f} is below --level {level:g}: the target's own "
@@ -124,7 +121,7 @@ def _trust(result: DecideResult, level: float, seeds: int, rungs: int) -> list[s
         lines.append("- warning: --draws 0: no 95% intervals.")
     elif 0 < result.draws < MIN_DRAWS and seeds > 1:
         lines.append(f"- warning: --draws {result.draws}, fewer than {MIN_DRAWS}: each 95% interval is read from "
-                     f"{_plural(result.draws, 'redraw')} and is rough.")
+                     f"{counted(result.draws, 'redraw')} and is rough.")
     return lines
 
 
@@ -148,7 +145,7 @@ def _rungs(result: DecideResult, best: str | None, level: float) -> list[str]:
         names = "" if best is None or first == best else \
             f" It puts {first or 'two configurations'} first, not {best}."
         lines.append(f"- Decided at {level:g} by {_where(result, row)}: {row.accuracy:.3f} of "
-                     f"{_plural(pairs, 'pair')} ordered as at the target{interval}.{names}")
+                     f"{counted(pairs, 'pair')} ordered as at the target{interval}.{names}")
     if best is not None:
         lead = _leads_from(result, best)
         lines.append(f"- {best} is first on {lead.proxy} from {_where(result, lead, proxy=False)} up."

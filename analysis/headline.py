@@ -43,7 +43,7 @@ from analysis.metrics import (  # noqa: F401 (comparable_rows, name_of re-export
     higher_is_better, name_of, score_columns, single_task_average, task_names, value_kinds)
 from analysis.schema import keys_of
 from analysis.tiers import units_of
-from analysis.words import counted
+from slm.words import counted
 from slm.eval.score_lines import near_chance
 
 ALPHA = 0.05

@@ -47,7 +47,7 @@ from analysis.thresholds import BEST_Z, best_per_family, nll_frontier
 from analysis.tiers import describe_gap, format_p, units_of
 from analysis.too_short import warning as too_short_warning
 from analysis.tuning import at_best_lr, lr_labels, lr_varies
-from analysis.words import counted
+from slm.words import counted
 from slm.metrics import METRICS
 from slm.runs.health import OK as HEALTHY, RULE as HEALTH_RULE
 

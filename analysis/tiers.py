@@ -57,7 +57,7 @@ from analysis.labels import LABEL_AXES, run_labels  # noqa: F401 (run_labels re-
 from analysis.metrics import higher_is_better as _higher_is_better, stderr_column
 from analysis.schema import config_columns, keys_of
 from analysis.tuning import lr_varies, rows_at
-from analysis.words import counted
+from slm.words import counted
 
 
 @dataclass

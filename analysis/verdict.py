@@ -42,7 +42,7 @@ from analysis.plot_style import AXIS_NAMES, sweep_axis
 from analysis.schema import budget_flags, keys_of
 from analysis.tiers import units_of
 from analysis.tuning import at_best_lr, lr_labels, lr_varies
-from analysis.words import counted
+from slm.words import counted
 
 QUESTIONS = {"seeds": "the architectures (seed-to-seed spread)",
              "documents": "these two trained models, on these documents",
@@ -149,7 +149,7 @@ class Verdict:
                         for _, r in self.ranked.head(5).iterrows())
         borrowed = "fill_sd" in self.ranked and (self.ranked["fill_sd"] > 0).any()
         out.append(f"**Ranking** on {name_of(self.column)} ({'higher' if hib else 'lower'} is better; "
-                   f"{_count(k, 'configuration', 'configurations')}" + (" trained to the end" if self.halving else "")
+                   f"{counted(k, 'configuration', 'configurations')}" + (" trained to the end" if self.halving else "")
                    + f", {seed_text}; 95% intervals where the noise is known"
                    + ("; a single-seed configuration borrows the seed-to-seed spread pooled over those with several"
                       if borrowed else "") + f"): {top}" + (f", … ({k - 5} more in the table)." if k > 5 else "."))
@@ -184,7 +184,7 @@ class Verdict:
         if not tied:
             text += f"it is ahead of every other configuration beyond noise ({len(behind)} of {k - 1})."
         else:
-            text += (f"{_count(len(tied), 'configuration is', 'configurations are')} within noise of it "
+            text += (f"{counted(len(tied), 'configuration is', 'configurations are')} within noise of it "
                      f"({_names(tied)}), so the best is not settled among them; "
                      + (f"it is ahead of the other {len(behind)} beyond noise." if behind else
                         "none is behind it beyond noise."))
@@ -198,7 +198,7 @@ class Verdict:
         if k > 2:
             steps = sum(bool(t and t.beyond) for t in adjacent)
             text += (f" Of the {len(adjacent)} neighbouring pairs in the ranking, "
-                     f"{_count(steps, 'is', 'are')} apart beyond noise.")
+                     f"{counted(steps, 'is', 'are')} apart beyond noise.")
         return text
 
     def _intervals_apart(self, lead, name: str) -> bool:
@@ -330,10 +330,6 @@ def _differ(t: PairTest) -> str:
 
 def _p(p: float | None) -> str:
     return "" if p is None or not np.isfinite(p) else "< 1e-4" if p < 1e-4 else f"{p:.2g}"
-
-
-def _count(n: int, one: str, many: str) -> str:
-    return f"{n} {one if n == 1 else many}"
 
 
 def _names(labels: list[str], limit: int = 5) -> str:

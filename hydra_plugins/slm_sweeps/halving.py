@@ -42,6 +42,7 @@ from typing import Any, Callable, NamedTuple, Optional
 from hydra.errors import HydraException
 
 from hydra_plugins.slm_sweeps import jobs as J
+from slm.words import counted
 
 PAUSE = "train.length.pause_at"
 
@@ -283,9 +284,6 @@ def _configurations(jobs: list[J.Job], searched: bool) -> tuple[dict[str, list[J
     return configs, _labels(configs, searched), legacy
 
 
-def _count(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
 
 def run(name: str, jobs: list[J.Job], halving: Halving, launch: Callable[[list[J.Job], list[str]], list],
         pinned: Callable[[], list[dict]], pin: Callable[[list[dict]], None], poll: float = 10.0,
@@ -306,8 +304,8 @@ def run(name: str, jobs: list[J.Job], halving: Halving, launch: Callable[[list[J
         todo = [j for n in alive for j in configs[n] if not reached(j, steps[j.key][rung])]
         extra = [] if last else [f"{PAUSE}={fraction!r}"]
         share = "all" if fraction == 1 else f"{fraction:.3g}"
-        print(f"sweep {name}: halving rung {rung + 1} of {rungs}: {_count(len(alive), 'configuration')} to {share} of "
-              f"their steps; {_count(len(todo), 'job')} to train", flush=True)
+        print(f"sweep {name}: halving rung {rung + 1} of {rungs}: {counted(len(alive), 'configuration')} to {share} of "
+              f"their steps; {counted(len(todo), 'job')} to train", flush=True)
         if todo:
             returns += launch(todo if rung else todo + [j for j in jobs if j.cfg is None], extra)
         if last:
@@ -336,7 +334,7 @@ def run(name: str, jobs: list[J.Job], halving: Halving, launch: Callable[[list[J
             for job in configs[n]:
                 prune(job, n, decision, steps[job.key][rung])
         alive = [n for n in alive if n in decision["kept"]]
-        print(f"sweep {name}: rung {rung + 1} of {rungs}: {_count(len(alive), 'configuration')} "
+        print(f"sweep {name}: rung {rung + 1} of {rungs}: {counted(len(alive), 'configuration')} "
               f"{'goes' if len(alive) == 1 else 'go'} on ({_names(alive, labels)}), {len(out)} pruned", flush=True)
     return returns
 

@@ -44,6 +44,7 @@ from hydra_plugins.slm_sweeps.jobs import Job
 from slm.runs.errors import one_line
 from slm.durations import duration
 from slm.runs.status import COMPLETED
+from slm.words import counted
 
 
 MEASURED_MFU = 0.153  # docs/benchmarks.md, "Training speed on one H100"
@@ -309,7 +310,7 @@ def cpu_lines(jobs: list[Job], rows: list[dict]) -> list[str]:
         return []
     runs = measured_runs(root, _cpu_speed)
     if not runs:
-        return [f"CPU: {_plural(len(todo), 'job')} would train on this machine's CPU, where the GPU-hours do not apply; no "
+        return [f"CPU: {counted(len(todo), 'job')} would train on this machine's CPU, where the GPU-hours do not apply; no "
                 f"completed CPU run under {root}/ measured its speed yet (train one job, then dry-run again)"]
     seconds, used = 0.0, set()
     for r in todo:
@@ -320,7 +321,7 @@ def cpu_lines(jobs: list[Job], rows: list[dict]) -> list[str]:
     threads = ", ".join(sorted({x["device"] for x in chosen}))
     groups = sorted({x["name"].split("/")[0] for x in chosen})
     groups_text = ", ".join(groups[:3]) + (f" (+{len(groups) - 3} more)" if len(groups) > 3 else "")
-    return [f"CPU: about {duration(seconds)} of training for the {_plural(len(todo), 'job')} not completed, one after "
+    return [f"CPU: about {duration(seconds)} of training for the {counted(len(todo), 'job')} not completed, one after "
             f"another (slm-workers N: about 1/N with N free cores), at the training FLOP/s of {len(chosen)} completed "
             f"CPU run{'s' if len(chosen) != 1 else ''} under {root}/ (median "
             f"{statistics.median(x['flops_per_s'] for x in chosen) / 1e9:.3g} GFLOP/s on {threads}; run group"
@@ -349,9 +350,6 @@ def _whole(value) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _plural(n, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
 
 def slurm_lines(launcher, rows: list[dict], batch_size: int | None = None) -> list[str]:
     """What a Slurm launcher (hydra/launcher=slurm, slurm_multigpu) would submit for these rows, from its settings
@@ -374,7 +372,7 @@ def slurm_lines(launcher, rows: list[dict], batch_size: int | None = None) -> li
         return [f"{head} the sweep would submit no job{out}"]
     size = int(batch_size) if batch_size else len(launched)
     arrays = math.ceil(len(launched) / size)
-    lines = [head, f"  array: {_plural(len(launched), 'job')}, the jobs not completed{out}"
+    lines = [head, f"  array: {counted(len(launched), 'job')}, the jobs not completed{out}"
              + (f", in {arrays} arrays of at most {size} one after another (hydra.sweeper.max_batch_size, else "
                   "the cluster's MaxArraySize)" if arrays > 1 else "")
              + f"; at most {cfg.get('array_parallelism')} running at once (array_parallelism)"]
@@ -392,7 +390,7 @@ def slurm_lines(launcher, rows: list[dict], batch_size: int | None = None) -> li
     if cfg.get("additional_parameters"):
         where.append(f"other sbatch options {cfg['additional_parameters']}")
     if cfg.get("setup"):
-        where.append(f"{_plural(len(cfg['setup']), 'setup line')} before each job")
+        where.append(f"{counted(len(cfg['setup']), 'setup line')} before each job")
     lines.append("  " + "; ".join(where))
     limit, delay, requeues = cfg.get("timeout_min"), _number(cfg.get("signal_delay_s")) or 0, cfg.get("max_num_timeout")
     timing = (f"  time limit: {_minutes(limit)} per attempt (timeout_min={limit}); {delay:g} s before it USR2 checkpoints "
@@ -401,7 +399,7 @@ def slurm_lines(launcher, rows: list[dict], batch_size: int | None = None) -> li
     if sized and gpus_per_job and _number(limit):
         hours = max(r["gpu_hours"] for r in sized) / gpus_per_job
         usable = float(limit) - delay / 60  # each attempt stops at the USR2
-        timing += f"; the longest job, {hours:.2f} h estimated on its {_plural(gpus_per_job, 'GPU')}, "
+        timing += f"; the longest job, {hours:.2f} h estimated on its {counted(gpus_per_job, 'GPU')}, "
         if usable <= 0:
             timing += "never trains: signal_delay_s is not shorter than the time limit"
         else:

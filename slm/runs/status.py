@@ -91,6 +91,7 @@ class JobState:
     overrides: list[str] = field(default_factory=list)
     seconds: float | None = None  # a completed run's time (job_seconds); a paused or pruned one's at its pace to its end
     health: str | None = None  # what its record's health section found (slm.runs.health), None when nothing
+    pause_fraction: float | None = None  # a paused run's train.length.pause_at (its record's training.paused)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -192,6 +193,8 @@ def run_state(run_dir: str | os.PathLike, key: str | None = None) -> JobState:
         if isinstance(done, int) and done > 0 and trained and isinstance(state.max_steps, int):
             state.seconds = trained * state.max_steps / done
         state.note = _halving_note(record, state.status)
+        if state.status == PAUSED:
+            state.pause_fraction = _number((training.get("paused") or {}).get("fraction"))
     if state.status == STOPPED:
         state.note = interruption(training)
     return state
@@ -277,9 +280,9 @@ def sweep_states(sweep_dir: str | os.PathLike, warn: Callable[[str], None] = log
         listed = {}
     for key, overrides in listed.items():
         states.setdefault(key, JobState(key=key, status=PENDING, overrides=overrides))
-    paused = {k: _pause_fraction(sweep_dir / k) for k, s in states.items() if s.status == PAUSED}
+    paused = {k: s.pause_fraction for k, s in states.items() if s.status == PAUSED and s.pause_fraction}
     if paused:
-        _rank_paused(list(states.values()), halving_decisions(sweep_dir), {k: f for k, f in paused.items() if f})
+        _rank_paused(list(states.values()), halving_decisions(sweep_dir), paused)
     return sorted(states.values(), key=lambda s: (ORDER.index(s.status) if s.status in ORDER else len(ORDER), s.key))
 
 
@@ -377,14 +380,6 @@ def halving_decisions(sweep_dir: str | os.PathLike) -> list[dict]:
 def save_halving_decisions(sweep_dir: str | os.PathLike, decisions: list[dict]) -> None:
     """Pin a halving sweep's decisions in sweep.json (`halving`), the rest of the file kept."""
     update_sweep_file(sweep_dir, halving={str(i): d for i, d in enumerate(decisions)})
-
-
-def _pause_fraction(run_dir: Path) -> float | None:
-    try:
-        paused = ((load_record(run_dir) or {}).get("training") or {}).get("paused") or {}
-    except RecordError:
-        return None
-    return _number(paused.get("fraction"))
 
 
 def counts(states: list[JobState]) -> dict[str, int]:

@@ -1,4 +1,7 @@
-"""Counted words for the analyses' sentences: "1 configuration", "3 configurations", "1 pair"."""
+"""Counted words for the sentences commands print: "1 configuration", "3 configurations", "1 pair is", "2 are".
+
+Standard library only: any layer may use it (the sweepers, the runs, the analysis).
+"""
 
 from __future__ import annotations
 
