@@ -29,31 +29,30 @@ def _column(table: pd.DataFrame, name: str) -> pd.Series:
     return pd.to_numeric(table[name], errors="coerce") if name in table else pd.Series(float("nan"), table.index)
 
 
-def reasons(table: pd.DataFrame) -> pd.Series:
-    """Per completed run, why it is too short to rank ('' where it is not, or cannot be told: a count missing)."""
+def _measures(table: pd.DataFrame) -> tuple[pd.Series, pd.Series, pd.Series]:
+    """(tokens per parameter, too few tokens, ended within the warmup rule) per row; the two rules hold only for
+    completed runs."""
     params = _column(table, "params_active").fillna(_column(table, "params_total"))
     per_param = _column(table, "tokens") / params
     steps, warmup = _column(table, "steps"), _column(table, "warmup_steps")
     completed = table["status"].eq("completed") if "status" in table else pd.Series(True, table.index)
-    out = []
-    for i in table.index:
-        why = []
-        if completed[i] and per_param[i] < MIN_TOKENS_PER_PARAM:
-            why.append(f"{per_param[i]:.2g} tokens per parameter")
-        if completed[i] and warmup[i] > 0 and steps[i] < MIN_STEPS_PAST_WARMUP * warmup[i]:
-            why.append(f"{steps[i]:.0f} steps after a {warmup[i]:.0f}-step warmup")
-        out.append(", ".join(why))
-    return pd.Series(out, index=table.index, dtype=object)
+    few = completed & (per_param < MIN_TOKENS_PER_PARAM)
+    early = completed & (warmup > 0) & (steps < MIN_STEPS_PAST_WARMUP * warmup)
+    return per_param, few, early
 
 
 def warning(table: pd.DataFrame) -> str | None:
     """The report's line when completed runs are too short to rank (module docstring), None when none is."""
-    why = reasons(table)
-    short = why.ne("")
+    per_param, few, early = _measures(table)
+    short = few | early
     if not short.any():
         return None
     completed = int(table["status"].eq("completed").sum()) if "status" in table else len(table)
-    shown = _said(table, short)
+    ended_early = int(early.sum())
+    shown = "; ".join(
+        ([f"{_range(per_param[few])} tokens per parameter"] if few.any() else [])
+        + ([f"{ended_early} ended within {MIN_STEPS_PAST_WARMUP:g}x {'its' if ended_early == 1 else 'their'} warmup"]
+           if ended_early else []))
     if int(short.sum()) == completed:
         head = (f"**Too short to rank anything**: all {completed} completed runs are too short ({shown}), so the order "
                 "below says which model starts fastest, not which is better; train longer before reading it")
@@ -63,18 +62,6 @@ def warning(table: pd.DataFrame) -> str | None:
     return f"{head} (rule: {RULE}; analysis/too_short.py says why)."
 
 
-def _said(table: pd.DataFrame, short: pd.Series) -> str:
-    """What makes the short runs short, in one phrase: their range of tokens per parameter, and how many ended within
-    MIN_STEPS_PAST_WARMUP x their warmup."""
-    params = _column(table, "params_active").fillna(_column(table, "params_total"))
-    per_param = (_column(table, "tokens") / params)[short]
-    few = per_param[per_param < MIN_TOKENS_PER_PARAM]
-    steps, warmup = _column(table, "steps")[short], _column(table, "warmup_steps")[short]
-    early = int(((warmup > 0) & (steps < MIN_STEPS_PAST_WARMUP * warmup)).sum())
-    parts = []
-    if len(few):
-        lo, hi = f"{few.min():.2g}", f"{few.max():.2g}"
-        parts.append(f"{lo if lo == hi else f'{lo} to {hi}'} tokens per parameter")
-    if early:
-        parts.append(f"{early} ended within {MIN_STEPS_PAST_WARMUP:g}x {'its' if early == 1 else 'their'} warmup")
-    return "; ".join(parts)
+def _range(values: pd.Series) -> str:
+    lo, hi = f"{values.min():.2g}", f"{values.max():.2g}"
+    return lo if lo == hi else f"{lo} to {hi}"

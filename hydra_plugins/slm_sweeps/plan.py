@@ -289,15 +289,14 @@ def print_plan(name: str, sweep_dir: Path, jobs: list[Job], estimate: dict, laun
 
 
 def _on_cpu(job: Job) -> bool:
-    """Whether the job would train on this machine's CPU (slm.training.devices: auto is the CPU without a GPU)."""
-    import torch
+    """Whether the job would train on this machine's CPU (slm.training.devices.trains_on_cpu)."""
+    from slm.training.devices import trains_on_cpu
 
     try:
         accelerator = str(job.select("train.parallel.accelerator") or "auto")
     except Exception:
         return False
-    gpu = torch.cuda.is_available() or torch.backends.mps.is_available()
-    return accelerator == "cpu" or (accelerator == "auto" and not gpu)
+    return trains_on_cpu(accelerator)
 
 
 def cpu_lines(jobs: list[Job], rows: list[dict]) -> list[str]:

@@ -21,6 +21,15 @@ def cpu_bf16() -> bool:
         return False
 
 
+def trains_on_cpu(accelerator: str) -> bool:
+    """Whether a run with this train.parallel.accelerator trains on this machine's CPU: cpu, or auto where no GPU
+    (CUDA or Apple MPS) is visible."""
+    import torch
+
+    gpu = torch.cuda.is_available() or torch.backends.mps.is_available()
+    return accelerator == "cpu" or (accelerator == "auto" and not gpu)
+
+
 @dataclass
 class ParallelSettings(Settings):
     """`train.parallel`: the devices a run trains on and how each step's batch is split between them."""
@@ -63,7 +72,7 @@ class ParallelSettings(Settings):
 
         gpu, mps = torch.cuda.is_available(), torch.backends.mps.is_available()
         missing = {"gpu": not gpu, "cuda": not gpu, "mps": not mps}.get(self.accelerator, False)
-        on_cpu = self.accelerator == "cpu" or (self.accelerator == "auto" and not gpu and not mps)
+        on_cpu = trains_on_cpu(self.accelerator)
         if missing:
             raise SettingsError.invalid("train.parallel.accelerator", self.accelerator, "not here: " + (
                 "no Apple MPS device" if self.accelerator == "mps" else "no CUDA device is visible "
