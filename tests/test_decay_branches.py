@@ -161,7 +161,7 @@ def test_slm_collect_lists_each_branch_with_its_token_budget(runs):
 def bad(length: dict | None = None, **schedule) -> SettingsError:
     node = {"length": length or {"steps": 100}, "batch_size": 4, "schedule": {"kind": "wsd", **schedule}}
     with pytest.raises(SettingsError) as err:
-        TrainConfig.from_node(node).check_length(100, context_length=8)
+        TrainConfig.from_node(node).decay_branches(context_length=8)
     assert "\n" not in str(err.value) and err.value.key == "train.schedule.decay_branches"
     return err.value
 

@@ -117,7 +117,7 @@ class Branch:
     """A decay branch of a run, as its job trains it."""
 
     decay: object
-    """Its slm.training.config.DecayBranch: fraction, steps, start (the step it branches at), length."""
+    """Its slm.training.decay_branches.DecayBranch: fraction, steps, start (the step it branches at), length."""
     run_dir: Path
     cfg: dict
     """Its resolved config (branch_config)."""
@@ -125,16 +125,17 @@ class Branch:
     """Its record's `branch` section."""
 
 
-def plan(cfg: dict, run_dir: str | os.PathLike, context_length: int | None = None) -> list[Branch]:
+def plan(cfg: dict, run_dir: str | os.PathLike, train_cfg=None, context_length: int | None = None) -> list[Branch]:
     """The decay branches of the run of `cfg` in `run_dir`, by fraction ([] without any); SettingsError for branches
-    its length cannot have (slm.training.config.TrainConfig.decay_branches). context_length: the model's (default:
-    the config's model.context_length)."""
-    from slm.training.config import TrainConfig
-
+    its length cannot have (slm.training.decay_branches). train_cfg: the run's TrainConfig when the caller holds it
+    (default: made from the config); context_length: the model's (default: the config's model.context_length)."""
     if not fractions(cfg):
         return []
+    if train_cfg is None:
+        from slm.training.config import TrainConfig
+
+        train_cfg = TrainConfig.from_node(cfg["train"])
     run_dir = Path(run_dir)
-    train_cfg = TrainConfig.from_node(cfg["train"])
     context = int(context_length if context_length is not None else cfg["model"]["context_length"])
     warmup = train_cfg.warmup(train_cfg.max_steps(context))
     return [Branch(b, run_dir.parent / branch_name(run_dir.name, b.fraction), branch_config(cfg, b, warmup),
@@ -142,7 +143,7 @@ def plan(cfg: dict, run_dir: str | os.PathLike, context_length: int | None = Non
 
 
 def branch_config(cfg: dict, branch, warmup: int) -> dict:
-    """The resolved config of a decay branch's run (`branch`: a slm.training.config.DecayBranch of this config's
+    """The resolved config of a decay branch's run (`branch`: a slm.training.decay_branches.DecayBranch of this config's
     run, `warmup`: that run's warmup in steps): the run's, with the branch's train.length, train.schedule.warmup_steps
     pinned to `warmup`, no decay branches, and the kept checkpoints (train.checkpoint.keep_steps) it reaches."""
     from slm.renames import upgrade_train_fields

@@ -75,13 +75,13 @@ def prepare(cfg: dict, run_dir: Path) -> PreparedJob:
         data.check_first_windows(train_cfg.validation.windows, model_cfg.context_length)
     counts = count(model_cfg)
     max_steps = train_cfg.max_steps(model_cfg.context_length)
-    train_cfg.check_length(max_steps, model_cfg.context_length)  # the decay branches too
+    train_cfg.check_length(max_steps)
+    branches = plan(cfg, run_dir, train_cfg, model_cfg.context_length)  # checked here, before the memory
     _check_memory(train_cfg, counts.params_total, model_cfg)
     init = None
     resuming = any((run_dir / CHECKPOINT.parent / name).exists() for name in (CHECKPOINT.name, PREVIOUS))
     if train_cfg.init_from is not None and not resuming:  # a resumed run has its weights
         init = _init_source(train_cfg.init_from, model_cfg, data.tokenizer)
-    branches = plan(cfg, run_dir, model_cfg.context_length)
     return PreparedJob(cfg, run_dir, train_cfg, data, model_cfg, counts, max_steps, init, branches)
 
 

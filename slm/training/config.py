@@ -8,7 +8,6 @@ train.optim.adamw.betas, ...) read through slm.renames.
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, fields
 from typing import Literal
 
@@ -20,24 +19,10 @@ from slm.training.curriculum import BlockCurriculum
 from slm.training.devices import ParallelSettings
 from slm.training.length import LengthSettings
 from slm.training.optim import OPTIMIZERS, OptimSettings
-from slm.training.schedules import ScheduleSettings, decay_start
+from slm.training.decay_branches import DecayBranch, plan_branches
+from slm.training.schedules import ScheduleSettings
 
 TrainConfigError = SettingsError  # the name callers knew; every bad setting raises SettingsError
-
-
-@dataclass(frozen=True)
-class DecayBranch:
-    """One of train.schedule.decay_branches against a run's length: the wsd run of that fraction of the length, whose
-    stable phase is the run's own up to `start` (slm.runs.branches trains it)."""
-
-    fraction: float
-    steps: int
-    """The branch's optimizer steps (its max_steps)."""
-    start: int
-    """The step its decay begins at: the run's checkpoint of this step is the branch's resume checkpoint."""
-    length: dict
-    """The branch's train.length: the run's, times the fraction, in the unit the run was given (tokens x f, trained
-    in whole batches as any token budget; round(steps x f))."""
 
 
 @dataclass
@@ -158,9 +143,9 @@ class TrainConfig(Settings):
         """Optimizer steps of the run: epochs of windows, `steps`, or the token budget in whole batches."""
         return self.length.max_steps(self.batch_size, context_length)
 
-    def check_length(self, max_steps: int, context_length: int | None = None) -> None:
-        """Settings that only make sense against the run's length (a warmup longer than the run, a checkpoint kept
-        at a step the run never reaches; with context_length, the decay branches: `decay_branches`)."""
+    def check_length(self, max_steps: int) -> None:
+        """Settings that only make sense against the run's length: a warmup longer than the run, a checkpoint kept
+        at a step the run never reaches (the decay branches: `decay_branches`)."""
         run = f"the run has {max_steps} step{'' if max_steps == 1 else 's'}"
         warmup_steps = self.schedule.warmup_steps
         if warmup_steps is not None and warmup_steps > max_steps:
@@ -169,46 +154,10 @@ class TrainConfig(Settings):
         if beyond:
             raise SettingsError.invalid("train.checkpoint.keep_steps", self.checkpoint.keep_steps,
                                         f"{beyond[0]} is beyond the end of the run ({run})")
-        if context_length is not None:
-            self.decay_branches(context_length)
 
     def decay_branches(self, context_length: int) -> list[DecayBranch]:
-        """train.schedule.decay_branches against the run's length, by fraction; SettingsError (one line naming the
-        fraction and what is allowed) for a branch as long as the run, one whose decay would begin before the end of
-        the warmup, or two of the same length."""
-        given = list(self.schedule.decay_branches)
-        if not given:
-            return []
-        key, total = "train.schedule.decay_branches", self.max_steps(context_length)
-        warmup, per_step, decay = self.warmup(total), self.batch_size * context_length, self.schedule.decay_fraction
-        first = max(warmup, 1)  # a branch shares all of the warmup and at least one step with the run
-        out: list[DecayBranch] = []
-        for f in sorted(given):
-            if self.length.steps is not None:
-                length = {"steps": round(f * self.length.steps)}
-                steps = length["steps"]
-            else:
-                length = {"tokens": f * self.length.tokens}
-                steps = int(length["tokens"] // per_step)
-            where = f"the branch at {f} ({steps} of the run's {total} steps)"
-            if steps >= total:
-                most = f"a fraction of at most {_down((total - 1) / total)}" if total > 1 else "none at this length"
-                raise SettingsError.invalid(key, given, f"{where} is as long as the run: {most} is allowed")
-            start = decay_start(steps, decay)
-            if start < first:
-                shortest = _shortest(first, total, decay)
-                limit = (f"the end of the warmup (step {warmup})" if warmup
-                         else "step 1 (it would share no step with the run)")
-                allowed = (f"a fraction of at least {_up(shortest / total)} ({shortest} steps) is allowed"
-                           if shortest is not None else
-                           f"none is allowed at this length: shorten the warmup ({warmup} steps) or lengthen the run")
-                raise SettingsError.invalid(key, given, f"{where} would begin its decay at step {max(start, 0)}, "
-                                            f"before {limit}; {allowed}")
-            if out and out[-1].steps == steps:
-                raise SettingsError.invalid(key, given, f"the branches at {out[-1].fraction} and {f} are both "
-                                            f"{steps} steps long: give fractions a step apart or more")
-            out.append(DecayBranch(f, steps, start, length))
-        return out
+        """train.schedule.decay_branches against the run's length (slm.training.decay_branches.plan_branches)."""
+        return plan_branches(self.schedule, self.length, self.batch_size, context_length)
 
     def warmup(self, max_steps: int) -> int:
         """Warmup steps of a run of max_steps (train.schedule)."""
@@ -216,26 +165,3 @@ class TrainConfig(Settings):
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def _shortest(first: int, total: int, decay_fraction: float) -> int | None:
-    """The fewest steps (< total) of a wsd run whose decay begins at `first` or later; None if none."""
-    lo, hi = 1, total - 1  # decay_start never decreases with the length: bisect
-    if hi < 1 or decay_start(hi, decay_fraction) < first:
-        return None
-    while lo < hi:
-        mid = (lo + hi) // 2
-        lo, hi = (mid + 1, hi) if decay_start(mid, decay_fraction) < first else (lo, mid)
-    return lo
-
-
-def _up(x: float) -> float:
-    """x rounded up at its third significant digit (an allowed fraction, said in few digits)."""
-    scale = 10 ** (2 - math.floor(math.log10(x)))
-    return math.ceil(x * scale - 1e-9) / scale
-
-
-def _down(x: float) -> float:
-    """x rounded down at its third significant digit."""
-    scale = 10 ** (2 - math.floor(math.log10(x)))
-    return math.floor(x * scale + 1e-9) / scale
