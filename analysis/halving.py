@@ -37,7 +37,7 @@ from pathlib import Path
 from slm.metrics import VAL_CURVE
 from slm.runs.keys import configuration
 from slm.runs.record import RecordError, load_record
-from slm.runs.status import halving_decisions, sweep_sections
+from slm.sweeps.store import halving_decisions, sweep_sections
 
 
 def runs(sweep_dir: Path) -> list[dict]:

@@ -8,7 +8,10 @@ from pathlib import Path
 from slm.cli.status import report
 from slm.cli.status import run as status_cli
 from slm.runs.record import update_record
-from slm.runs.status import last_step, list_jobs, lock_held, run_lock, sweep_states
+from slm.runs.lock import lock_held, run_lock
+from slm.runs.states import last_step
+from slm.sweeps.status import sweep_states
+from slm.sweeps.store import list_jobs
 
 
 def _run(sweep: Path, key: str, steps: int | None = None, **record) -> Path:
