@@ -14,6 +14,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from slm.runs.keys import configuration_parts, short_names
 from slm.runs.record import RecordError, read_object, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -111,6 +112,25 @@ def halving_decisions(sweep_dir: str | os.PathLike) -> list[dict]:
     while isinstance(found.get(str(len(out))), dict):
         out.append(found[str(len(out))])
     return out
+
+
+def upgraded_decisions(sweep_dir: str | os.PathLike) -> list[dict]:
+    """A halving sweep's pinned decisions in today's form, for its readers: each with its rung's number (from 1), and
+    an earlier version's, which hold neither, with `jobs` (configuration -> job keys) and `labels` (configuration ->
+    what tells it from the others) from the sweep's jobs, its configurations named as that version named them (without
+    an lr search's lr). The sweeper going on with such a sweep reads halving_decisions and renames those configurations
+    to today's names itself (hydra_plugins/slm_sweeps/halving.py)."""
+    decisions = halving_decisions(sweep_dir)
+    if decisions and not all("jobs" in d and "labels" in d for d in decisions):
+        parts: dict[str, list[str]] = {}
+        jobs: dict[str, list[str]] = {}
+        for key, overrides in sweep_sections(sweep_dir, ("jobs",))["jobs"].items():
+            name = ",".join(configuration_parts(overrides))  # that version's name
+            parts.setdefault(name, configuration_parts(overrides))
+            jobs.setdefault(name, []).append(key)
+        labels = short_names(parts)
+        decisions = [{"jobs": jobs, "labels": labels, **d} for d in decisions]
+    return [{**d, "rung": i + 1} for i, d in enumerate(decisions)]
 
 
 def save_halving_decisions(sweep_dir: str | os.PathLike, decisions: list[dict]) -> None:
