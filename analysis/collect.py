@@ -15,7 +15,7 @@ train log) becomes a row with status `stopped` (`running` while a process holds 
 sweep whose folder was never created is a row with status `pending`: the jobs the sweepers listed in
 sweep.json, or, for a sweep from before sweep.json, those of a basic-sweeper `multirun.yaml` when the
 collector can expand it exactly (simple `key=a,b,c` overrides; anything else is not guessed). Statuses are
-slm.runs.status's vocabulary, the same words as slm-status. A result.json that cannot be read or parsed, is no
+slm.runs.states's vocabulary, the same words as slm-status. A result.json that cannot be read or parsed, is no
 JSON object, or has a status or section of the wrong type (slm.runs.record.load_record) or a field of the
 wrong kind (a string where a number belongs: analysis.schema, and a model field whose kind differs from the
 other runs'), and a multirun.yaml that cannot be read (analysis.readers), are each named in one warning line
@@ -49,13 +49,13 @@ from analysis.schema import (ANALYSIS, LEADING_AXES, MODEL, PLACEHOLDERS, SWEEP,
 from slm.metrics import LOSS, METRICS
 from slm.renames import MODEL_MOVED, TRAIN_MOVED, model_column
 from slm.runs.record import RESULT_FILE, RecordError, load_record
-from slm.runs.status import (ORDER, PENDING, listed_jobs, live_status, sweep_ladder, sweep_lr_multipliers,
-                             sweep_sections)
+from slm.runs.states import ORDER, PENDING, live_status
+from slm.sweeps.store import listed_jobs, sweep_ladder, sweep_lr_multipliers, sweep_sections
 
 log = logging.getLogger(__name__)
 
 ALL_STATUSES = ORDER
-"""Run statuses in the table: slm.runs.status's vocabulary, the words slm-status and the sweepers use (a run
+"""Run statuses in the table: slm.runs.states's vocabulary, the words slm-status and the sweepers use (a run
 recorded running that no process trains is `stopped`; a job folder without a record is `stopped`, or
 `running` while its lock is held; a job of the sweep with no folder is `pending`)."""
 

@@ -37,7 +37,7 @@ from pathlib import Path
 from slm.metrics import VAL_CURVE
 from slm.runs.keys import configuration
 from slm.runs.record import RecordError, load_record
-from slm.runs.status import halving_decisions, sweep_sections
+from slm.sweeps.store import halving_decisions, sweep_sections, upgraded_decisions
 
 
 def runs(sweep_dir: Path) -> list[dict]:
@@ -218,25 +218,12 @@ def markdown(result: dict) -> str:
 
 
 def decisions_of(sweep_dir: Path) -> list[dict]:
-    """A halving sweep's pinned decisions (sweep.json), each with its rung's number (from 1), `labels` (configuration ->
-    what tells it from the others) and `jobs` (configuration -> job keys); an earlier version's decisions, which hold
-    neither, get them from the sweep's jobs (its configurations named without an lr search's lr)."""
-    from slm.runs.keys import configuration_parts, short_names
-
-    decisions = halving_decisions(sweep_dir)
-    if decisions and not all("jobs" in d and "labels" in d for d in decisions):
-        parts: dict[str, list[str]] = {}
-        jobs: dict[str, list[str]] = {}
-        for key, overrides in sweep_sections(sweep_dir, ("jobs",))["jobs"].items():
-            name = ",".join(configuration_parts(overrides))  # that version's name
-            parts.setdefault(name, configuration_parts(overrides))
-            jobs.setdefault(name, []).append(key)
-        labels = short_names(parts)
-        decisions = [{"jobs": jobs, "labels": labels, **d} for d in decisions]
+    """A halving sweep's pinned decisions in today's form (slm.sweeps.store.upgraded_decisions: each with its rung's
+    number, `jobs` and `labels`), every configuration it scored with a label."""
     out = []
-    for i, d in enumerate(decisions):
+    for d in upgraded_decisions(sweep_dir):
         labels = {n: d["labels"].get(n) or n or "(no overrides)" for n in d["scores"]}
-        out.append({**d, "rung": i + 1, "labels": labels})
+        out.append({**d, "labels": labels})
     return out
 
 

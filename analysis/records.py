@@ -21,7 +21,7 @@ from slm.metrics import BOUND, NELBO, NLL_KINDS, VAL_CURVE, chance_level
 from slm.renames import TRAIN_MOVED, RenameError, upgrade_model_fields, upgrade_train_fields
 from slm.runs.health import describe
 from slm.runs.record import RESULT_FILE
-from slm.runs.status import interruption, live_status
+from slm.runs.states import interruption, live_status
 
 
 def number(value):
@@ -210,7 +210,7 @@ def sweep(r):
 
 
 def status(r):
-    """status, or for a run recorded running: its lock (slm.runs.status.live_status)"""
+    """status, or for a run recorded running: its lock (slm.runs.states.live_status)"""
     return live_status(r.record.get("status"), r.run_dir)
 
 

@@ -43,7 +43,7 @@ from analysis.records import ABSENT, Record, get, number, scalar
 from slm.metrics import BY_METRIC, LM_EVAL, METRICS, PER_RUN, TASKS, Metric
 from slm.renames import model_column
 from slm.runs.record import RESULT_FILE
-from slm.runs.status import ORDER
+from slm.runs.states import ORDER
 
 MODEL = "the model section"
 """Source of a column the collector writes from the record's model section as it is (lists as "a,b", other
@@ -132,7 +132,7 @@ _BEFORE_METRICS: tuple[Column, ...] = (
     # identity
     Column("run", "identity", "run directory relative to the collected root", read.run, "text", "identity"),
     Column("sweep", "identity", "run group (the folder above the run)", read.sweep, "text", "identity"),
-    Column("status", "identity", f"one of {', '.join(ORDER)} (slm.runs.status: the words of slm-status)",
+    Column("status", "identity", f"one of {', '.join(ORDER)} (slm.runs.states: the words of slm-status)",
            read.status, "text", "identity"),
     Column("error", "identity", "the record's error line; a stopped run's: the signal and step that stopped it",
            read.error, "text", "identity"),

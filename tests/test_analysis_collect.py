@@ -19,7 +19,7 @@ from analysis import collect, load_results, save_results
 from analysis.cli import collect_main
 from analysis.collect import lower_is_better
 from analysis.schema import declared
-from slm.runs.status import PENDING, STOPPED
+from slm.runs.states import PENDING, STOPPED
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -234,9 +234,10 @@ def _imports(path: Path) -> set[str]:
 
 
 LIGHT_SLM = ("slm.runs", "slm.bad_input", "slm.pipes", "slm.renames", "slm.eval", "slm.eval.score_lines",
-             "slm.metrics", "slm.words")
+             "slm.metrics", "slm.words", "slm.sweeps", "slm.sweeps.store")
 """What analysis may import of slm: modules that load neither torch nor lightning (slm.eval: its __init__ only;
-slm.metrics: the metric registry, slm.words: counted words, both standard library only)."""
+slm.metrics: the metric registry, slm.words: counted words, both standard library only; slm.sweeps.store: a sweep's
+sweep.json)."""
 
 
 def test_layering_analysis_imports_only_light_slm_modules_and_slm_never_imports_analysis():
@@ -246,6 +247,18 @@ def test_layering_analysis_imports_only_light_slm_modules_and_slm_never_imports_
         assert not bad, f"{path} imports {bad}"
     for path in (ROOT / "slm").rglob("*.py"):
         assert not [m for m in _imports(path) if m.split(".")[0] == "analysis"], path
+
+
+ABOVE_RUNS = ("slm.sweeps", "slm.cli", "hydra_plugins", "analysis", "bench")
+"""The layers above slm.runs (slm.runs -> slm.sweeps -> slm.cli, analysis -> hydra_plugins -> bench)."""
+
+
+def test_layering_slm_runs_imports_nothing_from_the_layers_above_it():
+    """slm.runs reads and writes one run; a sweep's sweep.json and its states (slm.sweeps) sit above it, so what runs
+    needs of a sweep is handed to it, never imported (function-level imports count too)."""
+    for path in (ROOT / "slm" / "runs").rglob("*.py"):
+        bad = [m for m in _imports(path) if any(m == up or m.startswith(up + ".") for up in ABOVE_RUNS)]
+        assert not bad, f"{path} imports {bad}"
 
 
 def _analysis_graph() -> dict[str, set[str]]:

@@ -17,7 +17,7 @@ from hydra_plugins.slm_sweeps.jobs import Job
 from hydra_plugins.slm_sweeps.plan import plan_row
 from slm.cli.status import run as status_cli
 from slm.runs.record import RecordError, load_record
-from slm.runs.status import sweep_states
+from slm.sweeps.status import sweep_states
 from tests.test_analysis_collect import make_record, write
 from tests.test_sweep_grid import TINY, slm
 

@@ -236,7 +236,8 @@ def test_export_hf_gpt2_tokenizer_encodes_as_slm(tmp_path, capsys):
 # ================================================================================== slm-status, one vocabulary
 def test_status_lists_run_groups_and_takes_a_group_name(tmp_path, capsys, monkeypatch):
     from slm.cli.status import run
-    from slm.runs import record, status
+    from slm.runs import record
+    from slm.runs import states as status
     from tests.test_sweep_status import _sweep
 
     assert status.ORDER == tuple(status.STATES) and set(record.STATUSES) <= set(status.STATES)
@@ -263,8 +264,8 @@ def test_status_lists_run_groups_and_takes_a_group_name(tmp_path, capsys, monkey
 
 
 def test_the_docs_name_every_job_state_slm_status_prints():
-    """docs/training.md's vocabulary and the README's slm-status line name every state of slm.runs.status.STATES."""
-    from slm.runs import status
+    """docs/training.md's vocabulary and the README's slm-status line name every state of slm.runs.states.STATES."""
+    from slm.runs import states as status
 
     training = (ROOT / "docs" / "training.md").read_text().split("**Job states.**", 1)[1].split("\n\n", 1)[0]
     readme = next(line for line in (ROOT / "README.md").read_text().splitlines() if "slm-status runs/" in line)

@@ -11,7 +11,7 @@ import torch
 from slm.model import ModelConfig, build_model
 from slm.model.weights import CONFIG_FILE, WEIGHTS_FILE, save_model
 from slm.runs.record import write_json_atomic
-from slm.runs.status import SWEEP_FILE, list_jobs
+from slm.sweeps.store import SWEEP_FILE, list_jobs
 from slm.training.checkpoints import atomic_torch_save
 
 

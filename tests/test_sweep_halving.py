@@ -249,7 +249,7 @@ def test_every_configuration_is_named_by_its_lr_and_the_summary_names_the_winner
     assert float(chosen.split("=")[1]) == lr_of(done[0])
     assert float(value) == round(statistics.fmean(r["eval"]["val_nll"] for r in done), 4)
     assert line.endswith("2 of 3 configurations pruned (rung 1: 2)")
-    from slm.runs.status import summary_lines  # slm-workers' summary of the sweep ends with it too
+    from slm.sweeps.status import summary_lines  # slm-workers' summary of the sweep ends with it too
 
     assert summary_lines("mine", sweep, [])[-1] == line
     # the record's rung is the one the console printed

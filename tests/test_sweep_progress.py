@@ -15,8 +15,11 @@ from omegaconf import OmegaConf
 from hydra_plugins.slm_sweeps import jobs as J
 from hydra_plugins.slm_sweeps.plan import mfu_by_family, slurm_lines
 from slm.cli.status import report
+from slm.runs.lock import run_lock
+from slm.runs.progress import sweep_progress
 from slm.runs.record import update_record
-from slm.runs.status import job_seconds, list_jobs, run_lock, states_of, sweep_progress
+from slm.runs.states import job_seconds, states_of
+from slm.sweeps.store import list_jobs
 from tests.test_sweep_grid import TINY, slm
 
 ROOT = Path(__file__).parents[1]
@@ -115,7 +118,7 @@ def test_workers_sum_up_the_sweep_once_every_copy_has_ended(tmp_path):
         from pathlib import Path
         from hydra_plugins.slm_sweeps import jobs as J
         from slm.runs.record import update_record
-        from slm.runs.status import run_lock
+        from slm.runs.lock import run_lock
         sweep = Path({str(sweep)!r})
         jobs = [J.Job([k], sweep / k, None) for k in "ab"]
         assert os.environ["SLM_WORKERS"] == "2" and J.note_for_workers("t", sweep, jobs)
@@ -217,8 +220,6 @@ def test_an_mfu_not_measured_here_is_stated_beside_the_measured_one(tmp_path, gi
 def test_a_jobs_time_is_its_training_and_the_rest_of_its_last_session():
     """Scoring can take longer than training (the cpu_default sweep's dllm: 36 s of training, 64 s of scoring): the
     time left counts it where the record has it."""
-    from slm.runs.status import job_seconds
-
     assert job_seconds({"training": {"wall_seconds": 36.0, "steps": 10, "session_steps": 10}}) == 36.0
     assert job_seconds({"training": {"wall_seconds": 36.0, "steps": 10, "session_steps": 10,
                                      "session_job_seconds": 100.0}}) == 100.0
@@ -243,7 +244,7 @@ def test_a_completed_run_records_its_sessions_time(tmp_path, monkeypatch):
 def test_a_halving_rungs_paused_jobs_give_the_eta_and_slm_status_their_rung_score_and_rank(tmp_path):
     """Through a whole halving rung no job completes: the eta comes from the paused ones (their pace over all their
     steps, an upper bound: halving prunes some), and slm-status shows each paused run's rung, score and rank."""
-    from slm.runs.status import save_halving_decisions
+    from slm.sweeps.store import save_halving_decisions
 
     sweep = tmp_path / "halve"
     paused = {"step": 8, "fraction": 1 / 3}

@@ -8,7 +8,10 @@ from pathlib import Path
 from slm.cli.status import report
 from slm.cli.status import run as status_cli
 from slm.runs.record import update_record
-from slm.runs.status import last_step, list_jobs, lock_held, run_lock, sweep_states
+from slm.runs.lock import lock_held, run_lock
+from slm.runs.states import last_step
+from slm.sweeps.status import sweep_states
+from slm.sweeps.store import list_jobs
 
 
 def _run(sweep: Path, key: str, steps: int | None = None, **record) -> Path:
@@ -77,3 +80,20 @@ def test_last_step_reads_the_end_of_a_long_log(tmp_path):
                    + '{"step": 50')  # a line being written
     assert last_step(tmp_path) == 5000
     assert last_step(tmp_path / "none") is None
+
+
+def test_the_store_reads_an_earlier_versions_halving_decisions_in_todays_form(tmp_path):
+    """sweep.json's `halving` from before decisions held `jobs` and `labels` (rungs counted from 0): its readers get
+    both from the sweep's jobs, and rungs from 1; today's decisions are read as pinned."""
+    from slm.sweeps.store import halving_decisions, save_halving_decisions, upgraded_decisions
+
+    list_jobs(tmp_path, {"a0": ["x=a", "train.seed=0"], "a1": ["x=a", "train.seed=1"], "b0": ["x=b", "train.seed=0"]})
+    old = {"rung": 0, "fraction": 0.5, "kept": ["x=a"], "scores": {"x=a": 3.0, "x=b": 3.5}}
+    save_halving_decisions(tmp_path, [old])
+    assert halving_decisions(tmp_path) == [old]  # as pinned: the sweeper renames them itself
+    (read,) = upgraded_decisions(tmp_path)
+    assert read["rung"] == 1 and read["jobs"] == {"x=a": ["a0", "a1"], "x=b": ["b0"]}
+    assert set(read["labels"]) == {"x=a", "x=b"}
+    today = {**old, "rung": 1, "rungs": 2, "jobs": {"x=a": ["a0", "a1"], "x=b": ["b0"]}, "labels": {"x=a": "a", "x=b": "b"}}
+    save_halving_decisions(tmp_path, [today])
+    assert upgraded_decisions(tmp_path) == [today]

@@ -107,7 +107,7 @@ def test_an_injected_spike_is_in_the_record_status_summary_and_report(spiked_run
     from analysis.report import run_table, sections
     from slm.cli.status import report as status_report
     from slm.runs.record import load_record
-    from slm.runs.status import summary_lines
+    from slm.sweeps.status import summary_lines
 
     record = load_record(spiked_run / "job")
     health = record["health"]

@@ -153,7 +153,7 @@ class OptunaSweeper(Sweeper):
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
         name = self.study_name or str(self.config.get("run_group", sweep_dir.name))
-        from slm.runs.status import run_lock
+        from slm.runs.lock import run_lock
 
         with run_lock(sweep_dir, attempts=1, name=".optuna.lock") as held:
             if not held:

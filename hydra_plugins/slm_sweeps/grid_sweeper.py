@@ -108,7 +108,7 @@ class GridSweeper(BasicSweeper):
                   f"{len(plan.deferred)} more at the rungs above once they have ended, at the lr they carry up",
                   flush=True)
         if self.halving is not None:
-            from slm.runs.status import halving_decisions, save_halving_decisions
+            from slm.sweeps.store import halving_decisions, save_halving_decisions
 
             returns = H.run(name, jobs, self.halving,
                             launch=lambda todo, extra: self._run(name, sweep_dir, todo, multipliers, extra=extra),
@@ -117,7 +117,7 @@ class GridSweeper(BasicSweeper):
         else:
             returns = self._run(name, sweep_dir, jobs, multipliers, ladder_info)
         if plan is not None and plan.deferred:
-            from slm.runs.status import carried_lrs, save_carried_lrs
+            from slm.sweeps.store import carried_lrs, save_carried_lrs
 
             L.wait_for_others(name, jobs)
             pinned = carried_lrs(sweep_dir)
@@ -154,7 +154,7 @@ class GridSweeper(BasicSweeper):
         """List the jobs in sweep.json, record those that do not compose, launch the rest that are not settled, each
         with `extra` overrides added at launch (halving's pause, left out of the job key); returns the launcher's
         returns."""
-        from slm.runs.status import list_jobs
+        from slm.sweeps.store import list_jobs
 
         list_jobs(sweep_dir, {j.key: j.overrides for j in jobs}, warn=J.say, lr_multipliers=multipliers, ladder=ladder)
         outcomes = {}

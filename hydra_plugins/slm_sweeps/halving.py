@@ -246,7 +246,7 @@ def prune(job: J.Job, name: str, decision: dict, step: int) -> None:
     `halving` in its record holds the rung's number (from 1, as the console prints it) of how many, fraction, step,
     the configuration's label, score and rank of how many."""
     from slm.runs.record import FINAL, RecordError, load_record, update_record
-    from slm.runs.status import lock_held
+    from slm.runs.lock import lock_held
 
     try:
         record = load_record(job.run_dir) or {}

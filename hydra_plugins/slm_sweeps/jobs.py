@@ -27,8 +27,10 @@ from omegaconf import DictConfig, OmegaConf
 from slm.runs.errors import one_line
 from slm.runs.record import FINAL, RecordError, load_record, settled
 from slm.durations import duration
-from slm.runs.status import (DIVERGED, FAILED, RUNNING, STOPPED, UNREADABLE, WORKERS_DIR_ENV, WORKERS_ENV, lock_held, progress_text,
-                              states_of, summary_lines, sweep_progress)
+from slm.runs.lock import lock_held
+from slm.runs.progress import progress_text, sweep_progress
+from slm.runs.states import DIVERGED, FAILED, RUNNING, STOPPED, UNREADABLE, states_of
+from slm.sweeps.status import WORKERS_DIR_ENV, WORKERS_ENV, summary_lines
 
 log = logging.getLogger(__name__)
 

@@ -43,7 +43,7 @@ from omegaconf import OmegaConf
 from hydra_plugins.slm_sweeps.jobs import Job
 from slm.runs.errors import one_line
 from slm.durations import duration
-from slm.runs.status import COMPLETED
+from slm.runs.states import COMPLETED
 from slm.words import counted
 
 
@@ -186,7 +186,7 @@ def _memo(fn, *args):
 def plan_row(job: Job, estimate: dict) -> dict:
     from slm.cli.params import params_report
     from slm.runs.record import RecordError, load_record
-    from slm.runs.status import PENDING, UNREADABLE, live_status
+    from slm.runs.states import PENDING, UNREADABLE, live_status
     from slm.training.config import TrainConfig
 
     try:
@@ -237,7 +237,7 @@ def print_plan(name: str, sweep_dir: Path, jobs: list[Job], estimate: dict, laun
     """Print the dry run: the job table, the GPU-hours and where their MFU comes from, and with a Slurm `launcher`
     (hydra.launcher) what would be submitted; returns the rows. A row's `launch`: the sweep would launch the job."""
     from slm.runs.record import settled
-    from slm.runs.status import UNREADABLE
+    from slm.runs.states import UNREADABLE
 
     families = [_family(job) for job in jobs]
     mfus = mfu_by_family(estimate, set(families), Path(os.environ.get("SLM_RUNS") or "runs"))

@@ -4,7 +4,7 @@
     slm-status smoke                # the run group runs/smoke (a name under $SLM_RUNS, or any path)
     slm-status runs/depth_width_gpt2_70m --json       # one JSON object per job, one per line
 
-Statuses (slm.runs.status.STATES, the words slm-collect and the sweepers use too): completed, failed and
+Statuses (slm.runs.states.STATES, the words slm-collect and the sweepers use too): completed, failed and
 diverged as recorded in each result.json; running (a process holds the run's lock); stopped (started,
 nothing runs it now: killed, interrupted, or preempted and waiting for its requeue; the next attempt
 resumes it); pending (a job of the sweep not started yet); unreadable (its result.json cannot be read or
@@ -14,7 +14,7 @@ health was flagged (slm.runs.health: a loss spike, a validation rise) has a `hea
 
 While a run group has jobs left (running, stopped or pending), a `progress:` line under its counts says how many
 of its jobs are done and when the rest should be: the jobs left (a running one less the steps it has done) x the
-mean time of its completed jobs (slm.runs.status.job_seconds: training, and where the record has it the final
+mean time of its completed jobs (slm.runs.states.job_seconds: training, and where the record has it the final
 validation, the saved weights and the eval suite; a paused or pruned job's pace over all its steps) / the jobs running
 at once; data preparation is not counted.
 """
@@ -30,7 +30,9 @@ from slm.bad_input import OneLineParser, fail
 from slm.cli.paths import resolve_group, runs_root
 from slm.pipes import quiet_on_closed_pipe
 from slm.runs.keys import read_full_key
-from slm.runs.status import STATES, counts, progress_text, sweep_progress, sweep_states
+from slm.runs.progress import progress_text, sweep_progress
+from slm.runs.states import STATES, counts
+from slm.sweeps.status import sweep_states
 
 PROG = "slm-status"
 

@@ -58,7 +58,8 @@ def sweep_summary(notes_dir: Path) -> list[str]:
     """The summary of every sweep the copies noted in `notes_dir` (hydra_plugins.slm_sweeps.jobs.note_for_workers:
     name, sweep directory, job keys), each read from its run directories now; a note that cannot be read is skipped."""
     from slm.runs.record import RecordError, read_object
-    from slm.runs.status import states_of, summary_lines
+    from slm.runs.states import states_of
+    from slm.sweeps.status import summary_lines
 
     sweeps: dict[str, tuple[str, list[str]]] = {}
     for path in sorted(notes_dir.glob("*.json"), key=lambda p: p.stat().st_mtime):
@@ -92,7 +93,7 @@ def run(copies: int, command: list[str], stagger: float = 2.0) -> int:
 def _run(copies: int, command: list[str], stagger: float, notes: Path | None) -> int:
     """Start the copies (telling each how many there are and, with `notes`, where its sweeps note themselves), pass
     signals on, wait for every copy's output to close; the worst exit status."""
-    from slm.runs.status import WORKERS_DIR_ENV, WORKERS_ENV
+    from slm.sweeps.status import WORKERS_DIR_ENV, WORKERS_ENV
 
     lock = threading.Lock()
     procs: list[subprocess.Popen] = []

@@ -57,7 +57,7 @@ from slm.runs.job_record import record_completed, record_diverged, record_failur
 from slm.runs.layout import CHECKPOINT
 from slm.runs.preflight import PreparedJob, prepare
 from slm.runs.record import load_record, now, settled, update_record
-from slm.runs.status import run_lock
+from slm.runs.lock import run_lock
 from slm.training.checkpoints import ResumeError, checkpoint_step, resume_checkpoint
 from slm.training.distributed import is_rank_zero
 from slm.training.train_log import NAME as TRAIN_LOG

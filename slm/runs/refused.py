@@ -21,7 +21,7 @@ from pathlib import Path
 from slm.runs.failures import RunFailed
 from slm.runs.keys import FULL_KEY_FILE
 from slm.runs.record import RESULT_FILE, load_record
-from slm.runs.status import LOCK_FILE, lock_held
+from slm.runs.lock import LOCK_FILE, lock_held
 
 UNSTARTED = {".hydra", LOCK_FILE, FULL_KEY_FILE}
 """What Hydra, the lock and slm-train leave in a run directory before training (besides logs)."""
