@@ -11,13 +11,14 @@ import pytest
 
 from slm.cli.conf_defaults import field_docs
 from slm.data.config import DataConfig, SourceConfig, TokenizerConfig
+from slm.eval.lm_diffusion import DiffusionSettings
 from slm.eval.spec import EvalSpec, ThroughputSettings, spec_from_config
 from slm.sampler_settings import SamplerSettings, check_sampler
 from slm.settings import SettingsError
 
 
 @pytest.mark.parametrize("cls", [TokenizerConfig, SourceConfig, DataConfig, EvalSpec, ThroughputSettings,
-                                 SamplerSettings])
+                                 SamplerSettings, DiffusionSettings])
 def test_every_field_has_a_doc_line(cls):
     docs = field_docs(cls)
     assert [f.name for f in dataclasses.fields(cls) if not docs.get(f.name)] == []
@@ -52,6 +53,14 @@ def test_eval_groups_and_their_keys():
     with pytest.raises(SettingsError, match=r"^eval.model_args.device='cpu' is invalid: evaluation sets device itself; "
                                             r"use eval.device$"):
         EvalSpec(model_args={"device": "cpu"})
+
+
+def test_the_slm_models_diffusion_arguments_read_strings_and_name_their_key():
+    """lm-eval's command line gives model_args as strings; slm-train's preflight names them eval.model_args.*."""
+    s = DiffusionSettings.from_model_args({"mc_num": "32", "diffusion_steps": "None", "diffusion_threshold": "1"})
+    assert (s.mc_num, s.diffusion_steps, s.diffusion_threshold) == (32, None, 1.0)
+    with pytest.raises(SettingsError, match=r"^eval.model_args.mc_batch=0 is invalid: must be an integer > 0"):
+        DiffusionSettings.from_model_args({"mc_batch": "0"}, "eval.model_args")
 
 
 def test_the_sampler_refuses_what_no_sampler_can_honour():

@@ -34,8 +34,8 @@ def check_available(spec) -> None:
 
 def _check_model_args(args, model_cfg=None) -> None:
     """model_args: the `slm` lm-eval model's argument names (a typo would be ignored with a warning in
-    lm_eval.log, after training), diffusion values its estimator takes and, with the model's config, a max_length
-    that fits its context."""
+    lm_eval.log, after training), diffusion values its estimator takes (SettingsError) and, with the model's config,
+    a max_length that fits its context."""
     where = f"{KEY}.model_args"
     if not args:
         return
@@ -49,10 +49,7 @@ def _check_model_args(args, model_cfg=None) -> None:
     if unknown:
         raise EvalError(f"{where} has unknown key {unknown[0]!r}{did_you_mean(unknown[0], known)}: the slm model "
                         f"takes {', '.join(known)}")
-    try:
-        DiffusionSettings.from_model_args({k: v for k, v in args.items() if k in MODEL_ARGS})
-    except ValueError as err:
-        raise EvalError(f"{where}.{err}") from None
+    DiffusionSettings.from_model_args({k: v for k, v in args.items() if k in MODEL_ARGS}, where)
     length = args.get("max_length")
     if length is not None:
         context = model_cfg.context_length if model_cfg is not None else None
