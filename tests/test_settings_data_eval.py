@@ -45,6 +45,7 @@ def test_counts_from_a_command_line_and_paths_with_commas():
 
 def test_eval_groups_and_their_keys():
     spec = spec_from_config({"tasks": "a, b", "average": ["a", "b"], "limit": 4.7, "throughput": False}, "suite")
+    assert EvalSpec(limit=4.5).limit == 4.5  # as lm-eval recorded it (slm-lm-eval)
     assert spec.tasks == ["a", "b"] and spec.average == {"suite": ["a", "b"]} and spec.limit == 4
     assert spec.throughput.enabled is False and spec.throughput.diffusion == SamplerSettings()
     with pytest.raises(SettingsError, match=r"^eval.throughput.diffusion.threshold=0 is invalid: must be a number in "

@@ -144,7 +144,7 @@ def build_spec(args: argparse.Namespace):
 
 def _spec(args: argparse.Namespace, names: list[str]):
     """The settled EvalSpec of the suites and tasks `names` and the flags."""
-    from slm.eval.spec import EvalSpec, spec_from_config
+    from slm.eval.spec import EvalSpec, spec_from_config, whole_limit
 
     spec = EvalSpec()
     spec.metrics.update(suite_metrics())
@@ -172,7 +172,7 @@ def _spec(args: argparse.Namespace, names: list[str]):
         if not math.isfinite(args.limit) or args.limit <= 0:
             fail(PROG, f"--limit {args.limit}: limit must be a finite number > 0 (documents per task, a fraction "
                  "if < 1)")
-        spec.limit = args.limit
+        spec.limit = whole_limit(args.limit)
     for attr in ("device", "dtype"):
         if getattr(args, attr) is not None:
             setattr(spec, attr, getattr(args, attr))
@@ -186,7 +186,7 @@ def _spec(args: argparse.Namespace, names: list[str]):
     spec.model_args = _model_args(args.model_args)
     spec.seed, spec.log_samples = args.seed, args.log_samples
     spec.throughput.compile = spec.throughput.compile or args.compile
-    spec.settle("eval")  # the flags' values checked as the suite's were (a limit >= 1: whole documents)
+    spec.settle("eval")  # the flags' values checked as the suite's were
     return spec
 
 

@@ -11,6 +11,7 @@ one, and slm.eval.summary reads its tasks, metrics and average into the record's
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from slm.sampler_settings import SamplerSettings
@@ -92,11 +93,9 @@ class EvalSpec(Settings):
         self.settle("eval")
 
     def derive(self, root) -> None:
-        """A list as `average` becomes {name: list}; a limit of 1 or more a whole number of documents."""
+        """A list as `average` becomes {name: list}."""
         if isinstance(self.average, list):
             self.average = {self.name: self.average} if self.average else {}
-        if self.limit is not None and self.limit >= 1:
-            self.limit = int(self.limit)
 
     def check(self, key: str, root) -> None:
         tasks, metrics, args, device = self.tasks, self.metrics, self.model_args, self.device
@@ -127,4 +126,11 @@ def spec_from_config(node: dict | None, name: str | None = None) -> EvalSpec:
     unknown key or a bad value is one SettingsError line naming it."""
     node = dict(node or {})
     node["name"] = node.get("name") or name or "eval"
+    node["limit"] = whole_limit(node.get("limit"))
     return EvalSpec.from_node(node, "eval")
+
+
+def whole_limit(limit):
+    """A limit of 1 or more as a whole number of documents (as lm-eval reads it); any other value as it is."""
+    number = isinstance(limit, (int, float)) and not isinstance(limit, bool) and math.isfinite(limit)
+    return int(limit) if number and limit >= 1 else limit
