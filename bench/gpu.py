@@ -437,8 +437,9 @@ def decode_ar(s: Setup, opts: Options, clock: Clock) -> list[dict]:
 def decode_diffusion(s: Setup, opts: Options) -> list[dict]:
     """Rows of a masked diffusion family: its sampler (cache none, prefix, dual) at each batch size against an AR
     model of the same shape and weights (slm's Decoder), in pairs."""
-    from slm.model.diffusion import CACHES, DiffusionSampler
+    from slm.model.diffusion import DiffusionSampler
     from slm.model.generate import Decoder
+    from slm.sampler_settings import CACHES
 
     device, P, N = opts.device, opts.prompt, opts.new
     model = decode_model(s, opts)

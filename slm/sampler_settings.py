@@ -1,38 +1,38 @@
-"""What a masked-diffusion sampler's settings may be (slm.model.diffusion.DiffusionSampler), checked without torch:
-the evaluation's preflight refuses a bad `eval.throughput.diffusion.*` before training with the same rule the
-sampler applies when it is built. Standard library only (slm.model's package loads torch), usable by every layer.
+"""What a masked-diffusion sampler's settings may be (slm.model.diffusion.DiffusionSampler): `SamplerSettings`, a
+settings group (slm.settings), checked without torch. The evaluation's settings hold one
+(`eval.throughput.diffusion`), so a bad value is refused before training with the rule the sampler applies when
+it is built; what depends on the model (a cache it cannot use) is checked where a model exists
+(slm.model.diffusion.cache_refusal). Standard library only (and slm.settings), usable by every layer.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from slm.settings import Settings, setting
+
 CACHES = ("none", "prefix", "dual")
 """A bidirectional model's cache: none (exact), or Fast-dLLM's approximate prefix and dual caches."""
 
-SAMPLER_DEFAULTS = {"block_length": 32, "steps": None, "threshold": None, "cache": "none"}
-"""The sampler settings a decode measurement takes, and their defaults (steps None: the measurement's own)."""
+
+@dataclass
+class SamplerSettings(Settings):
+    """A masked-diffusion sampler's settings (eval.throughput.diffusion: the decode measurement's sampler)."""
+
+    block_length: int = setting(32, gt=0)
+    """Tokens per left-to-right block."""
+    steps: int | None = setting(None, gt=0, null="the caller's default")
+    """Denoising steps in all; null: new_tokens / 4 in a decode measurement (four tokens a step), one per generated
+    token in the sampler itself."""
+    threshold: float | None = setting(None, gt=0, le=1, null="low-confidence remasking")
+    """Commit every token whose confidence is above this probability; null: low-confidence remasking."""
+    cache: str = setting("none", choices=CACHES)
+    """none (exact) | prefix | dual: Fast-dLLM's approximate caches, refreshed per block."""
 
 
-def check_sampler(block_length, steps, threshold, cache, cfg=None) -> None:
-    """Refuse sampler settings no sampler can honour (ValueError, one line naming the setting): block_length and
-    steps positive integers (steps None: one per generated token), threshold in (0, 1] or None, cache one of
-    CACHES; with the model's config also a cache this model cannot use (block-causal models cache their committed
-    blocks exactly; a bidirectional cache holds attention layers only)."""
-    for name, value, optional in (("block_length", block_length, False), ("steps", steps, True)):
-        if not (optional and value is None) and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ValueError(f"{name}={value!r}: must be an integer >= 1" + (" (None: one step per generated token)"
-                                                                            if optional else ""))
-    if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
-                                  or not 0 < threshold <= 1):
-        raise ValueError(f"threshold={threshold!r}: must be in (0, 1] (None: low-confidence remasking)")
-    if cache not in CACHES:
-        raise ValueError(f"cache={cache!r}: must be one of {', '.join(CACHES)}")
-    if cfg is None or cache == "none":
-        return
-    if cfg.attention.block is not None:
-        raise ValueError(f"cache={cache!r} is for fully bidirectional models; this one is block-causal "
-                         f"(attention.block={cfg.attention.block}) and caches its committed blocks exactly: "
-                         "use cache='none'")
-    from slm.model.cache import bidirectional_cache_refusal  # a model exists: torch is loaded
-
-    if bidirectional_cache_refusal(cfg):
-        raise ValueError(f"cache={cache!r}: {bidirectional_cache_refusal(cfg)}; use cache='none'")
+def check_sampler(block_length, steps, threshold, cache) -> SamplerSettings:
+    """The settings as a settled SamplerSettings, or SettingsError naming the bad one (`sampler.cache='x' is
+    invalid: one of: none, prefix, dual`)."""
+    settings = SamplerSettings(block_length, steps, threshold, cache)
+    settings.settle("sampler")
+    return settings

@@ -117,7 +117,10 @@ def _within(value, meta: dict) -> bool:
 
 
 def _group_type(annotation) -> type | None:
-    """The Settings subclass an annotation names (`MoeSettings`, `BlockCurriculum | None`), else None."""
+    """The Settings subclass an annotation names (`MoeSettings`, `BlockCurriculum | None`), else None (also for a
+    list of groups, `data.sources`: the class that holds it settles each item, as `<key>.<N>`)."""
+    if typing.get_origin(annotation) is list:
+        return None
     for arm in typing.get_args(annotation) or (annotation,):
         if isinstance(arm, type) and issubclass(arm, Settings):
             return arm

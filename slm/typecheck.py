@@ -9,7 +9,6 @@ X | None. Other types (nested config objects) are left to their own checks.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import types
 import typing
@@ -58,20 +57,6 @@ def _plural(annotation) -> str:
     return {bool: "booleans", int: "integers", float: "finite numbers", str: "strings"}.get(annotation, "values")
 
 
-def check_types(obj, section: str, error: type[Exception] = ValueError) -> None:
-    """Raise `error("<section>.<field>=<value> is invalid: expected ...")` for the first field of the dataclass
-    instance `obj` whose value does not match its annotation."""
-    from slm.settings import type_hints
-
-    hints = type_hints(type(obj))
-    for f in dataclasses.fields(obj):
-        value = getattr(obj, f.name)
-        wanted = expected(value, hints[f.name])
-        if wanted is not None:
-            verb = "choose" if wanted.startswith("one of: ") else "expected"  # a Literal: the registry errors' words
-            raise error(f"{section}.{f.name}={value!r} is invalid: {verb} {wanted}")
-
-
 def did_you_mean(name: str, options, prefix: str = "", spelt: dict | None = None) -> str:
     """' (did you mean <prefix><closest>?)' for the option closest to a misspelt `name`, or '' if none is close;
     `spelt` maps an option to how it is written today (an old field name to its new place)."""
@@ -80,24 +65,3 @@ def did_you_mean(name: str, options, prefix: str = "", spelt: dict | None = None
     close = difflib.get_close_matches(name, [str(o) for o in options], n=1, cutoff=0.6)
     return f" (did you mean {prefix}{(spelt or {}).get(close[0], close[0])}?)" if close else ""
 
-
-def settings_from_node(cls, node, section: str, error: type[Exception] = ValueError):
-    """A nested settings dataclass `cls` from a config mapping (None: the defaults; an instance: itself), its
-    types checked; an unknown key is one line naming `section`, the key and the known ones."""
-    from collections.abc import Mapping
-
-    if node is None:
-        return cls()
-    if isinstance(node, cls):
-        return dataclasses.replace(node)  # a copy: two configs never share (and fill in) one settings object
-    if not isinstance(node, Mapping):
-        known = ", ".join(f.name for f in dataclasses.fields(cls))
-        raise error(f"{section}={node!r} is invalid: a mapping of {known}")
-    known = [f.name for f in dataclasses.fields(cls)]
-    unknown = sorted(set(node) - set(known))
-    if unknown:
-        raise error(f"{section} has unknown key {unknown[0]!r}{did_you_mean(str(unknown[0]), known)}: "
-                    f"choose from {', '.join(known)}")
-    obj = cls(**dict(node))
-    check_types(obj, section, error)
-    return obj

@@ -98,8 +98,8 @@ CASES = [
     ("slm-train", [*RUN, "model.d_model=65536", "model.n_layers=64"], "training needs at least"),
     ("slm-train", [*RUN, "train.logging.loggers=[csv,wandb]"], "the wandb package is not installed: pip install -e '.[wandb]'"),
     # data and tokenizer
-    ("slm-train", [*RUN, "tokenizer.kind=bpe"], "unknown tokenizer 'bpe'"),
-    ("slm-train", [*RUN, "data.sources.0.kind=ftp"], "unknown source kind 'ftp'"),
+    ("slm-train", [*RUN, "tokenizer.kind=bpe"], "tokenizer.kind='bpe' is invalid: one of: char, word"),
+    ("slm-train", [*RUN, "data.sources.0.kind=ftp"], "data.sources.0.kind='ftp' is invalid: one of: tiny"),
     ("slm-train", [*RUN, "data=local", "data.sources.0.paths=[{tmp}/missing.txt]"], "file not found:"),
     ("slm-train", [*RUN, "data=local", "data.sources.0.paths=[{tmp}/binary.txt]"], "invalid UTF-8 at byte 10"),
     ("slm-train", [*RUN, "data=fineweb_edu"], "HuggingFaceFW/fineweb-edu"),

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from slm.data import DataError, SLMDataModule, prepare
+from slm.settings import SettingsError
 
 DATA = Path(__file__).parent / "data"
 WIKITEXT = DATA / "wikitext2_valid_excerpt.txt"
@@ -137,7 +138,7 @@ def test_token_budget_caps_training_tokens(tmp_path):
 
 # ---------------------------------------------------------------- bad input: one line each
 def _one_line_error(tmp_path, sources, match, tokenizer=None, **data):
-    with pytest.raises(DataError, match=match) as err:
+    with pytest.raises((DataError, SettingsError), match=match) as err:
         _prepare(tmp_path, sources, tokenizer, **data)
     assert "\n" not in str(err.value)
     return str(err.value)
@@ -183,11 +184,12 @@ def test_bad_records(tmp_path):
 
 def test_bad_config_values(tmp_path):
     _one_line_error(tmp_path, [{"kind": "web"}],
-                    r"^data.sources.0.kind: unknown source kind 'web'; choose one of: tiny_shakespeare, local, hub, splits$")
-    _one_line_error(tmp_path, [{"kind": "local", "pathz": ["a"]}], r"^unknown key data.sources.0.pathz; choose one of: name, kind")
+                    r"^data.sources.0.kind='web' is invalid: one of: tiny_shakespeare, local, hub, splits$")
+    _one_line_error(tmp_path, [{"kind": "local", "pathz": ["a"]}], r"^data.sources.0 has unknown key 'pathz' \(did you mean paths\?\): choose from name, kind")
     _one_line_error(tmp_path, [{"kind": "tiny_shakespeare", "weight": 0}], r"^data.sources.0.weight=0 is invalid: must be a number > 0$")
     _one_line_error(tmp_path, [{"kind": "tiny_shakespeare"}, {"kind": "tiny_shakespeare"}],
-                    r"^data.sources.1.name='tiny_shakespeare' is used twice; give each source a distinct name$")
+                    r"^data.sources.1.name='tiny_shakespeare' is invalid: used by an earlier source; give each source a "
+                    r"distinct name$")
     _one_line_error(tmp_path, [{"kind": "tiny_shakespeare"}], r"^data.token_budget=-5 is invalid", token_budget=-5)
     _one_line_error(tmp_path, [], r"^data.sources=\[\] is invalid: must be a non-empty list")
 

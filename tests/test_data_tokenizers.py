@@ -12,6 +12,7 @@ import pytest
 
 from slm.data import DataError, load_tokenizer, prepare, readers
 from slm.data.tokenizers import GPT2_RANKS_SHA256, gpt2_encoding
+from slm.settings import SettingsError
 
 DATA = Path(__file__).parent / "data"
 WIKITEXT = DATA / "wikitext2_valid_excerpt.txt"
@@ -120,7 +121,7 @@ def test_word_newlines_as_whitespace(tmp_path):
     assert split.encode("First Citizen:\nBefore") == split.encode("First  Citizen:\tBefore") != lines.encode("First Citizen:\nBefore")
     assert len(split.encode(SHAKESPEARE_TRAIN[:5000])) == len(SHAKESPEARE_TRAIN[:5000].split())
     _same(split, load_tokenizer(split.save(tmp_path / "tok")), SHAKESPEARE_TRAIN[:2000])
-    with pytest.raises(DataError, match=r"tokenizer.newlines='no' is invalid: must be true or false"):
+    with pytest.raises(SettingsError, match=r"tokenizer.newlines='no' is invalid: expected true or false"):
         _prepare(tmp_path, {"kind": "word", "newlines": "no"})
 
 
@@ -202,9 +203,9 @@ def test_load_tokenizer_missing(tmp_path):
 
 
 def test_unknown_tokenizer_and_keys(tmp_path):
-    with pytest.raises(DataError, match=r"^unknown tokenizer 'bpe'; choose one of: char, word, gpt2, hf$"):
+    with pytest.raises(SettingsError, match=r"^tokenizer.kind='bpe' is invalid: one of: char, word, gpt2, hf$"):
         _prepare(tmp_path, {"kind": "bpe"})
-    with pytest.raises(DataError, match=r"^unknown key tokenizer.vocab; choose one of: kind, pad_vocab_multiple"):
+    with pytest.raises(SettingsError, match=r"^tokenizer has unknown key 'vocab' \(did you mean max_vocab\?\): choose from kind, pad_vocab_multiple"):
         _prepare(tmp_path, {"kind": "char", "vocab": 3})
-    with pytest.raises(DataError, match=r"^tokenizer.pad_vocab_multiple=0 is invalid: must be an integer >= 1$"):
+    with pytest.raises(SettingsError, match=r"^tokenizer.pad_vocab_multiple=0 is invalid: must be an integer > 0$"):
         _prepare(tmp_path, {"kind": "gpt2", "pad_vocab_multiple": 0})

@@ -142,7 +142,7 @@ def test_bidirectional_cache_pads_and_reruns_in_place():
 
 def test_bad_cache_settings_fail_in_one_line():
     model = _model()
-    with pytest.raises(ValueError, match="cache='full': must be one of none, prefix, dual"):
+    with pytest.raises(ValueError, match="sampler.cache='full' is invalid: one of: none, prefix, dual"):
         DiffusionSampler(model, cache="full")
     block_causal = _model(attention=dict(block=4))
     with pytest.raises(ValueError, match="block-causal"):

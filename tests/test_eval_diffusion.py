@@ -162,16 +162,17 @@ def test_rolling_sums_the_bounds_of_the_windows(lm):
 
 
 def test_model_args_are_checked_and_ignored_by_autoregressive_models(run_dir, tmp_path, caplog):
-    for bad, message in [({"mc_num": 0}, "mc_num=0: must be a positive integer"),
-                         ({"mc_num": "many"}, "mc_num='many': must be a positive integer"),
+    for bad, message in [({"mc_num": 0}, "^model_args.mc_num=0 is invalid: must be an integer > 0$"),
+                         ({"mc_num": "many"}, "^model_args.mc_num='many' is invalid: expected an integer$"),
                          ({"mc_num": 2.5}, "mc_num=2.5"), ({"mc_batch": -1}, "mc_batch=-1"),
-                         ({"seed": "x"}, "seed='x': must be an integer"),
-                         ({"diffusion_threshold": 2}, "diffusion_threshold=2: must be in")]:
+                         ({"seed": "x"}, "^model_args.seed='x' is invalid: expected an integer$"),
+                         ({"diffusion_threshold": 2}, r"^model_args.diffusion_threshold=2 is invalid: must be a number "
+                                                      r"in \(0, 1\]")]:
         with pytest.raises(ValueError, match=message):
             SLMLM(pretrained=str(run_dir), device="cpu", **bad)
     lm = SLMLM(pretrained=str(run_dir), device="cpu", mc_num="32", mc_batch=5, diffusion_steps="None")
     assert lm.estimator == {"kind": ESTIMATOR, "mc_num": 32, "seed": 1234}
-    assert (lm.diffusion.mc_batch, lm.diffusion.steps, lm.diffusion.block_length) == (5, None, 32)
+    assert (lm.diffusion.mc_batch, lm.diffusion.diffusion_steps, lm.diffusion.diffusion_block_length) == (5, None, 32)
 
     tok = _tokenizer(eot=False)
     ar = Transformer(ModelConfig(n_layers=1, d_model=32, attention=dict(n_heads=4), vocab_size=tok.vocab_size,

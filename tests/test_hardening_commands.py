@@ -49,17 +49,18 @@ def test_eval_bad_argument_is_refused_before_the_record_changes(finished_run, ca
 
 def test_eval_spec_checks_apply_to_config_nodes_too():
     """The same rule for an `eval` config node: preflight (before training) refuses it."""
-    from slm.eval.checks import EvalError, check_spec
+    from slm.eval.checks import check_available
     from slm.eval.run import preflight
     from slm.eval.spec import spec_from_config
+    from slm.settings import SettingsError
 
     for node, needle in (({"tasks": [], "num_fewshot": -2}, "num_fewshot=-2"),
                          ({"tasks": [], "limit": float("nan")}, "limit=nan"),
                          ({"tasks": [], "limit": -1}, "limit=-1"),
                          ({"tasks": [], "num_fewshot": 1.5}, "num_fewshot=1.5")):
-        with pytest.raises(EvalError, match=needle):
+        with pytest.raises(SettingsError, match=f"^eval.{needle} is invalid"):
             preflight(node)
-    check_spec(spec_from_config({"tasks": [], "num_fewshot": 0, "limit": 0.5, "device": "cpu"}))  # fine as it is
+    check_available(spec_from_config({"tasks": [], "num_fewshot": 0, "limit": 0.5, "device": "cpu"}))  # fine as it is
 
 
 # ============================================================================ slm-import-hf and the hf tokenizer

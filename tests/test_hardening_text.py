@@ -160,7 +160,8 @@ def test_share_is_of_characters_not_bytes(tmp_path):
 
 def test_pieces_cut_next_to_non_ascii_and_tokenize_like_the_whole_file(tmp_path, monkeypatch):
     """Reading in small pieces: they cut between non-ASCII words too, and every tokenizer encodes them as the file."""
-    from slm.data.tokenizers import TokenizerConfig, WordTokenizer
+    from slm.data.config import TokenizerConfig
+    from slm.data.tokenizers import WordTokenizer
 
     monkeypatch.setattr(readers, "PIECE_BYTES", 256)
     enc = gpt2_encoding()

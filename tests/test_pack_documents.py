@@ -11,12 +11,11 @@ import torch
 
 from slm.components.flex import use_backend
 from slm.data.config import DataConfig, TokenizerConfig
-from slm.data.errors import DataError
 from slm.model import ModelConfig, config_from_spec
 from slm.model.cache import KVCache
 from slm.model.config import ConfigError
 from slm.model.transformer import Transformer
-from slm.settings import nested
+from slm.settings import SettingsError, nested
 from tests.conftest import compose_model_node
 from tests.test_train_cli import FAST, record, run_dir, slm_train
 
@@ -116,10 +115,10 @@ def test_bad_document_settings_are_one_line():
         ModelConfig(**nested({**base, "embedding.document_end_id": 3, "memory": dict(layers=[0], segment=4)}))
     with pytest.raises(ConfigError, match="model.embedding.document_end_id=3 is invalid: packed documents need kind=transformer"):
         ModelConfig(**nested({**{**base, "n_layers": 1}, "kind": "linear", "embedding.document_end_id": 3}))
-    with pytest.raises(DataError, match=r"^data.pack_documents=true needs tokenizer.eot=true .*; set tokenizer.eot"):
+    with pytest.raises(SettingsError, match=r"^data.pack_documents=True is invalid: needs tokenizer.eot=true .*; set tokenizer.eot"):
         DataConfig.from_node({"pack_documents": True}).check_tokenizer(TokenizerConfig())
     DataConfig.from_node({"pack_documents": True}).check_tokenizer(TokenizerConfig(eot=True))
-    with pytest.raises(DataError, match=r"data.pack_documents='yes' is invalid: must be true or false"):
+    with pytest.raises(SettingsError, match=r"data.pack_documents='yes' is invalid: expected true or false"):
         DataConfig.from_node({"pack_documents": "yes"})
 
 
@@ -145,5 +144,5 @@ def test_training_with_packed_documents_end_to_end(tmp_path):
                     "train.length.steps=6", group="refused")
     assert out.returncode == 2
     assert out.stderr.strip().splitlines()[-1] == (
-        "slm-train: error: data.pack_documents=true needs tokenizer.eot=true (documents are told apart by the "
-        "end-of-text id); set tokenizer.eot=true or data.pack_documents=false")
+        "slm-train: error: data.pack_documents=True is invalid: needs tokenizer.eot=true (documents are told apart "
+        "by the end-of-text id); set tokenizer.eot=true or data.pack_documents=false")

@@ -14,8 +14,8 @@ import sys
 
 import pytest
 
-from slm.eval.checks import EvalError
 from slm.eval.run import preflight, shipped_tasks
+from slm.settings import SettingsError
 
 NOT_AT_START = ["lm_eval", "datasets", "pandas", "torch", "transformers", "matplotlib", "analysis"]
 
@@ -49,5 +49,5 @@ def test_preflight_loads_tasks_through_lm_eval_when_not_only_shipped_ones():
 
 def test_shipped_tasks_and_bad_fields():
     assert shipped_tasks() == {"slm_shakespeare_bpb", "slm_shakespeare_mc", "slm_offline"}
-    with pytest.raises(EvalError, match="unknown field"):
+    with pytest.raises(SettingsError, match="^eval has unknown key 'no_such_field'"):
         preflight({"tasks": ["slm_shakespeare_bpb"], "no_such_field": 1})

@@ -125,15 +125,27 @@ def suite_metrics() -> dict[str, str]:
 
 
 def build_spec(args: argparse.Namespace):
-    """EvalSpec from the flags: suites expand into their tasks, metrics and average."""
+    """EvalSpec from the flags: suites expand into their tasks, metrics and average; settled, and what it names
+    checked here (slm.eval.checks.check_available), or one line and exit 2."""
     from slm.eval import RENAMED_TASKS
-    from slm.eval.checks import check_spec
-    from slm.eval.spec import EvalSpec, spec_from_config
+    from slm.eval.checks import check_available
 
     names = [piece for arg in args.tasks for piece in arg.split(",") if piece]
     for old in [n for n in names if n in RENAMED_TASKS]:
         print(f"{PROG}: task {old} is now called {RENAMED_TASKS[old]}; scoring that", file=sys.stderr)
     names = [RENAMED_TASKS.get(n, n) for n in names]
+    try:  # a suite's settings, the flags' (num_fewshot, device, ...): refused before anything loads or is written
+        spec = _spec(args, names)
+        check_available(spec)
+    except ValueError as err:
+        fail(PROG, str(err))
+    return spec
+
+
+def _spec(args: argparse.Namespace, names: list[str]):
+    """The settled EvalSpec of the suites and tasks `names` and the flags."""
+    from slm.eval.spec import EvalSpec, spec_from_config, whole_limit
+
     spec = EvalSpec()
     spec.metrics.update(suite_metrics())
     for name in names:
@@ -150,11 +162,6 @@ def build_spec(args: argparse.Namespace):
             if getattr(suite, attr) is not None and getattr(spec, attr) is None:
                 setattr(spec, attr, getattr(suite, attr))
         spec.batch_size, spec.dtype, spec.throughput = suite.batch_size, suite.dtype, suite.throughput
-        spec.throughput_prompt_tokens = suite.throughput_prompt_tokens
-        spec.throughput_new_tokens = suite.throughput_new_tokens
-        spec.throughput_compile = suite.throughput_compile
-        spec.throughput_cpu_threads = suite.throughput_cpu_threads
-        spec.throughput_diffusion = dict(suite.throughput_diffusion)
     if args.num_fewshot is not None:
         spec.num_fewshot = args.num_fewshot
     if args.batch_size is not None:
@@ -165,12 +172,12 @@ def build_spec(args: argparse.Namespace):
         if not math.isfinite(args.limit) or args.limit <= 0:
             fail(PROG, f"--limit {args.limit}: limit must be a finite number > 0 (documents per task, a fraction "
                  "if < 1)")
-        spec.limit = int(args.limit) if args.limit >= 1 else args.limit
+        spec.limit = whole_limit(args.limit)
     for attr in ("device", "dtype"):
         if getattr(args, attr) is not None:
             setattr(spec, attr, getattr(args, attr))
     if args.throughput is not None:
-        spec.throughput = args.throughput
+        spec.throughput.enabled = args.throughput
     for path in args.include_path:
         if not Path(path).is_dir():
             fail(PROG, f"--include_path {path}: no such directory")
@@ -178,11 +185,8 @@ def build_spec(args: argparse.Namespace):
     spec.gen_kwargs = _key_values(args.gen_kwargs, "--gen_kwargs") or None
     spec.model_args = _model_args(args.model_args)
     spec.seed, spec.log_samples = args.seed, args.log_samples
-    spec.throughput_compile = spec.throughput_compile or args.compile
-    try:  # num_fewshot, limit (a suite's too), device: refused before anything loads or is written
-        check_spec(spec)
-    except ValueError as err:
-        fail(PROG, str(err))
+    spec.throughput.compile = spec.throughput.compile or args.compile
+    spec.settle("eval")  # the flags' values checked as the suite's were
     return spec
 
 

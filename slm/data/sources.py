@@ -15,14 +15,16 @@ import os
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
-from typing import Callable, ClassVar, Iterator
+from typing import TYPE_CHECKING, Callable, ClassVar, Iterator
 
-from slm.components.registry import Registry, UnknownKeyError
+from slm.components.registry import Registry
 import slm.data.hub as hub
 import slm.data.readers as readers
-from slm.data.config import SourceConfig
 from slm.data.errors import DataError
 from slm.data.readers import Piece
+
+if TYPE_CHECKING:  # the config imports the registries here
+    from slm.data.config import SourceConfig
 
 CORPORA = "corpora"
 HOLDOUT_VERSION = 2
@@ -70,11 +72,8 @@ SOURCES: Registry[type[Source]] = Registry("source kind")
 
 
 def build_source(cfg: SourceConfig, budget: int | None) -> Source:
-    try:
-        cls = SOURCES.get(cfg.kind)
-    except UnknownKeyError as err:
-        raise DataError(f"{cfg.where}.kind: {err}") from None
-    return cls(cfg, budget)
+    """The source of a settled SourceConfig (its kind is one of SOURCES: the config checks it)."""
+    return SOURCES.get(cfg.kind)(cfg, budget)
 
 
 def _names(files: list[Path]) -> str:

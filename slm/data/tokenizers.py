@@ -29,13 +29,15 @@ import shutil
 from collections import Counter
 from importlib import resources
 from pathlib import Path
-from typing import ClassVar, Iterable
+from typing import TYPE_CHECKING, ClassVar, Iterable
 
 import numpy as np
 
 from slm.components.registry import Registry, UnknownKeyError
-from slm.data.config import TokenizerConfig
 from slm.data.errors import DataError
+
+if TYPE_CHECKING:  # the config imports the registries here
+    from slm.data.config import TokenizerConfig
 
 META_FILE = "slm_tokenizer.json"
 HF_SUBDIR = "hf_tokenizer"
@@ -451,7 +453,7 @@ class HFTokenizer(Tokenizer):
 
     @classmethod
     def from_config(cls, cfg: TokenizerConfig, counts: Counter | None = None) -> "Tokenizer":
-        if not cfg.path:
+        if not cfg.path:  # conf/tokenizer/hf.yaml leaves it null: the directory is the user's to name
             raise DataError("tokenizer.path is not set: the hf tokenizer needs a local directory, e.g. tokenizer.path=/models/my_tok")
         return cls(cfg.path, eot=cfg.eot, eot_token=cfg.eot_token)
 

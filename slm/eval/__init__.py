@@ -2,8 +2,8 @@
 
     slm.eval.lm            the `slm` model registered with lm-eval (import it to register); lm_diffusion: its
                            diffusion models' estimator; lm_args: its model_args string
-    slm.eval.spec          EvalSpec: what to evaluate, from an `eval` config node or slm-eval's flags
-    slm.eval.checks        every eval setting checked before any work (and against the model)
+    slm.eval.spec          EvalSpec: what to evaluate, the `eval.*` settings (from a config node or slm-eval's flags)
+    slm.eval.checks        what the settings name that must exist here, and what depends on the model
     slm.eval.run           evaluate a run directory or checkpoint: tasks, lm-eval, the results files
     slm.eval.documents     the per-document file (paired comparisons)
     slm.eval.summary       the scores' summary and the record's `eval` section

@@ -1,130 +1,47 @@
-"""What an evaluation setting may be, checked before any work: before training (slm-train's preflight) or before
-a model loads (slm-eval).
+"""What an evaluation needs beyond its settings (slm.eval.spec.EvalSpec, settled when made), checked before any work:
+before training (slm-train's preflight) or before a model loads (slm-eval).
 
-    check_spec(spec, "eval.")          # every field of an EvalSpec (from conf/eval/*.yaml or slm-eval's flags)
-    check_for_model(spec, model_cfg, "eval.")   # what depends on the model: its kind, the diffusion sampler
+    check_available(spec)              # what must exist here: task directories, a CUDA device, the model's arguments
+    check_for_model(spec, model_cfg)   # what depends on the model: its kind, the diffusion sampler's cache
 
-Each refusal is an EvalError, one line naming the setting as the user spelt it (`eval.throughput.diffusion.cache`
-in a run's config, `throughput.diffusion.cache` for slm-eval), its value and what is allowed.
+Each refusal is an EvalError, one line naming the setting (`eval.include_path`, `eval.throughput.diffusion.cache`),
+its value and what is allowed.
 """
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
+
+KEY = "eval"
+"""The settings' key in a run's config (slm-eval's suites and flags are named the same)."""
 
 
 class EvalError(ValueError):
     """Bad evaluation input (path, task, option); the message is one line."""
 
 
-DTYPES = ("auto", "float32", "bfloat16", "float16")
-"""eval.dtype's choices (auto: bfloat16 on CUDA when supported, else float32)."""
-
-SPEC_NAMES = {"throughput": "throughput.enabled", "throughput_prompt_tokens": "throughput.prompt_tokens",
-              "throughput_new_tokens": "throughput.new_tokens", "throughput_compile": "throughput.compile",
-              "throughput_cpu_threads": "throughput.cpu_threads", "throughput_diffusion": "throughput.diffusion"}
-"""EvalSpec's flat fields by their names in an `eval` config node."""
-
-
-def _integer(value, least: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= least
-
-
-def _bad(prefix: str, field: str, value, rule: str) -> EvalError:
-    return EvalError(f"{prefix}{SPEC_NAMES.get(field, field)}={value!r} is invalid: {rule}")
-
-
-def check_spec(spec, prefix: str = "") -> None:
-    """Refuse an EvalSpec field no evaluation can honour, before a model loads or a file is written (EvalError,
-    one line naming `prefix` + the field): types and ranges of every field, metric keys in lm-eval's
-    'metric,filter' form, averages over tasks that are scored, task directories that exist, a CUDA device where
-    none is visible, the diffusion sampler's settings."""
-    tasks = spec.tasks
-    if not isinstance(tasks, list) or not all(isinstance(t, str) and t.strip() for t in tasks):
-        raise _bad(prefix, "tasks", tasks, "expected a list of lm-eval task or group names")
-    if not isinstance(spec.metrics, dict):
-        raise _bad(prefix, "metrics", spec.metrics, "expected a mapping {task: 'metric,filter'}")
-    for task, metric in spec.metrics.items():
-        if not isinstance(metric, str) or "," not in metric:
-            raise _bad(prefix, f"metrics.{task}", metric, "expected the headline metric as lm-eval names it, "
-                       "'metric,filter' (e.g. 'acc_norm,none')")
-    for suite, members in spec.average.items():
-        missing = [t for t in members or [] if t not in tasks]
-        if not isinstance(members, list) or missing:
-            raise _bad(prefix, "average", members, f"every task averaged must be scored ({', '.join(missing)} "
-                       f"{'is' if len(missing) == 1 else 'are'} not in {prefix}tasks {tasks})"
-                       if missing else "expected a list of task names")
-    few = spec.num_fewshot
-    if few is not None and not _integer(few, 0):
-        raise _bad(prefix, "num_fewshot", few, "expected an integer >= 0 (or null: each task's default)")
-    limit = spec.limit
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float))
-                              or not math.isfinite(limit) or limit <= 0):
-        raise _bad(prefix, "limit", limit, "expected a finite number > 0 (documents per task, a fraction if < 1; "
-                   "null: all)")
-    for field, least in (("batch_size", 1), ("throughput_prompt_tokens", 1), ("throughput_new_tokens", 1),
-                         ("seed", -2**63)):
-        if not _integer(getattr(spec, field), least):
-            raise _bad(prefix, field, getattr(spec, field), "expected an integer" + (" >= 1" if least == 1 else ""))
-    threads = spec.throughput_cpu_threads
-    if threads is not None and not _integer(threads, 1):
-        raise _bad(prefix, "throughput_cpu_threads", threads, "expected an integer >= 1 (or null: as the process "
-                   "runs)")
-    for field in ("throughput", "throughput_compile", "per_document", "log_samples"):
-        if not isinstance(getattr(spec, field), bool):
-            raise _bad(prefix, field, getattr(spec, field), "expected true or false")
-    if spec.dtype not in DTYPES:
-        raise _bad(prefix, "dtype", spec.dtype, f"choose one of: {', '.join(DTYPES)}")
+def check_available(spec) -> None:
+    """Refuse what a settled EvalSpec names that is not here, before a model loads or a file is written (EvalError,
+    one line): task directories that do not exist, a CUDA device where none is visible, model_args the `slm` lm-eval
+    model does not take."""
     for path in spec.include_path:
         if not Path(str(path)).expanduser().is_dir():
-            raise _bad(prefix, "include_path", path, "no such directory (a directory of lm-eval task YAMLs)")
-    if spec.gen_kwargs is not None and not isinstance(spec.gen_kwargs, (dict, str)):
-        raise _bad(prefix, "gen_kwargs", spec.gen_kwargs, "expected a mapping of generation arguments (or null)")
-    _check_model_args(spec.model_args, prefix)
-    _check_diffusion(spec.throughput_diffusion, prefix)
-    _check_device(spec.device, prefix)
+            raise EvalError(f"{KEY}.include_path={path!r} is invalid: no such directory (a directory of lm-eval task "
+                            "YAMLs)")
+    _check_model_args(spec.model_args)
+    _check_device(spec.device)
 
 
-def _check_diffusion(settings, prefix: str, model_cfg=None) -> None:
-    """The decode measurement's diffusion sampler settings: known keys, and values its sampler takes."""
-    from slm.sampler_settings import SAMPLER_DEFAULTS as DIFFUSION_DEFAULTS, check_sampler
-
-    where = f"{prefix}throughput.diffusion"
-    if not isinstance(settings, dict):
-        raise EvalError(f"{where}={settings!r} is invalid: a mapping of {', '.join(DIFFUSION_DEFAULTS)}")
-    unknown = sorted(set(settings) - set(DIFFUSION_DEFAULTS))
-    if unknown:
-        from slm.typecheck import did_you_mean
-
-        raise EvalError(f"{where} has unknown key {unknown[0]!r}{did_you_mean(str(unknown[0]), DIFFUSION_DEFAULTS)}: "
-                        f"choose from {', '.join(DIFFUSION_DEFAULTS)}")
-    merged = {**DIFFUSION_DEFAULTS, **settings}
-    try:
-        check_sampler(merged["block_length"], merged["steps"], merged["threshold"], merged["cache"], model_cfg)
-    except ValueError as err:
-        raise EvalError(f"{where}.{err}") from None
-
-
-OWN_ARGS = ("pretrained", "batch_size", "device", "dtype")
-"""The `slm` model's arguments that evaluation sets itself (the run, and eval.batch_size / device / dtype)."""
-
-
-def _check_model_args(args, prefix: str, model_cfg=None) -> None:
-    """model_args: a mapping of the `slm` lm-eval model's argument names (a typo would be ignored with a warning
-    in lm_eval.log, after training), none that evaluation sets itself, diffusion values its estimator takes and,
-    with the model's config, a max_length that fits its context."""
-    where = f"{prefix}model_args"
-    if not isinstance(args, dict):
-        raise EvalError(f"{where}={args!r} is invalid: expected a mapping of the slm model's arguments")
+def _check_model_args(args, model_cfg=None) -> None:
+    """model_args: the `slm` lm-eval model's argument names (a typo would be ignored with a warning in
+    lm_eval.log, after training), diffusion values its estimator takes (SettingsError) and, with the model's config,
+    a max_length that fits its context."""
+    where = f"{KEY}.model_args"
     if not args:
         return
-    own = [k for k in args if k in OWN_ARGS]
-    if own:
-        raise EvalError(f"{where}.{own[0]}={args[own[0]]!r} is invalid: evaluation sets {own[0]} itself"
-                        + ("" if own[0] == "pretrained" else f"; use {prefix}{own[0]}"))
     from slm.eval.lm import model_arg_names  # lm-eval: loaded now rather than after training
     from slm.eval.lm_diffusion import MODEL_ARGS, DiffusionSettings
+    from slm.eval.spec import OWN_ARGS
     from slm.typecheck import did_you_mean
 
     known = sorted(model_arg_names() - set(OWN_ARGS))
@@ -132,52 +49,46 @@ def _check_model_args(args, prefix: str, model_cfg=None) -> None:
     if unknown:
         raise EvalError(f"{where} has unknown key {unknown[0]!r}{did_you_mean(unknown[0], known)}: the slm model "
                         f"takes {', '.join(known)}")
-    try:
-        DiffusionSettings.from_model_args({k: v for k, v in args.items() if k in MODEL_ARGS})
-    except ValueError as err:
-        raise EvalError(f"{where}.{err}") from None
+    DiffusionSettings.from_model_args({k: v for k, v in args.items() if k in MODEL_ARGS}, where)
     length = args.get("max_length")
     if length is not None:
         context = model_cfg.context_length if model_cfg is not None else None
-        if not _integer(length, 2) or (context is not None and length > context):
+        whole = isinstance(length, int) and not isinstance(length, bool)
+        if not whole or length < 2 or (context is not None and length > context):
             raise EvalError(f"{where}.max_length={length!r} is invalid: expected an integer from 2 to the model's "
                             f"context length{f' ({context})' if context else ''}")
 
 
-def _check_device(device, prefix: str) -> None:
-    if device is None:
-        return
-    text = str(device)
-    kind, _, index = text.partition(":")
-    if not isinstance(device, str) or kind not in ("cpu", "cuda", "mps") or (index and not index.isdigit()):
-        raise _bad(prefix, "device", device, "expected cpu, cuda or cuda:<index> (or null: cuda if available, "
-                   "else cpu)")
-    if kind != "cuda":
+def _check_device(device) -> None:
+    """A CUDA device (the form is the settings'): one that this machine has."""
+    if device is None or not device.startswith("cuda"):
         return
     import torch  # only here: a check with the default device loads nothing heavy
 
+    index = device.partition(":")[2]
     if not torch.cuda.is_available():
-        raise _bad(prefix, "device", device, "no CUDA device is visible here; use cpu (or null: cuda when "
-                   "available, else cpu)")
+        raise EvalError(f"{KEY}.device={device!r} is invalid: no CUDA device is visible here; use cpu (or null: cuda "
+                        "when available, else cpu)")
     if index and int(index) >= torch.cuda.device_count():
-        raise _bad(prefix, "device", device, f"there are {torch.cuda.device_count()} CUDA device(s) (cuda:0 to "
-                   f"cuda:{torch.cuda.device_count() - 1})")
+        raise EvalError(f"{KEY}.device={device!r} is invalid: there are {torch.cuda.device_count()} CUDA device(s) "
+                        f"(cuda:0 to cuda:{torch.cuda.device_count() - 1})")
 
 
-def check_for_model(spec, model_cfg, prefix: str = "") -> None:
+def check_for_model(spec, model_cfg) -> None:
     """Refuse what this model cannot be evaluated with (EvalError, one line): tasks or a decode measurement for a
     network that predicts only the token after a whole window; a diffusion sampler setting this model cannot use
     (a Fast-dLLM cache for a block-causal model, or for one with mixers other than attention)."""
-    from slm.model.diffusion import is_diffusion
+    from slm.model.diffusion import cache_refusal, is_diffusion
     from slm.model.networks import NETWORKS
 
-    if not (spec.tasks or spec.throughput):
+    if not (spec.tasks or spec.throughput.enabled):
         return
     if not NETWORKS.get(model_cfg.kind).every_position:
         raise EvalError(f"model.kind={model_cfg.kind!r} predicts only the token after one whole window: lm-eval and "
                         "decoding need a model that scores every position (its validation NLL is in the record; "
                         "eval=none skips this step)")
-    if spec.throughput and is_diffusion(model_cfg):
-        _check_diffusion(spec.throughput_diffusion, prefix, model_cfg)
+    refusal = cache_refusal(model_cfg, spec.throughput.diffusion.cache) if is_diffusion(model_cfg) else None
+    if spec.throughput.enabled and refusal:
+        raise EvalError(f"{KEY}.throughput.diffusion.{refusal}")
     if spec.tasks:
-        _check_model_args(spec.model_args, prefix, model_cfg)
+        _check_model_args(spec.model_args, model_cfg)

@@ -30,15 +30,15 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
 from slm.objectives.mdlm import masked_log_probs
+from slm.settings import Settings, setting
 
 log = logging.getLogger(__name__)
 
@@ -46,65 +46,59 @@ ESTIMATOR = "llada_mc_conditional_elbo"
 HEAD_ROWS = 1 << 26  # logits computed at once: rows * vocab <= this (as slm.eval.lm)
 
 
-MODEL_ARGS = ("mc_num", "mc_batch", "seed", "diffusion_block_length", "diffusion_steps", "diffusion_threshold")
-
-
-def _none(value) -> bool:
-    return value is None or (isinstance(value, str) and value.strip().lower() in ("none", "null", ""))
-
-
-def _integer(name: str, value, least: int | None = 1, optional: bool = False) -> int | None:
-    if optional and _none(value):
+def _parsed(value):
+    """A model_args value as lm-eval's command line gives it, a string, read as null, an integer or a number (the
+    settings check what it is); any other value as it is."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text.lower() in ("none", "null", ""):
         return None
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or (least is not None and value < least):
-        raise ValueError(f"{name}={value!r}: must be {'a positive integer' if least == 1 else 'an integer'}")
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
     return value
 
 
-def _fraction(name: str, value) -> float | None:
-    if _none(value):
-        return None
-    try:
-        number = math.nan if isinstance(value, bool) else float(value)
-    except (TypeError, ValueError):
-        number = math.nan
-    if not 0 < number <= 1:
-        raise ValueError(f"{name}={value!r}: must be in (0, 1] or None")
-    return number
+@dataclass
+class DiffusionSettings(Settings):
+    """The diffusion model_args of the `slm` lm-eval model (MODEL_ARGS), named as given (eval.model_args.*)."""
 
-
-@dataclass(frozen=True)
-class DiffusionSettings:
-    """The diffusion model_args of the `slm` lm-eval model (MODEL_ARGS), validated."""
-
-    mc_num: int = 128
+    mc_num: int = setting(128, gt=0)
     """Monte Carlo samples per request (LLaDA's default)."""
-    mc_batch: int | None = None
+    mc_batch: int | None = setting(None, gt=0, null="as many as fit batch_size * max_length tokens")
     """Rows (samples) per forward; None: as many as fit batch_size * max_length tokens."""
     seed: int = 1234
-    block_length: int = 32
+    """Seed of each request's samples (with the request's token ids)."""
+    diffusion_block_length: int = setting(32, gt=0)
     """generate_until: the sampler's block length (capped to the generation length)."""
-    steps: int | None = None
+    diffusion_steps: int | None = setting(None, gt=0, null="one per generated token")
     """generate_until: denoising steps; None: the sampler's default (one per generated token)."""
-    threshold: float | None = None
+    diffusion_threshold: float | None = setting(None, gt=0, le=1, null="low-confidence remasking")
     """generate_until: confidence threshold for parallel unmasking; None: off (low-confidence remasking)."""
 
     @classmethod
-    def from_model_args(cls, args: dict) -> DiffusionSettings:
-        """Settings from model_args named as in MODEL_ARGS; ValueError naming a bad value."""
-        get = args.get
-        return cls(mc_num=_integer("mc_num", get("mc_num", cls.mc_num)),
-                   mc_batch=_integer("mc_batch", get("mc_batch"), optional=True),
-                   seed=_integer("seed", get("seed", cls.seed), least=None),
-                   block_length=_integer("diffusion_block_length", get("diffusion_block_length", cls.block_length)),
-                   steps=_integer("diffusion_steps", get("diffusion_steps"), optional=True),
-                   threshold=_fraction("diffusion_threshold", get("diffusion_threshold")))
+    def from_model_args(cls, args: dict, key: str = "model_args") -> DiffusionSettings:
+        """Settings from model_args named as in MODEL_ARGS (strings read as numbers); SettingsError naming
+        `<key>.<name>` for a bad value."""
+        settings = cls(**{name: _parsed(args[name]) for name in MODEL_ARGS if name in args})
+        settings.settle(key)
+        return settings
+
+    def derive(self, root) -> None:
+        if self.diffusion_threshold is not None:
+            self.diffusion_threshold = float(self.diffusion_threshold)
 
     def estimator(self) -> dict:
         """What the results record says about how log-likelihoods were estimated."""
         return {"kind": ESTIMATOR, "mc_num": self.mc_num, "seed": self.seed}
+
+
+MODEL_ARGS = tuple(f.name for f in fields(DiffusionSettings))
+"""The `slm` model's arguments for diffusion models (mc_num, mc_batch, seed, diffusion_block_length, diffusion_steps,
+diffusion_threshold): DiffusionSettings' fields."""
 
 
 def diffusion_settings(cfg, args: dict) -> DiffusionSettings | None:
@@ -235,6 +229,7 @@ def generate(lm, prompts: list[list[int]], gen_length: int, temperature: float, 
     from slm.model.diffusion import diffusion_generate
 
     s = lm.diffusion
-    return diffusion_generate(lm.model, prompts, gen_length, block_length=min(s.block_length, gen_length),
-                              steps=s.steps, threshold=s.threshold, temperature=temperature, seed=s.seed,
+    return diffusion_generate(lm.model, prompts, gen_length, block_length=min(s.diffusion_block_length, gen_length),
+                              steps=s.diffusion_steps, threshold=s.diffusion_threshold, temperature=temperature,
+                              seed=s.seed,
                               stop_tokens=stop_tokens)

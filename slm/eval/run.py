@@ -24,6 +24,7 @@ slm.eval.hub_tasks: decided before lm-eval's index is built or `datasets` retrie
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
@@ -32,7 +33,7 @@ import time
 from pathlib import Path
 
 from slm.eval import TASKS_DIR
-from slm.eval.checks import EvalError, check_for_model, check_spec
+from slm.eval.checks import EvalError, check_available, check_for_model
 from slm.eval.documents import DOCUMENTS_SUFFIX, document_lines
 from slm.eval.provenance import quiet_git_lookup
 from slm.eval.spec import EvalSpec, spec_from_config
@@ -104,7 +105,7 @@ def _results_path(output_path: str | os.PathLike) -> Path:
 
 def evaluate(path: str | os.PathLike, spec: EvalSpec, output_path: str | os.PathLike | None = None, *,
              suite_model_args: bool = False) -> dict:
-    """Score the run or checkpoint at `path` on spec.tasks (and its decode speed if spec.throughput) and
+    """Score the run or checkpoint at `path` on spec.tasks (and its decode speed if spec.throughput.enabled) and
     write lm-eval's results JSON (and the per-document file). Returns the summary: scores, metrics, details,
     averages, version, results_file and documents_file (relative to `path` when inside it), throughput, and
     `results` (lm-eval's whole output, not for the record).
@@ -120,7 +121,7 @@ def evaluate(path: str | os.PathLike, spec: EvalSpec, output_path: str | os.Path
     from slm.eval.lm import SLMLM, resolve_device, resolve_model_dir
     from slm.plain_progress import plain_stderr
 
-    check_spec(spec)
+    check_available(spec)
     try:
         model_dir = resolve_model_dir(path)
     except FileNotFoundError as err:
@@ -178,13 +179,13 @@ def evaluate(path: str | os.PathLike, spec: EvalSpec, output_path: str | os.Path
                 summary["details"][task]["documents_file"] = summary["documents_file"]
         summary["results"] = results  # everything lm-eval reported (printed by slm-eval, not recorded)
 
-    if spec.throughput:
+    if spec.throughput.enabled:
         from slm.eval.throughput import measure_decode
 
         model = lm.model if lm is not None else _load_for_throughput(model_dir, spec)
-        summary["throughput"] = measure_decode(model, spec.throughput_prompt_tokens, spec.throughput_new_tokens,
-                                               compile=spec.throughput_compile, cpu_threads=spec.throughput_cpu_threads,
-                                               diffusion=spec.throughput_diffusion)
+        t = spec.throughput
+        summary["throughput"] = measure_decode(model, t.prompt_tokens, t.new_tokens, compile=t.compile,
+                                               cpu_threads=t.cpu_threads, diffusion=dataclasses.asdict(t.diffusion))
     return summary
 
 
@@ -214,16 +215,18 @@ def _load_for_throughput(model_dir: Path, spec: EvalSpec):
 
 def preflight(eval_cfg: dict | None) -> None:
     """Check an `eval` config node before training: its fields, and that every task loads (so hub tasks
-    while offline fail now, not after training). Raises EvalError; no model is needed.
+    while offline fail now, not after training). Raises SettingsError or EvalError; no model is needed.
 
     Tasks shipped in slm/eval/tasks alone (eval=offline, the default) need no network and their data is in
     the package: they are only named here, and lm-eval (1.5-2 s to import, plus pandas and datasets) loads
     when the evaluation runs, after training, instead of before the first step (unless eval.model_args is
     set: its names are the `slm` lm-eval model's, read from lm-eval's registered class)."""
-    if not eval_cfg or _enabled(eval_cfg) is False:
+    if not eval_cfg:
         return
-    spec = spec_from_config(eval_cfg)
-    check_spec(spec, "eval.")
+    spec = spec_from_config(eval_cfg)  # SettingsError for a bad field, named as eval.<key>
+    if not spec.enabled:
+        return
+    check_available(spec)
     if not spec.tasks or (not spec.include_path and set(spec.tasks) <= shipped_tasks() and _lm_eval_installed()):
         return
     load_tasks(task_manager(spec.tasks, spec.include_path), spec.tasks)
@@ -232,16 +235,9 @@ def preflight(eval_cfg: dict | None) -> None:
 def check_model(eval_cfg: dict | None, model_cfg) -> None:
     """Check what of an `eval` config node depends on the model (slm.eval.checks.check_for_model), once the model's
     config is known and before training. Raises EvalError."""
-    if not eval_cfg or _enabled(eval_cfg) is False:
-        return
-    check_for_model(spec_from_config(eval_cfg), model_cfg, "eval.")
-
-
-def _enabled(eval_cfg: dict) -> bool:
-    enabled = eval_cfg.get("enabled", True)
-    if not isinstance(enabled, bool):
-        raise EvalError(f"eval.enabled={enabled!r} is invalid: expected true or false")
-    return enabled
+    spec = spec_from_config(eval_cfg) if eval_cfg else None
+    if spec is not None and spec.enabled:
+        check_for_model(spec, model_cfg)
 
 
 @functools.lru_cache(maxsize=1)
@@ -271,10 +267,10 @@ def evaluate_config(path: str | os.PathLike, eval_cfg: dict | None,
     The node's diffusion model_args apply to diffusion models only (evaluate's suite_model_args).
     With `log_file`, lm-eval's progress bars (each as one plain line, slm.plain_progress) and INFO lines go
     there instead of the console."""
-    if not eval_cfg or _enabled(eval_cfg) is False:
+    if not eval_cfg:
         return None
     spec = spec_from_config(eval_cfg)
-    if not spec.tasks and not spec.throughput:
+    if not spec.enabled or (not spec.tasks and not spec.throughput.enabled):
         return None
     if log_file is None:
         return evaluate(path, spec, suite_model_args=True)

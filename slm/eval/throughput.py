@@ -36,8 +36,8 @@ import torch
 from slm.cpu_busy import OtherWork
 from slm.model.diffusion import DiffusionSampler, is_diffusion
 from slm.model.generate import Decoder
-from slm.sampler_settings import SAMPLER_DEFAULTS as DIFFUSION_DEFAULTS
 from slm.model.transformer import Transformer
+from slm.sampler_settings import SamplerSettings
 
 
 def measure_decode(model: Transformer, prompt_tokens: int = 128, new_tokens: int = 128, warmup: int = 1,
@@ -96,21 +96,18 @@ def _timed(generate, prompt: list[int], new_tokens: int, warmup: int, repeats: i
 
 
 def _measure_diffusion(model, prompt_tokens, new_tokens, warmup, repeats, seed, settings) -> dict:
-    unknown = set(settings) - set(DIFFUSION_DEFAULTS)
-    if unknown:
-        raise ValueError(f"diffusion throughput settings: unknown {sorted(unknown)}; known: {sorted(DIFFUSION_DEFAULTS)}")
+    settings = SamplerSettings.from_node(settings, "diffusion")  # an unknown key: one line (the sampler checks values)
     prompt, new_tokens = _sizes(model, prompt_tokens, new_tokens, seed)
     new_tokens = min(new_tokens, model.cfg.context_length - len(prompt))  # the canvas holds every new token
-    settings = {**DIFFUSION_DEFAULTS, **settings}
-    steps = settings["steps"] or max(1, new_tokens // 4)
-    sampler = DiffusionSampler(model, settings["block_length"], steps, settings["threshold"], cache=settings["cache"])
+    steps = settings.steps or max(1, new_tokens // 4)
+    sampler = DiffusionSampler(model, settings.block_length, steps, settings.threshold, cache=settings.cache)
     p = next(model.parameters())
 
     def generate():
         return len(sampler.generate([prompt], new_tokens, seed=seed)[0]), sampler.last_timing
 
     stats = _timed(generate, prompt, new_tokens, warmup, repeats, p.device)
-    cache = model.cfg.attention.block is not None or settings["cache"] != "none"
+    cache = model.cfg.attention.block is not None or settings.cache != "none"
     return {**stats, "kv_cache_bytes": _block_cache_bytes(model, len(prompt) + new_tokens) if cache else 0,
             "dtype": str(p.dtype).removeprefix("torch."), "cuda_graph": False, "compile": False,
             "decoder": "masked_diffusion",

@@ -45,10 +45,9 @@ from typing import Iterable
 
 import torch
 
-from slm.model.cache import KVCache
-from slm.sampler_settings import CACHES, check_sampler  # noqa: F401 (CACHES: part of this API)
+from slm.model.cache import KVCache, bidirectional_cache_refusal
 from slm.model.transformer import Transformer
-
+from slm.sampler_settings import check_sampler
 
 
 def is_diffusion(model_cfg) -> bool:
@@ -62,6 +61,18 @@ def split_evenly(total: int, parts: int) -> list[int]:
     return [base + (i < extra) for i in range(parts)]
 
 
+def cache_refusal(cfg, cache: str) -> str | None:
+    """Why the model of `cfg` cannot use the sampler cache `cache` (one line starting `cache=<cache>`), or None: a
+    block-causal model caches its committed blocks exactly; a bidirectional cache holds attention layers only."""
+    if cache == "none":
+        return None
+    if cfg.attention.block is not None:
+        return (f"cache={cache!r} is for fully bidirectional models; this one is block-causal "
+                f"(attention.block={cfg.attention.block}) and caches its committed blocks exactly: use cache='none'")
+    why = bidirectional_cache_refusal(cfg)
+    return f"cache={cache!r}: {why}; use cache='none'" if why else None
+
+
 class DiffusionSampler:
     """Masked-diffusion generation for one model and one set of sampler settings (see the module doc)."""
 
@@ -72,7 +83,10 @@ class DiffusionSampler:
             raise ValueError("diffusion sampling needs a masked diffusion model (model.attention.causal=false and a "
                              f"mask token); {cfg.family} is causal={cfg.attention.causal}, "
                              f"mask_token_id={cfg.embedding.mask_token_id}")
-        check_sampler(block_length, steps, threshold, cache, cfg)
+        check_sampler(block_length, steps, threshold, cache)
+        refusal = cache_refusal(cfg, cache)
+        if refusal:
+            raise ValueError(refusal)
         self.model = model.eval()
         self.mask_id = cfg.embedding.mask_token_id
         self.block = cfg.attention.block  # None: bidirectional
