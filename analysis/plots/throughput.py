@@ -55,15 +55,7 @@ def plot_throughput(table: pd.DataFrame, score: str | None = None) -> Figure:
     ax.set_xlabel(style.AXIS_LABELS["decode_tokens_per_s"] + (", log scale" if ax.get_xscale() == "log" else ""))
     ax.set_ylabel(style.wrap_text(style.score_label(table, score), 48))
     ax.grid(color="#e5e5e5", linewidth=0.6)
-    sized = measure[mem.notna()].dropna().astype(str).unique()
-    mem_title = "peak memory\n(marker size, MiB" + (",\n" + "/".join(MEMORY_WORDS.get(m, m) for m in sized)
-                                                    if len(sized) else "") + ")"
-    extra = [style.bound_handle()] if bounds.any() else []
-    if diffusion.any():
-        extra.append((Line2D([], [], ls="", marker="o", mfc="none", mec="black", mew=1.2, markersize=11),
-                      "ringed: masked diffusion decoder"))
-    keys.shown(rows).legend(ax, extra, (mem.dropna().to_numpy(), to_size, mem_title, lambda v: f"{v:,.0f}")
-                            if mem.notna().any() else None)
+    _legend(ax, keys, rows, mem, measure, to_size, bounds, diffusion)
     style.pad_y(ax)
     style.draw_chance(ax, style.chance_value(rows, score))
     ax.margins(x=0.08)
@@ -113,6 +105,20 @@ def _points(ax, rows: pd.DataFrame, keys, score: str, errors: pd.Series, bounds:
         ax.scatter(ringed["decode_tokens_per_s"].astype(float), ringed[score].astype(float),
                    s=[2.4 * to_size(v) for v in mem.loc[ringed.index]], marker="o", facecolors="none",
                    edgecolors="black", linewidths=1.2, zorder=4)
+
+
+def _legend(ax, keys, rows: pd.DataFrame, mem: pd.Series, measure: pd.Series, to_size, bounds: pd.Series,
+            diffusion: pd.Series) -> None:
+    """The points' keys, a bound and the diffusion ring where drawn, and the marker sizes' memory where measured."""
+    sized = measure[mem.notna()].dropna().astype(str).unique()
+    mem_title = "peak memory\n(marker size, MiB" + (",\n" + "/".join(MEMORY_WORDS.get(m, m) for m in sized)
+                                                    if len(sized) else "") + ")"
+    extra = [style.bound_handle()] if bounds.any() else []
+    if diffusion.any():
+        extra.append((Line2D([], [], ls="", marker="o", mfc="none", mec="black", mew=1.2, markersize=11),
+                      "ringed: masked diffusion decoder"))
+    keys.shown(rows).legend(ax, extra, (mem.dropna().to_numpy(), to_size, mem_title, lambda v: f"{v:,.0f}")
+                            if mem.notna().any() else None)
 
 
 def _words(rows: pd.DataFrame, score: str, note: str, measured, mem: pd.Series, cumulative: pd.Series,
