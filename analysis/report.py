@@ -33,7 +33,7 @@ import analysis.document as doc
 import analysis.plot_style as style
 from analysis.claims import judge, seeds_summary, tokens_caution
 from analysis.collect import ALL_STATUSES, load_results
-from analysis.document import fmt as _fmt, html_table, markdown_table  # noqa: F401 (re-exported: ladder, ...)
+from analysis.document import fmt as _fmt
 from analysis.halving import lrs_tried, one_lr_reason, report_blocks as halving_blocks
 from analysis.labels import run_labels
 from analysis.metrics import (LOSS, average_members, bound_rows, higher_is_better, metric, name_of, nll_column,
