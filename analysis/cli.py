@@ -19,6 +19,7 @@ how many were drawn and name each one not drawn, with why, in one line.
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 from pathlib import Path
@@ -43,6 +44,13 @@ class _LowerLevel(logging.Filter):
         return True
 
 
+RESULTS = ("results table (.parquet/.csv from slm-collect) or a runs directory (or a run group under $SLM_RUNS: "
+           "cpu_default)")
+"""The help of a command's one results argument (results="one")."""
+MANY_RESULTS = "results tables (.parquet/.csv from slm-collect) or runs directories"
+"""The help of a command's results arguments (results="many": read as one table)."""
+
+
 def _where(prog: str, arg: str, what: str = "results table or runs directory") -> str:
     """The path `arg` names (slm.runs.paths: itself, else a run group or run under $SLM_RUNS), or one line and
     exit 2 with the closest names."""
@@ -52,29 +60,6 @@ def _where(prog: str, arg: str, what: str = "results table or runs directory") -
         return str(find_run(arg) if what == "run" else find_path(arg, what))
     except RunPathError as err:
         fail(prog, str(err))
-
-
-def _load(prog: str, path: str):
-    """The results table at `path` (a table file or a runs directory), or one line and exit 2: a file that is not
-    a results table (analysis.readers.BadFile names it and what is wrong), or no runs in it."""
-    from analysis.collect import load_results
-
-    path = _where(prog, path)
-    try:
-        table = load_results(path)
-    except (FileNotFoundError, ValueError, OSError) as err:
-        fail(prog, f"{path}: {err}" if str(path) not in str(err) else str(err))
-    if table.empty:
-        fail(prog, f"{path}: no runs in it" + (" (no result.json files and no Hydra job folders under it)"
-                                              if Path(path).is_dir() else ""))
-    return table
-
-
-def _load_all(prog: str, paths: list[str]):
-    """The results tables (or runs directories) given on the command line, as one table."""
-    import pandas as pd
-
-    return pd.concat([_load(prog, path) for path in paths], ignore_index=True)
 
 
 def _output_file(prog: str, flag: str, out: str | None) -> None:
@@ -90,114 +75,173 @@ def _output_file(prog: str, flag: str, out: str | None) -> None:
         fail(prog, f"{flag} {out}: {parent} is a file, not a directory")
 
 
-def _output_dir(prog: str, flag: str, out: str | None) -> None:
-    """One line and exit 2 where `out` cannot be a directory of figures (an existing file, or one above it),
-    checked before the work."""
+def _output_dir(prog: str, flag: str, out: str | None, holds: str = "the figures", parents: bool = True) -> None:
+    """One line and exit 2 where `out` cannot be a directory (for `holds`): an existing file, or with `parents` one
+    above it; checked before the work."""
     if out is None:
         return
     path = Path(out)
-    blocking = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+    blocking = next((p for p in (path, *(path.parents if parents else ())) if p.exists() and not p.is_dir()), None)
     if blocking is not None:
         fail(prog, f"{flag} {out}: {'exists' if blocking == path else f'{blocking} exists'} and is not a directory; "
-             "name a directory for the figures (it is created if missing)")
+             f"name a directory for {holds} (it is created if missing)")
 
 
-def _print_and_write(prog: str, text: str, out: str | None) -> None:
-    """Print `text`; with `out` (checked first: _output_file), also write it there (atomically) and say so."""
-    print(text, end="")
-    if out:
-        from slm.runs.record import write_text_atomic
+class _Command:
+    """What every analysis command shares: the parser preamble (its name, its description, the results it reads,
+    -v last), the outputs it writes (checked as it parses, before any work, so bad input writes nothing), its
+    logging, its loader (results -> one table) and its one-line failure. A command adds only its own arguments."""
 
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(Path(out), text)
-        print(f"{prog}: wrote {out}")
+    def __init__(self, prog: str, description: str | None = None, results: str | None = None,
+                 verbose: bool = False):
+        self.prog, self.verbose, self.outputs = prog, verbose, []
+        self.parser = OneLineParser(prog=prog, description=description)
+        if results is not None:  # "one" or "many"
+            self.parser.add_argument("results", nargs="+" if results == "many" else None,
+                                     help=MANY_RESULTS if results == "many" else RESULTS)
+
+    def add(self, *flags, **kwargs) -> None:
+        """An argument of the command's own (argparse's add_argument)."""
+        self.parser.add_argument(*flags, **kwargs)
+
+    def output(self, *flags, holds: str | None = None, parents: bool = True, **kwargs) -> None:
+        """An output argument: a file to write, or with `holds` a directory (for what it holds; created if missing);
+        parse() checks it (_output_file, _output_dir)."""
+        dest = self.parser.add_argument(*flags, **kwargs).dest
+        self.outputs.append((flags[0], dest, holds, parents))
+
+    def parse(self, argv: list[str] | None):
+        """The arguments (-v added last where the command has it), logging set up, the outputs checked."""
+        if self.verbose:
+            self.parser.add_argument("-v", "--verbose", action="store_true", help="also print info lines")
+        args = self.parser.parse_args(argv)
+        _logging(self.prog, getattr(args, "verbose", False))
+        for flag, dest, holds, parents in self.outputs:
+            if holds is None:
+                _output_file(self.prog, flag, getattr(args, dest))
+            else:
+                _output_dir(self.prog, flag, getattr(args, dest), holds, parents)
+        return args
+
+    def fail(self, message: str):
+        """One line on stderr, `<prog>: error: <message>`, and exit 2."""
+        fail(self.prog, message)
+
+    def where(self, arg: str, what: str = "results table or runs directory") -> str:
+        """The path `arg` names (_where), or one line and exit 2."""
+        return _where(self.prog, arg, what)
+
+    def load(self, results: str | list[str], check: bool = False):
+        """The results table at `results` (a table file or a runs directory; several: one table), or one line and
+        exit 2: a file that is not a results table (analysis.readers.BadFile names it and what is wrong), no runs in
+        it, or with `check` not the columns a report needs (analysis.report.check_table)."""
+        if isinstance(results, list):
+            import pandas as pd
+
+            return pd.concat([self.load(path) for path in results], ignore_index=True)
+        from analysis.collect import load_results
+
+        path = self.where(results)
+        try:
+            table = load_results(path)
+        except (FileNotFoundError, ValueError, OSError) as err:
+            self.fail(f"{path}: {err}" if str(path) not in str(err) else str(err))
+        if table.empty:
+            self.fail(f"{path}: no runs in it" + (" (no result.json files and no Hydra job folders under it)"
+                                                  if Path(path).is_dir() else ""))
+        if check:
+            from analysis.report import check_table
+
+            try:
+                check_table(table)
+            except ValueError as err:
+                self.fail(f"{results}: {err}")
+        return table
+
+    def print_and_write(self, text: str, out: str | None) -> None:
+        """Print `text`; with `out` (checked by parse), also write it there (atomically) and say so."""
+        print(text, end="")
+        if out:
+            from slm.runs.record import write_text_atomic
+
+            Path(out).parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(Path(out), text)
+            print(f"{self.prog}: wrote {out}")
 
 
-def _bad_files_fail(prog: str):
-    """Decorator of a command: a file it reads that cannot be used (analysis.readers.BadFile, one line naming
-    the file and what is wrong) ends it as bad input, `<prog>: error: <path>: ...`, exit 2."""
-    import functools
+def _command(prog: str, description=None, results: str | None = None, verbose: bool = False):
+    """Decorator of a command `body(cmd, argv)` (cmd: its _Command; `description` a string or a function that makes
+    it when the command runs): its entry point `main(argv)`, which ends quietly when its reader goes
+    (slm.pipes.quiet_on_closed_pipe) and ends on a file it reads that cannot be used (analysis.readers.BadFile, one
+    line naming the file and what is wrong) as bad input, `<prog>: error: <path>: ...`, exit 2."""
 
-    def wrap(main):
-        @functools.wraps(main)
-        def run(argv: list[str] | None = None) -> None:
+    def wrap(body):
+        @quiet_on_closed_pipe
+        def quiet(argv):
+            text = description() if callable(description) else description
+            return body(_Command(prog, text, results, verbose), argv)
+
+        @functools.wraps(body)
+        def main(argv: list[str] | None = None) -> None:
             from analysis.readers import BadFile
 
             try:
-                return main(argv)
+                return quiet(argv)
             except BadFile as err:
                 fail(prog, str(err))
-        return run
+        main.quiet_on_closed_pipe = True
+        return main
     return wrap
 
 
-@_bad_files_fail("slm-collect")
-@quiet_on_closed_pipe
-def collect_main(argv: list[str] | None = None) -> None:
-    prog = "slm-collect"
-    p = OneLineParser(prog=prog, description="Collect every run's result.json under the given directories into one "
-                      "table (one row per run; unfinished, failed and not-started jobs included with their status).")
-    p.add_argument("paths", nargs="+", help="run directories, sweep directories (walked), or result.json files; a "
-                   "name under $SLM_RUNS (default runs/) will do: cpu_default")
-    p.add_argument("-o", "--output", default="results.parquet",
-                   help="output table: .parquet (default: results.parquet) or .csv")
-    p.add_argument("-v", "--verbose", action="store_true", help="also print info lines")
-    args = p.parse_args(argv)
-    _logging(prog, args.verbose)
+@_command("slm-collect", "Collect every run's result.json under the given directories into one table (one row per "
+          "run; unfinished, failed and not-started jobs included with their status).", verbose=True)
+def collect_main(cmd: _Command, argv: list[str] | None = None) -> None:
+    cmd.add("paths", nargs="+", help="run directories, sweep directories (walked), or result.json files; a name under "
+            "$SLM_RUNS (default runs/) will do: cpu_default")
+    cmd.add("-o", "--output", default="results.parquet",
+            help="output table: .parquet (default: results.parquet) or .csv")
+    args = cmd.parse(argv)
     from analysis.collect import collect, save_results
 
     if Path(args.output).suffix.lower() not in (".parquet", ".pq", ".csv", ".json"):
-        fail(prog, f"--output {args.output}: expected a .parquet or .csv file name")
-    args.paths = [_where(prog, path, "run, run group or result.json") for path in args.paths]
+        cmd.fail(f"--output {args.output}: expected a .parquet or .csv file name")
+    _output_file(cmd.prog, "--output", args.output)
+    paths = [cmd.where(path, "run, run group or result.json") for path in args.paths]
     try:
-        table = collect(args.paths, progress=_Progress(prog, label="read", unit="records", after=10.0,
-                                                      first=f"{prog}: reading the runs' records"))
+        table = collect(paths, progress=_Progress(cmd.prog, label="read", unit="records", after=10.0,
+                                                  first=f"{cmd.prog}: reading the runs' records"))
     except FileNotFoundError as err:
-        fail(prog, str(err))
+        cmd.fail(str(err))
     if table.empty:
-        fail(prog, f"no runs found under {', '.join(args.paths)}: no result.json files and no Hydra job folders")
+        cmd.fail(f"no runs found under {', '.join(paths)}: no result.json files and no Hydra job folders")
     path = save_results(table, args.output)
-    counts = table["status"].value_counts()
-    summary = ", ".join(f"{n} {s}" for s, n in counts.items())
-    print(f"{prog}: {len(table)} run{'' if len(table) == 1 else 's'} ({summary}) -> {path}")
+    summary = ", ".join(f"{n} {s}" for s, n in table["status"].value_counts().items())
+    print(f"{cmd.prog}: {len(table)} run{'' if len(table) == 1 else 's'} ({summary}) -> {path}")
 
 
-@_bad_files_fail("slm-plot")
-@quiet_on_closed_pipe
-def plot_main(argv: list[str] | None = None) -> None:
+@_command("slm-plot", "Draw the study's plots (PNG and SVG) from a results table.", results="one", verbose=True)
+def plot_main(cmd: _Command, argv: list[str] | None = None) -> None:
     from analysis.plots import KINDS
 
-    prog = "slm-plot"
-    p = OneLineParser(prog=prog, description="Draw the study's plots (PNG and SVG) from a results table.")
-    p.add_argument("results", help="results table (.parquet/.csv from slm-collect) or a runs directory (or a run group "
-                   "under $SLM_RUNS: cpu_default)")
-    p.add_argument("--kind", "-k", default="all", choices=[*KINDS, "all"], help="which plot (default: all)")
-    p.add_argument("-o", "--out-dir", default="plots", help="output directory (default: plots)")
-    p.add_argument("--score", default=None,
-                   help="score column (e.g. score_hellaswag, avg_study7, val_nll); default: the suite average, "
-                        "else the first task score, else val_nll")
-    p.add_argument("--format", default="png,svg", help="comma-separated formats (default: png,svg)")
-    p.add_argument("-v", "--verbose", action="store_true", help="also print info lines")
-    args = p.parse_args(argv)
-    _logging(prog, args.verbose)
+    cmd.add("--kind", "-k", default="all", choices=[*KINDS, "all"], help="which plot (default: all)")
+    cmd.output("-o", "--out-dir", default="plots", help="output directory (default: plots)", holds="the figures")
+    cmd.add("--score", default=None, help="score column (e.g. score_hellaswag, avg_study7, val_nll); default: the "
+            "suite average, else the first task score, else val_nll")
+    cmd.add("--format", default="png,svg", help="comma-separated formats (default: png,svg)")
+    args = cmd.parse(argv)
     from analysis.plots import draw, drawn_line
-    from analysis.report import check_table
     from analysis.study import analyse
 
-    table = _load(prog, args.results)
-    try:
-        check_table(table)
-    except ValueError as err:
-        fail(prog, f"{args.results}: {err}")
+    table = cmd.load(args.results, check=True)
     formats = [f.strip().lower() for f in args.format.split(",") if f.strip()]
-    bad = [f for f in formats if f not in ("png", "svg", "pdf")]
-    if bad or not formats:
-        fail(prog, f"--format {args.format}: choose among png, svg, pdf")
+    if not formats or any(f not in ("png", "svg", "pdf") for f in formats):
+        cmd.fail(f"--format {args.format}: choose among png, svg, pdf")
     if args.score and args.score not in table:
         from analysis.metrics import score_columns
 
-        columns = score_columns(table)
-        fail(prog, f"--score {args.score}: no such column; the results have: {', '.join(columns) or 'none'}")
+        cmd.fail(f"--score {args.score}: no such column; the results have: "
+                 f"{', '.join(score_columns(table)) or 'none'}")
     kinds = KINDS if args.kind == "all" else [args.kind]
     study = analyse(table, args.score)  # each statistic once, as the report computes it
     not_drawn = {}
@@ -210,142 +254,113 @@ def plot_main(argv: list[str] | None = None) -> None:
             kwargs["result"] = study.threshold()
         fig, paths = draw(kind, table, args.out_dir, formats, **kwargs)
         if paths:
-            print(f"{prog}: {kind}: {', '.join(str(p) for p in paths)}")
+            print(f"{cmd.prog}: {kind}: {', '.join(str(p) for p in paths)}")
         else:
             not_drawn[kind] = fig.slm_placeholder
-    print(f"{prog}: {drawn_line(not_drawn, len(kinds))}")
+    print(f"{cmd.prog}: {drawn_line(not_drawn, len(kinds))}")
 
 
-@_bad_files_fail("slm-report")
-@quiet_on_closed_pipe
-def report_main(argv: list[str] | None = None) -> None:
-    prog = "slm-report"
-    p = OneLineParser(prog=prog, description="Write the Markdown and HTML report (tables, tiers, threshold, best "
-                      "per family, Pareto frontier, the plots that have data) from a results table.")
-    p.add_argument("results", help="results table (.parquet/.csv from slm-collect) or a runs directory (or a run group "
-                   "under $SLM_RUNS: cpu_default)")
-    p.add_argument("-o", "--out-dir", default="report", help="output directory (default: report)")
-    p.add_argument("--score", default=None, help="score column (default: as slm-plot)")
-    p.add_argument("--title", default="slm results", help="report title")
-    p.add_argument("-v", "--verbose", action="store_true", help="also print info lines")
-    args = p.parse_args(argv)
-    _logging(prog, args.verbose)
+@_command("slm-report", "Write the Markdown and HTML report (tables, tiers, threshold, best per family, Pareto "
+          "frontier, the plots that have data) from a results table.", results="one", verbose=True)
+def report_main(cmd: _Command, argv: list[str] | None = None) -> None:
+    cmd.output("-o", "--out-dir", default="report", help="output directory (default: report)", holds="the report",
+               parents=False)  # a file above it: write_report's OSError says so
+    cmd.add("--score", default=None, help="score column (default: as slm-plot)")
+    cmd.add("--title", default="slm results", help="report title")
+    args = cmd.parse(argv)
     from analysis.plots import drawn_line
-    from analysis.report import check_table, write_report
+    from analysis.report import write_report
 
-    out_dir = Path(args.out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        fail(prog, f"-o {args.out_dir}: exists and is not a directory; name a directory for the report (it is "
-             "created if missing)")
-    args.results = _where(prog, args.results)
-    table = _load(prog, args.results)
-    try:
-        check_table(table)
-    except ValueError as err:
-        fail(prog, f"{args.results}: {err}")
+    results = cmd.where(args.results)
+    table = cmd.load(results, check=True)
     if args.score and args.score not in table:
-        fail(prog, f"--score {args.score}: no such column in {args.results}")
+        cmd.fail(f"--score {args.score}: no such column in {results}")
     try:
-        path, not_drawn = write_report(args.results, args.out_dir, score=args.score, title=args.title, table=table)
+        path, not_drawn = write_report(results, args.out_dir, score=args.score, title=args.title, table=table)
     except OSError as err:  # a parent that is a file, a read-only directory, a full disk
         reason = err.strerror or str(err)
-        fail(prog, f"-o {args.out_dir}: cannot write the report there ({err.filename or args.out_dir}: {reason})")
-    print(f"{prog}: wrote {path.with_name('report.md')} and {path}")
-    print(f"{prog}: {drawn_line(not_drawn)}")
+        cmd.fail(f"-o {args.out_dir}: cannot write the report there ({err.filename or args.out_dir}: {reason})")
+    print(f"{cmd.prog}: wrote {path.with_name('report.md')} and {path}")
+    print(f"{cmd.prog}: {drawn_line(not_drawn)}")
     from analysis.too_short import warning as too_short
 
     short = too_short(table)
     if short:  # the verdict's first line, on the console too (the README's 20-step first look)
-        print(f"{prog}: warning: {short.replace('**', '')}")
+        print(f"{cmd.prog}: warning: {short.replace('**', '')}")
 
 
-@_bad_files_fail("slm-ladder")
-@quiet_on_closed_pipe
-def ladder_main(argv: list[str] | None = None) -> None:
-    prog = "slm-ladder"
-    p = OneLineParser(prog=prog, description="arXiv 2512.20877 side by side: the ladder runs' test NLL next to the "
-                      "paper's published numbers, and test NLL against training FLOPs (ladder.md + figures/).")
-    p.add_argument("results", help="results table (.parquet/.csv from slm-collect) or a runs directory (or a run group "
-                   "under $SLM_RUNS: cpu_default)")
-    p.add_argument("-o", "--out-dir", default="report/2512.20877", help="output directory")
-    args = p.parse_args(argv)
-    _logging(prog)
+@_command("slm-ladder", "arXiv 2512.20877 side by side: the ladder runs' test NLL next to the paper's published "
+          "numbers, and test NLL against training FLOPs (ladder.md + figures/).", results="one")
+def ladder_main(cmd: _Command, argv: list[str] | None = None) -> None:
+    cmd.output("-o", "--out-dir", default="report/2512.20877", help="output directory",
+               holds="ladder.md and its figures")
+    args = cmd.parse(argv)
     from analysis.ladder import write
 
-    table = _load(prog, args.results)
+    table = cmd.load(args.results)
     if "test_nll" not in table or table["test_nll"].isna().all():
-        fail(prog, f"{args.results}: no run with a test NLL (train the arxiv2512_* sweeps: make reproduce-2512)")
+        cmd.fail(f"{args.results}: no run with a test NLL (train the arxiv2512_* sweeps: make reproduce-2512)")
     path = write(table, args.out_dir)
     print(path.read_text())
-    print(f"{prog}: wrote {path} and {Path(args.out_dir) / 'figures' / 'ladder_nll_flops.png'}")
+    print(f"{cmd.prog}: wrote {path} and {Path(args.out_dir) / 'figures' / 'ladder_nll_flops.png'}")
 
 
-@_bad_files_fail("slm-lr-transfer")
-@quiet_on_closed_pipe
-def lr_transfer_main(argv: list[str] | None = None) -> None:
-    prog = "slm-lr-transfer"
-    p = OneLineParser(prog=prog, description="Learning-rate transfer: for each run group that sweeps train.lr "
-                      "against d_model or n_layers, the best learning rate per shape and parametrization, how far it "
-                      "moves, and loss-against-lr figures (lr_transfer.md + figures/).")
-    p.add_argument("results", nargs="+", help="results tables (.parquet/.csv from slm-collect) or runs directories")
-    p.add_argument("-o", "--out-dir", default="lr_transfer", help="output directory (default: lr_transfer)")
-    args = p.parse_args(argv)
-    _logging(prog)
-
+@_command("slm-lr-transfer", "Learning-rate transfer: for each run group that sweeps train.lr against d_model or "
+          "n_layers, the best learning rate per shape and parametrization, how far it moves, and loss-against-lr "
+          "figures (lr_transfer.md + figures/).", results="many")
+def lr_transfer_main(cmd: _Command, argv: list[str] | None = None) -> None:
+    cmd.output("-o", "--out-dir", default="lr_transfer", help="output directory (default: lr_transfer)",
+               holds="lr_transfer.md and its figures")
+    args = cmd.parse(argv)
     from analysis.lr_transfer import write
 
-    table = _load_all(prog, args.results)
+    table = cmd.load(args.results)
     try:
         path = write(table, args.out_dir)
     except ValueError as err:
-        fail(prog, f"{', '.join(args.results)}: {err}")
+        cmd.fail(f"{', '.join(args.results)}: {err}")
     print(path.read_text())
-    print(f"{prog}: wrote {path} and its figures in {Path(args.out_dir) / 'figures'}")
+    print(f"{cmd.prog}: wrote {path} and its figures in {Path(args.out_dir) / 'figures'}")
 
 
-@_bad_files_fail("slm-compare")
-@quiet_on_closed_pipe
-def compare_main(argv: list[str] | None = None) -> None:
-    prog = "slm-compare"
-    p = OneLineParser(prog=prog, description="Paired comparison of two runs on the same lm-eval documents, per "
-                      "task: each run's score, B - A with a paired bootstrap 95% interval, McNemar's exact test (0/1 "
-                      "metrics) or a paired t-test, and a verdict at 5% (analysis/paired.py). It answers whether these "
-                      "two trained models differ on these documents; whether their architectures differ needs seeds "
-                      "(slm-report).")
-    p.add_argument("run_a", help="run directory A (its result.json names its per-document results), or a run under "
-                   "$SLM_RUNS (default runs/): group/key")
-    p.add_argument("run_b", help="run directory B")
-    p.add_argument("--task", action="append", default=None,
-                   help="task to compare (repeat or comma-separate; default: the tasks the evaluations asked for)")
-    p.add_argument("--metric", default=None,
-                   help="metric, e.g. acc or acc_norm,none (default: each task's headline metric)")
-    p.add_argument("--draws", type=int, default=2000, help="bootstrap draws (default: 2000, at least 100)")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: 0)")
-    p.add_argument("--json", action="store_true", help="print the results as JSON")
-    args = p.parse_args(argv)
+@_command("slm-compare", "Paired comparison of two runs on the same lm-eval documents, per task: each run's score, "
+          "B - A with a paired bootstrap 95% interval, McNemar's exact test (0/1 metrics) or a paired t-test, and a "
+          "verdict at 5% (analysis/paired.py). It answers whether these two trained models differ on these "
+          "documents; whether their architectures differ needs seeds (slm-report).")
+def compare_main(cmd: _Command, argv: list[str] | None = None) -> None:
+    cmd.add("run_a", help="run directory A (its result.json names its per-document results), or a run under "
+            "$SLM_RUNS (default runs/): group/key")
+    cmd.add("run_b", help="run directory B")
+    cmd.add("--task", action="append", default=None,
+            help="task to compare (repeat or comma-separate; default: the tasks the evaluations asked for)")
+    cmd.add("--metric", default=None, help="metric, e.g. acc or acc_norm,none (default: each task's headline metric)")
+    cmd.add("--draws", type=int, default=2000, help="bootstrap draws (default: 2000, at least 100)")
+    cmd.add("--seed", type=int, default=0, help="bootstrap seed (default: 0)")
+    cmd.add("--json", action="store_true", help="print the results as JSON")
+    args = cmd.parse(argv)
     import json
 
     from analysis.paired import PairedError, compare_runs, format_table
 
     if args.draws < 100:
-        fail(prog, f"--draws {args.draws}: must be >= 100")
+        cmd.fail(f"--draws {args.draws}: must be >= 100")
     tasks = [t for arg in args.task or [] for t in arg.split(",") if t]
-    args.run_a, args.run_b = _where(prog, args.run_a, "run"), _where(prog, args.run_b, "run")
+    run_a, run_b = cmd.where(args.run_a, "run"), cmd.where(args.run_b, "run")
     try:
-        results, refused = compare_runs(args.run_a, args.run_b, tasks or None, args.metric, args.draws, args.seed)
+        results, refused = compare_runs(run_a, run_b, tasks or None, args.metric, args.draws, args.seed)
     except PairedError as err:
-        fail(prog, str(err))
+        cmd.fail(str(err))
     if not results:
         reasons = list(refused.values())
-        fail(prog, reasons[0] if len(reasons) == 1 else f"no task could be compared: {'; '.join(reasons)}")
+        cmd.fail(reasons[0] if len(reasons) == 1 else f"no task could be compared: {'; '.join(reasons)}")
     if args.json:
-        print(json.dumps({"a": args.run_a, "b": args.run_b, "results": [r.as_dict() for r in results],
-                          "refused": refused}, indent=2))
+        print(json.dumps({"a": run_a, "b": run_b, "results": [r.as_dict() for r in results], "refused": refused},
+                         indent=2))
     else:
-        print(f"A: {args.run_a}\nB: {args.run_b}")
+        print(f"A: {run_a}\nB: {run_b}")
         print(format_table(results))
     for reason in refused.values():
-        print(f"{prog}: warning: {reason}", file=sys.stderr)
+        print(f"{cmd.prog}: warning: {reason}", file=sys.stderr)
 
 
 class _Progress:
@@ -386,49 +401,42 @@ class _Progress:
             print(line, file=self.stream, flush=True)
 
 
-@_bad_files_fail("slm-fit")
-@quiet_on_closed_pipe
-def fit_main(argv: list[str] | None = None) -> None:
-    prog = "slm-fit"
-    p = OneLineParser(prog=prog, description="Scaling-law fit of the completed runs' validation NLL, L(N, D) = "
-                      "E + A/N^alpha + B/D^beta (Hoffmann et al. 2022's approach 3, as replicated by Besiroglu et al. "
-                      "2024, and approach 2's IsoFLOP parabolas), bootstrap intervals over runs, the compute-optimal N "
-                      "and D; writes fit.json (slm-plan fit=...) and fit.png (analysis/fit.py, fit_output.py).")
-    p.add_argument("results", nargs="+", help="results tables (.parquet/.csv from slm-collect) or runs directories")
-    p.add_argument("-o", "--out-dir", default="fit", help="output directory for fit.json and fit.png (default: fit)")
-    p.add_argument("--params", default="non_embedding", choices=["non_embedding", "total", "active"],
-                   help="N: params_non_embedding (default), params_total (Hoffmann et al.'s count) or params_active")
-    p.add_argument("--bootstrap", type=int, default=200, help="bootstrap draws (default: 200; 0: no intervals)")
-    p.add_argument("--keep", type=int, default=200, help="bootstrap draws kept in fit.json (default: 200)")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: 0)")
-    p.add_argument("--compute-tol", type=float, default=1.5,
-                   help="approach 2: a compute group holds runs within this factor of its smallest (default: 1.5)")
-    args = p.parse_args(argv)
-    _logging(prog)
-
+@_command("slm-fit", "Scaling-law fit of the completed runs' validation NLL, L(N, D) = E + A/N^alpha + B/D^beta "
+          "(Hoffmann et al. 2022's approach 3, as replicated by Besiroglu et al. 2024, and approach 2's IsoFLOP "
+          "parabolas), bootstrap intervals over runs, the compute-optimal N and D; writes fit.json (slm-plan fit=...) "
+          "and fit.png (analysis/fit.py, fit_output.py).", results="many")
+def fit_main(cmd: _Command, argv: list[str] | None = None) -> None:
+    cmd.output("-o", "--out-dir", default="fit", help="output directory for fit.json and fit.png (default: fit)",
+               holds="fit.json and fit.png")
+    cmd.add("--params", default="non_embedding", choices=["non_embedding", "total", "active"],
+            help="N: params_non_embedding (default), params_total (Hoffmann et al.'s count) or params_active")
+    cmd.add("--bootstrap", type=int, default=200, help="bootstrap draws (default: 200; 0: no intervals)")
+    cmd.add("--keep", type=int, default=200, help="bootstrap draws kept in fit.json (default: 200)")
+    cmd.add("--seed", type=int, default=0, help="bootstrap seed (default: 0)")
+    cmd.add("--compute-tol", type=float, default=1.5,
+            help="approach 2: a compute group holds runs within this factor of its smallest (default: 1.5)")
+    args = cmd.parse(argv)
     from analysis.fit import FitError, fit, fit_data
     from analysis.fit_output import summary, write
 
     if args.bootstrap < 0 or args.keep < 0:
-        fail(prog, f"--bootstrap {args.bootstrap} --keep {args.keep}: must be >= 0")
+        cmd.fail(f"--bootstrap {args.bootstrap} --keep {args.keep}: must be >= 0")
     if not args.compute_tol > 1:
-        fail(prog, f"--compute-tol {args.compute_tol}: must be > 1")
-    table = _load_all(prog, args.results)
+        cmd.fail(f"--compute-tol {args.compute_tol}: must be > 1")
+    table = cmd.load(args.results)
     try:
         data = fit_data(table, args.params)
         result = fit(data, draws=args.bootstrap, seed=args.seed, tol=args.compute_tol, source=", ".join(args.results),
-                     progress=_Progress(prog, len(data.L)) if args.bootstrap else None)
+                     progress=_Progress(cmd.prog, len(data.L)) if args.bootstrap else None)
     except FitError as err:
-        fail(prog, f"{', '.join(args.results)}: {err}")
+        cmd.fail(f"{', '.join(args.results)}: {err}")
     path, png, content = write(result, args.out_dir, keep=args.keep)
     print(summary(result, content))
-    print(f"{prog}: wrote {path} and {png}")
+    print(f"{cmd.prog}: wrote {path} and {png}")
 
 
-@_bad_files_fail("slm-plan")
-@quiet_on_closed_pipe
-def plan_main(argv: list[str] | None = None) -> None:
-    prog = "slm-plan"
+@_command("slm-plan")
+def plan_main(cmd: _Command, argv: list[str] | None = None) -> None:
     from analysis.planning import USAGE, PlanError, format_plan, parse, plan
 
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -438,35 +446,28 @@ def plan_main(argv: list[str] | None = None) -> None:
     try:
         result = plan(parse(argv))
     except PlanError as err:
-        fail(prog, str(err))
+        cmd.fail(str(err))
     print(format_plan(result))
 
 
-@_bad_files_fail("slm-claims")
-@quiet_on_closed_pipe
-def claims_main(argv: list[str] | None = None) -> None:
-    prog = "slm-claims"
-    p = OneLineParser(prog=prog, description="slm's verdict on a depth x width study's claims (two tiers, a width "
-                      "threshold, an optimal depth, families within noise): each supported, not supported or not "
-                      "testable, with its statistic, at the shared lr and at each configuration's best lr "
-                      "(analysis/claims.py).")
-    p.add_argument("results", nargs="+", help="results tables (.parquet/.csv from slm-collect) or runs directories")
-    p.add_argument("--score", default="val_nll", help="score column (default: val_nll)")
-    p.add_argument("-o", "--out", default=None, help="also write the table to this Markdown file")
-    args = p.parse_args(argv)
-    _logging(prog)
-    _output_file(prog, "-o", args.out)
+@_command("slm-claims", "slm's verdict on a depth x width study's claims (two tiers, a width threshold, an optimal "
+          "depth, families within noise): each supported, not supported or not testable, with its statistic, at the "
+          "shared lr and at each configuration's best lr (analysis/claims.py).", results="many")
+def claims_main(cmd: _Command, argv: list[str] | None = None) -> None:
+    cmd.add("--score", default="val_nll", help="score column (default: val_nll)")
+    cmd.output("-o", "--out", default=None, help="also write the table to this Markdown file")
+    args = cmd.parse(argv)
     import pandas as pd
 
     from analysis.claims import judge, markdown, seeds_summary, tokens_caution
 
-    table = _load_all(prog, args.results)
+    table = cmd.load(args.results)
     if args.score not in table or pd.to_numeric(table[args.score], errors="coerce").notna().sum() == 0:
-        fail(prog, f"--score {args.score}: no run in {', '.join(args.results)} has a value of it")
+        cmd.fail(f"--score {args.score}: no run in {', '.join(args.results)} has a value of it")
     caution = tokens_caution(table, args.score)
     text = f"{seeds_summary(table, args.score)}\n\n" + (f"{caution}\n\n" if caution else "") \
         + f"{markdown(judge(table, args.score))}\n"
-    _print_and_write(prog, text, args.out)
+    cmd.print_and_write(text, args.out)
 
 
 def _forecast_target(prog: str, text: str | None) -> dict:
@@ -484,37 +485,37 @@ def _forecast_target(prog: str, text: str | None) -> dict:
     return {f"target_{name}": number}
 
 
-@_bad_files_fail("slm-decide")
-@quiet_on_closed_pipe
-def decide_main(argv: list[str] | None = None) -> None:
+def _decide_description() -> str:
     from analysis.decide_words import HELP
 
-    prog = "slm-decide"
-    p = OneLineParser(prog=prog, description="Decision accuracy of a ladder: per proxy and rung, how often two "
-                      "configurations are ordered as at the target rung, with bootstrap intervals over seeds, the "
-                      "noise ceiling and the cheapest rung that reaches --level (analysis/decide.py); the held-out "
-                      "forecast of the top rung and, with --forecast, each configuration's loss at a larger scale "
-                      "(analysis/forecast.py). " + HELP + " Progress goes to stderr when the redraws take a while.")
-    p.add_argument("results", nargs="+", help="results tables (.parquet/.csv from slm-collect) or runs directories")
-    p.add_argument("--config", default=None, help="the column naming a configuration (default: a ladder sweep's points, "
-                   "by family where that names them, else family)")
-    p.add_argument("--rung", default="param_budget", help="the column naming a rung (default: param_budget)")
-    p.add_argument("--target", type=float, default=None, help="the target rung (default: the largest)")
-    p.add_argument("--truth", default=None, help="the metric whose order at the target is to be predicted (default: "
-                   "val_nll; refused where it has no value); the forecast extrapolates it")
-    p.add_argument("--proxy", default=None, help="comma-separated proxy columns (default: val_nll, val_bpb, "
-                   "val_nll_50, val_nll_25 and the lm-eval scores, those present)")
-    p.add_argument("--level", type=float, default=0.8, help="decision accuracy to plan with (default: 0.8)")
-    p.add_argument("--draws", type=int, default=1000, help="bootstrap redraws of the seeds (default: 1000; 0: no "
-                   "intervals)")
-    p.add_argument("--forecast", default=None, metavar="params=N|flops=C",
-                   help="also extrapolate each configuration's --truth loss to this scale")
-    p.add_argument("-o", "--out", default=None, help="also write the answer and the tables to this Markdown file")
-    p.add_argument("--plot", default=None, metavar="DIR", help="also draw DIR/decision_accuracy and DIR/rank_flow "
-                   "(.png and .svg)")
-    args = p.parse_args(argv)
-    _logging(prog)
+    return ("Decision accuracy of a ladder: per proxy and rung, how often two configurations are ordered as at the "
+            "target rung, with bootstrap intervals over seeds, the noise ceiling and the cheapest rung that reaches "
+            "--level (analysis/decide.py); the held-out forecast of the top rung and, with --forecast, each "
+            "configuration's loss at a larger scale (analysis/forecast.py). " + HELP + " Progress goes to stderr "
+            "when the redraws take a while.")
 
+
+@_command("slm-decide", _decide_description, results="many")
+def decide_main(cmd: _Command, argv: list[str] | None = None) -> None:
+    from slm.metrics import read_part_way
+
+    proxies = ", ".join(["val_nll", "val_bpb", *(m.name for m in read_part_way())])
+    cmd.add("--config", default=None, help="the column naming a configuration (default: a ladder sweep's points, by "
+            "family where that names them, else family)")
+    cmd.add("--rung", default="param_budget", help="the column naming a rung (default: param_budget)")
+    cmd.add("--target", type=float, default=None, help="the target rung (default: the largest)")
+    cmd.add("--truth", default=None, help="the metric whose order at the target is to be predicted (default: "
+            "val_nll; refused where it has no value); the forecast extrapolates it")
+    cmd.add("--proxy", default=None, help=f"comma-separated proxy columns (default: {proxies} and the lm-eval scores, "
+            "those present)")
+    cmd.add("--level", type=float, default=0.8, help="decision accuracy to plan with (default: 0.8)")
+    cmd.add("--draws", type=int, default=1000, help="bootstrap redraws of the seeds (default: 1000; 0: no intervals)")
+    cmd.add("--forecast", default=None, metavar="params=N|flops=C",
+            help="also extrapolate each configuration's --truth loss to this scale")
+    cmd.output("-o", "--out", default=None, help="also write the answer and the tables to this Markdown file")
+    cmd.output("--plot", default=None, metavar="DIR", help="also draw DIR/decision_accuracy and DIR/rank_flow "
+               "(.png and .svg)", holds="the figures")
+    args = cmd.parse(argv)
     from analysis.decide import DecideError, markdown
     from analysis.decide_report import draw, held_out_text, judge
     from analysis.decide_words import answer
@@ -522,34 +523,28 @@ def decide_main(argv: list[str] | None = None) -> None:
     from analysis.forecast import markdown as forecast_markdown
 
     if not 0 < args.level <= 1:
-        fail(prog, f"--level {args.level:g} is invalid: a decision accuracy in (0, 1], e.g. 0.8")
+        cmd.fail(f"--level {args.level:g} is invalid: a decision accuracy in (0, 1], e.g. 0.8")
     if args.draws < 0:
-        fail(prog, f"--draws {args.draws} is invalid: a number of bootstrap redraws >= 0")
-    target = _forecast_target(prog, args.forecast)
-    _output_file(prog, "-o", args.out)
-    _output_dir(prog, "--plot", args.plot)
-    table = _load_all(prog, args.results)
+        cmd.fail(f"--draws {args.draws} is invalid: a number of bootstrap redraws >= 0")
+    target = _forecast_target(cmd.prog, args.forecast)
+    table = cmd.load(args.results)
 
     def progress(label: str, unit: str = "refits"):
-        return _Progress(prog, label=label, unit=unit, first=f"{prog}: {label} {unit}...", after=10.0)
+        return _Progress(cmd.prog, label=label, unit=unit, first=f"{cmd.prog}: {label} {unit}...", after=10.0)
 
     try:
         judged = judge(table, args.config, args.rung, args.proxy.split(",") if args.proxy else None, args.target,
                        args.draws, args.truth, progress=progress)
-    except DecideError as err:
-        fail(prog, str(err))
-    predicted = None
-    if target:
-        try:
-            predicted = forecast(judged.ladder, draws=args.draws, progress=progress("forecast:"), **target)
-        except ForecastError as err:
-            fail(prog, str(err))
+        predicted = forecast(judged.ladder, draws=args.draws, progress=progress("forecast:"), **target) \
+            if target else None
+    except (DecideError, ForecastError) as err:
+        cmd.fail(str(err))
     parts = [answer(judged.result, args.level, judged.check, predicted), markdown(judged.result, args.level),
              held_out_text(judged)] + ([forecast_markdown(predicted)] if predicted is not None else [])
-    _print_and_write(prog, "\n".join(parts), args.out)
+    cmd.print_and_write("\n".join(parts), args.out)
     if args.plot:
         paths = draw(judged, args.plot, args.level)
-        print(f"{prog}: drew {', '.join(map(str, paths))}")
+        print(f"{cmd.prog}: drew {', '.join(map(str, paths))}")
 
 
 if __name__ == "__main__":  # python -m analysis.cli collect|plot|report|ladder|lr_transfer|compare|fit|plan|claims|decide ...

@@ -23,7 +23,7 @@ target rung T (the largest by default) on the `truth` metric (val_nll, final, by
   seed-to-seed spread (the pooled standard deviation within configurations), the ratio "Signal and Noise"
   (Heineman et al. 2025, arXiv 2508.13144) ranks proxies by; None with one seed per configuration;
 - the share of the target's compute it costs: the mean `train_flops` of the rung's runs over the target's, times the
-  fraction of training the proxy is read at (PARTIAL).
+  fraction of training the proxy is read at (its slm.metrics entry's curve_at: part_read).
 
 The noise ceiling: how often one seed's order at the target agrees with another seed's on the truth (seeds matched
 by train.seed): the agreement a perfect proxy could reach. The cheapest rung whose decision accuracy reaches `level`
@@ -40,8 +40,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-PARTIAL = {"val_nll_25": 0.25, "val_nll_50": 0.5}
-"""Proxies read part-way through training: the fraction of the run's compute they cost."""
 BAD = ("failed", "diverged")
 MIN_DRAWS = 100
 """Fewer redraws than this give rough intervals (said in the notes and the answer)."""
@@ -107,6 +105,15 @@ def _completed(table: pd.DataFrame) -> pd.DataFrame:
     if "status" in table:
         return table[table["status"].fillna("completed") == "completed"]
     return table
+
+
+def part_read(proxy: str) -> float:
+    """The fraction of a run's training (and compute) a proxy is read at: its slm.metrics entry's curve_at (val_nll_25:
+    0.25), else 1 (the final value)."""
+    from slm.metrics import metric as declared
+
+    entry = declared(proxy)
+    return entry.curve_at if entry is not None and entry.curve_at is not None else 1.0
 
 
 def _sign(table: pd.DataFrame, metric: str) -> float:
@@ -291,7 +298,7 @@ def decide(table: pd.DataFrame, config: str = "family", rung: str = "param_budge
             result.notes.append(f"{proxy}: the best lr is at the edge of the searched grid for "
                                 + ", ".join(f"{c} at {_num(r)} (lr {lr:g})" for r, c, lr in sorted(edges))
                                 + ": the search may not have found the optimum there")
-        part = PARTIAL.get(proxy, 1.0)
+        part = part_read(proxy)
         for r in rungs:
             if r == target and part == 1.0:  # a whole run at the target is the truth itself: its noise is the ceiling
                 continue
@@ -366,10 +373,12 @@ def markdown(result: DecideResult, level: float = 0.8) -> str:
 
 
 def default_proxies(table: pd.DataFrame) -> list[str]:
-    """The proxies judged by default: the final losses, the curve's at 50% and 25% of training, and the lm-eval
-    scores, those with a value in the table."""
-    names = ["val_nll", "val_bpb", "val_nll_50", "val_nll_25"] + sorted(c for c in table.columns
-                                                                        if str(c).startswith("score_"))
+    """The proxies judged by default: the final losses, the curve's part-way (slm.metrics.read_part_way: at 50% and
+    25% of training), and the lm-eval scores, those with a value in the table."""
+    from slm.metrics import read_part_way
+
+    names = ["val_nll", "val_bpb", *(m.name for m in read_part_way())] + sorted(c for c in table.columns
+                                                                               if str(c).startswith("score_"))
     return [c for c in names if c in table and pd.to_numeric(table[c], errors="coerce").notna().any()]
 
 

@@ -342,9 +342,10 @@ def val_nll_kind(r):
     return kind or (NELBO.default if number(get(r.record, ("eval", "val_nll"))) is not None else None)
 
 
-def _val_at(r, fraction: float):
+def curve_at(r, fraction: float):
     """The validation NLL of eval.val_curve ([[step, nll], ...]) nearest `fraction` of training.max_steps, if it is
-    within 5% of the steps of it; None otherwise (no curve, or no validation near there)."""
+    within 5% of the steps of it; None otherwise (no curve, or no validation near there): the reader of every metric
+    declared with curve_at (slm.metrics)."""
     curve, steps = get(r.record, ("eval", VAL_CURVE)), number(get(r.record, ("training", "max_steps")))
     if not isinstance(curve, list) or not steps:
         return None
@@ -354,16 +355,6 @@ def _val_at(r, fraction: float):
         return None
     step, value = min(points, key=lambda p: abs(p[0] - fraction * steps))
     return value if abs(step - fraction * steps) <= 0.05 * steps else None
-
-
-def val_nll_25(r):
-    """eval.val_curve's validation nearest 25% of training.max_steps (within 5% of the steps)"""
-    return _val_at(r, 0.25)
-
-
-def val_nll_50(r):
-    """eval.val_curve's validation nearest 50% of training.max_steps (within 5% of the steps)"""
-    return _val_at(r, 0.50)
 
 
 def _bound(r) -> bool:

@@ -33,13 +33,14 @@ import analysis.document as doc
 import analysis.plot_style as style
 from analysis.claims import judge, seeds_summary, tokens_caution
 from analysis.collect import ALL_STATUSES, load_results
-from analysis.document import fmt as _fmt, html_table, markdown_table  # noqa: F401 (re-exported: ladder, ...)
+from analysis.document import fmt as _fmt
 from analysis.halving import lrs_tried, one_lr_reason, report_blocks as halving_blocks
 from analysis.labels import run_labels
 from analysis.metrics import (LOSS, average_members, bound_rows, higher_is_better, metric, name_of, nll_column,
                               single_task_average)
 from analysis.paired import PairedError, paired_groups
-from analysis.plots import FILE_NAMES, TITLES, draw_all, drawn_line, score_label
+from analysis.plot_style import score_label
+from analysis.plots import FILE_NAMES, TITLES, draw_all, drawn_line
 from analysis.plots import skipped as not_drawn
 from analysis.schema import budget_flags, config_keys, role_of
 from analysis.study import SHARED, Study, analyse

@@ -40,7 +40,7 @@ import pandas as pd
 import analysis.records as read
 from analysis.readers import BadFile, is_number, shown
 from analysis.records import ABSENT, Record, get, number, scalar
-from slm.metrics import BY_METRIC, LM_EVAL, METRICS, PER_RUN, TASKS, Metric
+from slm.metrics import BY_METRIC, LM_EVAL, METRICS, PER_RUN, TASKS, VAL_CURVE, Metric
 from slm.renames import model_column
 from slm.runs.record import RESULT_FILE
 from slm.runs.states import ORDER
@@ -286,8 +286,12 @@ _AFTER_METRICS: tuple[Column, ...] = (
 
 
 def metric_column(entry: Metric) -> Column:
-    """The results-table column of a metric (slm.metrics): read from its record path, or by its reader in
-    analysis.records (the entry's `where` says what that reads)."""
+    """The results-table column of a metric (slm.metrics): read from its record path, by its reader in
+    analysis.records (the entry's `where` says what that reads), or from the validation curve at its curve_at."""
+    if entry.curve_at is not None:
+        return Column(entry.name, "metric", entry.doc, functools.partial(read.curve_at, fraction=entry.curve_at),
+                      entry.value, entry.block, entry.where or f"eval.{VAL_CURVE} at {entry.curve_at:.0%} of "
+                      "training.max_steps")
     source = entry.source if isinstance(entry.source, tuple) else getattr(read, entry.source)
     return Column(entry.name, "metric", entry.doc, source, entry.value, entry.block, entry.where)
 

@@ -15,7 +15,9 @@ lists them) both import it; it imports nothing of either.
 Adding a report metric is one entry in METRICS (then `.venv/bin/python -c "import analysis.schema as s;
 s.write_docs_page()"` rewrites docs/results_table.md): slm-collect writes its column from `source`, the headline,
 tiers, verdict, claims, plots and report take its direction, label, unit, bound rule, chance and standard error from
-the entry. register() adds one at run time (tests, a notebook's own measurement).
+the entry. A metric read from a run's validation curve part-way through training is the same one entry with
+`curve_at` (val_nll_25); one read by another rule names its reader in analysis.records, a second file (DESIGN.md, "A
+report metric read from a run's curve"). register() adds one at run time (tests, a notebook's own measurement).
 
 A name with <task> or <suite> stands for one column per lm-eval task or averaged suite (score_<task> is
 score_hellaswag, ...); companion() turns a pattern of the same entry (its stderr_<task>) into that column.
@@ -37,6 +39,8 @@ log-likelihood, or a masked-diffusion NELBO, an upper bound on it."""
 VAL_CURVE = "val_curve"
 """The record field (under eval) with every validation of a run, [[step, val_nll], ...]: val_nll_25 and val_nll_50 are
 read from it."""
+CURVE = ("eval", VAL_CURVE)
+"""The source of a metric read from the validation curve (Metric.curve_at)."""
 LOSS = "val_nll"
 """The loss every run records: the results table always has its column, and it is the default score of the
 commands that rank runs (slm-claims, slm-fit)."""
@@ -78,7 +82,8 @@ class Metric:
     """What it is (docs/results_table.md)."""
     source: tuple[str, ...] | str
     """Where result.json holds it: a path of keys (("eval", "val_bpb")), or the name of the reader in
-    analysis.records that applies a rule (a fallback for older records, a per-run condition, a per-task lookup)."""
+    analysis.records that applies a rule (a fallback for older records, a per-run condition, a per-task lookup).
+    With `curve_at`: the curve it is read from (CURVE)."""
     where: str = ""
     """The source in words, for a reader (a path says itself)."""
     value: str = "number"
@@ -117,6 +122,10 @@ class Metric:
     headline: bool = False
     """A headline candidate (analysis.headline: after the suite averages and accuracies, before the other task
     scores; across_tokenizers applied)."""
+    curve_at: float | None = None
+    """A value read part-way through training (0 < curve_at < 1): the validation in eval.val_curve nearest this
+    fraction of training.max_steps, within 5% of the run's steps (analysis.records.curve_at); slm-decide proposes it
+    as a proxy and judges it at the target rung too (stopping the target early is a cheaper rung)."""
 
     @property
     def prefix(self) -> str | None:
@@ -158,13 +167,13 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric("val_step", "the step val_nll was measured at", ("eval", "val_step"), block="metrics"),
     Metric("val_nll_25", "the validation NLL at 25% of training: eval.val_curve's validation nearest 25% of "
            "training.max_steps, within 5% of the run's steps (empty otherwise; a ladder validates at 25% and 50%)",
-           "val_nll_25", "eval.val_curve at 25% of training.max_steps", block="metrics",
+           CURVE, "eval.val_curve at 25% of training.max_steps", block="metrics",
            label="validation NLL at 25% of training", short="val NLL @25%", unit="nats/token", direction=LOWER,
-           kind=PER_RUN, bound_when=NELBO, exact_only=True),
-    Metric("val_nll_50", "the validation NLL at 50% of training (as val_nll_25)", "val_nll_50",
+           kind=PER_RUN, bound_when=NELBO, exact_only=True, curve_at=0.25),
+    Metric("val_nll_50", "the validation NLL at 50% of training (as val_nll_25)", CURVE,
            "eval.val_curve at 50% of training.max_steps", block="metrics",
            label="validation NLL at 50% of training", short="val NLL @50%", unit="nats/token", direction=LOWER,
-           kind=PER_RUN, bound_when=NELBO, exact_only=True),
+           kind=PER_RUN, bound_when=NELBO, exact_only=True, curve_at=0.5),
     Metric("test_nll", "test NLL (nats/token) of the first train.validation.windows windows of the test split",
            ("eval", "test_nll"), label="test NLL", unit="nats/token", direction=LOWER, kind=PER_RUN,
            bound_when=NELBO, exact_only=True),
@@ -290,6 +299,12 @@ def resolve(name: str) -> tuple[Metric, str | None] | None:
         return None
     entry = max(patterns, key=lambda m: len(m.prefix))
     return entry, name[len(entry.prefix):]
+
+
+def read_part_way() -> list[Metric]:
+    """The metrics read part-way through training (curve_at), latest first: slm-decide's proxies after the final
+    losses."""
+    return sorted((m for m in METRICS.values() if m.curve_at is not None), key=lambda m: -m.curve_at)
 
 
 def metric(name: str) -> Metric | None:

@@ -334,7 +334,7 @@ def test_a_mixture_of_experts_is_sized_by_its_active_parameters(tmp_path):
 def test_a_diffusion_bound_is_never_silently_an_nll(tmp_path):
     """val_nll_kind says which runs hold a NELBO; labels, the score choice and the Pareto plot say so too."""
     from analysis.plot_style import choose_score, score_label
-    from analysis.plots import plot_pareto
+    from analysis.plots.pareto import plot_pareto
 
     diffusion = make_record(family="dllm", n_layers=2, val_nll=2.5)
     diffusion["eval"]["val_nll_kind"] = "nelbo"

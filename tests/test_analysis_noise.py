@@ -17,7 +17,10 @@ from matplotlib.container import ErrorbarContainer
 from analysis import collect
 from analysis.records import average_stderr, chance_of
 from analysis.plot_style import choose_score, near_chance
-from analysis.plots import draw, plot_heatmap, plot_throughput, plot_tiers
+from analysis.plots import draw
+from analysis.plots.heatmap import plot_heatmap
+from analysis.plots.throughput import plot_throughput
+from analysis.plots.tiers import plot_tiers
 from analysis.report import budget_flags, sections
 from analysis.thresholds import best_per_family
 from tests.test_analysis_collect import make_record, write

@@ -11,7 +11,9 @@ import pandas as pd
 import pytest
 
 from analysis import collect
-from analysis.plots import FILE_NAMES, KINDS, TITLES, choose_score, draw, draw_all, plot_tiers
+from analysis.plot_style import choose_score
+from analysis.plots import FILE_NAMES, KINDS, TITLES, draw, draw_all
+from analysis.plots.tiers import plot_tiers
 from tests.test_analysis_collect import make_record, write
 
 GRID = [(4, 768), (12, 512), (16, 448), (24, 384), (32, 384), (48, 320), (64, 256)]
@@ -278,7 +280,7 @@ def test_unknown_kind_and_score(table):
 
 
 def test_throughput_plot_rings_diffusion_runs_and_names_their_sampler(tmp_path):
-    from analysis.plots import plot_throughput
+    from analysis.plots.throughput import plot_throughput
 
     scores = {"hellaswag": (0.3, 0.004)}
     write(tmp_path / "ar", make_record(family="llama3", scores=scores, throughput=200.0))
@@ -365,7 +367,7 @@ def run_labels_of(table) -> list[str]:
 
 
 def test_the_throughput_plot_names_a_gpu_and_leaves_the_cpu_caveat_off(tmp_path):
-    from analysis.plots import plot_throughput
+    from analysis.plots.throughput import plot_throughput
 
     for family, speed in (("gpt2", 900.0), ("llama3", 700.0)):
         record = make_record(family=family, scores={"hellaswag": (0.3, 0.004)}, throughput=speed)
@@ -387,7 +389,7 @@ def test_the_throughput_plot_names_a_gpu_and_leaves_the_cpu_caveat_off(tmp_path)
     ((0.9, None), "other jobs may have shared the machine"),  # one record without the load: unknown, said so
 ])
 def test_the_throughput_plot_states_the_load_each_cpu_run_was_measured_under(tmp_path, loads, said):
-    from analysis.plots import plot_throughput
+    from analysis.plots.throughput import plot_throughput
 
     for family, load in zip(("gpt2", "llama3"), loads):
         record = make_record(family=family, scores={"hellaswag": (0.3, 0.004)}, throughput=500.0)
@@ -434,7 +436,7 @@ def test_other_work_is_the_machine_s_busy_time_less_this_process_s(tmp_path, mon
 def test_depth_plot_family_line_is_at_each_configurations_best_lr():
     """With an lr searched, the depth plot's family mean is taken at each configuration's best lr, as the tiers and
     the verdict take it (it averaged every lr: a bad lr dragged the line)."""
-    from analysis.plots import plot_depth
+    from analysis.plots.depth import plot_depth
 
     rows = []
     for family in ("gpt2", "llama3"):
@@ -455,8 +457,8 @@ def test_legends_list_only_what_is_drawn_and_the_marker_means_one_axis(table):
     (width on the threshold plot, where depth does not vary) draws plain circles, not heads as the marker."""
     import matplotlib.pyplot as plt
 
-    from analysis.plots import plot_threshold, plot_tiers
     from analysis.plot_style import PointKeys
+    from analysis.plots.threshold import plot_threshold
 
     failed = pd.DataFrame([{**table.iloc[0].to_dict(), "family": "moe", "status": "failed", "run": "moe/x"}])
     grown = pd.concat([table, failed], ignore_index=True)

@@ -7,6 +7,7 @@ prints (slm.eval.score_lines)."""
 from __future__ import annotations
 
 import ast
+import json
 import re
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import pandas as pd
 import pytest
 
 import slm.metrics as registry
+import analysis.records as records
 from analysis import collect
 from analysis.headline import candidate_columns, choose_headline
 from analysis.metrics import (bound_rows, bounds_left_out, comparable_rows, higher_is_better, lower_is_better,
@@ -144,9 +146,30 @@ def test_every_score_the_report_names_is_declared(tmp_path):
     assert "val_nll" in named
 
 
+def test_the_metrics_the_analysis_needs_are_declared_and_well_formed():
+    """Membership, not the whole list: the metrics the analysis reads by name are there with their direction, and
+    every entry (a metric added later too) is well formed; adding one breaks nothing here."""
+    needed = {"val_nll": LOWER, "val_ppl": LOWER, "val_ppl_bound": LOWER, "val_bpb": LOWER, "val_nll_25": LOWER,
+              "val_nll_50": LOWER, "test_nll": LOWER, "test_bpb": LOWER, "score_<task>": registry.BY_METRIC,
+              "avg_<suite>": HIGHER, "val_nll_kind": None, "val_step": None, "stderr_<task>": None}
+    assert {name: METRICS[name].direction for name in needed if name in METRICS} == needed
+    assert [m.name for m in registry.read_part_way()][-2:] == ["val_nll_50", "val_nll_25"]
+    for m in METRICS.values():
+        assert re.fullmatch(r"[a-z][a-z0-9_]*(<task>|<suite>)?", m.name) and m.doc.strip(), m.name
+        assert m.direction in (LOWER, HIGHER, registry.BY_METRIC, None) and m.kind in (EXACT, BOUND, PER_RUN), m.name
+        assert (m.kind == PER_RUN) == (m.bound_when is not None), m.name
+        assert m.value in ("number", "integer", "text") and m.block in ("metrics", None), m.name
+        assert not m.is_score or m.label, f"{m.name}: a score needs a label"
+        if m.curve_at is not None:
+            assert 0 < m.curve_at < 1 and m.source == registry.CURVE, m.name
+        elif isinstance(m.source, str):
+            assert callable(getattr(records, m.source, None)), f"{m.name}: no reader analysis.records.{m.source}"
+        for pattern in (m.stderr, m.chance, m.lm_metric):
+            assert pattern is None or registry.metric(registry.companion(m.name.replace(
+                m.placeholder or "", "x"), pattern)) is not None, (m.name, pattern)
+
+
 def test_directions_units_and_bounds():
-    assert [m.name for m in METRICS.values() if m.direction == LOWER] == [
-        "val_nll", "val_ppl", "val_ppl_bound", "val_bpb", "val_nll_25", "val_nll_50", "test_nll", "test_bpb"]
     assert registry.direction("bits_per_byte,none") == LOWER and registry.direction("acc_norm,none") == HIGHER
     assert registry.direction("some_loss") == LOWER and registry.direction("rouge") == HIGHER  # undeclared: words
     assert {m for m, facts in registry.LM_EVAL.items() if facts.elbo_bound} == set(BOUND_METRICS)
@@ -166,6 +189,66 @@ def test_directions_units_and_bounds():
     assert stderr_column(pd.DataFrame(columns=["avg_x", "stderr_avg_x"]), "avg_x") == "stderr_avg_x"
     with pytest.raises(ValueError, match="already declared"):
         registry.register(METRICS["val_nll"])
+
+
+def _curve_runs(root: Path, rng_seed: int = 0) -> Path:
+    """Two families x two rungs x two seeds, each validating at 25%, 50%, 75% and 100% of its 100 steps; the curve's
+    values apart by family."""
+    rng = np.random.default_rng(rng_seed)
+    for family, offset in (("gpt2", 0.0), ("llama3", 0.3)):
+        for budget in (1e5, 2e5):
+            for seed in range(2):
+                curve = [[s, 4.0 + offset - s / 100 - budget / 1e6 + 0.01 * rng.standard_normal()]
+                         for s in (25, 50, 75, 100)]
+                record = make_record(family=family, seed=seed, val_nll=curve[-1][1])
+                record["eval"]["val_curve"] = curve
+                record["model"]["param_budget"] = budget
+                write(root / f"{family}_{budget:g}_s{seed}", record)
+    return root
+
+
+def test_a_metric_read_from_the_curve_is_one_entry(tmp_path):
+    """DESIGN.md's recipe: a metric at 75% of training is one entry with curve_at; the table, the documentation and
+    slm-decide's proxies have it with no other edit."""
+    from analysis.decide import decide, default_proxies, part_read
+
+    entry = Metric("val_nll_75", "the validation NLL at 75% of training", registry.CURVE, block="metrics",
+                   label="validation NLL at 75% of training", short="val NLL @75%", unit="nats/token",
+                   direction=LOWER, kind=PER_RUN, bound_when=NELBO, exact_only=True, curve_at=0.75)
+    registry.register(entry)
+    try:
+        table = collect(_curve_runs(tmp_path / "runs"))
+        assert role_of("val_nll_75") == "metric"
+        for _, row in table.iterrows():  # the curve's value at step 75, read from the record
+            record = json.loads(Path(row["run_dir"], "result.json").read_text())
+            assert row["val_nll_75"] == pytest.approx(dict(map(tuple, record["eval"]["val_curve"]))[75])
+        assert "| `val_nll_75` | number | eval.val_curve at 75% of training.max_steps |" in markdown()
+        assert name_of("val_nll_75") == "validation NLL at 75% of training" and not higher_is_better(table,
+                                                                                                     "val_nll_75")
+        assert default_proxies(table)[:3] == ["val_nll", "val_nll_75", "val_nll_50"] and part_read("val_nll_75") == 0.75
+        result = decide(table, config="family", rung="param_budget", proxies=["val_nll_75"], draws=0)
+        at_target = [r for r in result.rows if r.proxy == "val_nll_75" and r.rung == 2e5]
+        assert at_target and at_target[0].share == pytest.approx(0.75)  # judged at the target rung, at 75% of it
+    finally:
+        registry.unregister(entry.name)
+
+
+def test_a_metric_the_curve_gives_by_another_rule_is_an_entry_and_a_reader(tmp_path, monkeypatch):
+    """The two-file form: an entry naming its reader, and the reader (here set on analysis.records by the test)."""
+    def val_nll_best(r):
+        """the lowest validation of eval.val_curve"""
+        return min(point[1] for point in records.get(r.record, ("eval", "val_curve")))
+
+    monkeypatch.setattr(records, "val_nll_best", val_nll_best, raising=False)
+    entry = Metric("val_nll_best", "the lowest validation NLL of the run", "val_nll_best", block="metrics",
+                   label="best validation NLL", unit="nats/token", direction=LOWER)
+    registry.register(entry)
+    try:
+        table = collect(_curve_runs(tmp_path / "runs"))
+        assert (table["val_nll_best"] <= table["val_nll"]).all() and table["val_nll_best"].notna().all()
+        assert "| `val_nll_best` | number | the lowest validation of eval.val_curve |" in markdown()
+    finally:
+        registry.unregister(entry.name)
 
 
 def test_the_registry_is_standard_library_only():
