@@ -184,7 +184,7 @@ def _memo(fn, *args):
 
 
 def plan_row(job: Job, estimate: dict) -> dict:
-    from slm.cli.params import params_report
+    from slm.model.params_report import params_report
     from slm.runs.record import RecordError, load_record
     from slm.runs.status import PENDING, UNREADABLE, live_status
     from slm.training.config import TrainConfig
