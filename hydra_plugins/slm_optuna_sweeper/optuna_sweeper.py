@@ -35,9 +35,11 @@ from hydra.core.plugins import Plugins
 from hydra.errors import HydraException
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from hydra_plugins.slm_sweeps import jobs as J
+from hydra_plugins.slm_sweeps import adapter as A
+from hydra_plugins.slm_sweeps.compose import compose_job
+from slm.sweeps import jobs as J
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +101,7 @@ class OptunaSweeper(Sweeper):
         self.study_name, self.storage, self.direction = study_name, storage, direction
         self.n_trials, self.n_jobs, self.objective = n_trials, n_jobs, objective
         self.sampler_cfg = dict(sampler or {"name": "tpe"})
-        self.params = J.upgrade_params({str(k): v for k, v in (params or {}).items() if v is not None})
+        self.params = A.upgrade_params({str(k): v for k, v in (params or {}).items() if v is not None})
         self.config: Optional[DictConfig] = None
         self.hydra_context: Optional[HydraContext] = None
         self.launcher = None
@@ -165,7 +167,7 @@ class OptunaSweeper(Sweeper):
         from optuna.trial import TrialState
 
         space, fixed = self._space(arguments)
-        J.save_sweep_config(self.config, sweep_dir)
+        J.save_sweep_config(OmegaConf.to_yaml(self.config).encode(), sweep_dir)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         study = optuna.create_study(study_name=name, storage=self._storage(sweep_dir), direction=self.direction,
                                     load_if_exists=True)
@@ -201,7 +203,7 @@ class OptunaSweeper(Sweeper):
                 study.tell(trial, state=TrialState.FAIL)
                 continue
             overrides = fixed + [f"{k}={_value_str(trial.params[k])}" for k in space]
-            job = J.compose_job(loader, self.config, overrides)
+            job = compose_job(loader, self.config, overrides)
             job = by_dir.setdefault(job.run_dir, job)  # equal values: one run serves both trials
             trial.set_user_attr("run_dir", str(job.run_dir))
             trial.set_user_attr("overrides", overrides)
@@ -212,8 +214,8 @@ class OptunaSweeper(Sweeper):
             if job.cfg is None and job.run_dir not in skipped:
                 J.record_invalid(job, rerun=bool(self.config.get("rerun_failed", False)))
         runnable = [j for j in jobs if j.cfg is not None and j.run_dir not in skipped and not J.finished(j)]
-        results = J.launch(self.launcher, runnable, initial_job_idx=job_idx) if runnable else []
-        outcomes = {j.run_dir: J.outcome(j, r) for j, r in zip(runnable, results)}
+        results = A.launch(self.launcher, runnable, job_idx) if runnable else []
+        outcomes = {j.run_dir: J.outcome(j, error) for j, (_, error) in zip(runnable, results)}
         outcomes.update({j.run_dir: J.outcome(j) for j in jobs if j.run_dir not in outcomes})
         for trial, job in trial_jobs:
             o = outcomes[job.run_dir]
@@ -226,7 +228,7 @@ class OptunaSweeper(Sweeper):
             else:
                 study.tell(trial, value)
                 log.info(f"optuna: trial {trial.number} {self.objective}={value:.5g} ({job.key})")
-        return [r for r in results if r is not None]
+        return [r for r, _ in results if r is not None]
 
     def _report(self, study, sweep_dir: Path, name: str) -> None:
         from optuna.trial import TrialState

@@ -1,0 +1,1 @@
+"""A sweep of jobs, below the CLI and Hydra: its settings, plan, ladders, halving, lr search and the job side."""
