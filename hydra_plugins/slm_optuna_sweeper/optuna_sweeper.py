@@ -40,11 +40,9 @@ from omegaconf import DictConfig, OmegaConf
 from hydra_plugins.slm_sweeps import adapter as A
 from hydra_plugins.slm_sweeps.compose import compose_job
 from slm.sweeps import jobs as J
+from slm.sweeps.optuna_settings import SAMPLERS, OptunaSettings
 
 log = logging.getLogger(__name__)
-
-SAMPLERS = {"tpe": "TPESampler", "random": "RandomSampler", "cmaes": "CmaEsSampler", "qmc": "QMCSampler",
-            "gp": "GPSampler", "nsga2": "NSGAIISampler"}
 
 
 def distribution(override: Override):
@@ -87,21 +85,13 @@ def _select(record: dict, dotted: str) -> Optional[float]:
 
 
 class OptunaSweeper(Sweeper):
-    def __init__(self, study_name: Optional[str] = None, storage: Optional[str] = None,
-                 direction: str = "minimize", n_trials: int = 20, n_jobs: int = 1,
-                 sampler: Optional[Dict[str, Any]] = None, params: Optional[Dict[str, Any]] = None,
-                 objective: str = "eval.val_nll", halving: Optional[Dict[str, Any]] = None) -> None:
-        if halving is not None:
-            raise HydraException("hydra.sweeper.halving is the grid sweeper's (successive halving over its grid); Optuna "
-                                 "asks its trials one by one: drop halving, or use hydra/sweeper=grid")
-        if not isinstance(n_trials, int) or n_trials < 1 or not isinstance(n_jobs, int) or n_jobs < 1:
-            raise HydraException(f"optuna sweeper: n_trials={n_trials!r} and n_jobs={n_jobs!r} must be positive integers")
-        if direction not in ("minimize", "maximize"):
-            raise HydraException(f"optuna sweeper: direction={direction!r}: choose minimize or maximize")
-        self.study_name, self.storage, self.direction = study_name, storage, direction
-        self.n_trials, self.n_jobs, self.objective = n_trials, n_jobs, objective
-        self.sampler_cfg = dict(sampler or {"name": "tpe"})
-        self.params = A.upgrade_params({str(k): v for k, v in (params or {}).items() if v is not None})
+    def __init__(self, **keys: Any) -> None:
+        with A.refusals_as_hydras():
+            settings = OptunaSettings.read({k: A.plain(v) for k, v in keys.items()})
+        self.study_name, self.storage, self.direction = settings.study_name, settings.storage, settings.direction
+        self.n_trials, self.n_jobs, self.objective = settings.n_trials, settings.n_jobs, settings.objective
+        self.sampler_cfg = dict(settings.sampler or {"name": "tpe"})
+        self.params = A.upgrade_params({str(k): v for k, v in (settings.params or {}).items() if v is not None})
         self.config: Optional[DictConfig] = None
         self.hydra_context: Optional[HydraContext] = None
         self.launcher = None
@@ -129,8 +119,6 @@ class OptunaSweeper(Sweeper):
 
         cfg = dict(self.sampler_cfg)
         name = str(cfg.pop("name", "tpe"))
-        if name not in SAMPLERS:
-            raise HydraException(f"optuna sweeper: sampler {name!r}: choose one of {', '.join(SAMPLERS)}")
         if cfg.get("seed") is not None:
             cfg["seed"] = int(cfg["seed"]) + n_existing
         return getattr(optuna.samplers, SAMPLERS[name])(**cfg)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional
 
 from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
@@ -24,8 +24,8 @@ from omegaconf import OmegaConf
 
 from hydra_plugins.slm_sweeps import adapter as A
 from hydra_plugins.slm_sweeps.compose import Composer
-from slm.sweeps.grid import GridSweep
-from slm.sweeps.jobs import save_sweep_config
+from slm.sweeps.grid import GridSweep, Planned
+from slm.sweeps.jobs import Job, save_sweep_config
 from slm.sweeps.settings import SweepSettings
 
 
@@ -48,29 +48,36 @@ class GridSweeper(BasicSweeper):
 
     def sweep(self, arguments: List[str]) -> Any:
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
-        # the sweep's own settings (run group, top-level keys, a config file's old spellings) are checked as the
-        # sweep directory is named: a refusal comes before any job is composed or any directory made
-        sweep_dir = Path(str(self.config.hydra.sweep.dir))
-        one_by_one = isinstance(self.launcher, BasicLauncher)
-        if one_by_one:  # Hydra's "Launching 1 jobs locally" and "#i : <overrides>": slm's progress lines say both
+        if isinstance(self.launcher, BasicLauncher):  # "Launching 1 jobs locally", "#i : <overrides>": slm's lines say both
             logging.getLogger("hydra._internal.core_plugins.basic_launcher").setLevel(logging.WARNING)
-        grid = GridSweep(self.settings, str(self.config.get("run_group", sweep_dir.name)), sweep_dir,
-                         Composer(self.hydra_context.config_loader, self.config),
-                         lambda jobs, idx: A.launch(self.launcher, jobs, idx),
-                         rerun_failed=bool(self.config.get("rerun_failed", False)), one_by_one=one_by_one,
-                         batch_size=self.batch_size())
+        grid = self.grid(Composer(self.hydra_context.config_loader, self.config))
         with A.refusals_as_hydras():
             planned = grid.plan(self.job_overrides(arguments))
             if self.settings.dry_run:
                 grid.dry_run(planned, A.launcher_settings(self.config.hydra.launcher))
                 return []
-            sweep_dir.mkdir(parents=True, exist_ok=True)
-            save_sweep_config(OmegaConf.to_yaml(self.config).encode(), sweep_dir)
+            grid.sweep_dir.mkdir(parents=True, exist_ok=True)
+            save_sweep_config(OmegaConf.to_yaml(self.config).encode(), grid.sweep_dir)
             returns, failed = grid.run(planned)
         if failed:
             sys.stdout.flush()
             sys.exit(1)
         return returns
+
+    def grid(self, compose: Callable[[List[str]], Job]) -> GridSweep:
+        """The sweep in slm.sweeps: its settings, name and directory, `compose` (overrides -> Job) and the launcher.
+        The sweep's own settings (run group, top-level keys, a config file's old spellings) are checked as the sweep
+        directory is named: a refusal comes before any job is composed or any directory made."""
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        return GridSweep(self.settings, str(self.config.get("run_group", sweep_dir.name)), sweep_dir, compose,
+                         lambda jobs, idx: A.launch(self.launcher, jobs, idx),
+                         rerun_failed=bool(self.config.get("rerun_failed", False)),
+                         one_by_one=isinstance(self.launcher, BasicLauncher), batch_size=self.batch_size())
+
+    def planned(self, arguments: List[str], compose: Callable[[List[str]], Job]) -> Planned:
+        """The jobs to launch first, composed by `compose` (GridSweep.plan)."""
+        with A.refusals_as_hydras():
+            return self.grid(compose).plan(self.job_overrides(arguments))
 
     def batch_size(self) -> Optional[int]:
         """Jobs per Slurm array: hydra.sweeper.max_batch_size, else the cluster's MaxArraySize when the launcher knows
