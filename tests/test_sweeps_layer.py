@@ -181,9 +181,10 @@ def test_a_transfer_ladder_needs_mup_and_defers_the_rungs_above(tmp_path):
 
 # -- no Hydra ------------------------------------------------------------------------------------------------------
 
-def test_the_layer_imports_no_hydra():
+def test_the_layer_imports_no_hydra_and_nothing_above_it():
     code = ("import sys, pkgutil, importlib, slm.sweeps\n"
             "for m in pkgutil.iter_modules(slm.sweeps.__path__): importlib.import_module('slm.sweeps.' + m.name)\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('hydra', 'hydra_plugins')))")
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('hydra', 'hydra_plugins', 'analysis')\n"
+            "             or m.startswith('slm.cli')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "[]", out.stdout

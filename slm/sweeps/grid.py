@@ -17,7 +17,7 @@ passed over. Otherwise (Slurm) `batch_size` jobs at a time, one array each.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -45,6 +45,9 @@ class Planned:
 
 @dataclass
 class GridSweep:
+    """A grid sweep: its settings, name (the run group) and directory, how a job is composed and how jobs are
+    launched (see the module docstring)."""
+
     settings: SweepSettings
     name: str
     sweep_dir: Path
@@ -87,9 +90,7 @@ class GridSweep:
             H.print_halving(self.settings.halving, planned.jobs, rows, searched=bool(planned.multipliers))
 
     def _estimate(self) -> dict:
-        import dataclasses
-
-        return dataclasses.asdict(self.settings.estimate)
+        return asdict(self.settings.estimate)
 
     def run(self, planned: Planned) -> tuple[list, bool]:
         """Train the planned jobs (halving's rungs, then a ladder's carried rungs) and sum up: (the launcher's returns,

@@ -85,7 +85,7 @@ def _rung_overrides(base: J.Job, ladder: LadderSettings, rung: float) -> list[st
         for key in ("steps", "epochs"):
             if length.get(key) is not None:
                 raise SweepError(f"train.length.{key}={length[key]} would override the ladder's token budget "
-                                     "(hydra.sweeper.ladder.tokens_per_param): leave it unset in a ladder")
+                                 "(hydra.sweeper.ladder.tokens_per_param): leave it unset in a ladder")
         tokens = rung * ladder.tokens_per_param
         context = int(base.select("model.context_length"))
         batch = TrainConfig.from_node(train).batch_size * context
@@ -111,12 +111,12 @@ def expand(compose: Callable[[list[str]], J.Job], jobs: list[J.Job], ladder: Lad
             name = str(o).lstrip("+").split("=", 1)[0]
             if name in RUNG_KEYS:
                 raise SweepError(f"{o}: the ladder sets {name} per rung (hydra.sweeper.ladder); leave it out of the "
-                                     "points, params and command line")
+                                 "points, params and command line")
         kind = job.select("model.parametrization.kind", "sp") if job.cfg is not None else None
         if ladder.lr == "transfer" and job.cfg is not None and kind not in TRANSFERS:
             raise SweepError(f"hydra.sweeper.ladder.lr=transfer carries the lr across width, which only "
-                                 f"{' or '.join(TRANSFERS)} promise; this sweep has model.parametrization.kind={kind}: "
-                                 "set model.parametrization.kind=mup, or ladder.lr=search")
+                             f"{' or '.join(TRANSFERS)} promise; this sweep has model.parametrization.kind={kind}: "
+                             "set model.parametrization.kind=mup, or ladder.lr=search")
     for index, rung in enumerate(ladder.rungs):
         for job in jobs:
             if job.cfg is None:
