@@ -12,7 +12,7 @@ help:
 	@echo "make install    create $(VENV): torch ($(TORCH_SPEC)) first, then slm with its dev extras"
 	@echo "make test       the fast test suite (installs first if needed)"
 	@echo "make test-slow  the tests marked slow"
-	@echo "make conf       rewrite conf/model_base/base.yaml and conf/train/default.yaml from the config dataclasses"
+	@echo "make conf       rewrite conf/model_base/base.yaml, conf/train/default.yaml and conf/hydra/sweeper/grid.yaml from their dataclasses"
 	@echo "make sweep      the default study (12 runs): cpu_default sweep, offline eval, results table, plots, report"
 	@echo "                ARGS=\"...\": Hydra overrides for every job, e.g. a shrunk copy into runs/cpu_quick/:"
 	@echo "                make sweep ARGS=\"train.length.steps=20 run_group=cpu_quick\""

@@ -5,7 +5,7 @@ Every measurement is one fresh `slm-train -m model=debug model.n_layers=range(1,
 (20 x S jobs), timed from its start:
 
   dry run  with hydra.sweeper.dry_run=true, to its exit: composing every job, the job table with parameter counts,
-           tokens and GPU-hours. before: each job composed by Hydra in full (SLM_COMPOSE_IN_FULL=1: jobs.compose_job,
+           tokens and GPU-hours. before: each job composed by Hydra in full (SLM_COMPOSE_IN_FULL=1: compose.compose_job,
            the defaults tree re-read and re-merged per job, the path slm took until compose.Composer); after:
            compose.Composer. (The plan's other parts are today's in both.)
   slurm    with a Slurm launcher and a stand-in `sbatch` on PATH (it notes when it is called and answers as sbatch

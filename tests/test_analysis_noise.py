@@ -270,8 +270,8 @@ def test_budget_error_column_and_flag(tmp_path):
 
 
 def test_dry_run_lists_how_far_each_job_landed_from_its_budget(tmp_path, capsys):
-    from hydra_plugins.slm_sweeps.jobs import Job
-    from hydra_plugins.slm_sweeps.plan import plan_row, print_plan
+    from slm.sweeps.jobs import Job
+    from slm.sweeps.plan import plan_row, print_plan
     from slm.cli.config import compose_config
 
     cfg = compose_config(["model=gpt2", "model.n_layers=2", "model.param_budget=5e5", "train.length.tokens=1e5"])

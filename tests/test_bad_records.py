@@ -13,8 +13,8 @@ import pytest
 
 from analysis.cli import collect_main, plot_main, report_main
 from analysis.collect import collect
-from hydra_plugins.slm_sweeps.jobs import Job
-from hydra_plugins.slm_sweeps.plan import plan_row
+from slm.sweeps.jobs import Job
+from slm.sweeps.plan import plan_row
 from slm.cli.status import run as status_cli
 from slm.runs.record import RecordError, load_record
 from slm.sweeps.status import sweep_states

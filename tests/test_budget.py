@@ -169,7 +169,7 @@ def _points(sweep: str) -> list[list[str]]:
 @pytest.mark.parametrize("sweep", BUDGETED)
 def test_every_shipped_budgeted_sweep_lands_within_the_default(sweep):
     """As the dry run counts them: the vocabulary from the tokenizer (fitted on the local data for char)."""
-    from hydra_plugins.slm_sweeps.plan import _vocab
+    from slm.sweeps.plan import _vocab
     from slm.cli.config import compose_config
     from slm.objectives import tokenizer_node_for
 
@@ -189,8 +189,8 @@ def test_every_shipped_budgeted_sweep_lands_within_the_default(sweep):
 
 
 def test_slm_params_and_the_dry_run_show_the_knob(tmp_path, monkeypatch, capsys):
-    from hydra_plugins.slm_sweeps.jobs import Job
-    from hydra_plugins.slm_sweeps.plan import print_plan
+    from slm.sweeps.jobs import Job
+    from slm.sweeps.plan import print_plan
     from slm.cli.config import compose_config
     from slm.cli.params import run
     from tests.test_plan_calibration import ESTIMATE

@@ -235,8 +235,8 @@ def test_a_branch_whose_checkpoint_is_missing_trains_from_step_0_to_the_same_run
 
 def test_the_dry_run_counts_the_branches_decays(tmp_path):
     """A job's dry-run row: its own steps, and its tokens, FLOPs and GPU-hours with each branch's decay added."""
-    from hydra_plugins.slm_sweeps.jobs import Job
-    from hydra_plugins.slm_sweeps.plan import plan_row
+    from slm.sweeps.jobs import Job
+    from slm.sweeps.plan import plan_row
     from slm.cli.config import compose_config
 
     base = ["model=debug", "train.length.steps=100", "train.schedule.kind=wsd", "train.schedule.warmup_steps=2",

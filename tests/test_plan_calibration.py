@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from hydra_plugins.slm_sweeps.jobs import Job
-from hydra_plugins.slm_sweeps.plan import print_plan
+from slm.sweeps.jobs import Job
+from slm.sweeps.plan import print_plan
 from slm.cli.config import compose_config
 from slm.runs.record import write_json_atomic
 from tests.test_sweep_grid import slm

@@ -70,7 +70,7 @@ def values(job) -> str | None:
 
 def same_as_hydra(composer, overrides: list[str]):
     """The job as the composer makes it, checked against Hydra's full composition of the same overrides."""
-    from hydra_plugins.slm_sweeps.jobs import compose_job
+    from hydra_plugins.slm_sweeps.compose import compose_job
 
     fast = composer(overrides)
     slow = compose_job(composer.loader, composer.master, overrides)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from slm.cli.params import params_report
+from slm.model.params_report import params_report
 from tests.conftest import compose_model_node
 
 # a 1-layer, 32-wide model: a few seconds per job on a CPU

@@ -1,4 +1,4 @@
-"""hydra.sweeper.halving (hydra_plugins/slm_sweeps/halving.py): every job trains a rung's fraction of its steps, the best
+"""hydra.sweeper.halving (slm/sweeps/halving.py): every job trains a rung's fraction of its steps, the best
 1/eta of the configurations go on from their checkpoints, the others are recorded pruned; decisions pinned, a second
 run trains nothing, a survivor ends as the same run trained straight through; bad blocks are one line and exit 2."""
 
@@ -185,8 +185,8 @@ def test_a_run_resumed_past_an_earlier_rungs_pause_trains_nothing_for_it(tmp_pat
     """A halving sweep killed after a later rung began (the run recorded `running` again, its checkpoint past the
     earlier rung's step) and started again: the earlier rung's launch trains nothing, and the rung counts as reached
     (the run's validation at its step is in the record)."""
-    from hydra_plugins.slm_sweeps.halving import reached
-    from hydra_plugins.slm_sweeps.jobs import Job
+    from slm.sweeps.halving import reached
+    from slm.sweeps.jobs import Job
 
     args = [*BASE, "train.seed=0", "run_group=one"]
     slm(tmp_path, *args, "train.length.pause_at=0.5")
@@ -305,7 +305,7 @@ def test_a_users_pause_at_is_refused_in_one_line(tmp_path):
 def test_an_earlier_versions_pinned_decision_is_read_with_todays_names_and_rung_numbers():
     """A sweep pinned by an earlier version (rungs from 0, the x1 lr's configuration named "") started again: its
     decision holds, under today's names."""
-    from hydra_plugins.slm_sweeps.halving import _upgraded
+    from slm.sweeps.halving import _upgraded
 
     old = {"rung": 0, "fraction": 0.5, "kept": [""], "scores": {"": 3.0, "train.lr=0.004": 3.5}}
     new = _upgraded(old, 0, 2, {"": "train.lr=0.001", "train.lr=0.004": "train.lr=0.004"})

@@ -127,13 +127,14 @@ def _row(key: str, params: int, non_embedding: int, flops: float) -> dict:
 
 def test_the_dry_run_says_which_rungs_are_mostly_embedding(capsys):
     """The 70M recipe's lowest rung is 73% embedding: the ladder prints each rung's non-embedding share and a note."""
-    from hydra_plugins.slm_sweeps.ladder import Ladder, Plan, RungJob
+    from slm.sweeps.ladder import Plan, RungJob
+    from slm.sweeps.settings import LadderSettings
 
-    plan = Plan(Ladder([8.75e6, 35e6, 70e6], lr="fixed"))
+    plan = Plan(LadderSettings([8.75e6, 35e6, 70e6], lr="fixed"))
     shares = {8.75e6: 0.27, 35e6: 0.6, 70e6: 0.75}
     owners = {f"k{i}": RungJob(i, rung, (), None, None) for i, rung in enumerate(plan.ladder.rungs)}
     rows = [_row(f"k{i}", int(rung), int(rung * shares[rung]), rung * 1e6) for i, rung in enumerate(plan.ladder.rungs)]
-    from hydra_plugins.slm_sweeps.ladder import print_ladder
+    from slm.sweeps.ladder import print_ladder
 
     print_ladder(plan, rows, owners, [])
     out = capsys.readouterr().out

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from hydra_plugins.slm_sweeps import jobs as J
-from hydra_plugins.slm_sweeps.plan import mfu_by_family, slurm_lines
+from slm.sweeps import jobs as J, progress as P
+from slm.sweeps.plan import mfu_by_family, slurm_lines
 from slm.cli.status import report
 from slm.runs.lock import run_lock
 from slm.runs.progress import sweep_progress
@@ -50,15 +50,15 @@ def test_a_copy_counts_the_whole_sweep_and_the_eta_from_completed_jobs(tmp_path,
     monkeypatch.delenv("SLM_WORKERS", raising=False)
     with run_lock(sweep / "b") as held:  # another copy trains b
         assert held
-        line = J.progress_line("demo", jobs, jobs[3], "starts (d)", starting=True)
+        line = P.progress_line("demo", jobs, jobs[3], "starts (d)", starting=True)
         # left: half of b, all of d and e = 2.5 jobs x 60 s, 2 at a time (b's copy and this one)
         assert line == ("sweep demo: job 4 of 5 starts (d); 1 completed, 1 failed, 2 running, 1 pending (2 of 5 done); "
                         "eta 1m15s")
         monkeypatch.setenv("SLM_WORKERS", "3")  # three copies share it: at most the 3 jobs left at once
-        assert J.progress_line("demo", jobs, jobs[3], "starts (d)", starting=True).endswith("eta 50s")
+        assert P.progress_line("demo", jobs, jobs[3], "starts (d)", starting=True).endswith("eta 50s")
     # nobody holds b: it is stopped, left to be resumed; one job at a time
     monkeypatch.delenv("SLM_WORKERS")
-    line = J.progress_line("demo", jobs, jobs[0], "completed in 1m01s")
+    line = P.progress_line("demo", jobs, jobs[0], "completed in 1m01s")
     assert line.startswith("sweep demo: job 1 of 5 completed in 1m01s; 1 completed, 1 failed, 0 running, 1 stopped, "
                            "2 pending (2 of 5 done); eta 2m30s"), line
 
@@ -69,7 +69,7 @@ def test_no_eta_before_a_job_has_completed_and_none_once_every_job_is_done(tmp_p
     states = states_of([sweep / "a", sweep / "b"])
     assert [s.status for s in states] == ["failed", "pending"]
     assert sweep_progress(states).eta is None
-    assert J.progress_line("s", [J.Job([], sweep / k, None) for k in "ab"], J.Job([], sweep / "a", None), "failed in 1s") \
+    assert P.progress_line("s", [J.Job([], sweep / k, None) for k in "ab"], J.Job([], sweep / "a", None), "failed in 1s") \
         .endswith("1 pending (1 of 2 done); eta after the first job completes")
     update_record(sweep / "a", status="completed", training={"wall_seconds": 5.0})
     _run(sweep / "b", "completed", wall_seconds=7.0)
@@ -88,7 +88,7 @@ def test_the_sweeps_outcomes_tell_a_job_another_copy_trains_from_a_stopped_one(t
     with run_lock(sweep / "b"):
         assert J.outcome(jobs[1])["status"] == "running"
         assert J.taken(jobs[1]) and not J.taken(jobs[3])
-        J.summarize("demo", sweep, [J.outcome(j) for j in jobs[:3]])
+        P.summarize("demo", sweep, [J.outcome(j) for j in jobs[:3]])
     assert J.outcome(jobs[1])["status"] == "stopped"  # recorded running, nobody trains it: resumed next time
     assert J.taken(jobs[0]) and not J.taken(jobs[1])  # completed meanwhile: passed over
     out = capsys.readouterr().out.splitlines()
@@ -116,12 +116,12 @@ def test_workers_sum_up_the_sweep_once_every_copy_has_ended(tmp_path):
     copy.write_text(textwrap.dedent(f"""
         import os, sys, time
         from pathlib import Path
-        from hydra_plugins.slm_sweeps import jobs as J
+        from slm.sweeps import jobs as J, progress as P
         from slm.runs.record import update_record
         from slm.runs.lock import run_lock
         sweep = Path({str(sweep)!r})
         jobs = [J.Job([k], sweep / k, None) for k in "ab"]
-        assert os.environ["SLM_WORKERS"] == "2" and J.note_for_workers("t", sweep, jobs)
+        assert os.environ["SLM_WORKERS"] == "2" and P.note_for_workers("t", sweep, jobs)
         try:
             os.close(os.open({str(tmp_path / 'first')!r}, os.O_CREAT | os.O_EXCL))
             first = True

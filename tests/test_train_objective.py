@@ -82,8 +82,8 @@ def test_slm_train_refuses_a_contradicting_objective_in_one_line(tmp_path):
 
 
 def test_the_dry_run_marks_a_contradicting_job_invalid(tmp_path, capsys):
-    from hydra_plugins.slm_sweeps.jobs import Job
-    from hydra_plugins.slm_sweeps.plan import plan_row
+    from slm.sweeps.jobs import Job
+    from slm.sweeps.plan import plan_row
 
     estimate = {"mfu": 0.4, "peak_flops": 1e15}
     bad = plan_row(Job([], tmp_path / "bad", compose_config([*TINY_DLLM, "train.objective=causal_lm"])), estimate)

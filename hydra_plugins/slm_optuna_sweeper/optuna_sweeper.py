@@ -35,14 +35,14 @@ from hydra.core.plugins import Plugins
 from hydra.errors import HydraException
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from hydra_plugins.slm_sweeps import jobs as J
+from hydra_plugins.slm_sweeps import adapter as A
+from hydra_plugins.slm_sweeps.compose import compose_job
+from slm.sweeps import jobs as J
+from slm.sweeps.optuna_settings import SAMPLERS, OptunaSettings
 
 log = logging.getLogger(__name__)
-
-SAMPLERS = {"tpe": "TPESampler", "random": "RandomSampler", "cmaes": "CmaEsSampler", "qmc": "QMCSampler",
-            "gp": "GPSampler", "nsga2": "NSGAIISampler"}
 
 
 def distribution(override: Override):
@@ -85,21 +85,13 @@ def _select(record: dict, dotted: str) -> Optional[float]:
 
 
 class OptunaSweeper(Sweeper):
-    def __init__(self, study_name: Optional[str] = None, storage: Optional[str] = None,
-                 direction: str = "minimize", n_trials: int = 20, n_jobs: int = 1,
-                 sampler: Optional[Dict[str, Any]] = None, params: Optional[Dict[str, Any]] = None,
-                 objective: str = "eval.val_nll", halving: Optional[Dict[str, Any]] = None) -> None:
-        if halving is not None:
-            raise HydraException("hydra.sweeper.halving is the grid sweeper's (successive halving over its grid); Optuna "
-                                 "asks its trials one by one: drop halving, or use hydra/sweeper=grid")
-        if not isinstance(n_trials, int) or n_trials < 1 or not isinstance(n_jobs, int) or n_jobs < 1:
-            raise HydraException(f"optuna sweeper: n_trials={n_trials!r} and n_jobs={n_jobs!r} must be positive integers")
-        if direction not in ("minimize", "maximize"):
-            raise HydraException(f"optuna sweeper: direction={direction!r}: choose minimize or maximize")
-        self.study_name, self.storage, self.direction = study_name, storage, direction
-        self.n_trials, self.n_jobs, self.objective = n_trials, n_jobs, objective
-        self.sampler_cfg = dict(sampler or {"name": "tpe"})
-        self.params = J.upgrade_params({str(k): v for k, v in (params or {}).items() if v is not None})
+    def __init__(self, **keys: Any) -> None:
+        with A.refusals_as_hydras():
+            settings = OptunaSettings.read({k: A.plain(v) for k, v in keys.items()})
+        self.study_name, self.storage, self.direction = settings.study_name, settings.storage, settings.direction
+        self.n_trials, self.n_jobs, self.objective = settings.n_trials, settings.n_jobs, settings.objective
+        self.sampler_cfg = dict(settings.sampler or {"name": "tpe"})
+        self.params = A.upgrade_params({str(k): v for k, v in (settings.params or {}).items() if v is not None})
         self.config: Optional[DictConfig] = None
         self.hydra_context: Optional[HydraContext] = None
         self.launcher = None
@@ -127,8 +119,6 @@ class OptunaSweeper(Sweeper):
 
         cfg = dict(self.sampler_cfg)
         name = str(cfg.pop("name", "tpe"))
-        if name not in SAMPLERS:
-            raise HydraException(f"optuna sweeper: sampler {name!r}: choose one of {', '.join(SAMPLERS)}")
         if cfg.get("seed") is not None:
             cfg["seed"] = int(cfg["seed"]) + n_existing
         return getattr(optuna.samplers, SAMPLERS[name])(**cfg)
@@ -165,7 +155,7 @@ class OptunaSweeper(Sweeper):
         from optuna.trial import TrialState
 
         space, fixed = self._space(arguments)
-        J.save_sweep_config(self.config, sweep_dir)
+        J.save_sweep_config(OmegaConf.to_yaml(self.config).encode(), sweep_dir)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         study = optuna.create_study(study_name=name, storage=self._storage(sweep_dir), direction=self.direction,
                                     load_if_exists=True)
@@ -201,7 +191,7 @@ class OptunaSweeper(Sweeper):
                 study.tell(trial, state=TrialState.FAIL)
                 continue
             overrides = fixed + [f"{k}={_value_str(trial.params[k])}" for k in space]
-            job = J.compose_job(loader, self.config, overrides)
+            job = compose_job(loader, self.config, overrides)
             job = by_dir.setdefault(job.run_dir, job)  # equal values: one run serves both trials
             trial.set_user_attr("run_dir", str(job.run_dir))
             trial.set_user_attr("overrides", overrides)
@@ -212,8 +202,8 @@ class OptunaSweeper(Sweeper):
             if job.cfg is None and job.run_dir not in skipped:
                 J.record_invalid(job, rerun=bool(self.config.get("rerun_failed", False)))
         runnable = [j for j in jobs if j.cfg is not None and j.run_dir not in skipped and not J.finished(j)]
-        results = J.launch(self.launcher, runnable, initial_job_idx=job_idx) if runnable else []
-        outcomes = {j.run_dir: J.outcome(j, r) for j, r in zip(runnable, results)}
+        results = A.launch(self.launcher, runnable, job_idx) if runnable else []
+        outcomes = {j.run_dir: J.outcome(j, error) for j, (_, error) in zip(runnable, results)}
         outcomes.update({j.run_dir: J.outcome(j) for j in jobs if j.run_dir not in outcomes})
         for trial, job in trial_jobs:
             o = outcomes[job.run_dir]
@@ -226,7 +216,7 @@ class OptunaSweeper(Sweeper):
             else:
                 study.tell(trial, value)
                 log.info(f"optuna: trial {trial.number} {self.objective}={value:.5g} ({job.key})")
-        return [r for r in results if r is not None]
+        return [r for r, _ in results if r is not None]
 
     def _report(self, study, sweep_dir: Path, name: str) -> None:
         from optuna.trial import TrialState

@@ -14,7 +14,7 @@ stage once per distinct *base* (the job's group choices, `hydra.*` overrides and
 
 and checks the job's top-level settings as the `slm_run_group` resolver does. Anything that raises on this path
 (an override that does not apply, a setting refused, an interpolation into the `hydra` node) is composed again the
-slow way (jobs.compose_job), so a job that does not compose gets Hydra's own error line. The resolved configs and run
+slow way (compose_job), so a job that does not compose gets Hydra's own error line. The resolved configs and run
 directories are those of the slow path: tests/test_sweep_compose.py compares them for every shipped sweep.
 """
 
@@ -30,11 +30,35 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from hydra_plugins.slm_sweeps.jobs import Job, compose_job
+from slm.runs.errors import one_line
+from slm.sweeps.jobs import Job
+
+
+def _key(overrides: list[str], master: DictConfig) -> str:
+    """The job key of raw overrides, as hydra.sweep.subdir makes it (for a job whose config does not compose)."""
+    from slm.cli.job_keys import key_from_overrides
+
+    return key_from_overrides(overrides, master.hydra.job.config.override_dirname.exclude_keys,
+                              str(master.hydra.sweep.dir))
+
+
+def compose_job(config_loader: Any, master: DictConfig, overrides: list[str]) -> Job:
+    """The job's config and run directory (hydra.sweep.dir / hydra.sweep.subdir), as the launcher will
+    make them; a config that does not compose gives cfg None, its error line and the directory its key
+    names. Hydra's full composition (a third of a second): the sweepers compose through Composer, which
+    takes this path only where its own does not apply."""
+    try:
+        cfg = config_loader.load_sweep_config(master, list(overrides))
+        return Job(list(overrides), Path(str(cfg.hydra.sweep.dir)) / str(cfg.hydra.sweep.subdir), cfg)
+    except Exception as err:
+        from slm.cli.config import setting_error
+
+        run_dir = Path(str(master.hydra.sweep.dir)) / _key(list(overrides), master)
+        return Job(list(overrides), run_dir, None, one_line(setting_error(err) or err))  # a resolver's own line
 
 
 FULL_ENV = "SLM_COMPOSE_IN_FULL"
-"""=1: every job composed by Hydra in full (jobs.compose_job), as before this module: the reference path, for
+"""=1: every job composed by Hydra in full (compose_job), as before this module: the reference path, for
 bench/sweep_plan.py and for ruling this module out when something looks wrong."""
 
 
@@ -47,7 +71,7 @@ class _Base(NamedTuple):  # (not a dataclass: Hydra's plugin scan executes this 
 
 
 class Composer:
-    """`composer(overrides) -> Job`, as jobs.compose_job(loader, master, overrides) makes it, with the defaults tree
+    """`composer(overrides) -> Job`, as compose_job(loader, master, overrides) makes it, with the defaults tree
     composed once per distinct base (see the module docstring)."""
 
 

@@ -1,7 +1,8 @@
 """The default config files written from the config dataclasses: one source for every default and its comment.
 
-`conf/model_base/base.yaml` (every ModelConfig field, its nested groups and the budget solver's keys) and
-`conf/train/default.yaml` (every TrainConfig field) are generated: each field's value is its dataclass default
+`conf/model_base/base.yaml` (every ModelConfig field, its nested groups and the budget solver's keys),
+`conf/train/default.yaml` (every TrainConfig field) and `conf/hydra/sweeper/grid.yaml` (every SweepSettings field,
+the grid sweeper's `hydra.sweeper.*`) are generated: each field's value is its dataclass default
 and its comment the first sentence of its docstring. Change a field in the dataclass, then run `make conf`
 (`python -m slm.cli.conf_defaults --write`); tests/test_conf_defaults.py fails while a file is stale.
 """
@@ -127,7 +128,18 @@ def train_default_yaml() -> str:
     return "\n".join(lines) + "\n"
 
 
-FILES = {Path("model_base/base.yaml"): model_base_yaml, Path("train/default.yaml"): train_default_yaml}
+def grid_sweeper_yaml() -> str:
+    from slm.sweeps.settings import SweepSettings
+
+    lines = [HEADER.format(source="slm.sweeps.settings.SweepSettings").rstrip(),
+             "# slm's default sweeper (hydra_plugins/slm_sweeps, the layer slm/sweeps): Hydra's basic sweeper plus paired",
+             "# points, per-job outcomes (a failed job never stops the others) and a dry run.",
+             "_target_: hydra_plugins.slm_sweeps.grid_sweeper.GridSweeper", *render(SweepSettings)]
+    return "\n".join(lines) + "\n"
+
+
+FILES = {Path("model_base/base.yaml"): model_base_yaml, Path("train/default.yaml"): train_default_yaml,
+         Path("hydra/sweeper/grid.yaml"): grid_sweeper_yaml}
 """Each generated file under conf/ and the function that writes it."""
 
 

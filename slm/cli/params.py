@@ -24,51 +24,9 @@ allocated); see slm.model.counting.
 from __future__ import annotations
 
 import sys
-from dataclasses import asdict
-from operator import attrgetter
 
 from slm.cli.config import reports_user_errors
 from slm.pipes import quiet_on_closed_pipe
-
-SHAPE_FIELDS = ("family", "kind", "n_layers", "block.repeat", "d_model", "attention.n_heads", "attention.n_kv_heads",
-                "attention.head_dim", "mlp.d_ff", "vocab_size", "context_length", "embedding.tie", "layer_types",
-                "mlp_types", "parametrization.init")
-"""The model settings the report shows (a dotted one under its group: report["attention"]["n_heads"])."""
-
-
-def params_report(model_node: dict, vocabulary: dict | None = None, objective: str | None = None) -> dict:
-    """The slm-params JSON for a composed `model` node (its vocab_size the model's: see `model_vocabulary`, whose
-    answer `vocabulary` is kept as the report's `vocabulary`); with `objective`, ValueError where that objective
-    cannot train the model (slm-train's refusal, e.g. mdlm with a causal model)."""
-    from slm.model import FLOPS_CONVENTION, config_from_spec, count
-    from slm.model.budget import budget_fit
-    from slm.model.counting import breakdown
-    from slm.settings import nested
-
-    cfg = config_from_spec(model_node)
-    if objective is not None:
-        from slm.objectives import OBJECTIVES
-
-        OBJECTIVES.get(objective)().check(cfg)
-    report = nested({name: attrgetter(name)(cfg) for name in SHAPE_FIELDS})
-    if vocabulary is not None:
-        report["vocabulary"] = {k: v for k, v in vocabulary.items() if k != "spec"}
-    if "moe" in cfg.mlp_types:
-        report["moe"] = asdict(cfg.moe)
-    if "mac" in cfg.layer_types:
-        report["memory"] = asdict(cfg.memory)
-    report.update(vars(count(cfg)))
-    report["params_breakdown"] = breakdown(cfg)
-    budget = model_node.get("param_budget")
-    if budget is not None:
-        counted = model_node.get("budget_count") or "total"
-        report["param_budget"] = float(budget)
-        report["budget_count"] = counted
-        report["budget_error"] = (report[f"params_{counted}"] - float(budget)) / float(budget)
-        report["budget_fit"] = budget_fit(cfg).to_dict()  # which knobs moved: d_model, and the MLP size if it did
-    report["flops_convention"] = FLOPS_CONVENTION
-    report["notes"] = cfg.notes()
-    return report
 
 
 def _count(n: float) -> str:
@@ -202,6 +160,8 @@ def composed_report(overrides: list[str]) -> dict:
     from omegaconf import OmegaConf
 
     from slm.cli.config import compose_config
+    from slm.model import config_from_spec
+    from slm.model.params_report import params_report
     from slm.objectives import OBJECTIVES, check_preset
     from slm.settings import nested
 
@@ -224,7 +184,9 @@ def composed_report(overrides: list[str]) -> dict:
             vocabulary["from"] += f"; model.vocab_size={configured} is replaced, as slm-train replaces it"
         model_node = nested({**model_node, "vocab_size": vocabulary["vocab_size"],
                              **{f"embedding.{k}": v for k, v in vocabulary["spec"].get("embedding", {}).items()}})
-    return params_report(model_node, vocabulary, objective)
+    cfg = config_from_spec(model_node)
+    OBJECTIVES.get(objective)().check(cfg)  # slm-train's refusal of a model the objective cannot train (mdlm, causal)
+    return params_report(model_node, vocabulary, cfg)
 
 
 @reports_user_errors("slm-params")

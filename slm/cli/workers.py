@@ -55,7 +55,7 @@ def _pump(stream, prefix: bytes, lock: threading.Lock) -> None:
 
 
 def sweep_summary(notes_dir: Path) -> list[str]:
-    """The summary of every sweep the copies noted in `notes_dir` (hydra_plugins.slm_sweeps.jobs.note_for_workers:
+    """The summary of every sweep the copies noted in `notes_dir` (slm.sweeps.progress.note_for_workers:
     name, sweep directory, job keys), each read from its run directories now; a note that cannot be read is skipped."""
     from slm.runs.record import RecordError, read_object
     from slm.runs.states import states_of

@@ -1,6 +1,6 @@
 """The error line a run record (`error`, `eval.lm_eval_error`) and a sweep's job outcome carry.
 
-Standard library only: the sweepers (hydra_plugins/slm_sweeps) and slm.runs.job import it without loading torch.
+Standard library only: the sweeps (slm/sweeps, hydra_plugins/) and slm.runs.job import it without loading torch.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ _KEEP = frozenset(string.ascii_letters + string.digits + "._,=+-@:[]{}")
 
 def configuration(overrides, lr: float | None = None) -> str:
     """A job's configuration: its overrides less train.seed and less the sweep file's name (sweep=...), sorted and
-    joined by "," (successive halving's unit, hydra_plugins/slm_sweeps/halving.py, and analysis.halving's). `lr`: the
+    joined by "," (successive halving's unit, slm/sweeps/halving.py, and analysis.halving's). `lr`: the
     job's lr where the sweep searches lr (hydra.sweeper.lr_search), added as train.lr=<lr> when its overrides do not
     name it (the search's x1 job keeps the point's own overrides). Never "": a job with no other override is
     DEFAULT_KEY."""

@@ -119,7 +119,7 @@ def upgraded_decisions(sweep_dir: str | os.PathLike) -> list[dict]:
     an earlier version's, which hold neither, with `jobs` (configuration -> job keys) and `labels` (configuration ->
     what tells it from the others) from the sweep's jobs, its configurations named as that version named them (without
     an lr search's lr). The sweeper going on with such a sweep reads halving_decisions and renames those configurations
-    to today's names itself (hydra_plugins/slm_sweeps/halving.py)."""
+    to today's names itself (slm/sweeps/halving.py)."""
     decisions = halving_decisions(sweep_dir)
     if decisions and not all("jobs" in d and "labels" in d for d in decisions):
         parts: dict[str, list[str]] = {}

@@ -31,91 +31,17 @@ import math
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
-from hydra.errors import HydraException
-from omegaconf import OmegaConf
-
-from hydra_plugins.slm_sweeps import jobs as J
 from slm.runs.record import FINAL
+from slm.runs.states import RUNNING
+from slm.sweeps import jobs as J
+from slm.sweeps.jobs import SweepError
+from slm.sweeps.lr_search import at_lr, search_lr
+from slm.sweeps.settings import LadderSettings
 
-RULES = ("search", "transfer", "fixed")
 TRANSFERS = ("mup", "completep")
 RUNG_KEYS = ("model.param_budget", "train.length.tokens", "train.validation.interval")
-
-
-@dataclass
-class Ladder:
-    """The ladder block, checked."""
-
-    rungs: list[float]
-    tokens_per_param: Optional[float] = 5.0
-    lr: str = "search"
-    """search, transfer, or fixed (the point's lr at every rung); unset: search with an lr_search, else fixed."""
-    search_rungs: int = 2
-    validations: int = 4
-
-    def searched(self, index: int) -> bool:
-        """Whether the jobs of rung `index` (0: the lowest) run in the first phase (search the lr, or train a fixed one)."""
-        return self.lr != "transfer" or index < self.search_rungs
-
-
-def _bad(key: str, value: Any, allowed: str) -> HydraException:
-    return HydraException(f"hydra.sweeper.ladder.{key}={value!r} is invalid: {allowed}")
-
-
-def _positive(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
-
-
-def parse(node: Any, lr_search: list[float]) -> Optional[Ladder]:
-    """hydra.sweeper.ladder checked (None when not set); HydraException, one line, for a bad value."""
-    if node is None:
-        return None
-    if not isinstance(node, dict):
-        node = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
-    if not isinstance(node, dict):
-        raise HydraException(f"hydra.sweeper.ladder={node!r} is invalid: a block with rungs (e.g. {{rungs: [5e4, 1e5, "
-                             "2e5]}})")
-    known = {"rungs", "tokens_per_param", "lr", "search_rungs", "validations"}
-    for key in node:
-        if key not in known:
-            raise HydraException(f"hydra.sweeper.ladder.{key} is not a ladder setting; they are: {', '.join(sorted(known))}")
-    rungs = node.get("rungs")
-    if not isinstance(rungs, (list, tuple)) or len(rungs) < 2 or not all(_positive(r) for r in rungs) \
-            or len({float(r) for r in rungs}) != len(rungs):
-        raise _bad("rungs", rungs, "at least two distinct positive parameter budgets, e.g. [5e4, 1e5, 2e5]")
-    ladder = Ladder(sorted(float(r) for r in rungs))
-    if "tokens_per_param" in node:
-        tpp = node["tokens_per_param"]
-        if tpp is not None and not _positive(tpp):
-            raise _bad("tokens_per_param", tpp, "a positive number of training tokens per parameter (e.g. 5, 20), or null "
-                       "for the sweep's own train.length")
-        ladder.tokens_per_param = None if tpp is None else float(tpp)
-    ladder.lr = node.get("lr", "search" if lr_search else "fixed")
-    if ladder.lr not in RULES:
-        raise _bad("lr", ladder.lr, f"choose one of: {', '.join(RULES)}")
-    if ladder.lr == "search" and not lr_search:
-        raise HydraException("hydra.sweeper.ladder.lr=search searches the lr at every rung: set hydra.sweeper.lr_search "
-                             "too (e.g. [0.5, 1, 2, 4]), or lr: fixed for the point's lr at every rung")
-    if ladder.lr == "fixed" and lr_search:
-        raise HydraException(f"hydra.sweeper.ladder.lr=fixed trains the point's lr at every rung, but "
-                             f"hydra.sweeper.lr_search={list(lr_search)} is set: use lr: search (or transfer), or drop "
-                             "lr_search")
-    if ladder.lr == "transfer" and not lr_search:
-        raise HydraException("hydra.sweeper.ladder.lr=transfer carries the lr searched at the lowest rungs: set "
-                             "hydra.sweeper.lr_search too (e.g. [0.5, 1, 2])")
-    search_rungs = node.get("search_rungs", min(ladder.search_rungs, len(ladder.rungs) - 1))
-    if not isinstance(search_rungs, int) or isinstance(search_rungs, bool) or not 1 <= search_rungs < len(ladder.rungs):
-        raise _bad("search_rungs", search_rungs, f"how many of the lowest rungs search the lr (lr: transfer): 1 to "
-                   f"{len(ladder.rungs) - 1}, so that a rung above is left to carry it to")
-    ladder.search_rungs = search_rungs
-    validations = node.get("validations", ladder.validations)
-    if not isinstance(validations, int) or isinstance(validations, bool) or validations < 1:
-        raise _bad("validations", validations, "validations per job, evenly spaced: a whole number >= 1 (4 gives the "
-                   "curve at 25%, 50%, 75% and 100%)")
-    ladder.validations = validations
-    return ladder
 
 
 @dataclass
@@ -132,7 +58,7 @@ class RungJob:
 
 @dataclass
 class Plan:
-    ladder: Ladder
+    ladder: LadderSettings
     searched: list[RungJob] = field(default_factory=list)
     deferred: list[RungJob] = field(default_factory=list)
     """transfer: the jobs of the upper rungs, composed at the point's lr until the carried lr is known."""
@@ -148,7 +74,7 @@ def _up(value: float) -> str:
     return f"{math.ceil(round(value / scale, 9)) * scale:.3g}"
 
 
-def _rung_overrides(base: J.Job, ladder: Ladder, rung: float) -> list[str]:
+def _rung_overrides(base: J.Job, ladder: LadderSettings, rung: float) -> list[str]:
     """The overrides that put a base job at a rung (see the module docstring)."""
     from slm.training.config import TrainConfig
 
@@ -158,13 +84,13 @@ def _rung_overrides(base: J.Job, ladder: Ladder, rung: float) -> list[str]:
         length = train.get("length") or {}
         for key in ("steps", "epochs"):
             if length.get(key) is not None:
-                raise HydraException(f"train.length.{key}={length[key]} would override the ladder's token budget "
-                                     "(hydra.sweeper.ladder.tokens_per_param): leave it unset in a ladder")
+                raise SweepError(f"train.length.{key}={length[key]} would override the ladder's token budget "
+                                 "(hydra.sweeper.ladder.tokens_per_param): leave it unset in a ladder")
         tokens = rung * ladder.tokens_per_param
         context = int(base.select("model.context_length"))
         batch = TrainConfig.from_node(train).batch_size * context
         if float(f"{tokens:g}") < batch:
-            raise HydraException(
+            raise SweepError(
                 f"hydra.sweeper.ladder: rung {rung:g} x tokens_per_param {ladder.tokens_per_param:g} = {tokens:g} "
                 f"tokens is less than one batch (train.batch_size {batch // context} x model.context_length {context} = "
                 f"{batch} tokens): tokens_per_param must be at least {_up(batch / rung)} at this rung, or the rung at "
@@ -177,20 +103,20 @@ def _rung_overrides(base: J.Job, ladder: Ladder, rung: float) -> list[str]:
     return out
 
 
-def expand(compose: Callable[[list[str]], J.Job], jobs: list[J.Job], ladder: Ladder) -> Plan:
+def expand(compose: Callable[[list[str]], J.Job], jobs: list[J.Job], ladder: LadderSettings) -> Plan:
     """Every base job at every rung, the lowest rung first (a base job that does not compose is kept once, as given)."""
     plan = Plan(ladder)
     for job in jobs:
         for o in job.overrides:
             name = str(o).lstrip("+").split("=", 1)[0]
             if name in RUNG_KEYS:
-                raise HydraException(f"{o}: the ladder sets {name} per rung (hydra.sweeper.ladder); leave it out of the "
-                                     "points, params and command line")
+                raise SweepError(f"{o}: the ladder sets {name} per rung (hydra.sweeper.ladder); leave it out of the "
+                                 "points, params and command line")
         kind = job.select("model.parametrization.kind", "sp") if job.cfg is not None else None
         if ladder.lr == "transfer" and job.cfg is not None and kind not in TRANSFERS:
-            raise HydraException(f"hydra.sweeper.ladder.lr=transfer carries the lr across width, which only "
-                                 f"{' or '.join(TRANSFERS)} promise; this sweep has model.parametrization.kind={kind}: "
-                                 "set model.parametrization.kind=mup, or ladder.lr=search")
+            raise SweepError(f"hydra.sweeper.ladder.lr=transfer carries the lr across width, which only "
+                             f"{' or '.join(TRANSFERS)} promise; this sweep has model.parametrization.kind={kind}: "
+                             "set model.parametrization.kind=mup, or ladder.lr=search")
     for index, rung in enumerate(ladder.rungs):
         for job in jobs:
             if job.cfg is None:
@@ -220,7 +146,7 @@ def search(compose: Callable[[list[str]], J.Job], plan: Plan, multipliers: list[
     """The searched rungs' jobs at every lr multiplier: (jobs, {key: multiplier}, {key: its RungJob})."""
     jobs, searched, owners = [], {}, {}
     for entry in plan.searched:
-        found, mult = J.search_lr(compose, [entry.job], multipliers)
+        found, mult = search_lr(compose, [entry.job], multipliers)
         for job in found:
             owners[job.key] = entry
             jobs.append(job)
@@ -233,7 +159,7 @@ def wait_for_others(name: str, jobs: list[J.Job], poll: float = 10.0) -> None:
     carried lr is chosen from every searched job's record."""
     said = False
     while True:
-        running = [j for j in jobs if J.outcome(j)["status"] == J.RUNNING]
+        running = [j for j in jobs if J.outcome(j)["status"] == RUNNING]
         if not running:
             return
         if not said:
@@ -295,10 +221,7 @@ def carry(compose: Callable[[list[str]], J.Job], plan: Plan, jobs: list[J.Job], 
             choice = {"rung": plan.ladder.rungs[top], "multiplier": best, "val_nll": finite[best],
                       "seeds": sum(math.isfinite(x) for x in by_mult[best]), "of": len(by_mult[best])}
             pinned[name] = choice
-        best = float(choice["multiplier"])
-        base = float(entry.job.select("train.lr"))
-        overrides = [o for o in entry.job.overrides if not str(o).startswith(J.LR_OVERRIDES)]
-        job = entry.job if best == 1.0 else compose(overrides + [f"train.lr={J.lr_text(base * best)}"])
+        job = at_lr(compose, entry.job, float(choice["multiplier"]))
         out.append(job)
         keyed[job.key] = entry
         sources[job.key] = choice

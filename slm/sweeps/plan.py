@@ -38,12 +38,10 @@ import os
 import statistics
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
-from hydra_plugins.slm_sweeps.jobs import Job
-from slm.runs.errors import one_line
 from slm.durations import duration
+from slm.runs.errors import one_line
 from slm.runs.states import COMPLETED
+from slm.sweeps.jobs import Job
 from slm.words import counted
 
 
@@ -184,7 +182,7 @@ def _memo(fn, *args):
 
 
 def plan_row(job: Job, estimate: dict) -> dict:
-    from slm.cli.params import params_report
+    from slm.model.params_report import params_report
     from slm.runs.record import RecordError, load_record
     from slm.runs.states import PENDING, UNREADABLE, live_status
     from slm.training.config import TrainConfig
@@ -232,17 +230,17 @@ def plan_row(job: Job, estimate: dict) -> dict:
             "gpu_hours": flops / (float(estimate["mfu"]) * float(estimate["peak_flops"])) / 3600}
 
 
-def print_plan(name: str, sweep_dir: Path, jobs: list[Job], estimate: dict, launcher=None, rerun_failed: bool = False,
-               batch_size: int | None = None) -> list[dict]:
+def print_plan(name: str, sweep_dir: Path, jobs: list[Job], estimate: dict, launcher: dict | None = None,
+               rerun_failed: bool = False, batch_size: int | None = None) -> list[dict]:
     """Print the dry run: the job table, the GPU-hours and where their MFU comes from, and with a Slurm `launcher`
-    (hydra.launcher) what would be submitted; returns the rows. A row's `launch`: the sweep would launch the job."""
+    (hydra.launcher, a plain dict) what would be submitted; returns the rows. A row's `launch`: the sweep would launch the job."""
     from slm.runs.record import settled
     from slm.runs.states import UNREADABLE
 
     families = [_family(job) for job in jobs]
     mfus = mfu_by_family(estimate, set(families), Path(os.environ.get("SLM_RUNS") or "runs"))
     rows = [{**plan_row(job, {**estimate, "mfu": mfus[f][0]}), "family": f} for job, f in zip(jobs, families)]
-    for row, job in zip(rows, jobs):  # as GridSweeper.sweep decides
+    for row, job in zip(rows, jobs):  # as slm.sweeps.grid decides
         row["invalid"] = job.cfg is None
         row["launch"] = job.cfg is not None and row["state"] != UNREADABLE and not settled(row["state"], rerun_failed)
     width = max([len(r["key"]) for r in rows] + [7])
@@ -328,16 +326,9 @@ def cpu_lines(jobs: list[Job], rows: list[dict]) -> list[str]:
             "rough: a CPU's FLOP/s moves with model size"]
 
 
-def _launcher_settings(launcher) -> dict:
-    """hydra.launcher as a dict, interpolations resolved where they can be (${train.parallel.devices}: the sweep's value)."""
-    if launcher is None:
-        return {}
-    if isinstance(launcher, dict):
-        return launcher
-    try:
-        return OmegaConf.to_container(launcher, resolve=True)
-    except Exception:
-        return OmegaConf.to_container(launcher, resolve=False)
+def _launcher_settings(launcher: dict | None) -> dict:
+    """hydra.launcher as a plain dict (the sweeper resolves what it can: ${train.parallel.devices}), {} when none."""
+    return launcher or {}
 
 
 def _minutes(value) -> str:
@@ -347,7 +338,6 @@ def _minutes(value) -> str:
 
 def _whole(value) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
-
 
 
 def slurm_lines(launcher, rows: list[dict], batch_size: int | None = None) -> list[str]:

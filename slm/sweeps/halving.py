@@ -22,7 +22,7 @@ configuration of its own, as each arm is in ASHA; the analysis takes each point 
      counted failed), with `halving` in their record: rung, fraction, step, configuration, score and rank of how many.
 
 The last rung trains the survivors to their end (`completed`, as any job), and the sweep's summary ends with the winner:
-the survivor with the lowest final validation loss (slm.runs.status.halving_winner). Rungs are numbered from 1 in the
+the survivor with the lowest final validation loss (slm.sweeps.status.halving_winner). Rungs are numbered from 1 in the
 console, in sweep.json and in the records alike. A configuration's name is its overrides less train.seed and sweep=
 (slm.runs.keys), with its lr under an lr search (whose x1 job's overrides do not name it), so no name is ""; what tells
 it from the others (its label) is how the console, sweep.json's `labels` and the report show it. Halving owns
@@ -37,82 +37,42 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, Optional
 
-from hydra.errors import HydraException
-
-from hydra_plugins.slm_sweeps import jobs as J
+from slm.runs.states import RUNNING
+from slm.sweeps import jobs as J
+from slm.sweeps.jobs import SweepError
+from slm.sweeps.settings import HalvingSettings
 from slm.words import counted
 
 PAUSE = "train.length.pause_at"
-
-
-class Halving(NamedTuple):  # (not a dataclass: Hydra's plugin scan executes this module outside sys.modules)
-    eta: float
-    fractions: list[float]
-
-
-def parse(node: Any, ladder: Any = None) -> Optional[Halving]:
-    """hydra.sweeper.halving as a Halving (None when not set); HydraException (one line) for a bad block."""
-    if node is None:
-        return None
-    from omegaconf import OmegaConf
-
-    if OmegaConf.is_config(node):
-        node = OmegaConf.to_container(node, resolve=True)
-    example = "e.g. {eta: 3, rungs: 3} or {eta: 3, fractions: [0.11, 0.33, 1]}"
-    if not isinstance(node, dict) or set(node) - {"eta", "rungs", "fractions"}:
-        raise HydraException(f"hydra.sweeper.halving={node!r} is invalid: a mapping of eta and rungs or fractions, "
-                             f"{example}")
-    if ladder is not None:
-        raise HydraException("hydra.sweeper.halving and hydra.sweeper.ladder cannot be combined: a ladder trains every "
-                             "configuration at every rung; drop one")
-    eta = node.get("eta", 3)
-    if not _number(eta) or eta <= 1:
-        raise HydraException(f"hydra.sweeper.halving.eta={eta!r} is invalid: a number > 1 (the share kept at each rung "
-                             "is 1/eta), e.g. 3")
-    rungs, fractions = node.get("rungs"), node.get("fractions")
-    if (rungs is None) == (fractions is None):
-        raise HydraException(f"hydra.sweeper.halving needs one of rungs or fractions, {example}")
-    if rungs is not None:
-        if not isinstance(rungs, int) or isinstance(rungs, bool) or rungs < 2:
-            raise HydraException(f"hydra.sweeper.halving.rungs={rungs!r} is invalid: an integer >= 2 (the rungs are "
-                                 "1/eta^(rungs-1), ..., 1/eta, 1 of each job's steps)")
-        fractions = [float(eta) ** -(rungs - 1 - i) for i in range(rungs)]
-    else:
-        ok = isinstance(fractions, list) and len(fractions) >= 2 and all(_number(f) and 0 < f <= 1 for f in fractions) \
-            and all(a < b for a, b in zip(fractions, fractions[1:])) and fractions[-1] == 1
-        if not ok:
-            raise HydraException(f"hydra.sweeper.halving.fractions={fractions!r} is invalid: two or more increasing "
-                                 "fractions of each job's steps in (0, 1], the last 1, e.g. [0.11, 0.33, 1]")
-        fractions = [float(f) for f in fractions]
-    return Halving(float(eta), fractions)
 
 
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def rung_steps(job: J.Job, halving: Halving) -> list[int]:
-    """The step each rung ends at for this job; HydraException (one line) when the rungs do not fit its schedule: a
+def rung_steps(job: J.Job, halving: HalvingSettingsSettings) -> list[int]:
+    """The step each rung ends at for this job; SweepError (one line) when the rungs do not fit its schedule: a
     schedule other than wsd, two rungs at one step, or a rung but the last past the stable phase."""
     from slm.training.config import TrainConfig
+    from slm.training.length import pause_step
+    from slm.training.schedules import decay_start
 
     train = TrainConfig.from_node(job.section("train"))
     steps = train.max_steps(int(job.select("model.context_length")))
     schedule = train.schedule
     if schedule.kind != "wsd":
-        raise HydraException(f"{job.key}: hydra.sweeper.halving continues each job from its checkpoint, which needs "
-                             f"train.schedule.kind=wsd (its stable phase); this job has {schedule.kind}")
-    from slm.training.length import pause_step
-
-    out = [pause_step(f, steps) for f in halving.fractions]
-    stable = steps - max(1, int(schedule.decay_fraction * steps))  # wsd's decay begins here (schedules.py)
+        raise SweepError(f"{job.key}: hydra.sweeper.halving continues each job from its checkpoint, which needs "
+                         f"train.schedule.kind=wsd (its stable phase); this job has {schedule.kind}")
+    fractions = halving.rung_fractions()
+    out = [pause_step(f, steps) for f in fractions]
+    stable = decay_start(steps, schedule.decay_fraction)
     if len(set(out)) < len(out) or any(s > stable for s in out[:-1]):
-        raise HydraException(f"{job.key}: hydra.sweeper.halving.fractions {halving.fractions} do not fit its {steps} "
-                             f"steps: the rungs fall at steps {out}, and every rung but the last must be a distinct step "
-                             f"of the stable phase (steps 1-{stable}, before train.schedule.decay_fraction="
-                             f"{schedule.decay_fraction}'s decay); use fewer rungs or a longer run")
+        raise SweepError(f"{job.key}: hydra.sweeper.halving.fractions {fractions} do not fit its {steps} "
+                         f"steps: the rungs fall at steps {out}, and every rung but the last must be a distinct step "
+                         f"of the stable phase (steps 1-{stable}, before train.schedule.decay_fraction="
+                         f"{schedule.decay_fraction}'s decay); use fewer rungs or a longer run")
     return out
 
 
@@ -139,11 +99,11 @@ def _labels(configs: dict[str, list[J.Job]], searched: bool) -> dict[str, str]:
 
 
 def check_pause(job: J.Job) -> None:
-    """HydraException (one line) when the user set train.length.pause_at: halving sets each job's pause at its rungs."""
+    """SweepError (one line) when the user set train.length.pause_at: halving sets each job's pause at its rungs."""
     value = job.select(PAUSE) if job.cfg is not None else None
     if value is not None:
-        raise HydraException(f"{PAUSE}={value} is refused: hydra.sweeper.halving pauses every job at its rungs "
-                             f"(hydra.sweeper.halving.rungs or fractions); drop {PAUSE}")
+        raise SweepError(f"{PAUSE}={value} is refused: hydra.sweeper.halving pauses every job at its rungs "
+                         f"(hydra.sweeper.halving.rungs or fractions); drop {PAUSE}")
 
 
 def _curve_point(record: dict, step: int) -> Optional[float]:
@@ -195,7 +155,7 @@ def survivors(n: int, eta: float, rungs: int) -> list[int]:
     return out
 
 
-def print_halving(halving: Halving, jobs: list[J.Job], rows: list[dict], searched: bool = False) -> None:
+def print_halving(halving: HalvingSettings, jobs: list[J.Job], rows: list[dict], searched: bool = False) -> None:
     """The dry run's halving: the rungs, how many configurations and jobs train at each, and the compute at most (the
     most expensive configurations kept at every rung) against the full grid's."""
     flops = {r["key"]: r.get("flops") for r in rows if not r.get("error")}
@@ -208,14 +168,15 @@ def print_halving(halving: Halving, jobs: list[J.Job], rows: list[dict], searche
             seeds[name] = seeds.get(name, 0) + 1
     if not configs:
         return
-    counts = survivors(len(configs), halving.eta, len(halving.fractions))
+    fractions = halving.rung_fractions()
+    counts = survivors(len(configs), halving.eta, len(fractions))
     costly = sorted(configs.values(), reverse=True)
     spent, before = 0.0, 0.0
-    for kept, fraction in zip(counts, halving.fractions):
+    for kept, fraction in zip(counts, fractions):
         spent += sum(costly[:kept]) * (fraction - before)
         before = fraction
     full = sum(configs.values())
-    rungs = ", ".join(f"{f:.3g} ({k} configuration{'s' if k != 1 else ''})" for f, k in zip(halving.fractions, counts))
+    rungs = ", ".join(f"{f:.3g} ({k} configuration{'s' if k != 1 else ''})" for f, k in zip(fractions, counts))
     print(f"halving (eta {halving.eta:g}): {len(configs)} configurations of {max(seeds.values())} seed(s); rungs at "
           f"{rungs} of each job's steps; the others recorded pruned")
     print(f"halving: at most {spent:.3g} FLOPs, {spent / full:.1%} of the full grid's {full:.3g} (the costliest "
@@ -284,8 +245,7 @@ def _configurations(jobs: list[J.Job], searched: bool) -> tuple[dict[str, list[J
     return configs, _labels(configs, searched), legacy
 
 
-
-def run(name: str, jobs: list[J.Job], halving: Halving, launch: Callable[[list[J.Job], list[str]], list],
+def run(name: str, jobs: list[J.Job], halving: HalvingSettings, launch: Callable[[list[J.Job], list[str]], list],
         pinned: Callable[[], list[dict]], pin: Callable[[list[dict]], None], poll: float = 10.0,
         searched: bool = False) -> list:
     """Run the rungs: launch(jobs, extra overrides) trains jobs (the sweeper's _run), pinned() reads the decisions
@@ -295,11 +255,12 @@ def run(name: str, jobs: list[J.Job], halving: Halving, launch: Callable[[list[J
     configs, labels, legacy = _configurations(jobs, searched)
     alive = sorted(configs)
     returns = []
-    rungs = len(halving.fractions)
+    fractions = halving.rung_fractions()
+    rungs = len(fractions)
     if len(configs) == 1:
         print(f"sweep {name}: halving over one configuration ({labels[alive[0]]}: its jobs differ in train.seed only): "
               "nothing to prune; its jobs pause at each rung and train to their end", flush=True)
-    for rung, fraction in enumerate(halving.fractions):
+    for rung, fraction in enumerate(fractions):
         last = rung == rungs - 1
         todo = [j for n in alive for j in configs[n] if not reached(j, steps[j.key][rung])]
         extra = [] if last else [f"{PAUSE}={fraction!r}"]
@@ -316,7 +277,7 @@ def run(name: str, jobs: list[J.Job], halving: Halving, launch: Callable[[list[J
             rung_at = {j.key: steps[j.key][rung] for n in alive for j in configs[n]}
             decision = decide(rung, fraction, members, rung_at, halving.eta, rungs, labels)
             said = False
-            while decision is None and any(J.outcome(j)["status"] == J.RUNNING for n in alive for j in configs[n]):
+            while decision is None and any(J.outcome(j)["status"] == RUNNING for n in alive for j in configs[n]):
                 if not said:
                     print(f"sweep {name}: waiting for the rung's jobs another process trains", flush=True)
                     said = True

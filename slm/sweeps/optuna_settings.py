@@ -1,0 +1,51 @@
+"""`hydra.sweeper.*` of the Optuna sweeper (hydra/sweeper=optuna, conf/hydra/sweeper/optuna.yaml): the study, its
+storage, direction and objective, how many trials and how many at once, the sampler and the search space."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional
+
+from slm.settings import Settings, require, setting
+
+KEY = "hydra.sweeper"
+SAMPLERS = {"tpe": "TPESampler", "random": "RandomSampler", "cmaes": "CmaEsSampler", "qmc": "QMCSampler",
+            "gp": "GPSampler", "nsga2": "NSGAIISampler"}
+"""sampler.name -> its class in optuna.samplers."""
+
+
+@dataclass
+class OptunaSettings(Settings):
+    """`hydra.sweeper` of the Optuna sweeper (hydra_plugins/slm_optuna_sweeper)."""
+
+    study_name: Optional[str] = None
+    """The study's name; null: the run group."""
+    storage: Optional[str] = None
+    """null: SQLite at <sweep dir>/optuna.db; a path ending .journal: a journal file; or an RDB URL shared by a cluster."""
+    direction: Literal["minimize", "maximize"] = "minimize"
+    """Whether the objective is minimised or maximised."""
+    objective: str = "eval.val_nll"
+    """The dotted path into each run's result.json that is optimised."""
+    n_trials: int = setting(20, gt=0)
+    """Trials in the whole study (counting those of earlier, interrupted runs)."""
+    n_jobs: int = setting(1, gt=0)
+    """Trials launched at once (one Slurm array of n_jobs with hydra/launcher=slurm)."""
+    halving: Optional[Any] = None
+    """The grid sweeper's successive halving: refused here (Optuna asks its trials one by one)."""
+    sampler: Optional[dict[str, Any]] = field(default_factory=lambda: {"name": "tpe"})
+    """{name: tpe | random | cmaes | qmc | gp | nsga2, ...}: the other keys go to the sampler class."""
+    params: Optional[dict[str, Any]] = None
+    """The search space (Hydra's override syntax); plain values are fixed overrides; null drops a key."""
+
+    def check(self, key: str, root) -> None:
+        name = (self.sampler or {}).get("name", "tpe")
+        require((self.halving is None, f"{key}.halving", self.halving, "the grid sweeper's (successive halving over its "
+                 "grid); Optuna asks its trials one by one: drop halving, or use hydra/sweeper=grid"),
+                (name in SAMPLERS, f"{key}.sampler.name", name, f"choose one of: {', '.join(SAMPLERS)}"))
+
+    @classmethod
+    def read(cls, node: dict) -> "OptunaSettings":
+        """The settings from the sweeper's keys (plain values), settled: SettingsError for a bad one."""
+        settings = cls.from_node(node, KEY)
+        settings.settle(KEY)
+        return settings
