@@ -14,9 +14,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, fields
 
-from slm.data.sources import SOURCES
-from slm.data.tokenizers import TOKENIZERS
+from slm.components.registry import Registry
 from slm.settings import Settings, require, setting
+
+SOURCES: Registry = Registry("source kind")
+"""data.sources.N.kind: each source class registers itself here (slm.data.sources); the package imports them all."""
+TOKENIZERS: Registry = Registry("tokenizer")
+"""tokenizer.kind: each tokenizer class registers itself here (slm.data.tokenizers)."""
 
 FORMATS = ("auto", "text", "jsonl", "parquet")
 

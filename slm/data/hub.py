@@ -10,13 +10,11 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 from urllib.parse import urlparse
 
+from slm.data.config import SourceConfig
 from slm.data.errors import DataError
-
-if TYPE_CHECKING:  # slm.data.config imports slm.data.sources, which imports this
-    from slm.data.config import SourceConfig
 
 OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
 CONNECT_TIMEOUT_S = 3.0

@@ -15,16 +15,13 @@ import os
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, ClassVar, Iterator
+from typing import Callable, ClassVar, Iterator
 
-from slm.components.registry import Registry
 import slm.data.hub as hub
 import slm.data.readers as readers
+from slm.data.config import SOURCES, SourceConfig
 from slm.data.errors import DataError
 from slm.data.readers import Piece
-
-if TYPE_CHECKING:  # the config imports the registries here
-    from slm.data.config import SourceConfig
 
 CORPORA = "corpora"
 HOLDOUT_VERSION = 2
@@ -66,9 +63,6 @@ class Source:
 
     def describe(self) -> dict:
         return {"name": self.cfg.name, "kind": self.kind}
-
-
-SOURCES: Registry[type[Source]] = Registry("source kind")
 
 
 def build_source(cfg: SourceConfig, budget: int | None) -> Source:

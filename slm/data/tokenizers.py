@@ -29,15 +29,13 @@ import shutil
 from collections import Counter
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Iterable
+from typing import ClassVar, Iterable
 
 import numpy as np
 
-from slm.components.registry import Registry, UnknownKeyError
+from slm.components.registry import UnknownKeyError
+from slm.data.config import TOKENIZERS, TokenizerConfig
 from slm.data.errors import DataError
-
-if TYPE_CHECKING:  # the config imports the registries here
-    from slm.data.config import TokenizerConfig
 
 META_FILE = "slm_tokenizer.json"
 HF_SUBDIR = "hf_tokenizer"
@@ -118,7 +116,6 @@ class Tokenizer:
         raise NotImplementedError
 
 
-TOKENIZERS: Registry[type[Tokenizer]] = Registry("tokenizer")
 
 
 def tokenizer_class(kind: str) -> type[Tokenizer]:
