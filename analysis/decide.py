@@ -17,7 +17,8 @@ target rung T (the largest by default) on the `truth` metric (val_nll, final, by
   share whose order agrees (a tie at either counts one half; a higher-is-better proxy is compared negated). Without
   ties it is (1 + Kendall's tau) / 2 of the two sets of means. A proxy read part-way through training (val_nll_25,
   val_nll_50) is judged at the target rung too: stopping the target early is a cheaper rung;
-- its 95% interval: `draws` bootstrap redraws of the seeds of every configuration at both (with replacement); none
+- its 95% interval: `draws` bootstrap redraws of the seeds of every configuration at both (with replacement), each
+  (proxy, rung) from its own generator (`redraws`: the interval does not depend on the other proxies judged); none
   where every configuration has one seed;
 - the signal-to-noise ratio: the spread across configurations (the standard deviation of their means) over the
   seed-to-seed spread (the pooled standard deviation within configurations), the ratio "Signal and Noise"
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -286,7 +288,6 @@ def decide(table: pd.DataFrame, config: str = "family", rung: str = "param_budge
                           f"{', '.join(_num(r) for r in rungs if truth_values.get(r)) or 'none'}")
     result.ceiling, result.top, result.draws, result.sign = noise_ceiling(top), top, draws, _sign(table, truth)
     result.values = truth_values
-    rng = np.random.default_rng(seed)
     tasks = []
     for proxy in proxies:
         edges: list = truth_edges if proxy == truth else []
@@ -314,7 +315,7 @@ def decide(table: pd.DataFrame, config: str = "family", rung: str = "param_budge
         accuracy, pairs = agreement(_means(here), _means(top))
         low = high = None
         if redraw:
-            boot = []
+            boot, rng = [], redraws(seed, proxy, rungs.index(r))
             for _ in range(draws):
                 boot.append(agreement(_means(here, rng), _means(top, rng))[0])
                 done += 1
@@ -333,6 +334,13 @@ def decide(table: pd.DataFrame, config: str = "family", rung: str = "param_budge
         raise DecideError(f"no two configurations ({config}) have completed runs both at the target {rung} = "
                           f"{_num(target)} and at another rung: nothing to compare")
     return result
+
+
+def redraws(seed: int, proxy: str, rung_index: int) -> np.random.Generator:
+    """The bootstrap generator of one (proxy, rung) row: its own stream, from the seed, the proxy's name and the rung's
+    position, so a row's interval is the same whichever other proxies are judged beside it (a proxy added to the
+    registry, or `--proxy` naming one alone, leaves the others' intervals as they were)."""
+    return np.random.default_rng([seed, zlib.crc32(proxy.encode()), rung_index])
 
 
 def _num(value: float) -> str:

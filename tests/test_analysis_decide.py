@@ -1,6 +1,8 @@
 """slm-decide: decision accuracy of a ladder (analysis/decide.py), checked against Kendall's tau (scipy)."""
 
 
+import zlib
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -272,11 +274,10 @@ def test_the_interval_is_a_direct_resampling_of_the_seeds():
     (numpy's choice with replacement, configurations in table order), and takes the agreement of the two means."""
     table = ladder(noise=0.05)
     result = decide(table, proxies=["val_nll"], draws=200, seed=7)
-    rng = np.random.default_rng(7)
     cells = {r: {f: table[(table["param_budget"] == r) & (table["family"] == f)]["val_nll"].to_numpy()
                  for f in FAMILIES} for r in RUNGS}
-    for row in result.rows:  # the rows draw one after another from the same generator
-        boot = []
+    for row in result.rows:  # each row from its own generator: seed, the proxy's name (CRC-32) and the rung's position
+        rng, boot = np.random.default_rng([7, zlib.crc32(b"val_nll"), RUNGS.index(row.rung)]), []
         for _ in range(200):
             low = {f: rng.choice(v, size=len(v), replace=True).mean() for f, v in cells[row.rung].items()}
             top = {f: rng.choice(v, size=len(v), replace=True).mean() for f, v in cells[RUNGS[-1]].items()}
@@ -300,3 +301,14 @@ def test_the_shipped_ladder_records_give_the_documented_tables(tmp_path, capsys,
     decide_main([str(docs / "runs" / group), "--forecast", "params=70e6", "-o", str(tmp_path / "decide.md")])
     capsys.readouterr()
     assert (tmp_path / "decide.md").read_text() == (docs / f"{group}.md").read_text()
+
+
+def test_a_proxy_s_interval_does_not_depend_on_the_other_proxies_judged():
+    """Each (proxy, rung) row redraws from its own generator: a proxy judged alone, or beside one more (a metric added
+    to the registry), keeps the interval it has in the full table."""
+    table = ladder(noise=0.05)
+    table["val_nll_25"] = table["val_nll"] + 0.01
+    alone = {(r.proxy, r.rung): (r.low, r.high) for r in decide(table, proxies=["val_nll"], draws=100, seed=3).rows}
+    both = {(r.proxy, r.rung): (r.low, r.high)
+            for r in decide(table, proxies=["val_nll_25", "val_nll"], draws=100, seed=3).rows}
+    assert alone and all(both[k] == v for k, v in alone.items())

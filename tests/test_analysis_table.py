@@ -81,11 +81,14 @@ READ_SINCE = {"warmup_steps": 6.0}
 
 def test_the_stored_records_table_is_the_one_collected_before(claims):
     before = [NEW_NAME.get(c, c) for c in CLAIMS_COLUMNS_BEFORE]
-    assert sorted(claims.columns) == sorted(before + list(ADDED_SINCE) + list(READ_SINCE))
-    assert claims[list(ADDED_SINCE)].isna().all().all()  # no ladder, and no curve in these records
+    known = before + list(ADDED_SINCE) + list(READ_SINCE)
+    assert set(known) <= set(claims.columns)
+    # a column added to the schema later (a new metric: one entry in slm.metrics) is empty in these records
+    later = [c for c in claims.columns if c not in known]
+    assert claims[list(ADDED_SINCE) + later].isna().all().all()  # no ladder, and no curve in these records
     assert all((claims[c] == v).all() for c, v in READ_SINCE.items())
     moved = set(NEW_NAME.values())  # a nested setting's columns sit with their group, the others keep their order
-    assert [c for c in claims.columns if c not in moved and c not in ADDED_SINCE and c not in READ_SINCE] == [
+    assert [c for c in claims.columns if c not in moved and c in before] == [
         c for c in before if c not in moved]
     rows = claims.set_index("run")
     for run, values in CLAIMS_VALUES_BEFORE.items():

@@ -212,22 +212,22 @@ def test_a_metric_read_from_the_curve_is_one_entry(tmp_path):
     slm-decide's proxies have it with no other edit."""
     from analysis.decide import decide, default_proxies, part_read
 
-    entry = Metric("val_nll_75", "the validation NLL at 75% of training", registry.CURVE, block="metrics",
+    entry = Metric("val_nll_75_probe", "the validation NLL at 75% of training", registry.CURVE, block="metrics",
                    label="validation NLL at 75% of training", short="val NLL @75%", unit="nats/token",
                    direction=LOWER, kind=PER_RUN, bound_when=NELBO, exact_only=True, curve_at=0.75)
     registry.register(entry)
     try:
         table = collect(_curve_runs(tmp_path / "runs"))
-        assert role_of("val_nll_75") == "metric"
+        assert role_of("val_nll_75_probe") == "metric"
         for _, row in table.iterrows():  # the curve's value at step 75, read from the record
             record = json.loads(Path(row["run_dir"], "result.json").read_text())
-            assert row["val_nll_75"] == pytest.approx(dict(map(tuple, record["eval"]["val_curve"]))[75])
-        assert "| `val_nll_75` | number | eval.val_curve at 75% of training.max_steps |" in markdown()
-        assert name_of("val_nll_75") == "validation NLL at 75% of training" and not higher_is_better(table,
-                                                                                                     "val_nll_75")
-        assert default_proxies(table)[:3] == ["val_nll", "val_nll_75", "val_nll_50"] and part_read("val_nll_75") == 0.75
-        result = decide(table, config="family", rung="param_budget", proxies=["val_nll_75"], draws=0)
-        at_target = [r for r in result.rows if r.proxy == "val_nll_75" and r.rung == 2e5]
+            assert row["val_nll_75_probe"] == pytest.approx(dict(map(tuple, record["eval"]["val_curve"]))[75])
+        assert "| `val_nll_75_probe` | number | eval.val_curve at 75% of training.max_steps |" in markdown()
+        assert name_of("val_nll_75_probe") == "validation NLL at 75% of training" and not higher_is_better(table,
+                                                                                                     "val_nll_75_probe")
+        assert default_proxies(table)[:3] == ["val_nll", "val_nll_75_probe", "val_nll_50"] and part_read("val_nll_75_probe") == 0.75
+        result = decide(table, config="family", rung="param_budget", proxies=["val_nll_75_probe"], draws=0)
+        at_target = [r for r in result.rows if r.proxy == "val_nll_75_probe" and r.rung == 2e5]
         assert at_target and at_target[0].share == pytest.approx(0.75)  # judged at the target rung, at 75% of it
     finally:
         registry.unregister(entry.name)
