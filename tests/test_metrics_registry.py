@@ -225,7 +225,7 @@ def test_a_metric_read_from_the_curve_is_one_entry(tmp_path):
         assert "| `val_nll_75_probe` | number | eval.val_curve at 75% of training.max_steps |" in markdown()
         assert name_of("val_nll_75_probe") == "validation NLL at 75% of training" and not higher_is_better(table,
                                                                                                      "val_nll_75_probe")
-        assert default_proxies(table)[:3] == ["val_nll", "val_nll_75_probe", "val_nll_50"] and part_read("val_nll_75_probe") == 0.75
+        assert "val_nll_75_probe" in default_proxies(table) and part_read("val_nll_75_probe") == 0.75
         result = decide(table, config="family", rung="param_budget", proxies=["val_nll_75_probe"], draws=0)
         at_target = [r for r in result.rows if r.proxy == "val_nll_75_probe" and r.rung == 2e5]
         assert at_target and at_target[0].share == pytest.approx(0.75)  # judged at the target rung, at 75% of it
