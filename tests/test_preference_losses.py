@@ -276,3 +276,21 @@ def test_a_bad_setting_is_one_line_naming_the_full_key(node, key, allowed):
     prefix = "train.preference has unknown key" if key == "betta" else f"train.preference.{key}="
     assert str(err.value).startswith(prefix) and allowed in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_the_group_hangs_under_a_config_with_one_field():
+    """As TrainConfig.preference will (the next slice): the group adopted from a mapping, its errors keyed under
+    the parent's key."""
+    from dataclasses import dataclass
+
+    from slm.settings import Settings, setting
+
+    @dataclass
+    class Parent(Settings):
+        preference: PreferenceSettings = setting(factory=PreferenceSettings)
+
+    parent = Parent(preference={"loss": "dpo,sft", "weights": [1.0, 0.1]})
+    parent.settle("train")
+    assert parent.preference.weighted() == [("dpo", 1.0), ("sft", 0.1)]
+    with pytest.raises(SettingsError, match=r"^train\.preference\.weights=\[1\.0\] is invalid: one weight per loss"):
+        Parent(preference={"loss": ["dpo", "sft"], "weights": [1.0]}).settle("train")

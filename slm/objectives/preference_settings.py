@@ -53,7 +53,7 @@ class PreferenceSettings(Settings):
 
     def weighted(self) -> list[tuple[str, float]]:
         """(loss, weight) in the order of `loss`."""
-        return list(zip(self.loss, self.weights if self.weights is not None else [1.0] * len(self.loss)))
+        return [(name, float(w)) for name, w in zip(self.loss, self.weights or [1.0] * len(self.loss))]
 
 
 def preference_settings(node, key: str = "train.preference") -> PreferenceSettings:
