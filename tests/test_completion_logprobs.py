@@ -10,6 +10,7 @@ import os
 import pytest
 import torch
 
+from slm.data.errors import DataError
 from slm.data.preference_records import PreferenceRecord
 from slm.model import ModelConfig, Transformer
 from slm.model.weights import load_model, save_model
@@ -83,11 +84,11 @@ def test_too_long_and_bidirectional_models_are_refused_in_one_line():
     model = tiny()
     with torch.no_grad():
         completion_logprobs(model, [[1] * 20], [[2] * 12], PAD)  # exactly the context: fine
-        with pytest.raises(ValueError) as err:
+        with pytest.raises(DataError) as err:
             completion_logprobs(model, [[1] * 3, [1] * 20], [[2], [2] * 13], PAD)
     assert str(err.value) == ("sequence 1: prompt + completion is 33 tokens (20 + 13), longer than the model's "
                               "context_length 32 (sequences are not truncated)")
-    with pytest.raises(ValueError, match="^sequence 0: prompt \\+ completion is an empty prompt"):
+    with pytest.raises(DataError, match="^sequence 0: prompt \\+ completion is an empty prompt"):
         completion_logprobs(model, [[]], [[3]], PAD)
     with pytest.raises(ObjectiveError) as err:
         completion_logprobs(tiny(**{"attention.causal": False}), [[1]], [[2]], PAD)

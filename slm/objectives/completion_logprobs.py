@@ -17,6 +17,7 @@ from typing import Sequence
 import torch
 from torch import Tensor, nn
 
+from slm.data.errors import DataError
 from slm.data.preference_records import PreferenceRecord, Tokenize
 from slm.model.networks import NETWORKS
 from slm.objectives.base import ObjectiveError
@@ -39,7 +40,7 @@ def check_causal(cfg) -> None:
 def pad_rows(prompts: Sequence[Ids], completions: Sequence[Ids], pad_id: int,
              context_length: int) -> tuple[Tensor, Tensor]:
     """(ids (N, T), scored (N, T − 1)): each prompt + completion right-padded with pad_id to the longest, and
-    where the target ids[:, 1:] is a completion token. A ValueError (one line) for an empty prompt or completion
+    where the target ids[:, 1:] is a completion token. A DataError (one line) for an empty prompt or completion
     or a sequence longer than context_length."""
     if len(prompts) != len(completions) or not prompts:
         raise ValueError(f"{len(prompts)} prompts and {len(completions)} completions: give one completion per "
@@ -52,7 +53,7 @@ def pad_rows(prompts: Sequence[Ids], completions: Sequence[Ids], pad_id: int,
             problem = f"{total} tokens ({len(prompt)} + {len(completion)}), longer than the model's " \
                       f"context_length {context_length} (sequences are not truncated)"
         if problem:
-            raise ValueError(f"sequence {row}: prompt + completion is {problem}")
+            raise DataError(f"sequence {row}: prompt + completion is {problem}")
     T = max(len(p) + len(c) for p, c in zip(prompts, completions))
     ids = torch.full((len(prompts), T), pad_id, dtype=torch.long)  # (N, T)
     scored = torch.zeros(len(prompts), T - 1, dtype=torch.bool)  # (N, T - 1): target ids[:, 1:] is scored
