@@ -71,8 +71,8 @@ def test_transfer_ladder_carries_the_best_lr_up_and_a_second_run_trains_nothing(
 
 @pytest.mark.parametrize("ladder, extra, says", [
     ("{rungs:[1e5]}", [], "hydra.sweeper.ladder.rungs=[100000.0] is invalid: at least two distinct positive"),
-    ("{rungs:[1e4,2e4],lr:transfer}", [], "hydra.sweeper.ladder.lr=transfer carries the lr searched at the lowest "
-                                          "rungs: set hydra.sweeper.lr_search"),
+    ("{rungs:[1e4,2e4],lr:transfer}", [], "hydra.sweeper.ladder.lr='transfer' is invalid: it carries the lr "
+                                          "searched at the lowest rungs: set hydra.sweeper.lr_search"),
     ("{rungs:[2e4,4e4],lr:transfer}", [SEARCH], "which only mup or completep promise; this sweep has "
                                                 "model.parametrization.kind=sp"),
     ("{rungs:[2e4,4e4]}", ["train.length.steps=5"], "train.length.steps=5 would override the ladder's token budget"),
@@ -84,10 +84,11 @@ def test_transfer_ladder_carries_the_best_lr_up_and_a_second_run_trains_nothing(
      "tokens is less than one batch (train.batch_size 16 x model.context_length 128 = 2048 tokens): tokens_per_param "
      "must be at least 0.103 at this rung, or the rung at least 2.05e+06"),
     ("{rungs:[2e4,4e4],tokens_per_param:0.001,validations:1}", [], "rung 20000 x tokens_per_param 0.001 = 20 tokens"),
-    ("{rungs:[2e4,4e4],lr:search}", [], "hydra.sweeper.ladder.lr=search searches the lr at every rung: set "
-                                        "hydra.sweeper.lr_search too (e.g. [0.5, 1, 2, 4]), or lr: fixed"),
-    ("{rungs:[2e4,4e4],lr:fixed}", [SEARCH], "hydra.sweeper.ladder.lr=fixed trains the point's lr at every rung, but "
-                                             "hydra.sweeper.lr_search=[0.5, 1.0, 2.0] is set"),
+    ("{rungs:[2e4,4e4],lr:search}", [], "hydra.sweeper.ladder.lr='search' is invalid: it searches the lr at "
+                                        "every rung: set hydra.sweeper.lr_search too (e.g. [0.5, 1, 2, 4]), or use "
+                                        "lr: fixed"),
+    ("{rungs:[2e4,4e4],lr:fixed}", [SEARCH], "hydra.sweeper.ladder.lr='fixed' is invalid: it trains the point's lr "
+                                             "at every rung, but hydra.sweeper.lr_search=[0.5, 1.0, 2.0] is set"),
 ])
 def test_a_bad_ladder_is_one_line_before_anything_runs(tmp_path, ladder, extra, says):
     out = slm(tmp_path, "-m", "run_group=bad", *TINY, *extra, f"hydra.sweeper.ladder={ladder}")

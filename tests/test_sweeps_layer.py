@@ -65,7 +65,7 @@ def test_halvings_rungs_as_fractions():
     ({"ladder": {"rungs": [1e5, 1e5]}}, "hydra.sweeper.ladder.rungs", "at least two distinct positive"),
     ({"ladder": {"rungs": [1, 2], "lr": "sometimes"}}, "hydra.sweeper.ladder.lr", "choose one of: search, transfer"),
     ({"ladder": {"rungs": [1, 2], "lr": "search"}}, "hydra.sweeper.ladder.lr",
-     "hydra.sweeper.ladder.lr=search searches the lr at every rung: set hydra.sweeper.lr_search"),
+     "hydra.sweeper.ladder.lr='search' is invalid: it searches the lr at every rung: set hydra.sweeper.lr_search"),
     ({"ladder": {"rungs": [1, 2], "lr": "fixed"}, "lr_search": [2]}, "hydra.sweeper.ladder.lr",
      "but hydra.sweeper.lr_search=[1.0, 2.0] is set"),
     ({"ladder": {"rungs": [1, 2], "lr": "transfer"}}, "hydra.sweeper.ladder.lr", "carries the lr searched"),

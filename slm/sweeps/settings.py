@@ -17,14 +17,6 @@ KEY = "hydra.sweeper"
 RULES = ("search", "transfer", "fixed")
 
 
-def explained(*rules: tuple[bool, str, Any, str]) -> None:
-    """Cross-field rules as data whose whole line is written out (the rule needs more words than `<key>=<value> is
-    invalid: <allowed>`): each (holds, key, value, line); the first that does not hold raises SettingsError(line)."""
-    for holds, key, value, line in rules:
-        if not holds:
-            raise SettingsError(line, key=key, value=value)
-
-
 @dataclass
 class LadderSettings(Settings):
     """`hydra.sweeper.ladder`: every job again at several rungs of scale, the lowest first (slm/sweeps/ladder.py)."""
@@ -64,16 +56,15 @@ class LadderSettings(Settings):
         require((len(rungs) >= 2 and len(set(rungs)) == len(rungs), f"{key}.rungs", self.rungs,
                  "at least two distinct positive parameter budgets, e.g. [5e4, 1e5, 2e5]"))
         searched = root.lr_search or []
-        explained(
+        require(
             (self.lr != "search" or searched, f"{key}.lr", self.lr,
-             f"{key}.lr=search searches the lr at every rung: set {KEY}.lr_search too (e.g. [0.5, 1, 2, 4]), or lr: "
-             "fixed for the point's lr at every rung"),
+             f"it searches the lr at every rung: set {KEY}.lr_search too (e.g. [0.5, 1, 2, 4]), or use lr: fixed for "
+             "the point's lr at every rung"),
             (self.lr != "fixed" or not searched, f"{key}.lr", self.lr,
-             f"{key}.lr=fixed trains the point's lr at every rung, but {KEY}.lr_search={searched} is set: use lr: "
-             "search (or transfer), or drop lr_search"),
+             f"it trains the point's lr at every rung, but {KEY}.lr_search={searched} is set: use lr: search (or "
+             "transfer), or drop lr_search"),
             (self.lr != "transfer" or searched, f"{key}.lr", self.lr,
-             f"{key}.lr=transfer carries the lr searched at the lowest rungs: set {KEY}.lr_search too (e.g. [0.5, 1, "
-             "2])"))
+             f"it carries the lr searched at the lowest rungs: set {KEY}.lr_search too (e.g. [0.5, 1, 2])"))
         require((self.search_rungs < len(rungs), f"{key}.search_rungs", self.search_rungs,
                  f"how many of the lowest rungs search the lr (lr: transfer): 1 to {len(rungs) - 1}, so that a rung "
                  "above is left to carry it to"))
