@@ -83,11 +83,11 @@ def test_prompt_tokens_are_context_not_scored():
 def test_too_long_and_bidirectional_models_are_refused_in_one_line():
     model = tiny()
     with torch.no_grad():
-        completion_logprobs(model, [[1] * 20], [[2] * 12], PAD)  # exactly the context: fine
+        completion_logprobs(model, [[1] * 20], [[2] * 13], PAD)  # the context + 1, as a training window: fine
         with pytest.raises(DataError) as err:
-            completion_logprobs(model, [[1] * 3, [1] * 20], [[2], [2] * 13], PAD)
-    assert str(err.value) == ("sequence 1: prompt + completion is 33 tokens (20 + 13), longer than the model's "
-                              "context_length 32 (sequences are not truncated)")
+            completion_logprobs(model, [[1] * 3, [1] * 20], [[2], [2] * 14], PAD)
+    assert str(err.value) == ("sequence 1: prompt + completion is 34 tokens (20 + 14), longer than the model's "
+                              "context_length 32 + 1 (sequences are not truncated)")
     with pytest.raises(DataError, match="^sequence 0: prompt \\+ completion is an empty prompt"):
         completion_logprobs(model, [[]], [[3]], PAD)
     with pytest.raises(ObjectiveError) as err:

@@ -43,7 +43,7 @@ def test_good_files_read_with_extra_fields_blank_lines_and_an_empty_prompt(tmp_p
     ({**PAIR, "chosen": ""}, "field 'chosen' is empty: a completion must have text"),
     ({**PAIR, "rejected": " \n"}, "field 'rejected' is only whitespace"),
     ({**PAIR, "rejected": PAIR["chosen"]}, "chosen and rejected are the same text"),
-    ({**PAIR, "chosen": "a b c d e f"}, "prompt + chosen is 9 tokens (3 + 6), longer than the context length 8"),
+    ({**PAIR, "chosen": "a b c d e f"}, "prompt + chosen is 9 tokens (3 + 6), more than the 8 a sequence may have"),
     ("{'prompt': 1}", "not JSON (Expecting property name enclosed in double quotes at column 2)"),
     ('["p", "a", "b"]', "a list, not a JSON object"),
     ('"text"', "a string, not a JSON object"),
@@ -59,7 +59,7 @@ def test_a_bad_preference_record_is_one_line(tmp_path, line, problem):
     (PAIR, "missing field 'completion' (an SFT record has prompt, completion)"),
     ({"prompt": "p", "completion": ""}, "field 'completion' is empty"),
     ({"prompt": "p", "completion": True}, "field 'completion' is a boolean, not a string"),
-    ({"prompt": "a b c d", "completion": "e f"}, "prompt + completion is 6 tokens (4 + 2), longer than the context"),
+    ({"prompt": "a b c d", "completion": "e f"}, "prompt + completion is 6 tokens (4 + 2), more than the 5 a sequence may have"),
 ])
 def test_a_bad_sft_record_is_one_line(tmp_path, line, problem):
     path = write(tmp_path, {"prompt": "p", "completion": "c"}, line)

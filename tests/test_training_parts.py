@@ -36,7 +36,7 @@ def test_train_yaml_mirrors_dataclass_defaults():
         (dict(objective="mlm"), "train.objective", "mlm"),
         (dict(tokens=None), "train.length.tokens", None),
         (dict(loggers=["csv", "mlflow"]), "train.logging.loggers", ["csv", "mlflow"]),
-        (dict(epochs=3), "train.length.epochs", 3),
+        (dict(windows_per_epoch=10), "train.length.epochs", None),
         (dict(epochs=0, windows_per_epoch=10), "train.length.epochs", 0),
         (dict(window_sampling="strided"), "train.window_sampling", "strided"),
     ],
@@ -45,6 +45,13 @@ def test_invalid_train_configs(bad, key, value):
     with pytest.raises(TrainConfigError) as err:
         TrainConfig.from_node(bad)
     assert (err.value.key, err.value.value) == (key, value) and "\n" not in str(err.value)
+
+
+def test_epochs_without_their_size_are_for_records_runs():
+    cfg = TrainConfig.from_node(dict(epochs=3))  # a records run (data.records) sets the size from its records
+    with pytest.raises(TrainConfigError) as err:
+        cfg.max_steps(32)  # a window run never gets one: one line, when its length is asked for
+    assert err.value.key == "train.length.windows_per_epoch" and "set it with train.length.epochs" in str(err.value)
 
 
 def test_length_in_epochs_of_windows():

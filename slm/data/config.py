@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, fields
+from typing import ClassVar
 
 from slm.components.registry import Registry
 from slm.settings import Settings, require, setting
@@ -146,6 +147,28 @@ class SourceConfig(Settings):
 
 
 @dataclass
+class RecordsSettings(Settings):
+    """`data.records`: the post-training records a run trains on instead of token windows (train.objective sft or
+    preference)."""
+
+    optional: ClassVar[bool] = True
+
+    train: str = ""
+    """The training records, a JSONL file: prompt/completion for train.objective=sft, prompt/chosen/rejected for
+    train.objective=preference (TRL's formats)."""
+    valid: str | None = None
+    """Held-out records of the same kind, validated on; null: valid_fraction of the training file's records, the same
+    ones for every run."""
+    valid_fraction: float = setting(0.1, gt=0, lt=1)
+    """The share of the training file held out for validation when `valid` is null (at least one record)."""
+
+    def check(self, key: str, root) -> None:
+        require((bool(self.train.strip()), f"{key}.train", self.train, "a JSONL file of records"),
+                (self.valid is None or bool(self.valid.strip()), f"{key}.valid", self.valid,
+                 "a JSONL file of records, or null"))
+
+
+@dataclass
 class DataConfig(Settings):
     """The `data` node: the sources mixed for training and where their token shards are kept."""
 
@@ -159,6 +182,9 @@ class DataConfig(Settings):
     """Where token shards and fitted vocabularies are kept; null: $SLM_CACHE, else ~/.cache/slm."""
     num_proc: int | None = setting(None, gt=0, null="every core")
     """Tokenizer workers (threads or processes); null uses every core this process may run on."""
+    records: RecordsSettings | None = None
+    """Post-training records trained on instead of token windows (train.objective sft or preference),
+    data.records.<field>: train, valid, valid_fraction; the sources then only fit the tokenizer. null: windows."""
     pack_documents: bool = False
     """Attend only within a document: slm-train sets model.embedding.document_end_id to the tokenizer's end-of-text id
     (needs tokenizer.eot=true); training windows still span document ends, attention does not cross them."""

@@ -3,15 +3,19 @@
 An objective is one class in the OBJECTIVES registry; the trainer calls `terms` for training and `nll` for
 validation, so a new objective needs no change to the trainer: `causal_lm` (next-token prediction at every
 position, exact NLL), `last_token` (the token after each window only, arXiv 2512.20877's protocol) and
-`mdlm` (masked diffusion, its validation number an upper bound: the NELBO).
+`mdlm` (masked diffusion, its validation number an upper bound: the NELBO); on post-training records
+(data.records), `sft` (the completion's tokens only) and `preference` (DPO and kin, train.preference).
 """
 
 from slm.objectives.base import NLL_KINDS, OBJECTIVES, Objective, ObjectiveError
 from slm.objectives.causal_lm import CausalLM
 from slm.objectives.last_token import LastToken
 from slm.objectives.mdlm import MDLM
+from slm.objectives.preference_objective import Preference
+from slm.objectives.sft import SFT
 
-__all__ = ["CausalLM", "LastToken", "MDLM", "NLL_KINDS", "OBJECTIVES", "Objective", "ObjectiveError", "check_preset",
+__all__ = ["CausalLM", "LastToken", "MDLM", "NLL_KINDS", "OBJECTIVES", "Objective", "ObjectiveError", "Preference", "SFT",
+           "check_preset",
            "tokenizer_node_for"]
 
 

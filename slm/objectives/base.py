@@ -34,6 +34,14 @@ class Objective:
 
     weighted: ClassVar[bool] = False
     """Its loss weights each position and excludes a token (masked diffusion): Liger's kernel cannot compute it."""
+    records: ClassVar[str | None] = None
+    """What it trains on: None, token windows (B, T + 1); "sft" or "preference", the batches of data.records
+    (slm.data.records: a dict of right-padded rows and their scored positions)."""
+
+    @classmethod
+    def from_train(cls, train_cfg) -> "Objective":
+        """The objective with the run's settings (train.loss; an objective with a group of its own reads it too)."""
+        return cls(train_cfg.loss)
 
     def __init__(self, loss: LossSettings | None = None):
         self.loss_settings = loss
@@ -87,6 +95,13 @@ class Objective:
         """(summed negative log-likelihood, or its bound, in nats; number of tokens it covers) for validation.
         `seed` makes a stochastic estimate repeatable (validation passes the batch index)."""
         raise NotImplementedError
+
+    def validate(self, model: nn.Module, batch, seed: int | None = None,
+                 **kwargs) -> tuple[torch.Tensor, int, dict[str, tuple[torch.Tensor, int]]]:
+        """`nll`'s (sum, count) and what else validation reports, {name: (sum, count)} (each averaged over the
+        validation as sum / count; none here)."""
+        total, count = self.nll(model, batch, seed=seed, **kwargs)
+        return total, count, {}
 
 
 def with_aux(lm_loss: torch.Tensor, aux: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -17,8 +17,8 @@ from typing import Sequence
 import torch
 from torch import Tensor, nn
 
-from slm.data.errors import DataError
 from slm.data.preference_records import PreferenceRecord, Tokenize
+from slm.data.records import pad_rows, tokenize_pairs
 from slm.model.networks import NETWORKS
 from slm.objectives.base import ObjectiveError
 from slm.objectives.preference import Pairs
@@ -37,31 +37,22 @@ def check_causal(cfg) -> None:
                              f"{cfg.kind!r} predicts only the token after its window")
 
 
-def pad_rows(prompts: Sequence[Ids], completions: Sequence[Ids], pad_id: int,
-             context_length: int) -> tuple[Tensor, Tensor]:
-    """(ids (N, T), scored (N, T − 1)): each prompt + completion right-padded with pad_id to the longest, and
-    where the target ids[:, 1:] is a completion token. A DataError (one line) for an empty prompt or completion
-    or a sequence longer than context_length."""
-    if len(prompts) != len(completions) or not prompts:
-        raise ValueError(f"{len(prompts)} prompts and {len(completions)} completions: give one completion per "
-                         "prompt, at least one")
-    for row, (prompt, completion) in enumerate(zip(prompts, completions)):
-        problem = ("an empty prompt: prepend a start token (e.g. the tokenizer's eot)" if not prompt else
-                   "an empty completion" if not completion else None)
-        total = len(prompt) + len(completion)
-        if total > context_length:
-            problem = f"{total} tokens ({len(prompt)} + {len(completion)}), longer than the model's " \
-                      f"context_length {context_length} (sequences are not truncated)"
-        if problem:
-            raise DataError(f"sequence {row}: prompt + completion is {problem}")
-    T = max(len(p) + len(c) for p, c in zip(prompts, completions))
-    ids = torch.full((len(prompts), T), pad_id, dtype=torch.long)  # (N, T)
-    scored = torch.zeros(len(prompts), T - 1, dtype=torch.bool)  # (N, T - 1): target ids[:, 1:] is scored
-    for row, (prompt, completion) in enumerate(zip(prompts, completions)):
-        n, m = len(prompt), len(completion)
-        ids[row, :n + m] = torch.tensor(list(prompt) + list(completion), dtype=torch.long)
-        scored[row, n - 1:n + m - 1] = True
-    return ids, scored
+def sequence_logprobs(model: nn.Module, ids: Tensor, scored: Tensor) -> tuple[Tensor, Tensor]:
+    """((N,) summed log-probs of the scored targets of each row, float32 with the model's grad; (N,) their counts)
+    of right-padded rows `ids` (N, T) with `scored` (N, T − 1) (slm.data.records' batch). The head runs on the
+    scored positions only (the model's hidden states, then its head), where the model has Transformer's head."""
+    from slm.objectives.linear_ce import fused_head_ok
+
+    inputs, targets = ids[:, :-1], ids[:, 1:]  # position i - 1 predicts token i
+    if fused_head_ok(model):
+        h = model(inputs, head=False)  # (N, T - 1, d)
+        logits = getattr(model, "_orig_mod", model).head(h[scored])  # (S, V): the scored positions only
+    else:
+        logits = model(inputs)[scored]
+    logp = logits.float().log_softmax(-1).gather(-1, targets[scored][:, None]).squeeze(-1)  # (S,)
+    rows = torch.arange(ids.shape[0], device=ids.device)[:, None].expand_as(scored)[scored]  # (S,) row of each
+    sums = torch.zeros(ids.shape[0], dtype=logp.dtype, device=ids.device).index_add(0, rows, logp)
+    return sums, scored.sum(-1)
 
 
 def completion_logprobs(model: nn.Module, prompts: Sequence[Ids], completions: Sequence[Ids],
@@ -71,21 +62,7 @@ def completion_logprobs(model: nn.Module, prompts: Sequence[Ids], completions: S
     check_causal(model.cfg)
     device = next(model.parameters()).device
     ids, scored = pad_rows(prompts, completions, pad_id, model.cfg.context_length)
-    ids, scored = ids.to(device), scored.to(device)
-    logits = model(ids[:, :-1])  # (N, T - 1, V): position i - 1 predicts token i
-    logp = logits.float().log_softmax(-1).gather(-1, ids[:, 1:, None]).squeeze(-1)  # (N, T - 1)
-    sums = torch.where(scored, logp, torch.zeros((), dtype=logp.dtype, device=device)).sum(-1)  # (N,)
-    return sums, scored.sum(-1)
-
-
-def tokenize_pairs(records: Sequence[PreferenceRecord], tokenize: Tokenize,
-                   bos: int | None = None) -> tuple[list[list[int]], list[list[int]]]:
-    """(prompts, completions) of 2B rows: the B chosen completions, then the B rejected ones (TRL's
-    concatenated batch), each prompt tokenized apart from its completion; `bos` prepended to every prompt."""
-    start = [] if bos is None else [bos]
-    prompts = [start + list(tokenize(r.prompt)) for r in records]
-    completions = [list(tokenize(r.chosen)) for r in records] + [list(tokenize(r.rejected)) for r in records]
-    return prompts + prompts, completions
+    return sequence_logprobs(model, ids.to(device), scored.to(device))
 
 
 def preference_pairs(model: nn.Module, records: Sequence[PreferenceRecord], tokenize: Tokenize, pad_id: int, *,

@@ -1,10 +1,11 @@
-"""The preference losses' settings (`PreferenceSettings`, later `train.preference`): which losses, their weights and
+"""The preference losses' settings (`PreferenceSettings`, `train.preference`): which losses, their weights and
 their constants. Standard library only, so a config reads it without loading torch; the losses themselves are in
 slm.objectives.preference."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from slm.settings import Settings, require, setting
 
@@ -33,6 +34,10 @@ class PreferenceSettings(Settings):
     """SimPO's target reward margin γ (in reward units: the loss is −log σ(β·Δ(average log-prob) − γ))."""
     orpo_lambda: float = setting(0.1, gt=0)
     """ORPO's λ, the weight of the odds-ratio term beside the chosen completion's NLL (TRL's ORPOConfig.beta)."""
+    reference: Literal["cached", "frozen"] = "cached"
+    """Where dpo, ipo and hinge get the reference's log-probs (the reference is train.init_from's weights): cached
+    (computed once per records file and reference before training, kept on disk; no second model in memory) or
+    frozen (a frozen copy of the starting model scores every batch)."""
 
     def check(self, key: str, root) -> None:
         weights = self.weights

@@ -25,7 +25,8 @@ from torch import Tensor, nn
 from slm.atomic import atomic_write
 from slm.data.preference_records import Tokenize, read_preference_records
 from slm.model.weights import CONFIG_FILE, WEIGHTS_FILE, load_model, resolve_model_dir
-from slm.objectives.completion_logprobs import completion_logprobs, tokenize_pairs
+from slm.data.records import tokenize_pairs
+from slm.objectives.completion_logprobs import completion_logprobs
 
 FORMAT = 1
 """The cache file's format version (part of the key)."""
@@ -48,15 +49,22 @@ def _file_hash(path: Path, digest) -> None:
             digest.update(chunk)
 
 
-def cache_key(records_path: str | os.PathLike, tokenizer_id: str, reference: str | os.PathLike,
-              bos: int | None = None) -> str:
+def cache_key(records_path: str | os.PathLike, tokenizer_id: str, reference: str | os.PathLike | list[Path],
+              bos: int | None = None, rows: str = "") -> str:
     """The sha256 (hex) of what decides the reference log-probs (module docstring); `reference` a run or
-    checkpoint directory."""
+    checkpoint directory, or the files that hold the reference's config and weights (a training checkpoint file);
+    `rows`, which of the file's records (empty: all of them)."""
     digest = hashlib.sha256(f"slm reference log-probs v{FORMAT}\0{tokenizer_id}\0{bos}\0".encode())
-    model_dir = resolve_model_dir(reference)
-    for path in (Path(records_path), model_dir / CONFIG_FILE, model_dir / WEIGHTS_FILE):
+    if isinstance(reference, list):
+        files = reference
+    else:
+        model_dir = resolve_model_dir(reference)
+        files = [model_dir / CONFIG_FILE, model_dir / WEIGHTS_FILE]
+    for path in (Path(records_path), *files):
         _file_hash(path, digest)
         digest.update(b"\0")
+    if rows:
+        digest.update(f"rows {rows}\0".encode())
     return digest.hexdigest()
 
 
@@ -107,20 +115,30 @@ def reference_logprobs(records_path: str | os.PathLike, reference: str | os.Path
     `tokenize` is (Tokenizer.fingerprint())."""
     records = read_preference_records(records_path)
     key = cache_key(records_path, tokenizer_id, reference, bos)
+    return cached_logprobs(key, *tokenize_pairs(records, tokenize, bos), cache_dir=cache_dir, pad_id=pad_id,
+                           load=lambda: load(resolve_model_dir(reference), device), batch_size=batch_size,
+                           what=f"{records_path} from {reference}")
+
+
+def cached_logprobs(key: str, prompts: list[list[int]], completions: list[list[int]], *, cache_dir, pad_id: int,
+                    load: Callable[[], nn.Module], batch_size: int = 16, what: str = "the records") -> ReferenceLogprobs:
+    """The reference log-probs of 2B rows (chosen then rejected) under `key` (cache_key): read from the cache, or
+    computed by the model `load()` returns (called only then) and cached atomically."""
+    count = len(prompts) // 2
     path = cache_path(cache_dir, key)
-    cached = _read_cache(path, key, len(records))
+    cached = _read_cache(path, key, count)
     if isinstance(cached, ReferenceLogprobs):
         return cached
     if cached is not None:
         print(f"note: {path}: {cached}; recomputing the reference log-probs", file=sys.stderr, flush=True)
-    model = load(resolve_model_dir(reference), device)
-    out = compute_reference(model, *tokenize_pairs(records, tokenize, bos), pad_id, batch_size)
+    model = load()
+    out = compute_reference(model, prompts, completions, pad_id, batch_size)
     del model
-    payload = {"key": key, "count": len(records), "records": str(records_path),
+    payload = {"key": key, "count": count, "records": what,
                "chosen": [float(v) for v in out.chosen], "rejected": [float(v) for v in out.rejected]}
     if not all(math.isfinite(v) for v in payload["chosen"] + payload["rejected"]):
-        raise ValueError(f"reference log-probs of {records_path} from {reference} are not finite: the reference "
-                         "checkpoint's weights are broken")
+        raise ValueError(f"reference log-probs of {what} are not finite: the reference checkpoint's weights are "
+                         "broken")
     text = json.dumps(payload) + "\n"
     atomic_write(path, lambda f: f.write(text.encode()), verb="caching reference log-probs in")
     return out

@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # build imports them: Lightning loads when a job trains
     import lightning as L
 
     from slm.data.datamodule import SLMDataModule
+    from slm.runs.reference import records_datamodule
     from slm.runs.preflight import PreparedJob
     from slm.training.callbacks import SignalCheckpoint, ThroughputMonitor
     from slm.training.module import LanguageModelModule
@@ -98,6 +99,7 @@ def build(job: PreparedJob, resume: Path | None) -> Built:
     from lightning.pytorch.plugins.environments import SLURMEnvironment
 
     from slm.data.datamodule import SLMDataModule
+    from slm.runs.reference import records_datamodule
     from slm.training.callbacks import (BranchCheckpoints, CSVHistory, KeepCheckpoints, KeptCSVLogger, PauseAt,
                                         RunCheckpoint, SignalCheckpoint, StepLog, ThroughputMonitor)
     from slm.training.checkpoint_io import AtomicCheckpointIO
@@ -113,9 +115,12 @@ def build(job: PreparedJob, resume: Path | None) -> Built:
                                  checkpoint_meta={"tokenizer": tokenizer_meta(job.data.tokenizer)})
     if job.init is not None:  # a fresh start (prepare leaves init None for a resumed run): weights only
         load_weights(module.model, job.init, model_cfg.embedding.mask_token_id)
-    datamodule = SLMDataModule(job.data, train_cfg.batch_size, model_cfg.context_length, train_cfg.seed,
-                               train_cfg.validation.batches, sampling=train_cfg.window_sampling,
-                               eval_windows=train_cfg.validation.windows, micro_batch_size=train_cfg.micro_batch())
+    if job.records is None:
+        datamodule = SLMDataModule(job.data, train_cfg.batch_size, model_cfg.context_length, train_cfg.seed,
+                                   train_cfg.validation.batches, sampling=train_cfg.window_sampling,
+                                   eval_windows=train_cfg.validation.windows, micro_batch_size=train_cfg.micro_batch())
+    else:  # data.records: sft or preference records (slm.runs.reference: the preference losses' reference first)
+        datamodule = records_datamodule(job, module)
     throughput = ThroughputMonitor(job.tokens_per_step, job.counts.flops_per_token, train_cfg.precision,
                                    train_cfg.logging.interval, train_cfg.logging.peak_flops, devices=train_cfg.world_size)
     checkpoint = RunCheckpoint(run_dir / CHECKPOINT.parent, train_cfg.checkpoint.interval)

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING
 import yaml
 
 from slm.components.parametrization import scheme_of
-from slm.data import PreparedData
 from slm.model import FLOPS_CONVENTION
 from slm.model.budget import budget_knob
 from slm.model.weights import save_model
@@ -117,17 +116,27 @@ ARTIFACTS = {"checkpoint": str(CHECKPOINT), "train_log": "train_log.jsonl", "log
 """The record's artifacts of a run that trained (a completed one adds its weights)."""
 
 
-def _data_section(data: PreparedData, datamodule) -> dict:
+VAL_KEYS = ("val_nll", "val_ppl", "val_step", "val_attention_block")
+"""The module's validation metrics the record names itself; the others (an objective's own: a preference run's
+val_reward_accuracy, ...) are recorded as they are."""
+
+
+def _data_section(job: PreparedJob, datamodule) -> dict:
+    """The record's data section: the sources and the tokens drawn from each; a records run's records (data.records)
+    and the records trained on so far instead."""
+    if job.records is not None:
+        return {**job.data.describe(), "records": job.records.describe(), **datamodule.tokens_per_source()}
     consumed = datamodule.tokens_per_source()
     total = sum(consumed.values())
-    return {**data.describe(), "tokens_per_source": consumed,
+    return {**job.data.describe(), "tokens_per_source": consumed,
             "token_share": {k: (v / total if total else 0.0) for k, v in consumed.items()}}
 
 
-def _bits_per_byte(data: PreparedData, val_nll: float, test_nll: float | None) -> dict:
+def _bits_per_byte(data, val_nll: float, test_nll: float | None) -> dict:
     """val_bpb (and test_bpb): the NLL in bits per UTF-8 byte of text, so runs with different tokenizers
     compare on one axis (a diffusion run's NELBO gives a bound, as its val_nll is), with the bytes per token
-    used (slm.data.prepare.PreparedData.bytes_per_token)."""
+    used (`data.bytes_per_token`: slm.data.prepare.PreparedData's, or a records run's completions',
+    slm.data.records.PreparedRecords)."""
     out = {}
     for name, nll, split in (("val", val_nll, "valid"), ("test", test_nll, "test")):
         ratio = data.bytes_per_token(split) if nll is not None else None
@@ -143,7 +152,7 @@ def record_diverged(job: PreparedJob, built: Built, training: dict) -> dict:
     d = built.module.diverged
     return update_record(job.run_dir, status="diverged", error=f"non-finite training loss {d['loss']} at step {d['step']}",
                          training=training, health=health(job, built, val_curve(job.run_dir, built.module)),
-                         data=_data_section(job.data, built.datamodule), artifacts=dict(ARTIFACTS))
+                         data=_data_section(job, built.datamodule), artifacts=dict(ARTIFACTS))
 
 
 def health(job: PreparedJob, built: Built, curve: list) -> dict:
@@ -177,7 +186,7 @@ def record_paused(job: PreparedJob, built: Built, training: dict) -> dict:
           f"{nll:.4f}; the same command with a later pause_at, or none, goes on")
     training["paused"]["val_nll"] = nll
     curve = val_curve(job.run_dir, module)
-    return update_record(job.run_dir, status="paused", training=training, data=_data_section(job.data, built.datamodule),
+    return update_record(job.run_dir, status="paused", training=training, data=_data_section(job, built.datamodule),
                          eval={"val_curve": curve}, health=health(job, built, curve))
 
 
@@ -201,10 +210,10 @@ def record_completed(job: PreparedJob, built: Built, training: dict, restored: d
           f" at step {val['val_step']}"
           f"{best}", flush=True)
     artifacts = {**ARTIFACTS, "weights": "model/model.safetensors", "model_dir": "model"}
-    per_byte = _bits_per_byte(job.data, val["val_nll"], module.test_metrics.get("test_nll"))
+    per_byte = _bits_per_byte(job.records or job.data, val["val_nll"], module.test_metrics.get("test_nll"))
     curve = val_curve(run_dir, module)
     return update_record(run_dir, status="completed", error=None, training=training, health=health(job, built, curve),
-                         data=_data_section(job.data, built.datamodule), artifacts=artifacts,
+                         data=_data_section(job, built.datamodule), artifacts=artifacts,
                          eval={"val_nll": val["val_nll"], "val_step": val["val_step"],  # exp(a NELBO): a bound
                                ("val_ppl" if module.objective.nll_kind == "nll" else "val_ppl_bound"): val["val_ppl"],
                                "val_nll_kind": module.objective.nll_kind, **module.test_metrics, **per_byte,
@@ -212,7 +221,8 @@ def record_completed(job: PreparedJob, built: Built, training: dict, restored: d
                                **({"restored_best": True, "last_val_nll": restored["val_nll"],
                                    "last_val_step": restored["val_step"]} if restored else {}),
                                **({"val_attention_block": val["val_attention_block"]}
-                                  if "val_attention_block" in val else {})})
+                                  if "val_attention_block" in val else {}),
+                               **{k: v for k, v in val.items() if k not in VAL_KEYS}})
 
 
 def record_failure(run_dir: str | os.PathLike, cfg: dict, err: BaseException | str) -> dict:

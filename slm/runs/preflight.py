@@ -1,7 +1,8 @@
 """A job's config checked and its data prepared before anything is written: `prepare` makes a PreparedJob.
 
 prepare checks the settings (loggers, accelerator, the eval suite, the objective against the model, the length and
-the decay branches it can have, the memory a step needs, train.init_from's source, train.block_curriculum's spec) and
+the decay branches it can have, the memory a step needs, train.init_from's source, train.block_curriculum's spec, data.records
+and the objective that trains on them) and
 prepares the data and the model's config and counts; bad input raises one line here, before the run directory holds
 anything of the run.
 """
@@ -16,13 +17,14 @@ import torch
 
 import slm.data
 from slm.data import PreparedData
+from slm.data.records import PreparedRecords, prepare_records
 from slm.eval import run as eval_run
 from slm.model import ModelConfig, build_model, config_from_spec, count, weights
 from slm.model.counting import Counts
 from slm.objectives import OBJECTIVES, tokenizer_node_for
 from slm.runs.branches import Branch, plan
 from slm.runs.layout import CHECKPOINT
-from slm.settings import nested
+from slm.settings import nested, require
 from slm.training.checkpoints import PREVIOUS
 from slm.training.config import TrainConfig, TrainConfigError
 from slm.training.init_from import InitSource, check_shapes, check_tokenizer, find_source
@@ -48,9 +50,17 @@ class PreparedJob:
     """train.schedule.decay_branches: the runs that branch off this one's stable phase (slm.runs.branches)."""
     began: float = field(default_factory=time.monotonic)
     """When this session's work on the job began (the data prepared): the record's training.session_job_seconds."""
+    records: PreparedRecords | None = None
+    """data.records, tokenized (train.objective sft or preference); None for a run on token windows."""
+    reference: InitSource | None = None
+    """The preference losses' reference model (train.init_from's weights, resumed runs included); None without."""
 
     @property
     def tokens_per_step(self) -> int:
+        """Tokens a step trains on: batch x context for windows; batch x the records' mean tokens (unpadded, a pair's
+        two sequences) for records."""
+        if self.records is not None:
+            return round(self.train_cfg.batch_size * self.records.train.mean_tokens())
         return self.train_cfg.batch_size * self.model_cfg.context_length
 
 
@@ -74,6 +84,7 @@ def prepare(cfg: dict, run_dir: Path) -> PreparedJob:
     if train_cfg.validation.windows is not None:
         data.check_first_windows(train_cfg.validation.windows, model_cfg.context_length)
     counts = count(model_cfg)
+    records = _records(train_cfg, data, model_cfg)
     max_steps = train_cfg.max_steps(model_cfg.context_length)
     train_cfg.check_length(max_steps)
     branches = plan(cfg, run_dir, train_cfg, model_cfg.context_length)  # checked here, before the memory
@@ -82,7 +93,11 @@ def prepare(cfg: dict, run_dir: Path) -> PreparedJob:
     resuming = any((run_dir / CHECKPOINT.parent / name).exists() for name in (CHECKPOINT.name, PREVIOUS))
     if train_cfg.init_from is not None and not resuming:  # a resumed run has its weights
         init = _init_source(train_cfg.init_from, model_cfg, data.tokenizer)
-    return PreparedJob(cfg, run_dir, train_cfg, data, model_cfg, counts, max_steps, init, branches)
+    reference = None
+    if records is not None and records.kind == "preference" and train_cfg.preference.needs_reference:
+        reference = init or _init_source(train_cfg.init_from, model_cfg, data.tokenizer)
+    return PreparedJob(cfg, run_dir, train_cfg, data, model_cfg, counts, max_steps, init, branches, records=records,
+                       reference=reference)
 
 
 TRAIN_BYTES_PER_PARAM = 16
@@ -154,6 +169,38 @@ def _curriculum_spec(spec: dict, curriculum, context: int) -> dict:
             raise TrainConfigError(f"train.block_curriculum trains with attention blocks down to {smallest}: "
                                    f"{err}") from None
     return nested({**spec, "attention.block": curriculum.decay_block})
+
+
+def _records(train_cfg, data: PreparedData, model_cfg) -> PreparedRecords | None:
+    """data.records read and tokenized for an objective that trains on records (sft, preference), and the run's
+    length in records (train.length.epochs: passes over them); one line where the objective and the data disagree,
+    or where a preference loss has no reference to start from."""
+    kind = OBJECTIVES.get(train_cfg.objective).records
+    settings = data.config.records
+    if kind is None:
+        if settings is not None:
+            raise TrainConfigError.invalid("data.records", settings.train, f"train.objective={train_cfg.objective} "
+                                           "trains on token windows: use train.objective=sft or preference, or "
+                                           "data.records=null")
+        if train_cfg.length.epochs is not None and train_cfg.length.windows_per_epoch is None:
+            raise TrainConfigError.invalid("train.length.windows_per_epoch", None, "set it with train.length.epochs "
+                                           "(training windows per epoch); only a records run counts its records")
+        return None
+    length, preference = train_cfg.length, train_cfg.preference
+    require((settings is not None, "data.records", None,
+             f"train.objective={train_cfg.objective} trains on records: set data.records.train to a JSONL file"),
+            (length.steps is not None or length.epochs is not None, "train.length.steps", None,
+             "a records run is measured in train.length.steps or train.length.epochs (passes over the records)"),
+            (kind != "preference" or not preference.needs_reference or train_cfg.init_from is not None,
+             "train.init_from", None, f"train.preference.loss={preference.loss} needs a reference model, the weights "
+             "the run starts from: set train.init_from (e.g. the SFT run), or use reference-free losses (simpo, orpo, "
+             "sft)"))
+    records = prepare_records(settings, kind, data.tokenizer, model_cfg.context_length)
+    if length.epochs is not None:
+        require((length.windows_per_epoch in (None, len(records.train)), "train.length.windows_per_epoch",
+                 length.windows_per_epoch, f"null in a records run (an epoch is its {len(records.train)} records)"))
+        length.windows_per_epoch = len(records.train)
+    return records
 
 
 def _init_source(path: str, model_cfg, tokenizer):

@@ -1,7 +1,7 @@
 """`TrainConfig`: optimisation, length, precision, validation, logging and checkpointing of one training run.
 
 Each part owns its settings as a group (slm.settings.Settings): train.length, train.schedule, train.optim.<optimizer>,
-train.loss, train.validation, train.logging, train.checkpoint, train.parallel, train.block_curriculum; the top level
+train.loss, train.preference, train.validation, train.logging, train.checkpoint, train.parallel, train.block_curriculum; the top level
 keeps what every run sets (seed, objective, batch, lr, precision, ...). Old flat spellings (train.validation.interval,
 train.optim.adamw.betas, ...) read through slm.renames.
 """
@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Literal
 
 from slm.objectives.loss_settings import LossSettings
+from slm.objectives.preference_settings import PreferenceSettings
 from slm.renames import RenameError, closest, upgrade_train_fields
 from slm.settings import Settings, SettingsError, require, setting
 from slm.training.cadence import CheckpointSettings, LoggingSettings, ValidationSettings
@@ -31,7 +32,8 @@ class TrainConfig(Settings):
     """Seed for model init, data order and dropout."""
     objective: str = "causal_lm"
     """Training objective (slm.objectives): causal_lm (every position), last_token (the token after each
-    window only) or mdlm (masked diffusion)."""
+    window only) or mdlm (masked diffusion); on post-training records (data.records), sft (completion tokens only) or
+    preference (DPO and kin: train.preference)."""
     batch_size: int = setting(16, gt=0)
     """Sequences per optimizer step (each context_length tokens)."""
     length: LengthSettings = setting(factory=LengthSettings)
@@ -55,6 +57,9 @@ class TrainConfig(Settings):
     loss: LossSettings = setting(factory=LossSettings)
     """How the head and the cross-entropy are computed, train.loss.<field> (slm.objectives.linear_ce): impl (auto,
     plain, chunked, liger) and chunk_tokens."""
+    preference: PreferenceSettings = setting(factory=PreferenceSettings)
+    """The preference losses of train.objective=preference, train.preference.<field>: loss (dpo, ipo, hinge, simpo,
+    orpo, sft, summed), weights, beta, label_smoothing, simpo_gamma, orpo_lambda, reference (cached or frozen)."""
     grad_clip: float | None = setting(1.0, gt=0, null="no clipping")
     """Clip the global gradient norm to this value; None disables clipping (the norm is still logged)."""
     precision: Literal["32", "bf16-mixed"] = "32"

@@ -26,8 +26,9 @@ class LengthSettings(Settings):
     epochs: int | None = setting(None, gt=0, null="steps or tokens")
     """Epochs of windows_per_epoch windows (arXiv 2512.20877's protocol): steps = epochs x
     ceil(windows_per_epoch / batch_size), validation at the end of each epoch. Overrides steps and tokens."""
-    windows_per_epoch: int | None = setting(None, gt=0, null="no epochs")
-    """Training windows (sequences) per epoch; set with epochs."""
+    windows_per_epoch: int | None = setting(None, gt=0, null="no epochs, or a records run's records")
+    """Training windows (sequences) per epoch; set with epochs. A records run (data.records) leaves it null: an epoch is
+    a pass over its training records."""
     pause_at: float | None = setting(None, gt=0, lt=1, null="no pause")
     """Pause at this fraction of the steps (round(fraction x steps), at least 1): the state saved as the run's
     checkpoint, a validation, the record `paused`; the same run started again with a later pause_at, or none, goes
@@ -38,7 +39,7 @@ class LengthSettings(Settings):
         if self.steps is None and self.tokens is None and self.epochs is None:
             raise SettingsError.invalid(f"{key}.tokens", None, f"set a token budget ({key}.tokens), {key}.steps or "
                                         f"{key}.epochs")
-        if (self.epochs is None) != (self.windows_per_epoch is None):
+        if self.epochs is None and self.windows_per_epoch is not None:  # epochs alone: a records run's records
             raise SettingsError(f"{key}.epochs={self.epochs!r} with {key}.windows_per_epoch="
                                 f"{self.windows_per_epoch!r}: set both (a run of epochs) or neither",
                                 key=f"{key}.epochs", value=self.epochs)
@@ -51,14 +52,17 @@ class LengthSettings(Settings):
         return step if step < max_steps else None
 
     def steps_per_epoch(self, batch_size: int) -> int | None:
-        """Optimizer steps per epoch when the run is measured in epochs, else None."""
-        if self.epochs is None:
+        """Optimizer steps per epoch when the run is measured in epochs (and its size is known), else None."""
+        if self.epochs is None or self.windows_per_epoch is None:
             return None
         return -(-self.windows_per_epoch // batch_size)
 
     def max_steps(self, batch_size: int, context_length: int) -> int:
         """Optimizer steps of the run: epochs of windows, `steps`, or the token budget in whole batches."""
         if self.epochs is not None:
+            if self.windows_per_epoch is None:  # a records run sets it from its records when it prepares
+                raise SettingsError.invalid("train.length.windows_per_epoch", None, "set it with train.length.epochs "
+                                            "(a records run counts its records when it prepares)")
             return self.epochs * self.steps_per_epoch(batch_size)
         if self.steps is not None:
             return self.steps

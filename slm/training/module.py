@@ -62,7 +62,7 @@ class LanguageModelModule(L.LightningModule):
         self.best_state: dict[str, torch.Tensor] | None = None
         self.test_metrics: dict[str, float] = {}
         self.scoring_test = False  # the validation loop is scoring the test batches (slm.runs.job, at the end)
-        self._val_sums: list[tuple[torch.Tensor, int]] = []
+        self._val_sums: list[tuple[torch.Tensor, int, dict]] = []
         self._forward = self.model
         self.curriculum = train_cfg.block_curriculum
         self.last_attention_block: int | None = None
@@ -208,19 +208,26 @@ class LanguageModelModule(L.LightningModule):
 
     def validation_step(self, batch: torch.Tensor, batch_idx: int) -> None:
         block = self.attention_block(self.global_step - 1)  # the block the model was last trained with
-        self._val_sums.append(self.objective.nll(self._forward, batch, seed=batch_idx, **self._objective_kwargs(block)))
+        self._val_sums.append(self.objective.validate(self._forward, batch, seed=batch_idx,
+                                                      **self._objective_kwargs(block)))
 
     def on_validation_epoch_end(self) -> None:
         if not self._val_sums:
             return
-        total = sum(float(s) for s, _ in self._val_sums)
-        count = sum(n for _, n in self._val_sums)
+        total = sum(float(s) for s, _, _ in self._val_sums)
+        count = sum(n for _, n, _ in self._val_sums)
         nll = total / count
+        extras = {}  # the objective's other validation numbers (a preference run's reward accuracy, ...)
+        for _, _, more in self._val_sums:
+            for name, (value, n) in more.items():
+                got = extras.setdefault(name, [0.0, 0])
+                got[0], got[1] = got[0] + float(value), got[1] + n
         if self.scoring_test:
             ppl = "test_ppl" if self.objective.nll_kind == "nll" else "test_ppl_bound"  # exp(a NELBO): a bound
             self.test_metrics = {"test_nll": nll, ppl: math.exp(min(nll, 700.0)), "test_targets": count}
             return
-        self.val_metrics = {"val_nll": nll, "val_ppl": math.exp(min(nll, 700.0)), "val_step": self.global_step}
+        self.val_metrics = {"val_nll": nll, "val_ppl": math.exp(min(nll, 700.0)), "val_step": self.global_step,
+                            **{f"val_{name}": value / n for name, (value, n) in extras.items() if n}}
         self.val_curve = [p for p in self.val_curve if p[0] != self.global_step] + [[self.global_step, nll]]
         if self.train_cfg.validation.restore_best and (self.best is None or nll < self.best["val_nll"]):
             self.best = dict(self.val_metrics)
@@ -228,6 +235,9 @@ class LanguageModelModule(L.LightningModule):
         # every rank validates every batch (the same numbers): sync_dist only tells Lightning the value is global
         self.log("val/nll", nll, sync_dist=True)
         self.log("val/ppl", self.val_metrics["val_ppl"], sync_dist=True)
+        for name in extras:
+            if f"val_{name}" in self.val_metrics:
+                self.log(f"val/{name}", self.val_metrics[f"val_{name}"], sync_dist=True)
         block = self.attention_block(self.global_step - 1)
         if block is not None:
             self.val_metrics["val_attention_block"] = block

@@ -23,7 +23,7 @@ def step_seed(seed: int, step: int) -> int:
 
 def objective_for(train_cfg) -> Objective:
     """The run's objective (train.objective) with its head and loss settings (train.loss): what slm-train trains."""
-    return OBJECTIVES.get(train_cfg.objective)(train_cfg.loss)
+    return OBJECTIVES.get(train_cfg.objective).from_train(train_cfg)
 
 
 @dataclass
