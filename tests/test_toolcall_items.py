@@ -82,3 +82,15 @@ def test_tools_compute_integers_and_refuse_calls_they_cannot_make():
     assert execute([{"fn": "add", "args": [3, 4]}, {"fn": "mul", "args": ["$1", 5]}]) == 35
     with pytest.raises(KeyError):
         execute([{"fn": "add", "args": [3, 4]}], shown=["sub"])
+
+
+def test_the_package_is_standard_library_only():
+    """slm/toolcall is usable by every layer: importing all of it loads neither torch nor lm-eval nor datasets."""
+    import subprocess
+    import sys
+
+    code = ("import sys, slm.toolcall.tools, slm.toolcall.items, slm.toolcall.verifier, slm.toolcall.corruptions, "
+            "slm.toolcall.files, slm.toolcall.teacher, slm.toolcall.bfcl\n"
+            "print(sorted(m for m in ('torch', 'lm_eval', 'datasets', 'numpy', 'hydra') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

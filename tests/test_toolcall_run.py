@@ -42,7 +42,8 @@ def trained(tmp_path_factory, task) -> Path:
     mp = pytest.MonkeyPatch()
     mp.setenv("SLM_CACHE", str(root / "cache"))
     cfg = compose(["model=debug", "model.n_layers=1", "model.d_model=32", "model.context_length=256", "data=local",
-                   f"data.sources.0.paths=[{task / 'corpus.txt'}]", f"data.sources.0.valid_paths=[{task / 'corpus_valid.txt'}]",
+                   f"data.sources.0.paths=[{task / 'corpus.txt'}]",
+                   f"data.sources.0.valid_paths=[{task / 'corpus_valid.txt'}]",
                    "eval=none", "train.length.steps=12", "train.batch_size=4", "train.validation.interval=12",
                    "train.validation.batches=1", "train.logging.print_interval=0", "train.logging.progress_bar=false"])
     try:

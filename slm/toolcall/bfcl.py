@@ -62,7 +62,8 @@ def _lines(path: Path) -> dict[str, dict]:
 def _question(value, where: str) -> str:
     if isinstance(value, str):
         return value
-    turns = [t for turn in value for t in (turn if isinstance(turn, list) else [turn])] if isinstance(value, list) else []
+    turns = [t for turn in (value if isinstance(value, list) else [])
+             for t in (turn if isinstance(turn, list) else [turn])]
     users = [t.get("content") for t in turns if isinstance(t, dict) and t.get("role") == "user"]
     if not users or not isinstance(users[-1], str):
         raise ValueError(f"{where}: question is neither a string nor BFCL's [[{{\"role\": \"user\", \"content\"}}]]")

@@ -91,8 +91,8 @@ CORRUPT = {"wrong_tool": _wrong_tool, "swapped_args": _swapped_args, "off_by_one
 
 def corrupt(item: dict, mode: str, seed: int = 0) -> str | None:
     """The gold answer corrupted by `mode` (the answer line, no newline), or None when the mode does not apply to
-    the item (swapped_args without a call of sub, div or mod on two different arguments, off_by_one_digit without an integer argument).
-    ValueError for an unknown mode."""
+    the item (swapped_args without a call of sub, div or mod on two different arguments, off_by_one_digit without an
+    integer argument). ValueError for an unknown mode."""
     if mode not in CORRUPT:
         raise ValueError(f"corruption {mode!r} is invalid: one of {', '.join(MODES)}")
     return CORRUPT[mode](item, random.Random(f"slm.toolcall.corrupt/{seed}/{item['id']}/{mode}"))
