@@ -234,6 +234,10 @@ LM_EVAL: dict[str, LmEvalMetric] = {m.name: m for m in (
     LmEvalMetric("mc2", "MC2", HIGHER, fraction=True),
     LmEvalMetric("f1", "f1", HIGHER, fraction=True),
     LmEvalMetric("em", "em", HIGHER, fraction=True),
+    LmEvalMetric("format_valid", "format-valid rate", HIGHER, fraction=True),  # slm_toolcall*: slm.toolcall.verifier
+    LmEvalMetric("name_acc", "tool-name accuracy", HIGHER, fraction=True),
+    LmEvalMetric("args_acc", "argument accuracy", HIGHER, fraction=True),
+    LmEvalMetric("result_acc", "result accuracy", HIGHER, fraction=True),
     LmEvalMetric("bits_per_byte", "bits per byte", LOWER, elbo_bound=True),
     LmEvalMetric("byte_perplexity", "byte perplexity", LOWER, elbo_bound=True),
     LmEvalMetric("word_perplexity", "perplexity per whitespace word", LOWER, elbo_bound=True),
@@ -262,6 +266,9 @@ TASKS: dict[str, Task] = {t.name: t for t in (
     Task("slm_shakespeare_bpb", "Shakespeare test text"),
     Task("slm_shakespeare_ppl", "Shakespeare test text"),  # slm_shakespeare_bpb's former name: bits per byte
     Task("slm_shakespeare_mc", "Shakespeare line endings", 0.25),  # the true line end and 3 distractors
+    Task("slm_toolcall", "function calls"), Task("slm_toolcall_templates", "function calls, unseen templates"),
+    Task("slm_toolcall_long", "function calls, longer numbers"),
+    Task("slm_toolcall_combos", "function calls, unseen tool pairs"),
     Task("hellaswag", chance=0.25), Task("mmlu", chance=0.25),  # 4 endings / 4 letters in every document
     Task("piqa", chance=0.5), Task("winogrande", chance=0.5),  # 2 solutions / 2 options in every document
 )}

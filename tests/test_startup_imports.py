@@ -48,6 +48,7 @@ def test_preflight_loads_tasks_through_lm_eval_when_not_only_shipped_ones():
 
 
 def test_shipped_tasks_and_bad_fields():
-    assert shipped_tasks() == {"slm_shakespeare_bpb", "slm_shakespeare_mc", "slm_offline"}
+    assert shipped_tasks() == {"slm_shakespeare_bpb", "slm_shakespeare_mc", "slm_offline", "slm_toolcall",
+                               "slm_toolcall_templates", "slm_toolcall_long", "slm_toolcall_combos", "slm_toolcall_all"}
     with pytest.raises(SettingsError, match="^eval has unknown key 'no_such_field'"):
         preflight({"tasks": ["slm_shakespeare_bpb"], "no_such_field": 1})

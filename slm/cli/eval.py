@@ -5,7 +5,7 @@ JSON and merge the scores (and batch-1 decode speed) into the run's result.json.
     slm-eval runs/train/default --tasks study7 --batch_size 32   # the study's seven benchmarks (hub)
     slm-eval ckpt/tiny-llama --tasks hellaswag,piqa --limit 100 --num_fewshot 0 --no_throughput
 
---tasks takes suite names (a file in conf/eval: offline, study7) and lm-eval task or group names, space or
+--tasks takes suite names (a file in conf/eval: offline, study7, toolcall) and lm-eval task or group names, space or
 comma separated; a task's headline score is the metric the suites name for it (else its first metric).
 The other flags mirror `lm_eval run`: num_fewshot, batch_size, limit, output_path (a directory, or a
 .json file), include_path, device, gen_kwargs, seed, log_samples; plus dtype, the throughput switches
@@ -85,7 +85,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("path", type=Path, help="run directory (with result.json and model/) or checkpoint directory: "
                    "a path, or a run under $SLM_RUNS (default runs/), or a run group of one run")
     p.add_argument("--tasks", "-t", nargs="+", default=["offline"],
-                   help="suites (conf/eval/<name>.yaml: offline, study7) and lm-eval tasks (default: offline)")
+                   help="suites (conf/eval/<name>.yaml: offline, study7, toolcall) and lm-eval tasks (default: offline)")
     p.add_argument("--num_fewshot", "-f", type=int, default=None, help="few-shot examples (default: each task's)")
     p.add_argument("--batch_size", "-b", type=int, default=None,
                    help="requests per forward (default: the suite's, else 16)")

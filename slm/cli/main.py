@@ -42,6 +42,8 @@ VERBS: dict[str, tuple[str, str]] = {
     "export-hf": ("slm.cli.export_hf:main", "a trained run as a transformers model directory"),
     "import-hf": ("slm.cli.import_hf:main", "a transformers checkpoint as an slm model directory"),
     "lm-eval": ("slm.cli.lm_eval:main", "lm-evaluation-harness's own CLI with the slm model registered"),
+    "toolcall": ("slm.cli.toolcall:main", "the function-calling task's files: corpus, SFT records, pairs, items"),
+    "pairs": ("slm.cli.pairs:main", "preference pairs from a teacher run's verified samples on the function-calling task"),
 }
 
 

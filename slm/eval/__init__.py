@@ -9,6 +9,7 @@
     slm.eval.summary       the scores' summary and the record's `eval` section
     slm.eval.throughput    batch-1 decode tokens/s, time to first token, peak memory
     slm.eval.offline_tasks documents of the offline tasks (task YAMLs in slm/eval/tasks/)
+    slm.eval.toolcall_tasks the function-calling task's documents and per-item scores (slm_toolcall*.yaml)
     slm.eval.provenance    the git revision lm-eval and the run record note
     python -m slm.eval     lm-eval's own CLI with the `slm` model registered (slm/eval/__main__.py)
 
@@ -18,7 +19,8 @@ Nothing heavy is imported here: lm-eval loads only with `slm.eval.lm`.
 from pathlib import Path
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
-"""The shipped lm-eval task YAMLs (slm_shakespeare_bpb, slm_shakespeare_mc, group slm_offline)."""
+"""The shipped lm-eval task YAMLs (slm_shakespeare_bpb, slm_shakespeare_mc, group slm_offline;
+slm_toolcall, slm_toolcall_templates, slm_toolcall_long, slm_toolcall_combos, group slm_toolcall_all)."""
 
 RENAMED_TASKS = {"slm_shakespeare_ppl": "slm_shakespeare_bpb"}
 """Shipped tasks by their former names: records that use an old name are read under the new one

@@ -1,0 +1,101 @@
+"""`slm-toolcall <out dir>`: the files of the verifiable function-calling task (docs/toolcall.md).
+
+    slm-toolcall task/                                    # corpus, SFT records, corruption pairs, items of every split
+    slm-toolcall task/ --train 500 --test 200 --seed 1
+    slm-toolcall task_wrong_tool/ --corruptions wrong_tool     # pairs whose rejected side names a wrong tool only
+
+Writes corpus.txt, corpus_valid.txt, sft_train.jsonl, sft_valid.jsonl, pairs_corrupt.jsonl,
+pairs_corrupt_valid.jsonl, items_<split>.jsonl for every split and manifest.json, each atomically; prints one line per
+file. Bad input (a count below 1, an unknown corruption, an output path that is a file) is one line on stderr and
+exit code 2, with nothing written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from slm.bad_input import OneLineParser, describe, fail
+from slm.pipes import quiet_on_closed_pipe
+
+PROG = "slm-toolcall"
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text}: must be >= 1")
+    return value
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text}: must be >= 0")
+    return value
+
+
+def _modes(text: str) -> list[str]:
+    from slm.toolcall.corruptions import MODES
+
+    modes = [m.strip() for m in text.split(",") if m.strip()]
+    bad = [m for m in modes if m not in MODES]
+    if bad or not modes:
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid: a comma-separated list of {', '.join(MODES)}")
+    return list(dict.fromkeys(modes))
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    from slm.toolcall.corruptions import MODES
+    from slm.toolcall.files import TaskSizes
+
+    sizes = TaskSizes()
+    parser = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0].split(": ", 1)[1],
+                           epilog="examples:\n" + __doc__.split("\n\n")[1],
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", type=Path, help="directory to write into (made if missing; its files are replaced)")
+    parser.add_argument("--train", type=_count, default=sizes.train, help=f"SFT records and training pairs (default "
+                        f"{sizes.train})")
+    parser.add_argument("--corpus", type=_count, default=sizes.corpus, help=f"items in corpus.txt, other training "
+                        f"items than the SFT ones (default {sizes.corpus})")
+    parser.add_argument("--valid", type=_count, default=sizes.valid, help=f"validation items (default {sizes.valid})")
+    parser.add_argument("--test", type=_count, default=sizes.test, help=f"items of each evaluation split (default "
+                        f"{sizes.test}: the lm-eval tasks' documents at seed 0)")
+    parser.add_argument("--seed", type=_seed, default=0, help="generator seed (default 0)")
+    parser.add_argument("--corruptions", type=_modes, default=list(MODES),
+                        help=f"the pairs' failure modes, comma-separated (default all: {','.join(MODES)})")
+    return parser.parse_args(argv)
+
+
+def run(argv: list[str] | None = None) -> dict:
+    """Write the files; the manifest."""
+    args = parse_args(argv)
+    from slm.toolcall.files import TaskSizes, write_task
+
+    if args.out.exists() and not args.out.is_dir():
+        fail(PROG, f"{args.out} is not a directory: give a directory to write the task's files into")
+    try:
+        manifest = write_task(args.out, TaskSizes(args.train, args.corpus, args.valid, args.test), args.seed,
+                              args.corruptions)
+    except OSError as err:
+        fail(PROG, describe(err))
+    for name, info in manifest["files"].items():
+        counts = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in info.items() if isinstance(v, int))
+        print(f"{PROG}: wrote {args.out / name} ({counts})")
+    return manifest
+
+
+@quiet_on_closed_pipe
+def main() -> None:
+    run(sys.argv[1:])
+
+
+if __name__ == "__main__":
+    main()
