@@ -125,5 +125,5 @@ def _problem(record: dict[str, str], tokenize: Tokenize | None, context_length: 
         total = prompt + len(tokenize(record[name]))
         if total > context_length:
             return f"prompt + {name} is {total} tokens ({prompt} + {total - prompt}), more than the {context_length} " \
-                   "a sequence may have (the model's context + 1, less a start token)"
+                   "a sequence may have (the model's context + 1)"
     return None

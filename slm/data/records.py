@@ -2,9 +2,9 @@
 tokenized once, batched as a pure function of (seed, step) like the token windows (so a resumed run continues
 exactly), each batch right-padded to its longest sequence.
 
-A sequence is the start token (the tokenizer's end-of-text id, when it has one), the prompt's ids, then a
-completion's ids: the prompt and the completion are tokenized apart (their boundary is a token boundary), and only
-the completion's tokens are scored. A batch is a dict of tensors:
+A sequence is the prompt's ids, then a completion's ids: the prompt and the completion are tokenized apart (their
+boundary is a token boundary), and only the completion's tokens are scored. No start token is added, as lm-eval's
+generation and slm-pairs' sampling read a prompt; an empty prompt is the tokenizer's end-of-text id alone. A batch is a dict of tensors:
 
 - `ids` (N, T) int64: the sequences, right-padded with the pad id (in a causal model the padding after a sequence
   does not change its logits);
@@ -83,7 +83,7 @@ class EncodedRecords:
     path: Path
     """The file they were read from."""
     prompts: list[list[int]]
-    """Each record's prompt ids, the start token first (when the tokenizer has one)."""
+    """Each record's prompt ids (an empty prompt: the end-of-text id)."""
     completions: list[list[list[int]]]
     """Each record's completion ids: [completion] (sft) or [chosen, rejected] (preference)."""
     lines: np.ndarray
@@ -151,7 +151,7 @@ def _sha256(path: Path) -> str:
 
 def _encode(path: Path, kind: str, tokenize: Tokenize, bos: int | None, context_length: int,
             keep: np.ndarray | None = None) -> EncodedRecords:
-    room = context_length + 1 - (bos is not None)  # the model reads all but the last token
+    room = context_length + 1  # the model reads all but the last token
     if kind == "sft":
         records = read_sft_records(path, tokenize=tokenize, context_length=room)
         texts = [[r.completion] for r in records]
@@ -159,10 +159,19 @@ def _encode(path: Path, kind: str, tokenize: Tokenize, bos: int | None, context_
         records = read_preference_records(path, tokenize=tokenize, context_length=room)
         texts = [[r.chosen, r.rejected] for r in records]
     lines = np.arange(len(records)) if keep is None else keep
-    start = [] if bos is None else [bos]
-    return EncodedRecords(kind, path, [start + list(tokenize(records[i].prompt)) for i in lines],
+    return EncodedRecords(kind, path, [_prompt_ids(records[i].prompt, tokenize, bos, path) for i in lines],
                           [[list(tokenize(t)) for t in texts[i]] for i in lines], lines,
                           sum(len(texts[i][0].encode()) for i in lines))
+
+
+def _prompt_ids(prompt: str, tokenize: Tokenize, bos: int | None, path: Path) -> list[int]:
+    """The prompt's ids; an empty prompt is the start token alone (a tokenizer without one refuses it)."""
+    if prompt:
+        return list(tokenize(prompt))
+    if bos is None:
+        raise DataError(f"{path}: a record has an empty prompt, and the tokenizer has no end-of-text id to start the "
+                        "sequence with: give every record a prompt, or set tokenizer.eot=true")
+    return [bos]
 
 
 def prepare_records(settings: RecordsSettings, kind: str, tokenizer, context_length: int) -> PreparedRecords:

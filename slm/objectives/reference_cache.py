@@ -28,7 +28,7 @@ from slm.model.weights import CONFIG_FILE, WEIGHTS_FILE, load_model, resolve_mod
 from slm.data.records import tokenize_pairs
 from slm.objectives.completion_logprobs import completion_logprobs
 
-FORMAT = 1
+FORMAT = 2
 """The cache file's format version (part of the key)."""
 
 
