@@ -22,14 +22,14 @@ char_d128 and char_d256 (the toolcall student's shape: width 128 or 256, the cha
 not by which ids occur).
 
 Each measurement runs in its own process (python bench/preference_step.py --worker CASE MODE), so its peak resident
-memory is its own: the figure is its peak (VmHWM, reset when setup is over) less the resident memory after setup (the model, the pairs,
-the optimizer's state made by one untimed step, and the frozen copy in dpo_frozen, whose size is reported apart). A
-worker times --steps steps after one warm-up and reports their median. The processes alternate in triples (sft,
-dpo_cached, dpo_frozen, sft, ...) on a fixed number of threads; per case the ratios dpo_cached / sft and dpo_frozen /
-sft of each triple are reported as the median with their min-max, for time and for memory. One JSON file with every
-figure is written to --out.
+memory is its own: the figure is its peak during the steps (VmHWM, reset when setup is over) less the resident
+memory after setup (the model, the pairs, the optimizer's state made by one untimed step, and the frozen copy in
+dpo_frozen, whose size is reported apart; glibc's freed heap handed back first). A worker times --steps steps after
+one warm-up and reports their median. The processes alternate in triples (sft, dpo_cached, dpo_frozen, sft, ...) on
+a fixed number of threads; per case the ratios dpo_cached / sft and dpo_frozen / sft of each triple are reported as
+the median with their min-max, for time and for memory. One JSON file with every figure is written to --out.
 
-    python bench/preference_step.py [--cases char_d256] [--triples 3] [--steps 3] [--threads 1] [--batch 8]
+    python bench/preference_step.py [--cases char_d256,v50304_d256] [--triples 3] [--steps 3] [--threads 1] [--batch 8]
 """
 
 from __future__ import annotations
@@ -118,8 +118,8 @@ def build(case: str, vocab: int):
     return Transformer(cfg)
 
 
-def batches(case: str, mode: str, batch: int, count: int) -> tuple[list[dict], int]:
-    """(`count` step batches of `batch` pairs for `mode`, the vocabulary size the model needs)."""
+def batches(batch: int, count: int) -> tuple[list[dict], int]:
+    """(`count` step batches of `batch` pairs (ids and scored), the character vocabulary's size)."""
     pairs, tokenizer = toolcall_pairs(batch * count)
     out = []
     for step in range(count):
@@ -139,7 +139,7 @@ def worker(case: str, mode: str, steps: int, threads: int, batch: int = BATCH) -
     from slm.training.step import objective_for, train_step
 
     torch.set_num_threads(threads)
-    data, vocab = batches(case, mode, batch, steps + 2)  # a setup step, a warm-up, the timed steps
+    data, vocab = batches(batch, steps + 2)  # a setup step, a warm-up, the timed steps
     model = build(case, vocab)
     cfg = TrainConfig(objective="sft" if mode == "sft" else "preference", batch_size=batch,
                       preference=PreferenceSettings(loss=["dpo"], reference="frozen" if mode == "dpo_frozen" else
@@ -225,7 +225,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", default=",".join(DEFAULT_CASES), help=f"comma-separated, of: {', '.join(CASES)}")
     parser.add_argument("--triples", type=int, default=3, help="(sft, dpo_cached, dpo_frozen) process triples per case")
-    parser.add_argument("--steps", type=int, default=3, help="timed steps per process (after a setup step and a warm-up)")
+    parser.add_argument("--steps", type=int, default=3,
+                        help="timed steps per process (after a setup step and a warm-up)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--batch", type=int, default=BATCH, help=f"pairs per step (2x rows; default {BATCH})")
     parser.add_argument("--out", default="bench/out/preference_step.json")
