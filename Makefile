@@ -37,7 +37,7 @@ help:
 	@echo "                scoring speed against transformers / lm-eval, a MoE step against its dense twin, a Titans"
 	@echo "                memory layer's forward+backward against plain attention, AR vs masked-diffusion"
 	@echo "                decoding of one shape, a sweep's plan and Slurm array at 100-10,000 jobs, the analysis at"
-	@echo "                100-10,000 records"
+	@echo "                100-10,000 records, a DPO step (reference cached or frozen) against an SFT step"
 	@echo "make bench-gpu  the GPU figures in one table (<= 10 min on one H100; bench/out/gpu.json): per family of the"
 	@echo "                70M study, training tokens/s, MFU, peak memory, attention backend and loss path; batch-1 and"
 	@echo "                batch-16 decoding against transformers; first, each fast path checked against its reference"
@@ -106,6 +106,7 @@ bench: install
 	$(BIN)/python bench/attention_masks.py --threads 1
 	$(BIN)/python bench/titans_step.py --threads 1
 	$(BIN)/python bench/loss_step.py --threads 1
+	$(BIN)/python bench/preference_step.py --threads 1
 	$(BIN)/python bench/diffusion_decode.py --threads 1
 	$(BIN)/python bench/startup.py --threads 1
 	$(BIN)/python bench/job_overhead.py

@@ -8,7 +8,6 @@ from torch import nn
 
 from slm.objectives.base import OBJECTIVES, Objective, with_aux
 from slm.objectives.completion_logprobs import check_causal
-from slm.objectives.linear_ce import IGNORE_INDEX
 
 
 @OBJECTIVES.register("sft")
@@ -22,20 +21,19 @@ class SFT(Objective):
         check_causal(model_cfg)
 
     def scored_rows(self, batch: int, context: int) -> int:
-        return batch * context  # the head runs on every position (the prompt's are ignored)
+        return batch * context  # at most: the head runs on the completion positions only
 
-    def _targets(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    def _completion_loss(self, model: nn.Module, batch: dict, reduction: str, aux: bool) -> tuple[torch.Tensor, dict]:
+        """The cross-entropy of the completion tokens (`reduction` over them) and the model's aux terms: the loss
+        path's head and loss on the scored positions only (the prompt's and the padding's never reach the head;
+        with the plain path the model's whole logits are computed, then read there)."""
         ids, scored = batch["ids"], batch["scored"]
-        return ids[:, :-1], ids[:, 1:].masked_fill(~scored, IGNORE_INDEX)  # (N, T - 1) each
+        path = self.loss_path(model, ids.device)
+        out, terms = path.forward(model, ids[:, :-1], aux=aux)  # (N, T - 1, d or V)
+        return path(model, out[scored], ids[:, 1:][scored], reduction=reduction), terms  # (S, .) against (S,)
 
     def terms(self, model: nn.Module, batch: dict, seed: int | None = None) -> dict[str, torch.Tensor]:
-        inputs, targets = self._targets(batch)
-        path = self.loss_path(model, inputs.device)
-        out, aux = path.forward(model, inputs, aux=True)
-        return with_aux(path(model, out, targets, reduction="mean"), aux)
+        return with_aux(*self._completion_loss(model, batch, "mean", True))
 
     def nll(self, model: nn.Module, batch: dict, seed: int | None = None) -> tuple[torch.Tensor, int]:
-        inputs, targets = self._targets(batch)
-        path = self.loss_path(model, inputs.device)
-        out, _ = path.forward(model, inputs)
-        return path(model, out, targets, reduction="sum"), int(batch["scored"].sum())
+        return self._completion_loss(model, batch, "sum", False)[0], int(batch["scored"].sum())
