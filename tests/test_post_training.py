@@ -212,11 +212,16 @@ def test_a_dpo_stage_resumes_exactly_after_sigkill(chain, tmp_path):
     (["train.objective=sft", "+data.records.train=PAIRS", "train.length.steps=5"], "missing field 'completion'"),
     (["train.objective=preference", "+data.records.train=PAIRS", "train.length.steps=5",
       "train.preference.loss=[dpo,dpo]"], "train.preference.loss=['dpo', 'dpo'] is invalid: each loss at most once"),
+    (["train.objective=sft", "+data.records.train=SFT", "train.length.steps=5", "train.init_from='PRE'",
+      "model.norm.eps=1e-3"], "model.norm.eps=0.001 differs from train.init_from's model, which has 1e-06; a "
+                              "post-training stage t"),
     (["model=dhara", "train.objective=sft", "model.objective=sft", "+data.records.train=PAIRS",
       "train.length.steps=5"], "model.attention.causal=false"),
 ])
 def test_bad_settings_are_one_line_exit_2_and_write_nothing(chain, tmp_path, extra, message):
-    extra = [e.replace("PAIRS", str(chain["pairs"])) for e in extra]
+    subs = {"PAIRS": chain["pairs"], "SFT": chain["sft_path"], "PRE": chain["pre"]}
+    for key, value in subs.items():
+        extra = [e.replace(key, str(value)) for e in extra]
     message = message.replace("PAIRS", str(chain["pairs"]))
     base = TINY[1:] if any(e.startswith("model=") for e in extra) else TINY
     out = slm_train(tmp_path, *base, *extra)

@@ -27,7 +27,7 @@ from slm.runs.layout import CHECKPOINT
 from slm.settings import nested, require
 from slm.training.checkpoints import PREVIOUS
 from slm.training.config import TrainConfig, TrainConfigError
-from slm.training.init_from import InitSource, check_shapes, check_tokenizer, find_source
+from slm.training.init_from import InitSource, check_same_network, check_shapes, check_tokenizer, find_source
 
 
 @dataclass
@@ -93,6 +93,8 @@ def prepare(cfg: dict, run_dir: Path) -> PreparedJob:
     resuming = any((run_dir / CHECKPOINT.parent / name).exists() for name in (CHECKPOINT.name, PREVIOUS))
     if train_cfg.init_from is not None and not resuming:  # a resumed run has its weights
         init = _init_source(train_cfg.init_from, model_cfg, data.tokenizer)
+    if records is not None and train_cfg.init_from is not None:  # a post-training stage trains its parent's model
+        check_same_network(init or find_source(train_cfg.init_from), model_cfg)
     reference = None
     if records is not None and records.kind == "preference" and train_cfg.preference.needs_reference:
         reference = init or _init_source(train_cfg.init_from, model_cfg, data.tokenizer)

@@ -213,6 +213,48 @@ def check_shapes(source: InitSource, model: nn.Module, mask_token_id: int | None
                                 "ties (model.embedding.tie)")
 
 
+STAGE_MAY_CHANGE = ("block.dropout", "context_length")
+"""Model fields a post-training stage may set apart from its parent's (train.objective sft or preference): dropout,
+and the context (the positions are not weights under RoPE; a learned position table keeps its shape check)."""
+
+
+def check_same_network(source: InitSource, model_cfg) -> None:
+    """Refuse (one line, the first field that differs, both values) a post-training stage whose model is not its
+    parent's: every field of the stored model config equal, but STAGE_MAY_CHANGE. Skipped where the source stored no
+    config (an old training checkpoint)."""
+    from slm.renames import RenameError, upgrade_model_fields
+
+    theirs = source.config()
+    if not theirs:
+        return
+    try:
+        theirs = upgrade_model_fields(theirs)
+    except RenameError:
+        return
+    ours = model_cfg.to_dict()
+    for name in _differences(theirs, ours, ""):
+        if name not in STAGE_MAY_CHANGE:
+            raise InitFromError(f"model.{name}={_at(ours, name)!r} differs from train.init_from's model, which has "
+                                f"{_at(theirs, name)!r}; a post-training stage trains its parent's model: give the "
+                                f"parent's model settings (parent: {source.given})")
+
+
+def _differences(a: dict, b: dict, prefix: str):
+    """Dotted names of the fields both mappings hold with different values (groups compared field by field)."""
+    for key in sorted(a.keys() & b.keys()):
+        name = f"{prefix}{key}"
+        if isinstance(a[key], dict) and isinstance(b[key], dict):
+            yield from _differences(a[key], b[key], f"{name}.")
+        elif a[key] != b[key] and not (isinstance(a[key], (list, tuple)) and list(a[key]) == list(b[key] or [])):
+            yield name
+
+
+def _at(fields: dict, name: str):
+    for part in name.split("."):
+        fields = fields.get(part) if isinstance(fields, dict) else None
+    return fields
+
+
 def load_weights(model: nn.Module, source: InitSource, mask_token_id: int | None = None) -> None:
     """Check, then copy the source's tensors into `model` (tied tensors are filled through either name)."""
     check_shapes(source, model, mask_token_id)
