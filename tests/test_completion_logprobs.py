@@ -213,3 +213,28 @@ def test_pairs_feed_dpo_and_its_gradient_reaches_the_model(setup):
     assert grads and all(torch.isfinite(g).all() for g in grads)
     assert policy.tok_emb.weight.grad.abs().sum() > 0
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in policy.blocks[0].parameters())
+
+
+def test_a_large_head_in_checkpointed_chunks_gives_the_same_sums_and_gradients(monkeypatch):
+    import slm.objectives.linear_ce as linear_ce
+    from slm.objectives.completion_logprobs import HEAD_CHUNK_ROWS, sequence_logprobs
+
+    model = tiny(**{"vocab_size": 8192, "d_model": 16, "context_length": 64}).train()
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(1, 8192, (10, 65), generator=gen)
+    scored = torch.ones(10, 64, dtype=torch.bool)
+    scored[:, :5] = False  # a prompt of 5 tokens
+    assert scored.sum() * 8192 * 4 > linear_ce.PLAIN_BELOW_BYTES and scored.sum() > 2 * HEAD_CHUNK_ROWS
+
+    def run():
+        model.zero_grad()
+        sums, counts = sequence_logprobs(model, ids, scored)
+        (sums * torch.linspace(-1, 1, 10)).sum().backward()
+        return sums.detach(), [p.grad.clone() for p in model.parameters()]
+
+    chunked, grads = run()
+    monkeypatch.setattr(linear_ce, "PLAIN_BELOW_BYTES", 1 << 40)  # the whole (S, V) logits at once
+    whole, whole_grads = run()
+    torch.testing.assert_close(chunked, whole, rtol=0, atol=1e-4)
+    for a, b in zip(grads, whole_grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)

@@ -16,6 +16,7 @@ from typing import Sequence
 
 import torch
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from slm.data.preference_records import PreferenceRecord, Tokenize
 from slm.data.records import pad_rows, tokenize_pairs
@@ -37,22 +38,40 @@ def check_causal(cfg) -> None:
                              f"{cfg.kind!r} predicts only the token after its window")
 
 
+HEAD_CHUNK_ROWS = 256
+"""Scored positions per head chunk when their float32 logits would exceed linear_ce.PLAIN_BELOW_BYTES."""
+
+
 def sequence_logprobs(model: nn.Module, ids: Tensor, scored: Tensor) -> tuple[Tensor, Tensor]:
     """((N,) summed log-probs of the scored targets of each row, float32 with the model's grad; (N,) their counts)
     of right-padded rows `ids` (N, T) with `scored` (N, T − 1) (slm.data.records' batch). The head runs on the
-    scored positions only (the model's hidden states, then its head), where the model has Transformer's head."""
-    from slm.objectives.linear_ce import fused_head_ok
+    scored positions only (the model's hidden states, then its head), where the model has Transformer's head; where
+    their float32 logits would be large (a 50k vocabulary), HEAD_CHUNK_ROWS at a time, each chunk's logits recomputed
+    in the backward pass (activation checkpointing) instead of kept, so one chunk's are alive at a time."""
+    from slm.objectives.linear_ce import PLAIN_BELOW_BYTES, fused_head_ok
 
     inputs, targets = ids[:, :-1], ids[:, 1:]  # position i - 1 predicts token i
+    picked = targets[scored]  # (S,)
     if fused_head_ok(model):
-        h = model(inputs, head=False)  # (N, T - 1, d)
-        logits = getattr(model, "_orig_mod", model).head(h[scored])  # (S, V): the scored positions only
+        h = model(inputs, head=False)[scored]  # (S, d): the scored positions only
+        inner = getattr(model, "_orig_mod", model)
+        head, vocab = inner.head, inner.lm_head.weight.shape[0]
+        if h.shape[0] * vocab * 4 > PLAIN_BELOW_BYTES and h.requires_grad:
+            logp = torch.cat([checkpoint(_picked_logprobs, head, h[lo:lo + HEAD_CHUNK_ROWS],
+                                         picked[lo:lo + HEAD_CHUNK_ROWS], use_reentrant=False)
+                              for lo in range(0, h.shape[0], HEAD_CHUNK_ROWS)])
+        else:
+            logp = _picked_logprobs(head, h, picked)
     else:
-        logits = model(inputs)[scored]
-    logp = logits.float().log_softmax(-1).gather(-1, targets[scored][:, None]).squeeze(-1)  # (S,)
+        logp = _picked_logprobs(lambda x: x, model(inputs)[scored], picked)
     rows = torch.arange(ids.shape[0], device=ids.device)[:, None].expand_as(scored)[scored]  # (S,) row of each
     sums = torch.zeros(ids.shape[0], dtype=logp.dtype, device=ids.device).index_add(0, rows, logp)
     return sums, scored.sum(-1)
+
+
+def _picked_logprobs(head, h: Tensor, picked: Tensor) -> Tensor:
+    """(S,) log softmax(head(h))[picked], in float32."""
+    return head(h).float().log_softmax(-1).gather(-1, picked[:, None]).squeeze(-1)
 
 
 def completion_logprobs(model: nn.Module, prompts: Sequence[Ids], completions: Sequence[Ids],
