@@ -165,7 +165,7 @@ _BEFORE_METRICS: tuple[Column, ...] = (
     # training choices
     Column("data", "config", "data mix name", read.data, "text"),
     Column("tokenizer", "config", "tokenizer name", read.tokenizer, "text"),
-    Column("objective", "config", "training objective (causal_lm, last_token, mdlm)", read.train("objective"), "text"),
+    Column("objective", "config", "training objective (causal_lm, last_token, mdlm; sft, preference: post-training stages)", read.train("objective"), "text"),
     Column("optimizer", "config", "train.optimizer: adamw | muon | lion", read.optimizer, "text"),
     Column("seed", "nuisance", "train.seed (model init, data order, dropout)", read.train("seed"), "integer"),
     Column("lr", "nuisance", "peak learning rate (train.lr: AdamW's, and the base of a parametrization's per-group "

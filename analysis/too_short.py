@@ -1,7 +1,8 @@
 """Runs too short to rank architectures, by a stated rule; the report says so in one line at the top of its verdict.
 
 A completed run is too short to rank when either holds:
-  - it trained fewer tokens than it has parameters (tokens / params_active < MIN_TOKENS_PER_PARAM = 1; the active
+  - it trained fewer tokens than it has parameters (tokens / params_active < MIN_TOKENS_PER_PARAM = 1; not a
+    post-training stage (sft, preference), which starts from trained weights; the active
     parameters, which a token uses, for a mixture of experts). That far from its data budget a model is in its first,
     fastest phase of learning, and the order of the runs is which one leaves the early plateaus first (the unigram
     statistics, then the bigrams), not which one learns better. The README's 20-step first look (0.16 tokens per
@@ -20,6 +21,9 @@ from __future__ import annotations
 import pandas as pd
 
 MIN_TOKENS_PER_PARAM = 1.0
+POST_TRAINING = ("sft", "preference")
+"""Objectives of a post-training stage (docs/preference.md): it starts from trained weights, so its own few tokens are
+not the measure (the warmup rule still applies)."""
 MIN_STEPS_PAST_WARMUP = 2.0
 RULE = (f"a run is too short to rank when it trained fewer than {MIN_TOKENS_PER_PARAM:g} token per parameter, or "
         f"ended within {MIN_STEPS_PAST_WARMUP:g}x its warmup steps")
@@ -36,7 +40,8 @@ def _measures(table: pd.DataFrame) -> tuple[pd.Series, pd.Series, pd.Series]:
     per_param = _column(table, "tokens") / params
     steps, warmup = _column(table, "steps"), _column(table, "warmup_steps")
     completed = table["status"].eq("completed") if "status" in table else pd.Series(True, table.index)
-    few = completed & (per_param < MIN_TOKENS_PER_PARAM)
+    stage = table["objective"].isin(POST_TRAINING) if "objective" in table else pd.Series(False, table.index)
+    few = completed & ~stage & (per_param < MIN_TOKENS_PER_PARAM)
     early = completed & (warmup > 0) & (steps < MIN_STEPS_PAST_WARMUP * warmup)
     return per_param, few, early
 

@@ -185,3 +185,15 @@ def test_slm_report_prints_the_warning_too(default_table, tmp_path, capsys):
     short = default_table.assign(tokens=0.16 * default_table["params_total"])
     report_main([str(save_results(short, tmp_path / "results.parquet")), "-o", str(tmp_path / "report")])
     assert "slm-report: warning: Too short to rank anything: all 12 completed runs" in capsys.readouterr().out
+
+
+def test_a_post_training_stage_is_not_too_short_for_its_few_tokens(default_table):
+    """An SFT or DPO stage starts from trained weights: its own 0.16 tokens per parameter rank it no less."""
+    from analysis.too_short import warning
+
+    stages = default_table.copy()
+    stages["tokens"] = 0.16 * stages["params_total"]
+    stages["objective"] = "preference"
+    assert warning(stages) is None
+    stages.loc[stages.index[:2], "objective"] = "causal_lm"  # a pretraining run still is
+    assert warning(stages).startswith("**2 of 12 completed runs are too short to rank**")
