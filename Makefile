@@ -252,7 +252,8 @@ dhara: install
 # IPO; dpo_control; dpo_orpo; dpo_rft: DPO_ARMS), each scored on DPO_EVAL_LIMIT items of each held-out split; then
 # analysis.dpo reads the records into $(DPO_DIR)/dpo.md. Each stage waits for the one before (a child needs its
 # parent's weights); within a stage DPO_JOBS one-thread copies share the jobs. Started again, it trains only what is
-# missing. The sizes (below) are kept in $(DPO_DIR)/sizes.txt: other sizes need another DPO_DIR (the job keys do not
+# missing; the teacher is trained only while $(DPO_DIR)/teacher_pairs.jsonl is missing (pairs of your own
+# there, with teacher_pairs.correct.jsonl for RFT, skip it). The sizes (below) are kept in $(DPO_DIR)/sizes.txt: other sizes need another DPO_DIR (the job keys do not
 # hold them). DPO_LR_SEARCH: multipliers of each arm's lr (hydra.sweeper.lr_search, e.g. [0.5,1,2]); analysis.dpo
 # then keeps each family x arm at its lr of lowest validation NLL.
 DPO_DIR ?= $(RUNS)/dpo
@@ -287,10 +288,9 @@ dpo: install
 		exit 2; fi; echo "$(DPO_SIZES)" > $(DPO_DIR)/sizes.txt; export $(DPO_ENV); \
 	test -f $(DPO_DIR)/data/manifest.json || $(BIN)/slm-toolcall $(DPO_DIR)/data --train $(DPO_TRAIN) \
 		--corpus $(DPO_CORPUS) --seed 0 || exit $$?; \
-	OMP_NUM_THREADS=$(DPO_TEACHER_THREADS) $(BIN)/slm-train -m sweep=dpo_teacher_pre && \
-	OMP_NUM_THREADS=$(DPO_TEACHER_THREADS) $(BIN)/slm-train -m sweep=dpo_teacher_sft && \
-	{ test -f $(DPO_DIR)/teacher_pairs.jsonl || OMP_NUM_THREADS=$(DPO_TEACHER_THREADS) $(BIN)/slm-pairs \
-		$(DPO_DIR)/runs/dpo_teacher_sft/model=llama3 $(DPO_DIR)/teacher_pairs.jsonl \
+	test -f $(DPO_DIR)/teacher_pairs.jsonl || { export OMP_NUM_THREADS=$(DPO_TEACHER_THREADS); \
+		$(BIN)/slm-train -m sweep=dpo_teacher_pre && $(BIN)/slm-train -m sweep=dpo_teacher_sft && \
+		$(BIN)/slm-pairs $(DPO_DIR)/runs/dpo_teacher_sft/model=llama3 $(DPO_DIR)/teacher_pairs.jsonl \
 		--items $(DPO_DIR)/data/items_train.jsonl --limit $(DPO_PAIR_ITEMS) -k $(DPO_K) \
 		--temperature $(DPO_TEMPERATURE) --seed 0; } || exit $$?; \
 	export OMP_NUM_THREADS=1; rc=0; \
