@@ -245,17 +245,18 @@ dhara: install
 	$(BIN)/slm-train -m sweep=dhara_conversion_ar $(ARGS) && $(BIN)/slm-train -m sweep=dhara_conversion $(ARGS)
 
 # ---------------------------------------------------------------- DPO on a verifiable task (issue 50, docs/dpo.md)
-# The whole study in $(DPO_DIR) (data/, the teacher's pairs, runs/ = $SLM_RUNS for every stage, dpo.md), in order:
+# The whole study in $(DPO_DIR) (data/, the teacher's pairs, runs/ = $SLM_RUNS of every stage, dpo.md), in order:
 # the task's files (slm-toolcall); the teacher (sweeps/dpo_teacher_pre.yaml, dpo_teacher_sft.yaml) and its pairs
 # (slm-pairs: DPO_K samples per training prompt at DPO_TEMPERATURE); the students (dpo_pre: DPO_FAMILIES
-# pretrained; dpo_sft: SFT, DPO_SEEDS seeds), then the arms from their parents (dpo_arms: DPO at 2 betas, DPO+SFT,
-# IPO; dpo_control; dpo_orpo; dpo_rft: DPO_ARMS), each scored on DPO_EVAL_LIMIT items of each held-out split; then
+# pretrained; dpo_sft: SFT, DPO_SEEDS seeds); the arms from their parents (DPO_ARMS: dpo_arms = DPO at 2 betas,
+# DPO+SFT, IPO; dpo_control; dpo_orpo; dpo_rft), each scored on DPO_EVAL_LIMIT items of each held-out split; then
 # analysis.dpo reads the records into $(DPO_DIR)/dpo.md. Each stage waits for the one before (a child needs its
 # parent's weights); within a stage DPO_JOBS one-thread copies share the jobs. Started again, it trains only what is
-# missing; the teacher is trained only while $(DPO_DIR)/teacher_pairs.jsonl is missing (pairs of your own
-# there, with teacher_pairs.correct.jsonl for RFT, skip it). The sizes (below) are kept in $(DPO_DIR)/sizes.txt: other sizes need another DPO_DIR (the job keys do not
-# hold them). DPO_LR_SEARCH: multipliers of each arm's lr (hydra.sweeper.lr_search, e.g. [0.5,1,2]); analysis.dpo
-# then keeps each family x arm at its lr of lowest validation NLL.
+# missing; the teacher is trained only while $(DPO_DIR)/teacher_pairs.jsonl is missing (pairs of your own there,
+# with teacher_pairs.correct.jsonl for RFT, skip it). The sizes below are kept in $(DPO_DIR)/sizes.txt: other sizes
+# need another DPO_DIR (the job keys do not hold them). DPO_LR_SEARCH: multipliers of each arm's lr
+# (hydra.sweeper.lr_search, e.g. [0.5,1,2]); analysis.dpo then keeps each family x arm at its lr of lowest
+# validation NLL.
 DPO_DIR ?= $(RUNS)/dpo
 DPO_SEEDS ?= 5
 DPO_JOBS ?= $(CPU_JOBS)

@@ -136,6 +136,24 @@ def versus(runs: list[dict], sft: list[dict], task: str, metric: str) -> dict | 
             "seeds": seeds}
 
 
+def teacher(root: Path) -> dict:
+    """The teacher's scores (dpo_teacher_sft's record) and its pairs' summary (slm-pairs, beside the runs), where
+    they are."""
+    from slm.runs.record import load_record
+
+    out = {}
+    for run_dir in sorted((root / "dpo_teacher_sft").glob("*/result.json")):
+        record = load_record(run_dir.parent) or {}
+        out["params"] = (record.get("model") or {}).get("params_total")
+        out["exact_match"] = ((record.get("eval") or {}).get("lm_eval") or {}).get("scores")
+    summary = root.parent / "teacher_pairs.summary.json"
+    if summary.is_file():
+        pairs = json.loads(summary.read_text())
+        out["pairs"] = {k: pairs.get(k) for k in ("k", "temperature", "prompts", "pairs", "no_pair", "correct_rate",
+                                                   "correct_records")}
+    return out
+
+
 def study(root: Path) -> dict:
     """Every family x arm x split x metric (the cells), and the arms and families found."""
     runs = best_lr(read_runs(root))
@@ -155,7 +173,7 @@ def study(root: Path) -> dict:
                 if c is not None:
                     cells[f"{family}|{arm}|{task}|{metric}"] = c
     lrs = {f"{f}|{a}": sorted({r["lr"] for r in m}) for (f, a), m in groups.items()}
-    return {"root": str(root), "families": families, "arms": arms, "lrs": lrs, "cells": cells,
+    return {"root": str(root), "teacher": teacher(root), "families": families, "arms": arms, "lrs": lrs, "cells": cells,
             "verdicts": {f: verdict(cells, f, arms) for f in families}}
 
 
@@ -202,6 +220,10 @@ def markdown(result: dict) -> str:
              "Each cell: the mean over seeds and items [95% interval, seeds and items resampled]; vs SFT: the paired "
              "difference pooled over seeds [95% interval over items] and its p, and per seed McNemar's exact test "
              "(+wins/-losses at p < 0.05 of the seeds compared).", ""]
+    t = result.get("teacher") or {}
+    if t:
+        lines += [f"The teacher ({t.get('params')} parameters): exact_match {t.get('exact_match')}; its pairs: "
+                  f"{t.get('pairs')}.", ""]
     for task in SPLITS:
         lines += [f"## {task}", "", "| family | arm | runs | exact_match | vs sft | format_valid | vs sft |",
                   "|---|---|---|---|---|---|---|"]
