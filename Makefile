@@ -24,7 +24,7 @@ help:
 	@echo "                keeps, and the compute each spends (docs/halving.md)"
 	@echo "make dpo        issue 50's claim on CPU (docs/dpo.md): a teacher, its pairs, 3 student families x 8 arms (SFT,"
 	@echo "                its token-matched control, DPO at 2 betas, DPO+SFT, IPO, ORPO, RFT) x DPO_SEEDS seeds, scored"
-	@echo "                on the function-calling task; $$(DPO_DIR)/dpo.md: exact match and format validity per arm"
+	@echo "                on the function-calling task; DPO_DIR/dpo.md (default runs/dpo): exact match and format validity per arm"
 	@echo "make smoke      the CI smoke sweep (4 tiny runs); run again, it skips the runs already done"
 	@echo "make sweep-dry SWEEP=name   a sweep's jobs, parameter counts, tokens and GPU-hours; trains nothing"
 	@echo "make reproduce-2512          arXiv 2512.20877's character-level ladder (Table 1, the RoPE ablation,"
