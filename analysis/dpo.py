@@ -64,7 +64,8 @@ def read_runs(root: Path) -> list[dict]:
             runs.append({"dir": run_dir, "arm": arm_name(group, config),
                          "family": (config.get("model") or {}).get("family"),
                          "seed": (config.get("train") or {}).get("seed"), "lr": (config.get("train") or {}).get("lr"),
-                         "val_nll": (record.get("eval") or {}).get("val_nll"), "docs": docs})
+                         "val_nll": (record.get("eval") or {}).get("val_nll"),
+                         "tokens": (record.get("training") or {}).get("tokens"), "docs": docs})
     return runs
 
 
@@ -111,7 +112,9 @@ def cell(runs: list[dict], sft: list[dict], task: str, metric: str) -> dict | No
         return None
     matrix = np.array([[s[d] for d in common] for s in per_run])
     low, high = interval(matrix)
-    out = {"runs": len(runs), "items": len(common), "mean": float(matrix.mean()), "low": low, "high": high}
+    tokens = [r["tokens"] for r in runs if isinstance(r["tokens"], (int, float))]
+    out = {"runs": len(runs), "items": len(common), "mean": float(matrix.mean()), "low": low, "high": high,
+           "tokens": float(np.mean(tokens)) if tokens else None}
     if sft and runs is not sft:
         out["vs_sft"] = versus(runs, sft, task, metric)
     return out
@@ -219,20 +222,23 @@ def markdown(result: dict) -> str:
     lines = [f"# DPO against SFT on the function-calling task ({result['root']})", "",
              "Each cell: the mean over seeds and items [95% interval, seeds and items resampled]; vs SFT: the paired "
              "difference pooled over seeds [95% interval over items] and its p, and per seed McNemar's exact test "
-             "(+wins/-losses at p < 0.05 of the seeds compared).", ""]
+             "(+wins/-losses at p < 0.05 of the seeds compared). tokens: the stage's own training tokens (its "
+             "sequences' tokens; a preference step counts both sides of each pair), the mean over seeds.", ""]
     t = result.get("teacher") or {}
     if t:
         lines += [f"The teacher ({t.get('params')} parameters): exact_match {t.get('exact_match')}; its pairs: "
                   f"{t.get('pairs')}.", ""]
     for task in SPLITS:
-        lines += [f"## {task}", "", "| family | arm | runs | exact_match | vs sft | format_valid | vs sft |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += [f"## {task}", "", "| family | arm | runs | tokens | exact_match | vs sft | format_valid | vs sft |",
+                  "|---|---|---|---|---|---|---|---|"]
         for family in result["families"]:
             for arm in result["arms"]:
                 em = result["cells"].get(f"{family}|{arm}|{task}|exact_match")
                 fv = result["cells"].get(f"{family}|{arm}|{task}|format_valid")
                 if em or fv:
-                    lines.append(f"| {family} | {arm} | {(em or fv)['runs']} | {' | '.join(_fmt(em))} | "
+                    c = em or fv
+                    tokens = f"{c['tokens']:.3g}" if c.get("tokens") else "-"
+                    lines.append(f"| {family} | {arm} | {c['runs']} | {tokens} | {' | '.join(_fmt(em))} | "
                                  f"{' | '.join(_fmt(fv))} |")
         lines.append("")
     lines += ["## Does DPO beat SFT?", ""] + [f"- {v}" for v in result["verdicts"].values()] + [""]

@@ -55,7 +55,7 @@ def test_make_dpo_shrunk_chains_scores_reports_and_resumes(tmp_path):
     assert answer["arms"] == ["sft", "dpo b=0.1", "dpo b=0.5", "dpo+sft b=0.1", "ipo b=0.1"]
     cell = answer["cells"]["gpt2|dpo b=0.1|slm_toolcall|exact_match"]
     assert cell["runs"] == 1 and cell["items"] == 2 and len(cell["vs_sft"]["seeds"]) == 1
-    assert "gpt2: " in answer["verdicts"]["gpt2"] and "| gpt2 | ipo b=0.1 | 1 |" in (study / "dpo.md").read_text()
+    assert "gpt2: " in answer["verdicts"]["gpt2"] and "| gpt2 | ipo b=0.1 | 1 | " in (study / "dpo.md").read_text()
     again = make_dpo(study)  # everything there: nothing is trained again
     assert again.returncode == 0, again.stderr[-3000:]
     assert "slm-train: run " not in again.stdout + again.stderr
