@@ -3,7 +3,7 @@ seed, the preference arms after SFT (DPO at two betas, DPO+SFT, IPO). Each child
 (train.init_from by interpolation of the job key), every run is scored per item on the task, analysis.dpo writes the
 answer, and the target started again trains nothing. The teacher is skipped by its pairs being there (the corruption
 pairs stand in: an untrained teacher has no correct sample); slm-pairs itself is tested in tests/test_toolcall_run.py.
-About 30 s on 2 idle cores (9 slm-train processes' start-up, most of it)."""
+About 35 s on a lightly loaded 2-core machine (9 slm-train processes' start-up, most of it)."""
 
 from __future__ import annotations
 
