@@ -6,10 +6,10 @@ Reads result files only: each completed run's result.json and its per-item score
 in the study's run groups (ARMS: dpo_sft, dpo_control, dpo_arms, dpo_orpo, dpo_rft). An arm is its run group, and
 in dpo_arms its preference loss and beta (`dpo b=0.1`, `dpo+sft b=0.1`, `ipo b=0.1`). Where a family x arm was
 trained at several lrs (hydra.sweeper.lr_search), the lr of lowest mean validation NLL (the held-out gold or chosen
-completions) is kept; the test items never choose it. Per family x arm x split: exact_match and format_valid with a
-95% interval resampling seeds and items (two-level bootstrap), and against the SFT arm of the same family: the
-paired difference pooled over seeds (analysis.paired.paired_groups: its bootstrap interval over items and its p) and
-McNemar's exact test per seed (each seed's run against SFT's run of that seed, item by item)."""
+completions: best_lr) is kept; the test items never choose it. Per family x arm x split: exact_match
+and format_valid with a 95% interval resampling seeds and items (two-level bootstrap), and against the SFT arm of the
+same family: the paired difference pooled over seeds (analysis.paired.paired_groups: its bootstrap interval over
+items and its p) and McNemar's exact test per seed (each seed's run against SFT's run of that seed, item by item)."""
 
 from __future__ import annotations
 
@@ -64,20 +64,22 @@ def read_runs(root: Path) -> list[dict]:
             runs.append({"dir": run_dir, "arm": arm_name(group, config),
                          "family": (config.get("model") or {}).get("family"),
                          "seed": (config.get("train") or {}).get("seed"), "lr": (config.get("train") or {}).get("lr"),
-                         "val_nll": (record.get("eval") or {}).get("val_nll"),
+                         "val_loss": (record.get("eval") or {}).get("val_nll"),
                          "tokens": (record.get("training") or {}).get("tokens"), "docs": docs})
     return runs
 
 
 def best_lr(runs: list[dict]) -> list[dict]:
-    """Each family x arm at its lr of lowest mean validation NLL over seeds (all of it where one lr was trained)."""
+    """Each family x arm at its lr of lowest mean validation NLL over seeds (all of it where one lr was trained): the
+    held-out gold (SFT) or chosen (preference) completions' NLL, the one yardstick every arm shares. Not the
+    preference loss: in a probe (docs/dpo.md) it picked the lr at which DPO lost the format."""
     cells = defaultdict(lambda: defaultdict(list))
     for r in runs:
         cells[(r["family"], r["arm"])][r["lr"]].append(r)
     kept = []
     for by_lr in cells.values():
         def mean_nll(lr):
-            values = [r["val_nll"] for r in by_lr[lr] if isinstance(r["val_nll"], (int, float))]
+            values = [r["val_loss"] for r in by_lr[lr] if isinstance(r["val_loss"], (int, float))]
             return float(np.mean(values)) if values else float("inf")
         kept += by_lr[min(by_lr, key=mean_nll)]
     return kept

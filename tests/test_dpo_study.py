@@ -62,3 +62,23 @@ def test_make_dpo_shrunk_chains_scores_reports_and_resumes(tmp_path):
     other = make_dpo(study, "DPO_ARM_STEPS=3")  # other sizes in the same directory: one line, exit 2
     assert other.returncode == 2 and "holds a study at other sizes" in other.stderr
     assert len([line for line in other.stderr.splitlines() if not line.startswith("make: ***")]) == 1
+
+
+def test_arms_are_named_from_run_group_and_preference_loss():
+    from analysis.dpo import arm_name
+
+    assert arm_name("dpo_control", {}) == "sft_control" and arm_name("dpo_rft", {}) == "rft"
+    assert arm_name("dpo_arms", {"train": {"preference": {"loss": ["dpo", "sft"], "beta": 0.1}}}) == "dpo+sft b=0.1"
+
+
+def test_best_lr_keeps_each_family_and_arm_at_its_lowest_mean_validation_nll():
+    from analysis.dpo import best_lr
+
+    def run(family, lr, seed, nll):
+        return {"family": family, "arm": "dpo b=0.1", "lr": lr, "seed": seed, "val_loss": nll}
+
+    runs = [run("gpt2", 1e-4, 0, 0.5), run("gpt2", 1e-4, 1, 0.9), run("gpt2", 5e-4, 0, 0.6), run("gpt2", 5e-4, 1, 0.6),
+            run("llama3", 1e-4, 0, None), run("llama3", 5e-4, 0, 0.4)]
+    kept = best_lr(runs)
+    assert sorted((r["family"], r["lr"], r["seed"]) for r in kept) == [("gpt2", 5e-4, 0), ("gpt2", 5e-4, 1),
+                                                                        ("llama3", 5e-4, 0)]
