@@ -256,7 +256,8 @@ dhara: install
 # with teacher_pairs.correct.jsonl for RFT, skip it). The sizes below are kept in $(DPO_DIR)/sizes.txt: other sizes
 # need another DPO_DIR (the job keys do not hold them). DPO_LR_SEARCH: multipliers of each arm's lr
 # (hydra.sweeper.lr_search, e.g. [0.5,1,2]); analysis.dpo then keeps each family x arm at its lr of lowest
-# validation NLL.
+# validation NLL. Opt-in: DPO_ARMS="... dpo_onpolicy", one round of on-policy DPO (slm-pairs of each SFT run on
+# its own samples into $(DPO_DIR)/onpolicy/, then DPO on them).
 DPO_DIR ?= $(RUNS)/dpo
 DPO_SEEDS ?= 5
 DPO_JOBS ?= $(CPU_JOBS)
@@ -282,6 +283,13 @@ DPO_ENV = SLM_DPO_DIR=$(DPO_DIR) SLM_RUNS=$(DPO_DIR)/runs SLM_DPO_TEACHER_PRE_ST
 	SLM_DPO_TEACHER_SFT_STEPS=$(DPO_TEACHER_SFT_STEPS) SLM_DPO_PRE_STEPS=$(DPO_PRE_STEPS) \
 	SLM_DPO_SFT_STEPS=$(DPO_SFT_STEPS) SLM_DPO_ARM_STEPS=$(DPO_ARM_STEPS) \
 	SLM_DPO_ORPO_STEPS=$$(($(DPO_SFT_STEPS) + $(DPO_ARM_STEPS))) SLM_DPO_EVAL_LIMIT=$(DPO_EVAL_LIMIT)
+# dpo_onpolicy's pairs: slm-pairs of each SFT run (family x seed) on its own samples, DPO_JOBS at a time
+DPO_ONPOLICY_PAIRS = mkdir -p $(DPO_DIR)/onpolicy; \
+	for family in $$(echo $(DPO_FAMILIES) | tr , ' '); do for seed in $$(seq 0 $$(($(DPO_SEEDS) - 1))); do \
+		echo "model=$$family,train.seed=$$seed"; done; done | xargs -P $(DPO_JOBS) -I KEY sh -c \
+		'test -f $(DPO_DIR)/onpolicy/KEY.jsonl || $(BIN)/slm-pairs $(DPO_DIR)/runs/dpo_sft/KEY \
+		$(DPO_DIR)/onpolicy/KEY.jsonl --items $(DPO_DIR)/data/items_train.jsonl --limit $(DPO_PAIR_ITEMS) \
+		-k $(DPO_K) --temperature $(DPO_TEMPERATURE) --seed 0' || rc=$$?;
 DPO_STUDENT = model=$(DPO_FAMILIES) train.seed=$$(seq -s, 0 $$(($(DPO_SEEDS) - 1)))
 dpo: install
 	@mkdir -p $(DPO_DIR); if [ -f $(DPO_DIR)/sizes.txt ] && [ "$$(cat $(DPO_DIR)/sizes.txt)" != "$(DPO_SIZES)" ]; then \
@@ -297,6 +305,7 @@ dpo: install
 	export OMP_NUM_THREADS=1; rc=0; \
 	$(BIN)/slm-workers $(DPO_JOBS) -- $(BIN)/slm-train -m sweep=dpo_pre model=$(DPO_FAMILIES) || rc=$$?; \
 	$(BIN)/slm-workers $(DPO_JOBS) -- $(BIN)/slm-train -m sweep=dpo_sft $(DPO_STUDENT) || rc=$$?; \
+	$(if $(filter dpo_onpolicy,$(DPO_ARMS)),$(DPO_ONPOLICY_PAIRS)) \
 	$(BIN)/slm-workers $(DPO_JOBS) -- sh -c "rc=0; for sweep in $(DPO_ARMS); do \
 		$(BIN)/slm-train -m sweep=\$$sweep $(DPO_STUDENT) $(if $(DPO_LR_SEARCH),'hydra.sweeper.lr_search=$(DPO_LR_SEARCH)') \
 		|| rc=\$$?; done; exit \$$rc" || rc=$$?; \

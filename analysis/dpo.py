@@ -3,8 +3,8 @@
     python -m analysis.dpo runs/dpo/runs -o runs/dpo/dpo.md      # also runs/dpo/dpo.json
 
 Reads result files only: each completed run's result.json and its per-item scores (analysis.paired.load_documents)
-in the study's run groups (ARMS: dpo_sft, dpo_control, dpo_arms, dpo_orpo, dpo_rft). An arm is its run group, and
-in dpo_arms its preference loss and beta (`dpo b=0.1`, `dpo+sft b=0.1`, `ipo b=0.1`). Where a family x arm was
+in the study's run groups (ARMS: dpo_sft, dpo_control, dpo_arms, dpo_onpolicy, dpo_orpo, dpo_rft). An arm is its run
+group, and in dpo_arms its preference loss and beta (`dpo b=0.1`, `dpo+sft b=0.1`, `ipo b=0.1`; `on-policy dpo b=0.1`). Where a family x arm was
 trained at several lrs (hydra.sweeper.lr_search), the lr of lowest mean validation NLL (the held-out gold or chosen
 completions: best_lr) is kept; the test items never choose it. Per family x arm x split: exact_match
 and format_valid with a 95% interval resampling seeds and items (two-level bootstrap), and against the SFT arm of the
@@ -23,7 +23,8 @@ import numpy as np
 
 from analysis.paired import PairedError, load_documents, mcnemar, paired_groups
 
-ARMS = {"dpo_sft": "sft", "dpo_control": "sft_control", "dpo_arms": None, "dpo_orpo": "orpo", "dpo_rft": "rft"}
+ARMS = {"dpo_sft": "sft", "dpo_control": "sft_control", "dpo_arms": None, "dpo_onpolicy": None, "dpo_orpo": "orpo",
+        "dpo_rft": "rft"}
 SPLITS = ("slm_toolcall", "slm_toolcall_templates", "slm_toolcall_long", "slm_toolcall_combos")
 METRICS = ("exact_match", "format_valid")
 DRAWS, SEED, ALPHA = 2000, 0, 0.05
@@ -43,7 +44,8 @@ def arm_name(group: str, config: dict) -> str:
     if ARMS.get(group):
         return ARMS[group]
     pref = (config.get("train") or {}).get("preference") or {}
-    return f"{'+'.join(pref.get('loss') or ['dpo'])} b={pref.get('beta')}"
+    name = f"{'+'.join(pref.get('loss') or ['dpo'])} b={pref.get('beta')}"
+    return f"on-policy {name}" if group == "dpo_onpolicy" else name
 
 
 def read_runs(root: Path) -> list[dict]:

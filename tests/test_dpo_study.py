@@ -1,8 +1,9 @@
 """`make dpo` shrunk (docs/dpo.md): the study's own Makefile target and sweep files at tiny sizes, one family, one
-seed, the preference arms after SFT (DPO at two betas, DPO+SFT, IPO). Each child starts from its parent's run
+seed, the preference arms after SFT (DPO at two betas, DPO+SFT, IPO) and on-policy DPO. Each child starts from its parent's run
 (train.init_from by interpolation of the job key), every run is scored per item on the task, analysis.dpo writes the
 answer, and the target started again trains nothing. The teacher is skipped by its pairs being there (the corruption
-pairs stand in: an untrained teacher has no correct sample); slm-pairs itself is tested in tests/test_toolcall_run.py.
+pairs stand in for the teacher's and the student's own: an untrained model has no correct sample); slm-pairs itself
+is tested in tests/test_toolcall_run.py.
 About 35 s on a lightly loaded 2-core machine (9 slm-train processes' start-up, most of it)."""
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ SIZES = ["DPO_TRAIN=40", "DPO_CORPUS=400", "DPO_PRE_STEPS=2", "DPO_SFT_STEPS=2",
 def make_dpo(study: Path, *more: str) -> subprocess.CompletedProcess:
     """`make dpo` into `study` with this interpreter's scripts (install not remade)."""
     args = ["make", "-s", "-o", "install", "dpo", f"BIN={Path(sys.executable).parent}", f"DPO_DIR={study}",
-            "DPO_SEEDS=1", "DPO_FAMILIES=gpt2", "DPO_JOBS=1", "DPO_ARMS=dpo_arms", *SIZES, *more]
+            "DPO_SEEDS=1", "DPO_FAMILIES=gpt2", "DPO_JOBS=1", "DPO_ARMS=dpo_arms dpo_onpolicy", *SIZES, *more]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
 
@@ -36,6 +37,8 @@ def test_make_dpo_shrunk_chains_scores_reports_and_resumes(tmp_path):
     toolcall([str(study / "data"), "--train", "40", "--corpus", "400", "--seed", "0"])  # what make dpo would write
     shutil.copy(study / "data" / "pairs_corrupt.jsonl", study / "teacher_pairs.jsonl")
     shutil.copy(study / "data" / "sft_train.jsonl", study / "teacher_pairs.correct.jsonl")
+    (study / "onpolicy").mkdir()  # the student's own pairs: an untrained one has none either
+    shutil.copy(study / "data" / "pairs_corrupt.jsonl", study / "onpolicy" / "model=gpt2,train.seed=0.jsonl")
     out = make_dpo(study)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     runs = study / "runs"
@@ -44,6 +47,8 @@ def test_make_dpo_shrunk_chains_scores_reports_and_resumes(tmp_path):
     sft = runs / "dpo_sft" / "model=gpt2,train.seed=0"
     children = sorted(p.parent for p in (runs / "dpo_arms").glob("*/result.json"))
     assert len(children) == 4
+    children += sorted(p.parent for p in (runs / "dpo_onpolicy").glob("*/result.json"))
+    assert len(children) == 5
     for run, parent in [(sft, pre)] + [(child, sft) for child in children]:
         record = json.loads((run / "result.json").read_text())
         assert record["status"] == "completed", run
@@ -52,7 +57,7 @@ def test_make_dpo_shrunk_chains_scores_reports_and_resumes(tmp_path):
                                                            "slm_toolcall_long", "slm_toolcall_combos"}
     answer = json.loads((study / "dpo.json").read_text())
     assert answer["families"] == ["gpt2"]
-    assert answer["arms"] == ["sft", "dpo b=0.1", "dpo b=0.5", "dpo+sft b=0.1", "ipo b=0.1"]
+    assert answer["arms"] == ["sft", "dpo b=0.1", "dpo b=0.5", "dpo+sft b=0.1", "ipo b=0.1", "on-policy dpo b=0.1"]
     cell = answer["cells"]["gpt2|dpo b=0.1|slm_toolcall|exact_match"]
     assert cell["runs"] == 1 and cell["items"] == 2 and len(cell["vs_sft"]["seeds"]) == 1
     assert "gpt2: " in answer["verdicts"]["gpt2"] and "| gpt2 | ipo b=0.1 | 1 | " in (study / "dpo.md").read_text()
