@@ -4,7 +4,7 @@ seed, the preference arms after SFT (DPO at two betas, DPO+SFT, IPO) and on-poli
 answer, and the target started again trains nothing. The teacher is skipped by its pairs being there (the corruption
 pairs stand in for the teacher's and the student's own: an untrained model has no correct sample); slm-pairs itself
 is tested in tests/test_toolcall_run.py.
-About 35 s on a lightly loaded 2-core machine (9 slm-train processes' start-up, most of it)."""
+About 40 s on a lightly loaded 2-core machine (9 slm-train processes' start-up, most of it)."""
 
 from __future__ import annotations
 
