@@ -30,7 +30,7 @@ METRICS = ("exact_match", "format_valid")
 DRAWS, SEED, ALPHA = 2000, 0, 0.05
 PUBLISHED = [
     ("arXiv 2410.18890", "the claim's source: a small model trained by DPO on a teacher's correct and incorrect "
-     "function calls matches much larger models where SFT alone does not", "small LMs (billions of parameters)"),
+     "function calls matches much larger models where SFT alone does not", "small models; sizes not checked here (see the paper)"),
     ("arXiv 2407.08400", "offline SFT ~ DPO/KTO/IPO; online preference optimisation +25.9% vs +13.9% more correct "
      "results", "3B"),
     ("arXiv 2603.20100", "DPO adds little over strong SFT", "GPT-2 124M"),
