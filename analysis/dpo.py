@@ -2,14 +2,15 @@
 
     python -m analysis.dpo runs/dpo/runs -o runs/dpo/dpo.md      # also runs/dpo/dpo.json
 
-Reads result files only: each completed run's result.json and its per-item scores (analysis.paired.load_documents)
-in the study's run groups (ARMS: dpo_sft, dpo_control, dpo_arms, dpo_onpolicy, dpo_orpo, dpo_rft). An arm is its run
-group, and in dpo_arms its preference loss and beta (`dpo b=0.1`, `dpo+sft b=0.1`, `ipo b=0.1`; `on-policy dpo b=0.1`). Where a family x arm was
-trained at several lrs (hydra.sweeper.lr_search), the lr of lowest mean validation NLL (the held-out gold or chosen
-completions: best_lr) is kept; the test items never choose it. Per family x arm x split: exact_match
-and format_valid with a 95% interval resampling seeds and items (two-level bootstrap), and against the SFT arm of the
-same family: the paired difference pooled over seeds (analysis.paired.paired_groups: its bootstrap interval over
-items and its p) and McNemar's exact test per seed (each seed's run against SFT's run of that seed, item by item)."""
+Reads result files only: each completed run's result.json and its per-item scores (analysis.paired.load_documents) in
+the study's run groups (ARMS: dpo_sft, dpo_control, dpo_arms, dpo_onpolicy, dpo_orpo, dpo_rft). An arm is its run
+group, and in dpo_arms its preference loss and beta (`dpo b=0.1`, `dpo+sft b=0.1`, `ipo b=0.1`; `on-policy dpo
+b=0.1`). Where a family x arm was trained at several lrs (hydra.sweeper.lr_search), the lr of lowest mean validation
+NLL (the held-out gold or chosen completions: best_lr) is kept; the test items never choose it. Per family x arm x
+split: exact_match and format_valid with a 95% interval resampling seeds and items (two-level bootstrap), and against
+the SFT arm of the same family: the paired difference pooled over seeds (analysis.paired.paired_groups: its bootstrap
+interval over items and its p) and McNemar's exact test per seed (each seed's run against SFT's run of that seed, item
+by item)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ METRICS = ("exact_match", "format_valid")
 DRAWS, SEED, ALPHA = 2000, 0, 0.05
 PUBLISHED = [
     ("arXiv 2410.18890", "the claim's source: a small model trained by DPO on a teacher's correct and incorrect "
-     "function calls matches much larger models where SFT alone does not", "small models; sizes not checked here (see the paper)"),
+     "function calls matches much larger models where SFT alone does not",
+     "small models; sizes not checked here (see the paper)"),
     ("arXiv 2407.08400", "offline SFT ~ DPO/KTO/IPO; online preference optimisation +25.9% vs +13.9% more correct "
      "results", "3B"),
     ("arXiv 2603.20100", "DPO adds little over strong SFT", "GPT-2 124M"),

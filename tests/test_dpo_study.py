@@ -1,10 +1,10 @@
-"""`make dpo` shrunk (docs/dpo.md): the study's own Makefile target and sweep files at tiny sizes, one family, one
-seed, the preference arms after SFT (DPO at two betas, DPO+SFT, IPO) and on-policy DPO. Each child starts from its parent's run
-(train.init_from by interpolation of the job key), every run is scored per item on the task, analysis.dpo writes the
-answer, and the target started again trains nothing. The teacher is skipped by its pairs being there (the corruption
-pairs stand in for the teacher's and the student's own: an untrained model has no correct sample); slm-pairs itself
-is tested in tests/test_toolcall_run.py.
-About 40 s on a lightly loaded 2-core machine (9 slm-train processes' start-up, most of it)."""
+"""`make dpo` shrunk (docs/dpo.md): the study's own Makefile target and sweep files at tiny sizes, one family, one seed,
+the preference arms after SFT (DPO at two betas, DPO+SFT, IPO) and on-policy DPO. Each child starts from its parent's
+run (train.init_from by interpolation of the job key), every run is scored per item on the task, analysis.dpo writes
+the answer, and the target started again trains nothing. The teacher is skipped by its pairs being there (the
+corruption pairs stand in for the teacher's and the student's own: an untrained model has no correct sample);
+slm-pairs itself is tested in tests/test_toolcall_run.py. About 40 s on a lightly loaded 2-core machine (9 slm-train
+processes' start-up, most of it)."""
 
 from __future__ import annotations
 
