@@ -6,7 +6,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN        := $(VENV)/bin
 STAMP      := $(VENV)/.slm-installed
 
-.PHONY: help install test test-slow sweep bench bench-gpu clean reproduce-2512 lr-transfer coordcheck claims conf decide halving
+.PHONY: help install test test-slow sweep bench bench-gpu clean reproduce-2512 lr-transfer coordcheck claims conf decide halving dpo
 
 help:
 	@echo "make install    create $(VENV): torch ($(TORCH_SPEC)) first, then slm with its dev extras"
@@ -22,6 +22,9 @@ help:
 	@echo "                a forecast at 70M parameters, the report (docs/decisions.md)"
 	@echo "make halving    successive halving against the full grid on CPU (90 + 90 jobs): which configurations each"
 	@echo "                keeps, and the compute each spends (docs/halving.md)"
+	@echo "make dpo        issue 50's claim on CPU (docs/dpo.md): a teacher, its pairs, 3 student families x 8 arms (SFT,"
+	@echo "                its token-matched control, DPO at 2 betas, DPO+SFT, IPO, ORPO, RFT) x DPO_SEEDS seeds, scored"
+	@echo "                on the function-calling task; DPO_DIR/dpo.md (default runs/dpo): exact match and format validity per arm"
 	@echo "make smoke      the CI smoke sweep (4 tiny runs); run again, it skips the runs already done"
 	@echo "make sweep-dry SWEEP=name   a sweep's jobs, parameter counts, tokens and GPU-hours; trains nothing"
 	@echo "make reproduce-2512          arXiv 2512.20877's character-level ladder (Table 1, the RoPE ablation,"
@@ -241,3 +244,70 @@ test-slurm: install
 .PHONY: dhara
 dhara: install
 	$(BIN)/slm-train -m sweep=dhara_conversion_ar $(ARGS) && $(BIN)/slm-train -m sweep=dhara_conversion $(ARGS)
+
+# ---------------------------------------------------------------- DPO on a verifiable task (issue 50, docs/dpo.md)
+# The whole study in $(DPO_DIR) (data/, the teacher's pairs, runs/ = $SLM_RUNS of every stage, dpo.md), in order:
+# the task's files (slm-toolcall); the teacher (sweeps/dpo_teacher_pre.yaml, dpo_teacher_sft.yaml) and its pairs
+# (slm-pairs: DPO_K samples per training prompt at DPO_TEMPERATURE); the students (dpo_pre: DPO_FAMILIES
+# pretrained; dpo_sft: SFT, DPO_SEEDS seeds); the arms from their parents (DPO_ARMS: dpo_arms = DPO at 2 betas,
+# DPO+SFT, IPO; dpo_control; dpo_orpo; dpo_rft), each scored on DPO_EVAL_LIMIT items of each held-out split; then
+# analysis.dpo reads the records into $(DPO_DIR)/dpo.md. Each stage waits for the one before (a child needs its
+# parent's weights); within a stage DPO_JOBS one-thread copies share the jobs. Started again, it trains only what is
+# missing; the teacher is trained only while $(DPO_DIR)/teacher_pairs.jsonl is missing (pairs of your own there,
+# with teacher_pairs.correct.jsonl for RFT, skip it). The sizes below are kept in $(DPO_DIR)/sizes.txt: other sizes
+# need another DPO_DIR (the job keys do not hold them). DPO_LR_SEARCH: multipliers of each arm's lr
+# (hydra.sweeper.lr_search, e.g. [0.5,1,2]); analysis.dpo then keeps each family x arm at its lr of lowest
+# validation NLL. Opt-in: DPO_ARMS="... dpo_onpolicy", one round of on-policy DPO (slm-pairs of each SFT run on
+# its own samples into $(DPO_DIR)/onpolicy/, then DPO on them).
+DPO_DIR ?= $(RUNS)/dpo
+DPO_SEEDS ?= 5
+DPO_JOBS ?= $(CPU_JOBS)
+DPO_TEACHER_THREADS ?= 2
+DPO_FAMILIES ?= gpt2,llama3,llama3_canon
+DPO_ARMS ?= dpo_arms dpo_control dpo_orpo dpo_rft
+DPO_LR_SEARCH ?=
+DPO_TRAIN ?= 2000
+DPO_CORPUS ?= 10000
+DPO_K ?= 8
+DPO_TEMPERATURE ?= 1.0
+DPO_PAIR_ITEMS ?= 2000
+DPO_TEACHER_PRE_STEPS ?= 1000
+DPO_TEACHER_SFT_STEPS ?= 1200
+DPO_PRE_STEPS ?= 600
+DPO_SFT_STEPS ?= 800
+DPO_ARM_STEPS ?= 200
+DPO_EVAL_LIMIT ?= 200
+DPO_SIZES = train=$(DPO_TRAIN) corpus=$(DPO_CORPUS) k=$(DPO_K) temperature=$(DPO_TEMPERATURE) \
+	pair_items=$(DPO_PAIR_ITEMS) teacher_pre=$(DPO_TEACHER_PRE_STEPS) teacher_sft=$(DPO_TEACHER_SFT_STEPS) \
+	pre=$(DPO_PRE_STEPS) sft=$(DPO_SFT_STEPS) arm=$(DPO_ARM_STEPS)
+DPO_ENV = SLM_DPO_DIR=$(DPO_DIR) SLM_RUNS=$(DPO_DIR)/runs SLM_DPO_TEACHER_PRE_STEPS=$(DPO_TEACHER_PRE_STEPS) \
+	SLM_DPO_TEACHER_SFT_STEPS=$(DPO_TEACHER_SFT_STEPS) SLM_DPO_PRE_STEPS=$(DPO_PRE_STEPS) \
+	SLM_DPO_SFT_STEPS=$(DPO_SFT_STEPS) SLM_DPO_ARM_STEPS=$(DPO_ARM_STEPS) \
+	SLM_DPO_ORPO_STEPS=$$(($(DPO_SFT_STEPS) + $(DPO_ARM_STEPS))) SLM_DPO_EVAL_LIMIT=$(DPO_EVAL_LIMIT)
+# dpo_onpolicy's pairs: slm-pairs of each SFT run (family x seed) on its own samples, DPO_JOBS at a time
+DPO_ONPOLICY_PAIRS = mkdir -p $(DPO_DIR)/onpolicy; \
+	for family in $$(echo $(DPO_FAMILIES) | tr , ' '); do for seed in $$(seq 0 $$(($(DPO_SEEDS) - 1))); do \
+		echo "model=$$family,train.seed=$$seed"; done; done | xargs -P $(DPO_JOBS) -I KEY sh -c \
+		'test -f $(DPO_DIR)/onpolicy/KEY.jsonl || $(BIN)/slm-pairs $(DPO_DIR)/runs/dpo_sft/KEY \
+		$(DPO_DIR)/onpolicy/KEY.jsonl --items $(DPO_DIR)/data/items_train.jsonl --limit $(DPO_PAIR_ITEMS) \
+		-k $(DPO_K) --temperature $(DPO_TEMPERATURE) --seed 0' || rc=$$?;
+DPO_STUDENT = model=$(DPO_FAMILIES) train.seed=$$(seq -s, 0 $$(($(DPO_SEEDS) - 1)))
+dpo: install
+	@mkdir -p $(DPO_DIR); if [ -f $(DPO_DIR)/sizes.txt ] && [ "$$(cat $(DPO_DIR)/sizes.txt)" != "$(DPO_SIZES)" ]; then \
+		echo "make dpo: DPO_DIR=$(DPO_DIR) holds a study at other sizes ($$(cat $(DPO_DIR)/sizes.txt)); give another DPO_DIR" >&2; \
+		exit 2; fi; echo "$(DPO_SIZES)" > $(DPO_DIR)/sizes.txt; export $(DPO_ENV); \
+	test -f $(DPO_DIR)/data/manifest.json || $(BIN)/slm-toolcall $(DPO_DIR)/data --train $(DPO_TRAIN) \
+		--corpus $(DPO_CORPUS) --seed 0 || exit $$?; \
+	test -f $(DPO_DIR)/teacher_pairs.jsonl || { export OMP_NUM_THREADS=$(DPO_TEACHER_THREADS); \
+		$(BIN)/slm-train -m sweep=dpo_teacher_pre && $(BIN)/slm-train -m sweep=dpo_teacher_sft && \
+		$(BIN)/slm-pairs $(DPO_DIR)/runs/dpo_teacher_sft/model=llama3 $(DPO_DIR)/teacher_pairs.jsonl \
+		--items $(DPO_DIR)/data/items_train.jsonl --limit $(DPO_PAIR_ITEMS) -k $(DPO_K) \
+		--temperature $(DPO_TEMPERATURE) --seed 0; } || exit $$?; \
+	export OMP_NUM_THREADS=1; rc=0; \
+	$(BIN)/slm-workers $(DPO_JOBS) -- $(BIN)/slm-train -m sweep=dpo_pre model=$(DPO_FAMILIES) || rc=$$?; \
+	$(BIN)/slm-workers $(DPO_JOBS) -- $(BIN)/slm-train -m sweep=dpo_sft $(DPO_STUDENT) || rc=$$?; \
+	$(if $(filter dpo_onpolicy,$(DPO_ARMS)),$(DPO_ONPOLICY_PAIRS)) \
+	$(BIN)/slm-workers $(DPO_JOBS) -- sh -c "rc=0; for sweep in $(DPO_ARMS); do \
+		$(BIN)/slm-train -m sweep=\$$sweep $(DPO_STUDENT) $(if $(DPO_LR_SEARCH),'hydra.sweeper.lr_search=$(DPO_LR_SEARCH)') \
+		|| rc=\$$?; done; exit \$$rc" || rc=$$?; \
+	$(BIN)/python -m analysis.dpo $(DPO_DIR)/runs -o $(DPO_DIR)/dpo.md && exit $$rc
