@@ -68,7 +68,7 @@ def read_runs(root: Path) -> list[dict]:
             runs.append({"dir": run_dir, "arm": arm_name(group, config),
                          "family": (config.get("model") or {}).get("family"),
                          "seed": (config.get("train") or {}).get("seed"), "lr": (config.get("train") or {}).get("lr"),
-                         "val_loss": (record.get("eval") or {}).get("val_nll"),
+                         "selection_nll": (record.get("eval") or {}).get("val_nll"),
                          "tokens": (record.get("training") or {}).get("tokens"), "docs": docs})
     return runs
 
@@ -83,7 +83,7 @@ def best_lr(runs: list[dict]) -> list[dict]:
     kept = []
     for by_lr in cells.values():
         def mean_nll(lr):
-            values = [r["val_loss"] for r in by_lr[lr] if isinstance(r["val_loss"], (int, float))]
+            values = [r["selection_nll"] for r in by_lr[lr] if isinstance(r["selection_nll"], (int, float))]
             return float(np.mean(values)) if values else float("inf")
         kept += by_lr[min(by_lr, key=mean_nll)]
     return kept
