@@ -103,6 +103,7 @@ def test_slm_compare_pairs_two_runs_item_by_item_with_mcnemar(trained, tmp_path)
 
     update_record(other, status="completed", eval={"val_nll": 4.0})
     _evaluate(other)
+    _evaluate(trained)  # not left to an earlier test: pytest-xdist may run this one first on its worker
     result = paired_difference(trained, other, "slm_toolcall")
     assert result.test == "McNemar exact" and result.n == LIMIT and result.metric == "exact_match,none"
 
