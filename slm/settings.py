@@ -68,6 +68,26 @@ def nested(fields: dict) -> dict:
     return out
 
 
+def differing_fields(a: dict, b: dict, prefix: str = ""):
+    """Dotted names of the fields both mappings hold with different values, in sorted order (nested groups compared
+    field by field; a list equals a tuple of the same items)."""
+    for key in sorted(a.keys() & b.keys()):
+        name = f"{prefix}{key}"
+        old, new = a[key], b[key]
+        if isinstance(old, dict) and isinstance(new, dict):
+            yield from differing_fields(old, new, f"{name}.")
+        elif old != new and not (isinstance(old, (list, tuple)) and isinstance(new, (list, tuple))
+                                 and list(old) == list(new)):
+            yield name
+
+
+def field_at(fields: dict, name: str):
+    """The value at a dotted name of a nested mapping (None where a part is missing)."""
+    for part in name.split("."):
+        fields = fields.get(part) if isinstance(fields, dict) else None
+    return fields
+
+
 def require(*rules: tuple[bool, str, Any, str]) -> None:
     """Cross-field checks as data: each rule is (holds, key, value, allowed); the first that does not hold raises
     `SettingsError.invalid(key, value, allowed)`."""

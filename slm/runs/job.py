@@ -58,6 +58,7 @@ from slm.runs.layout import CHECKPOINT
 from slm.runs.preflight import PreparedJob, prepare
 from slm.runs.record import load_record, now, settled, update_record
 from slm.runs.lock import run_lock
+from slm.settings import differing_fields, field_at
 from slm.training.checkpoints import ResumeError, checkpoint_step, resume_checkpoint
 from slm.training.distributed import is_rank_zero
 from slm.training.train_log import NAME as TRAIN_LOG
@@ -88,20 +89,8 @@ def _model_clash(existing: dict | None, cfg: dict) -> str | None:
         recorded = upgrade_model_fields(recorded)  # flat fields of a run made before they moved into groups
     except RenameError as err:
         return str(err)
-    return _first_difference(recorded, asked, "model")
-
-
-def _first_difference(recorded: dict, asked: dict, prefix: str) -> str | None:
-    """The first key both mappings hold with different values (nested groups compared field by field)."""
-    for key in sorted(recorded.keys() & asked.keys()):
-        old, new = recorded[key], asked[key]
-        if isinstance(old, dict) and isinstance(new, dict):
-            found = _first_difference(old, new, f"{prefix}.{key}")
-            if found:
-                return found
-        elif old != new:
-            return f"{prefix}.{key}: {old!r} recorded, {new!r} asked"
-    return None
+    name = next(differing_fields(recorded, asked), None)
+    return None if name is None else f"model.{name}: {field_at(recorded, name)!r} recorded, {field_at(asked, name)!r} asked"
 
 
 def train_run(cfg: dict, run_dir: str | os.PathLike, *, sweep: bool = False, rerun_failed: bool = False) -> dict:

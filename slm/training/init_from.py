@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from slm.model.weights import CONFIG_FILE, WEIGHTS_FILE, resolve_model_dir
+from slm.settings import differing_fields, field_at
 
 EMBEDDING_TENSORS = ("tok_emb.weight", "lm_head.weight")
 
@@ -232,27 +233,11 @@ def check_same_network(source: InitSource, model_cfg) -> None:
     except RenameError:
         return
     ours = model_cfg.to_dict()
-    for name in _differences(theirs, ours, ""):
+    for name in differing_fields(theirs, ours):
         if name not in STAGE_MAY_CHANGE:
-            raise InitFromError(f"model.{name}={_at(ours, name)!r} differs from train.init_from's model, which has "
-                                f"{_at(theirs, name)!r}; a post-training stage trains its parent's model: give the "
+            raise InitFromError(f"model.{name}={field_at(ours, name)!r} differs from train.init_from's model, which has "
+                                f"{field_at(theirs, name)!r}; a post-training stage trains its parent's model: give the "
                                 f"parent's model settings (parent: {source.given})")
-
-
-def _differences(a: dict, b: dict, prefix: str):
-    """Dotted names of the fields both mappings hold with different values (groups compared field by field)."""
-    for key in sorted(a.keys() & b.keys()):
-        name = f"{prefix}{key}"
-        if isinstance(a[key], dict) and isinstance(b[key], dict):
-            yield from _differences(a[key], b[key], f"{name}.")
-        elif a[key] != b[key] and not (isinstance(a[key], (list, tuple)) and list(a[key]) == list(b[key] or [])):
-            yield name
-
-
-def _at(fields: dict, name: str):
-    for part in name.split("."):
-        fields = fields.get(part) if isinstance(fields, dict) else None
-    return fields
 
 
 def load_weights(model: nn.Module, source: InitSource, mask_token_id: int | None = None) -> None:
