@@ -28,6 +28,17 @@ def test_dry_run_prints_each_rung_with_its_compute_and_lr_rule(tmp_path):
     assert not (tmp_path / "runs" / "lad").exists()
 
 
+def test_seeds_per_rung_train_the_first_seeds_only_at_the_rungs_that_ask_for_fewer(tmp_path):
+    ladder = "hydra.sweeper.ladder={rungs:[2e4,4e4],tokens_per_param:0.5,lr:transfer,search_rungs:1,seeds:[2,1]}"
+    out = slm(tmp_path, "-m", "run_group=lad", *TINY, *MUP, ladder, SEARCH, "train.seed=0,1",
+              "hydra.sweeper.dry_run=true")
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [line.split() for line in out.stdout.splitlines() if line.strip().startswith(("1 ", "2 "))]
+    assert [(r[0], r[3]) for r in rows] == [("1", "6"), ("2", "1")]  # 2 seeds x 3 lrs, then seed 0 only
+    keys = [line.split()[0] for line in out.stdout.splitlines() if "model.param_budget=40000" in line]
+    assert len(keys) == 1
+
+
 def test_transfer_ladder_carries_the_best_lr_up_and_a_second_run_trains_nothing(tmp_path):
     args = ["-m", "run_group=lad", *TINY, *MUP, LADDER, SEARCH]
     out = slm(tmp_path, *args)
@@ -76,6 +87,8 @@ def test_transfer_ladder_carries_the_best_lr_up_and_a_second_run_trains_nothing(
     ("{rungs:[2e4,4e4],lr:transfer}", [SEARCH], "which only mup or completep promise; this sweep has "
                                                 "model.parametrization.kind=sp"),
     ("{rungs:[2e4,4e4]}", ["train.length.steps=5"], "train.length.steps=5 would override the ladder's token budget"),
+    ("{rungs:[2e4,4e4],seeds:[2]}", [], "hydra.sweeper.ladder.seeds=[2] is invalid: one seed count per rung "
+                                        "(2 rungs), e.g. [5, 5, 5, 3]"),
     ("{rungs:[2e4,4e4],lr:sometimes}", [], "hydra.sweeper.ladder.lr='sometimes' is invalid: choose one of: search, "
                                            "transfer"),
     ("{rungs:[2e4,4e4],search_rungs:2,lr:transfer}", [SEARCH], "hydra.sweeper.ladder.search_rungs=2 is invalid"),

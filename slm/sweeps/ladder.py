@@ -8,6 +8,7 @@
           lr: search                             # search | transfer | fixed (below)
           search_rungs: 2                        # transfer: how many of the lowest rungs search the lr
           validations: 4                         # validations per job, evenly spaced (the 25% and 50% proxies)
+          seeds: [5, 5, 3, 3]                    # seeds per rung (the first N train.seed values); null: all
 
 A job of the ladder is a point (or params combination) at a rung: its overrides plus `model.param_budget=<rung>`,
 `train.length.tokens=<rung x tokens_per_param>` and, with validations > 1, `train.validation.interval=<steps //
@@ -103,6 +104,20 @@ def _rung_overrides(base: J.Job, ladder: LadderSettings, rung: float) -> list[st
     return out
 
 
+def _seed(overrides) -> str | None:
+    return next((str(o).split("=", 1)[1] for o in overrides if str(o).lstrip("+").startswith("train.seed=")), None)
+
+
+def _seeded(jobs: list[J.Job], count: int | None) -> list[J.Job]:
+    """The jobs whose train.seed is among the first `count` seed values of `jobs` (in their order); a job without a
+    train.seed override is always kept."""
+    if count is None:
+        return jobs
+    order = list(dict.fromkeys(s for s in (_seed(j.overrides) for j in jobs) if s is not None))
+    keep = set(order[:count])
+    return [j for j in jobs if _seed(j.overrides) is None or _seed(j.overrides) in keep]
+
+
 def expand(compose: Callable[[list[str]], J.Job], jobs: list[J.Job], ladder: LadderSettings) -> Plan:
     """Every base job at every rung, the lowest rung first (a base job that does not compose is kept once, as given)."""
     plan = Plan(ladder)
@@ -118,7 +133,7 @@ def expand(compose: Callable[[list[str]], J.Job], jobs: list[J.Job], ladder: Lad
                              f"{' or '.join(TRANSFERS)} promise; this sweep has model.parametrization.kind={kind}: "
                              "set model.parametrization.kind=mup, or ladder.lr=search")
     for index, rung in enumerate(ladder.rungs):
-        for job in jobs:
+        for job in _seeded(jobs, ladder.seeds[index] if ladder.seeds else None):
             if job.cfg is None:
                 if index == 0:
                     plan.searched.append(RungJob(index, rung, _configuration(job.overrides), job, job))

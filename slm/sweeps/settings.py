@@ -36,6 +36,10 @@ class LadderSettings(Settings):
     """lr: transfer: how many of the lowest rungs search the lr (null: 2, at most the rungs less one)."""
     validations: int = setting(4, ge=1)
     """Validations per job, evenly spaced (4: the curve at 25%, 50%, 75% and 100%)."""
+    seeds: Optional[list[int]] = setting(None, ge=1, each=True, null="every seed at every rung")
+    """How many seeds each rung trains, one count per rung, lowest first (e.g. [5, 5, 5, 3]: the first 3 of the
+    params' train.seed values, in their order, at the top rung); null: every seed at every rung. A count above the
+    seeds given trains them all."""
 
     def searched(self, index: int) -> bool:
         """Whether the jobs of rung `index` (0: the lowest) run in the first phase (search the lr, or train a fixed one)."""
@@ -65,6 +69,8 @@ class LadderSettings(Settings):
              "transfer), or drop lr_search"),
             (self.lr != "transfer" or searched, f"{key}.lr", self.lr,
              f"it carries the lr searched at the lowest rungs: set {KEY}.lr_search too (e.g. [0.5, 1, 2])"))
+        require((self.seeds is None or len(self.seeds) == len(rungs), f"{key}.seeds", self.seeds,
+                 f"one seed count per rung ({len(rungs)} rungs), e.g. [5, 5, 5, 3]"))
         require((self.search_rungs < len(rungs), f"{key}.search_rungs", self.search_rungs,
                  f"how many of the lowest rungs search the lr (lr: transfer): 1 to {len(rungs) - 1}, so that a rung "
                  "above is left to carry it to"))
