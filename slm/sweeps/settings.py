@@ -145,7 +145,7 @@ class SweepSettings(Settings):
     lr); the analysis ranks each configuration at its best lr."""
     ladder: Optional[LadderSettings] = None
     """Every job at several rungs of scale: {rungs: [5e4, 1e5, 2e5] (model.param_budget), tokens_per_param: 5, lr:
-    search | transfer | fixed, search_rungs: 2, validations: 4}; null: none."""
+    search | transfer | fixed, search_rungs: 2, validations: 4, seeds: [5, 5, 3] (per rung)}; null: none."""
     halving: Optional[HalvingSettings] = None
     """Successive halving: {eta: 3, rungs: 3} (rungs at 1/9, 1/3, 1 of each job's steps) or {eta: 3, fractions: [0.11,
     0.33, 1]}: at each rung only the best 1/eta of the configurations go on, the others recorded pruned (needs a wsd
