@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 
 from slm.model.weights import load_model
 from slm.runs import job as steps
+from slm.runs.record import load_record
 from tests.test_bad_input import RUN, _train, snapshot, workdir  # noqa: F401 (workdir: a fixture)
 from tests.test_sweep_compose import hydra_env, planned_jobs  # noqa: F401 (hydra_env: a fixture)
 
@@ -80,7 +81,8 @@ def test_lawa_is_the_mean_of_the_last_snapshots_and_keep_saves_it(tmp_path, cach
 
 def test_ema_follows_its_recurrence_from_start(tmp_path, cache):
     """decay 0.8 from step 3 of 6: the average starts as the weights of step 3, then avg <- lerp(avg, w, 0.2) after
-    steps 4, 5, 6; no averaged validation before step 3; without keep the saved weights are the raw ones."""
+    steps 4, 5, 6; no averaged validation before step 3; without keep the saved weights are the raw ones; another run
+    starts from its checkpoint (train.init_from)."""
     run = tmp_path / "ema"
     rec = steps.train_run(compose(["train.length.steps=6", "train.validation.interval=2", "train.checkpoint.keep_every=1",
                                    f"{AVG}.kind=ema", f"{AVG}.decay=0.8", f"{AVG}.start=3"]), run)
@@ -98,6 +100,11 @@ def test_ema_follows_its_recurrence_from_start(tmp_path, cache):
     assert e["val_nll_avg"] == e["val_curve_avg"][-1][1] != e["val_nll"] and "averaged_kept" not in e
     for name, p in saved(run).items():
         assert torch.equal(p, raw(run, 6)[name]), name
+    # train.init_from a checkpoint of an averaging run takes its raw weights (the average is not in its state_dict)
+    other = steps.train_run(compose(["train.length.steps=2", f"train.init_from={run}/checkpoints/step-6.ckpt",
+                                     f"{AVG}.kind=lawa", f"{AVG}.every=1"]), tmp_path / "init")
+    assert other["status"] == "completed" and other["training"]["init_from"]["checkpoint_step"] == 6
+    assert other["eval"]["averaged_weights"]["snapshots"] == [1, 2]
 
 
 @pytest.mark.parametrize("kind", ["ema", "lawa"])
@@ -152,3 +159,21 @@ def test_the_default_changes_no_job_key_of_a_shipped_sweep(hydra_env):  # noqa: 
     keys = sorted(os.path.relpath(str(job.run_dir), runs) for _, job in recording.made)
     assert (len(keys), hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16]) == CPU_DEFAULT_KEYS
     assert all(job.cfg["train"]["validation"]["averaging"]["kind"] == "none" for _, job in recording.made)
+
+
+def test_a_decay_branch_averages_as_the_run_of_its_length_trained_alone(tmp_path, cache):
+    """A wsd run of 16 steps with a branch at 0.5 (8 steps, its decay from step 7: it resumes from the run's state
+    there, the average included) ends with the averaged weights, val_nll_avg and curve of the 8-step wsd run trained
+    alone."""
+    common = ["train.schedule.kind=wsd", "train.schedule.warmup_steps=1", "train.validation.interval=4",
+              f"{AVG}.kind=ema", f"{AVG}.decay=0.5", f"{AVG}.start=2", f"{AVG}.keep=true"]
+    run = tmp_path / "t" / "wsd"
+    steps.train_run(compose([*common, "train.length.steps=16", "train.schedule.decay_branches=[0.5]"]), run)
+    branch = run.parent / "wsd,branch=0.5"
+    alone = steps.train_run(compose([*common, "train.length.steps=8"]), tmp_path / "alone")
+    mine = load_record(branch)
+    assert mine["status"] == "completed" and mine["branch"]["step"] == 7
+    for field in ("val_nll_avg", "val_curve_avg", "averaged_weights", "val_nll", "last_val_nll"):
+        assert mine["eval"][field] == alone["eval"][field], field
+    a, b = saved(branch), saved(tmp_path / "alone")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
