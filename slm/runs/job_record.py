@@ -217,6 +217,9 @@ def record_completed(job: PreparedJob, built: Built, training: dict, restored: d
         raise FloatingPointError(f"validation NLL is {val.get('val_nll')}")
     kept = (restored or {}).get("kept") == "averaged"
     best = (" (the averaged weights, kept)" if kept else " (the best, restored)") if restored else ""
+    avg = built.averaging.metrics.get("val_nll") if built.averaging is not None and not kept else None
+    if avg is not None:  # train.validation.averaging without keep: the averaged weights' too
+        best += f"; averaged weights ({built.averaging.averager.settings.kind}) {avg:.4f}"
     steps, session = training["steps"], training["session_steps"]
     print(f"slm-train: trained to step {steps:,} of {job.max_steps:,} ({session:,} step{'' if session == 1 else 's'} in "
           f"{duration(training['wall_seconds'])}); validation "
