@@ -70,6 +70,9 @@ def test_lawa_is_the_mean_of_the_last_snapshots_and_keep_saves_it(tmp_path, cach
     assert [s for s, _ in e["val_curve_avg"]] == [4, 8, 9] and [s for s, _ in e["val_curve"]] == [4, 8, 9]
     assert e["averaged_kept"] and e["val_nll"] == e["val_nll_avg"] == e["val_curve_avg"][-1][1]
     assert (e["last_val_nll"], e["last_val_step"]) == (e["val_curve"][-1][1], 9) and e["val_nll"] != e["last_val_nll"]
+    from analysis import collect
+
+    assert collect(run / "result.json")["val_nll_avg"].tolist() == [e["val_nll_avg"]]  # a column of the results table
 
     # val_nll_avg is the validation loss of those weights loaded into a fresh model, on the same windows
     job = steps.prepare(compose(["train.length.steps=9"]), tmp_path / "fresh")
@@ -148,19 +151,6 @@ def test_bad_averaging_is_one_line_and_exit_2(workdir, capsys, argv, line):  # n
     assert len([text for text in lines if ": error:" in text]) == 1 and snapshot(workdir) == before
 
 
-CPU_DEFAULT_KEYS = (12, "195d974db84a36a7")
-"""sweeps/cpu_default.yaml's job keys before train.validation.averaging existed: their count and the first 16 hex
-digits of the SHA-256 of their sorted run-directory names (run group/key), one a line."""
-
-
-def test_the_default_changes_no_job_key_of_a_shipped_sweep(hydra_env):  # noqa: F811 (hydra_env)
-    recording = planned_jobs(hydra_env, "cpu_default")
-    runs = os.environ["SLM_RUNS"]
-    keys = sorted(os.path.relpath(str(job.run_dir), runs) for _, job in recording.made)
-    assert (len(keys), hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16]) == CPU_DEFAULT_KEYS
-    assert all(job.cfg["train"]["validation"]["averaging"]["kind"] == "none" for _, job in recording.made)
-
-
 def test_a_decay_branch_averages_as_the_run_of_its_length_trained_alone(tmp_path, cache):
     """A wsd run of 16 steps with a branch at 0.5 (8 steps, its decay from step 7: it resumes from the run's state
     there, the average included) ends with the averaged weights, val_nll_avg and curve of the 8-step wsd run trained
@@ -177,3 +167,21 @@ def test_a_decay_branch_averages_as_the_run_of_its_length_trained_alone(tmp_path
         assert mine["eval"][field] == alone["eval"][field], field
     a, b = saved(branch), saved(tmp_path / "alone")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+CPU_DEFAULT_KEYS = (12, "195d974db84a36a7")
+"""sweeps/cpu_default.yaml's job keys before train.validation.averaging existed: their count and the first 16 hex
+digits of the SHA-256 of their sorted run-directory names (run group/key), one a line."""
+
+
+def test_the_default_changes_no_job_key_of_a_shipped_sweep(hydra_env):  # noqa: F811 (hydra_env)
+    from hydra.core.global_hydra import GlobalHydra
+
+    try:
+        recording = planned_jobs(hydra_env, "cpu_default")
+    finally:  # hydra_env is module-scoped: Hydra's global state cleared for the tests that compose after this one
+        GlobalHydra.instance().clear()
+    runs = os.environ["SLM_RUNS"]
+    keys = sorted(os.path.relpath(str(job.run_dir), runs) for _, job in recording.made)
+    assert (len(keys), hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16]) == CPU_DEFAULT_KEYS
+    assert all(job.cfg["train"]["validation"]["averaging"]["kind"] == "none" for _, job in recording.made)
