@@ -58,8 +58,9 @@ def test_lawa_is_the_mean_of_the_last_snapshots_and_keep_saves_it(tmp_path, cach
     """window 3, every 2, 9 steps: snapshots at 2, 4, 6, 8, the last three averaged (9 is no multiple of 2); keep:
     the saved model is their mean, its validation the record's val_nll, the raw weights' last_val_nll."""
     run = tmp_path / "lawa"
-    rec = steps.train_run(compose(["train.length.steps=9", "train.validation.interval=4", "train.checkpoint.keep_every=2",
-                                   f"{AVG}.kind=lawa", f"{AVG}.window=3", f"{AVG}.every=2", f"{AVG}.keep=true"]), run)
+    rec = steps.train_run(compose(["train.length.steps=9", "train.validation.interval=4",
+                                   "train.checkpoint.keep_every=2", f"{AVG}.kind=lawa", f"{AVG}.window=3",
+                                   f"{AVG}.every=2", f"{AVG}.keep=true"]), run)
     e = rec["eval"]
     assert e["averaged_weights"] == {"kind": "lawa", "updates": 4, "last_update": 8, "snapshots": [4, 6, 8]}
     four, six, eight = raw(run, 4), raw(run, 6), raw(run, 8)
@@ -87,8 +88,9 @@ def test_ema_follows_its_recurrence_from_start(tmp_path, cache):
     steps 4, 5, 6; no averaged validation before step 3; without keep the saved weights are the raw ones; another run
     starts from its checkpoint (train.init_from)."""
     run = tmp_path / "ema"
-    rec = steps.train_run(compose(["train.length.steps=6", "train.validation.interval=2", "train.checkpoint.keep_every=1",
-                                   f"{AVG}.kind=ema", f"{AVG}.decay=0.8", f"{AVG}.start=3"]), run)
+    rec = steps.train_run(compose(["train.length.steps=6", "train.validation.interval=2",
+                                   "train.checkpoint.keep_every=1", f"{AVG}.kind=ema", f"{AVG}.decay=0.8",
+                                   f"{AVG}.start=3"]), run)
     expected = {k: v.clone() for k, v in raw(run, 3).items()}
     for step in (4, 5, 6):
         for name, w in raw(run, step).items():

@@ -2,7 +2,8 @@
 
 The module (seeded; train.init_from's weights on a fresh start), the data module, the callbacks (the start line,
 the progress, checkpoints, throughput, train_log, routing load, averaged weights, kept steps, decay branches'
-checkpoints, stop signals, train.length.pause_at's pause), the loggers, the strategy and the Trainer. Lightning is imported when build runs, not with this module.
+checkpoints, stop signals, train.length.pause_at's pause), the loggers, the strategy and the Trainer. Lightning is
+imported when build runs, not with this module.
 """
 
 from __future__ import annotations

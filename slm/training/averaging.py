@@ -2,10 +2,11 @@
 
 kind none (the default) changes nothing. ema keeps an exponential moving average of the parameters, lawa the uniform
 average of the last `window` snapshots taken every `every` steps (LAWA: Kaddour, arXiv 2209.14981; in LLM pre-training
-at 125M-770M parameters: Sanyal et al., arXiv 2306.03241). Every validation also scores the averaged weights on the same windows
-(eval.val_nll_avg, eval.val_curve_avg); `keep` makes them the run's weights at the end. Steps are absolute (a snapshot
-at every multiple of `every` from `start` on), so a resumed run and a decay branch average exactly what a run trained
-in one go does. The state lives in slm.training.weight_averaging (torch); this file is the settings only.
+at 125M-770M parameters: Sanyal et al., arXiv 2306.03241). Every validation also scores the averaged weights on the
+same windows (eval.val_nll_avg, eval.val_curve_avg); `keep` makes them the run's weights at the end. Steps are
+absolute (a snapshot at every multiple of `every` from `start` on), so a resumed run and a decay branch average exactly
+what a run trained in one go does. The state lives in slm.training.weight_averaging (torch); this file is the settings
+only.
 """
 
 from __future__ import annotations
