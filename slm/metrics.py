@@ -174,6 +174,10 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
            "eval.val_curve at 50% of training.max_steps", block="metrics",
            label="validation NLL at 50% of training", short="val NLL @50%", unit="nats/token", direction=LOWER,
            kind=PER_RUN, bound_when=NELBO, exact_only=True, curve_at=0.5),
+    Metric("val_nll_avg", "validation NLL of the run's averaged weights (train.validation.averaging: an EMA or LAWA "
+           "average of the parameters) at its last validation, on val_nll's windows; empty for a run without",
+           ("eval", "val_nll_avg"), block="metrics", label="validation NLL of the averaged weights",
+           short="val NLL avg", unit="nats/token", direction=LOWER, kind=PER_RUN, bound_when=NELBO, exact_only=True),
     Metric("test_nll", "test NLL (nats/token) of the first train.validation.windows windows of the test split",
            ("eval", "test_nll"), label="test NLL", unit="nats/token", direction=LOWER, kind=PER_RUN,
            bound_when=NELBO, exact_only=True),

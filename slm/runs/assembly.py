@@ -1,8 +1,9 @@
 """The Lightning parts of one attempt at a job, assembled by `build` into a Built.
 
 The module (seeded; train.init_from's weights on a fresh start), the data module, the callbacks (the start line,
-the progress, checkpoints, throughput, train_log, routing load, kept steps, decay branches' checkpoints, stop
-signals, train.length.pause_at's pause), the loggers, the strategy and the Trainer. Lightning is imported when build runs, not with this module.
+the progress, checkpoints, throughput, train_log, routing load, averaged weights, kept steps, decay branches'
+checkpoints, stop signals, train.length.pause_at's pause), the loggers, the strategy and the Trainer. Lightning is
+imported when build runs, not with this module.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ if TYPE_CHECKING:  # build imports them: Lightning loads when a job trains
     from slm.training.callbacks import SignalCheckpoint, ThroughputMonitor
     from slm.training.module import LanguageModelModule
     from slm.training.routing import RoutingLoad
+    from slm.training.weight_averaging import AverageWeights
 
 
 @dataclass
@@ -46,6 +48,8 @@ class Built:
     """The checkpoint this attempt starts from (None: step 0)."""
     resumed_from: str | None
     """The same relative to the run directory, as the record and the start line say it."""
+    averaging: AverageWeights | None = None
+    """train.validation.averaging's averaged weights and their validations (None: kind none)."""
 
 
 def _strategy(train_cfg) -> str:
@@ -106,6 +110,7 @@ def build(job: PreparedJob, resume: Path | None) -> Built:
     from slm.training.module import LanguageModelModule
     from slm.training.progress import ProgressLog, StartLine, StepsBar, interactive
     from slm.training.routing import RoutingLoad
+    from slm.training.weight_averaging import AverageWeights
 
     run_dir, train_cfg, model_cfg, max_steps = job.run_dir, job.train_cfg, job.model_cfg, job.max_steps
     tidy_lightning_logging()
@@ -130,6 +135,7 @@ def build(job: PreparedJob, resume: Path | None) -> Built:
     pause_step = train_cfg.length.pause_step(max_steps)
     pause = [PauseAt(pause_step, run_dir / CHECKPOINT)] if pause_step is not None else []
     routing = RoutingLoad(train_cfg.logging.interval)
+    averaging = AverageWeights(train_cfg.validation.averaging) if train_cfg.validation.averaging.on else None
     bar = train_cfg.logging.progress_bar and interactive()  # a bar only on a terminal: in a file it is a stream of \r
     resumed_from = str(Path(resume).relative_to(run_dir)) if resume is not None else None
     talk = [StartLine(resumed_from, branch_of=_branch_of(run_dir)), StepsBar(throughput) if bar else
@@ -157,11 +163,12 @@ def build(job: PreparedJob, resume: Path | None) -> Built:
         limit_val_batches=train_cfg.validation.batches if train_cfg.validation.windows is None else None,
         num_sanity_val_steps=0, log_every_n_steps=train_cfg.logging.interval,
         logger=loggers, plugins=plugins,
-        # routing before anything that saves a checkpoint on a step's end (its load is in the checkpoint);
+        # routing and averaging before anything that saves a checkpoint on a step's end (their state is in it);
         # branches and keep before preemption: a step that is also interrupted is saved before the run stops; the
         # pause last (train.length.pause_at: it saves the step and stops the run)
-        callbacks=[*talk, routing, checkpoint, throughput, *step_log, *history, branches, keep, preemption, *pause],
+        callbacks=[*talk, routing, *([averaging] if averaging else []), checkpoint, throughput, *step_log, *history,
+                   branches, keep, preemption, *pause],
         enable_progress_bar=bar, enable_model_summary=False, detect_anomaly=train_cfg.logging.detect_anomaly,
         use_distributed_sampler=False,
     )
-    return Built(module, datamodule, trainer, throughput, preemption, routing, resume, resumed_from)
+    return Built(module, datamodule, trainer, throughput, preemption, routing, resume, resumed_from, averaging)

@@ -23,8 +23,8 @@ checkpoint the run wrote at its step:
                     loggers, Trainer
   fit               Trainer.fit from the checkpoint or from step 0: the record's training section (on a signal
                     the record counts the interruption and the signal goes on)
-  validate          the final validation, the best weights restored (train.validation.restore_best), the test split
-                    (train.validation.windows)
+  validate          the final validation, the best weights restored (train.validation.restore_best) or the averaged
+                    ones kept (train.validation.averaging.keep), the test split (train.validation.windows)
   record_completed  the weights saved, the record `completed` (record_diverged instead: `diverged`, no weights)
   evaluate          the eval suite on the saved model, merged into the record (its failure leaves the run
                     completed)
@@ -345,12 +345,15 @@ def fit(job: PreparedJob, built: Built, started: float) -> dict:
 # --------------------------------------------------------------------------------------------------- validate
 def validate(job: PreparedJob, built: Built) -> dict | None:
     """The last step's validation (unless training ended on one), the best validation's weights restored
-    (train.validation.restore_best) and the test split's first windows scored (train.validation.windows); on every rank. Returns
-    the metrics of the last validation that a restored best replaced (None when nothing was restored)."""
+    (train.validation.restore_best) or the averaged ones kept (train.validation.averaging.keep), and the test split's
+    first windows scored (train.validation.windows); on every rank. Returns the metrics of the last validation that
+    restored or kept weights replaced (None when nothing was; kept: averaged for the averaged ones)."""
     module, trainer, datamodule = built.module, built.trainer, built.datamodule
     if module.val_metrics.get("val_step") != trainer.global_step:
         trainer.validate(module, datamodule=datamodule, verbose=False)
     last_val = module.restore_best() if job.train_cfg.validation.restore_best else None
+    if job.train_cfg.validation.averaging.keep and built.averaging is not None:
+        last_val = built.averaging.keep(module)
     if job.train_cfg.validation.windows is not None:  # the test split's first windows, scored by the model saved next
         module.scoring_test = True
         trainer.validate(module, dataloaders=datamodule.test_dataloader(), verbose=False)

@@ -164,10 +164,23 @@ def val_curve(run_dir, module) -> list[list]:
     """The run's validation curve for its record: the module's (from its checkpoint on, resumes included) with the
     validations the record holds already at other steps (a pause's: it validates after saving its checkpoint, so the
     checkpoint's curve lacks it), in step order."""
-    recorded = ((load_record(run_dir) or {}).get("eval") or {}).get("val_curve") or []
+    return _merged_curve(run_dir, "val_curve", module.val_curve)
+
+
+def _merged_curve(run_dir, field: str, curve: list) -> list[list]:
+    """`curve` ([[step, nll], ...]) with the points the record's eval.<field> holds at other steps, in step order."""
+    recorded = ((load_record(run_dir) or {}).get("eval") or {}).get(field) or []
     points = {int(p[0]): float(p[1]) for p in recorded if isinstance(p, list) and len(p) == 2}
-    points.update({int(step): float(nll) for step, nll in module.val_curve})
+    points.update({int(step): float(nll) for step, nll in curve})
     return [[step, points[step]] for step in sorted(points)]
+
+
+def averaged(run_dir, built: Built) -> dict:
+    """The record's eval entries of train.validation.averaging (val_nll_avg, val_curve_avg, averaged_weights); {}
+    without it."""
+    if built.averaging is None:
+        return {}
+    return {**built.averaging.record(), "val_curve_avg": _merged_curve(run_dir, "val_curve_avg", built.averaging.curve)}
 
 
 def record_paused(job: PreparedJob, built: Built, training: dict) -> dict:
@@ -187,7 +200,7 @@ def record_paused(job: PreparedJob, built: Built, training: dict) -> dict:
     training["paused"]["val_nll"] = nll
     curve = val_curve(job.run_dir, module)
     return update_record(job.run_dir, status="paused", training=training, data=_data_section(job, built.datamodule),
-                         eval={"val_curve": curve}, health=health(job, built, curve))
+                         eval={"val_curve": curve, **averaged(job.run_dir, built)}, health=health(job, built, curve))
 
 
 def record_completed(job: PreparedJob, built: Built, training: dict, restored: dict | None) -> dict:
@@ -202,7 +215,11 @@ def record_completed(job: PreparedJob, built: Built, training: dict, restored: d
     val = module.val_metrics
     if not math.isfinite(val.get("val_nll", float("nan"))):
         raise FloatingPointError(f"validation NLL is {val.get('val_nll')}")
-    best = " (the best, restored)" if restored else ""
+    kept = (restored or {}).get("kept") == "averaged"
+    best = (" (the averaged weights, kept)" if kept else " (the best, restored)") if restored else ""
+    avg = built.averaging.metrics.get("val_nll") if built.averaging is not None and not kept else None
+    if avg is not None:  # train.validation.averaging without keep: the averaged weights' too
+        best += f"; averaged weights ({built.averaging.averager.settings.kind}) {avg:.4f}"
     steps, session = training["steps"], training["session_steps"]
     print(f"slm-train: trained to step {steps:,} of {job.max_steps:,} ({session:,} step{'' if session == 1 else 's'} in "
           f"{duration(training['wall_seconds'])}); validation "
@@ -218,7 +235,9 @@ def record_completed(job: PreparedJob, built: Built, training: dict, restored: d
                                ("val_ppl" if module.objective.nll_kind == "nll" else "val_ppl_bound"): val["val_ppl"],
                                "val_nll_kind": module.objective.nll_kind, **module.test_metrics, **per_byte,
                                "val_curve": curve,
-                               **({"restored_best": True, "last_val_nll": restored["val_nll"],
+                               **averaged(run_dir, built),
+                               **({("averaged_kept" if kept else "restored_best"): True,
+                                   "last_val_nll": restored["val_nll"],
                                    "last_val_step": restored["val_step"]} if restored else {}),
                                **({"val_attention_block": val["val_attention_block"]}
                                   if "val_attention_block" in val else {}),

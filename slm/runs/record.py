@@ -22,6 +22,10 @@ Top-level sections (schema_version 1):
                train.validation.windows test_nll, test_ppl (test_ppl_bound for a diffusion run), test_targets, test_bpb,
                test_bytes_per_token;
                val_attention_block (block curriculum: the block the validation ran with, the last step's);
+               with train.validation.averaging: val_nll_avg (the averaged weights' at the last validation),
+               val_curve_avg [[step, nll], ...], averaged_weights {kind, updates, last_update, snapshots (lawa)}, and
+               with its keep averaged_kept, last_val_nll and last_val_step (the raw weights'; restore_best writes
+               restored_best with the same two);
                lm_eval {task: scores} and throughput, filled by later stages
   environment  python, package versions, device, hostname, git revision, omp_wait (libgomp's wait settings
                the run trained under, slm.omp_wait)

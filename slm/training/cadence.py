@@ -1,12 +1,13 @@
 """How often and how a run validates, reports and keeps checkpoints: `train.validation`, `train.logging`,
 `train.checkpoint`. None of these changes the weights a run trains, except validation's choice of which weights
-to keep (`restore_best`) and of the windows scored."""
+to keep (`restore_best`, `averaging.keep`) and of the windows scored."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from slm.settings import Settings, SettingsError, setting
+from slm.settings import Settings, SettingsError, require, setting
+from slm.training.averaging import AveragingSettings
 
 LOGGERS = ("csv", "tensorboard", "wandb")
 
@@ -26,6 +27,13 @@ class ValidationSettings(Settings):
     restore_best: bool = False
     """At the end, restore the weights of the best validation (the model saved, tested and scored is that one;
     arXiv 2512.20877's protocol)."""
+    averaging: AveragingSettings = setting(factory=AveragingSettings)
+    """Averaged weights validated beside the raw ones (slm.training.averaging), train.validation.averaging.<field>:
+    kind (none, ema, lawa), decay, window, every, start, keep."""
+
+    def check(self, key: str, root) -> None:
+        require((not (self.averaging.keep and self.restore_best), f"{key}.averaging.keep", self.averaging.keep,
+                 f"not with {key}.restore_best=true (both choose the weights the run keeps)"))
 
 
 @dataclass

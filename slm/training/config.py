@@ -68,7 +68,8 @@ class TrainConfig(Settings):
     compile: bool = False
     """Compile the model with torch.compile, and the objective's loss with it (forward, head and loss as one function)."""
     validation: ValidationSettings = setting(factory=ValidationSettings)
-    """When and on what the run is validated, train.validation.<field>: interval, batches, windows, restore_best."""
+    """When and on what the run is validated, train.validation.<field>: interval, batches, windows, restore_best,
+    averaging (averaged weights validated beside the raw ones)."""
     logging: LoggingSettings = setting(factory=LoggingSettings)
     """What the run reports, train.logging.<field>: interval, loggers, progress_bar, print_interval, peak_flops,
     detect_anomaly."""
@@ -149,12 +150,13 @@ class TrainConfig(Settings):
         return self.length.max_steps(self.batch_size, context_length)
 
     def check_length(self, max_steps: int) -> None:
-        """Settings that only make sense against the run's length: a warmup longer than the run, a checkpoint kept
-        at a step the run never reaches (the decay branches: `decay_branches`)."""
+        """Settings that only make sense against the run's length: a warmup longer than the run, averaged weights
+        never updated, a checkpoint kept at a step the run never reaches (the decay branches: `decay_branches`)."""
         run = f"the run has {max_steps} step{'' if max_steps == 1 else 's'}"
         warmup_steps = self.schedule.warmup_steps
         if warmup_steps is not None and warmup_steps > max_steps:
             raise SettingsError.invalid("train.schedule.warmup_steps", warmup_steps, f"longer than the run ({run})")
+        self.validation.averaging.check_length(max_steps)
         beyond = [step for step in self.checkpoint.keep_steps if step > max_steps]
         if beyond:
             raise SettingsError.invalid("train.checkpoint.keep_steps", self.checkpoint.keep_steps,

@@ -15,7 +15,26 @@ from slm.training.optim import build_optimizer
 from slm.training.schedules import Schedule
 from slm.training.step import objective_for, step_loss, step_seed
 
-__all__ = ["LanguageModelModule", "step_seed"]
+__all__ = ["LanguageModelModule", "step_seed", "summarise", "val_metrics"]
+
+
+def summarise(sums: list[tuple[torch.Tensor, int, dict]]) -> tuple[float, int, dict[str, list]]:
+    """A validation's NLL, its target count and the objective's other numbers {name: [sum, count]} (a preference
+    run's reward accuracy, ...) from the batches' objective.validate results."""
+    total = sum(float(s) for s, _, _ in sums)
+    count = sum(n for _, n, _ in sums)
+    extras: dict[str, list] = {}
+    for _, _, more in sums:
+        for name, (value, n) in more.items():
+            got = extras.setdefault(name, [0.0, 0])
+            got[0], got[1] = got[0] + float(value), got[1] + n
+    return total / count, count, extras
+
+
+def val_metrics(nll: float, extras: dict[str, list], step: int) -> dict:
+    """The metrics of one validation at optimizer step `step`: val_nll, val_ppl, val_step, val_<name> of `extras`."""
+    return {"val_nll": nll, "val_ppl": math.exp(min(nll, 700.0)), "val_step": step,
+            **{f"val_{name}": value / n for name, (value, n) in extras.items() if n}}
 
 
 class LanguageModelModule(L.LightningModule):
@@ -214,20 +233,12 @@ class LanguageModelModule(L.LightningModule):
     def on_validation_epoch_end(self) -> None:
         if not self._val_sums:
             return
-        total = sum(float(s) for s, _, _ in self._val_sums)
-        count = sum(n for _, n, _ in self._val_sums)
-        nll = total / count
-        extras = {}  # the objective's other validation numbers (a preference run's reward accuracy, ...)
-        for _, _, more in self._val_sums:
-            for name, (value, n) in more.items():
-                got = extras.setdefault(name, [0.0, 0])
-                got[0], got[1] = got[0] + float(value), got[1] + n
+        nll, count, extras = summarise(self._val_sums)
         if self.scoring_test:
             ppl = "test_ppl" if self.objective.nll_kind == "nll" else "test_ppl_bound"  # exp(a NELBO): a bound
             self.test_metrics = {"test_nll": nll, ppl: math.exp(min(nll, 700.0)), "test_targets": count}
             return
-        self.val_metrics = {"val_nll": nll, "val_ppl": math.exp(min(nll, 700.0)), "val_step": self.global_step,
-                            **{f"val_{name}": value / n for name, (value, n) in extras.items() if n}}
+        self.val_metrics = val_metrics(nll, extras, self.global_step)
         self.val_curve = [p for p in self.val_curve if p[0] != self.global_step] + [[self.global_step, nll]]
         if self.train_cfg.validation.restore_best and (self.best is None or nll < self.best["val_nll"]):
             self.best = dict(self.val_metrics)
