@@ -341,3 +341,19 @@ def test_damaged_cache_metadata_through_the_command(workdir, capsys, monkeypatch
     meta.write_text("garbage")
     line = one_line_exit_2(capsys, [*RUN, "train.seed=1"])
     assert line.startswith(f"data cache metadata {meta} is damaged (not JSON") and "delete it (rm " in line, line
+
+
+def test_validation_follows_optimizer_steps_when_micro_batches_accumulate(workdir):
+    """train.validation.interval counts optimizer steps: with 2 micro-batches a step, an interval of 3 validates at
+    steps 3 and 6 (Lightning's val_check_interval counts micro-batches, so it is scaled by the accumulation)."""
+    from omegaconf import OmegaConf
+
+    from slm.cli.config import compose_config
+    from slm.runs.job import train_run
+
+    cfg = OmegaConf.to_container(compose_config([*[a for a in RUN if "length.steps" not in a],
+                                                 "train.batch_size=4", "train.parallel.micro_batch_size=2",
+                                                 "train.length.steps=6", "train.validation.interval=3"]), resolve=True)
+    rec = train_run(cfg, workdir / "runs" / "g" / "micro")
+    assert rec["status"] == "completed", rec.get("error")
+    assert [step for step, _ in rec["eval"]["val_curve"]] == [3, 6]

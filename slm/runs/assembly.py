@@ -145,7 +145,7 @@ def build(job: PreparedJob, resume: Path | None) -> Built:
     plugins = [AtomicCheckpointIO(), *([SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else [])]
     if rank_zero:
         remove_stale(run_dir / CHECKPOINT.parent)  # temporary files of saves a kill interrupted
-    val_every = train_cfg.validation_interval(max_steps)
+    val_every = train_cfg.validation_interval(max_steps)  # in optimizer steps; Lightning counts micro-batches
     make_logger = {
         "csv": lambda: KeptCSVLogger(run_dir, name="logs", version="csv"),
         "tensorboard": lambda: TensorBoardLogger(run_dir, name="logs", version="tensorboard"),
@@ -159,7 +159,8 @@ def build(job: PreparedJob, resume: Path | None) -> Built:
         default_root_dir=run_dir, accelerator=train_cfg.parallel.accelerator, devices=train_cfg.parallel.devices,
         num_nodes=train_cfg.parallel.num_nodes, strategy=_strategy(train_cfg), precision=train_cfg.precision,
         accumulate_grad_batches=train_cfg.accumulation(),
-        max_steps=max_steps, max_epochs=-1, val_check_interval=min(val_every, max_steps), check_val_every_n_epoch=None,
+        max_steps=max_steps, max_epochs=-1, val_check_interval=min(val_every, max_steps) * train_cfg.accumulation(),
+        check_val_every_n_epoch=None,
         limit_val_batches=train_cfg.validation.batches if train_cfg.validation.windows is None else None,
         num_sanity_val_steps=0, log_every_n_steps=train_cfg.logging.interval,
         logger=loggers, plugins=plugins,
