@@ -1,0 +1,106 @@
+"""Before and after the decay (WSD-S; Wen et al. 2025, arXiv 2509.02046): where a ladder's runs are wsd with decay
+branches (train.schedule.decay_branches; slm.runs.branches), two proxies read at the same step and compute.
+
+- before: the stable-phase loss, the run's own validation at the branch's last step (val_nll_stable, on the branch's
+  row: its run's eval.val_curve at branch.steps);
+- after: the decay branch's final val_nll (the wsd run of that length, decayed).
+
+A branch's row (the results table's `branch` column: its fraction) has its run's configuration, rung, lr and seed, so
+it is set aside before the ladder is judged (branch_runs) and is never another seed of its run. For each rung and
+fraction: the decision accuracy of each against the truth's order at the target (as analysis.decide's), and their
+agreement with each other, the share of the pairs the two order the same way: how often the order before the decay is
+the order after it, which measures Wen et al.'s flip directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from analysis.decide_values import _has_values, _means, _num, _values, agreement
+
+BRANCH = "branch"
+STABLE = "val_nll_stable"
+AFTER = "val_nll"
+
+
+@dataclass
+class DecayRow:
+    """One rung and branch fraction: the stable-phase loss and the decayed branch's, each against the target."""
+
+    rung: float
+    fraction: float
+    share: float | None
+    """The branches' mean train_flops over the target's: both proxies cost the same."""
+    configurations: int
+    before: float
+    """Decision accuracy of the stable-phase loss against the target."""
+    after: float
+    """Decision accuracy of the decayed branch's loss against the target."""
+    agreement: float
+    """The share of the pairs of configurations ordered the same by the two."""
+    pairs: int
+    first_before: str | None
+    first_after: str | None
+
+
+def branch_runs(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the runs, their decay branches): a row with a `branch` fraction is a branch."""
+    if BRANCH not in table:
+        return table, table.iloc[:0]
+    marked = pd.to_numeric(table[BRANCH], errors="coerce").notna()
+    return table[~marked], table[marked]
+
+
+def _first(means: dict[str, float]) -> str | None:
+    if not means:
+        return None
+    low = min(means.values())
+    leaders = [c for c, v in means.items() if v == low]
+    return leaders[0] if len(leaders) == 1 else None
+
+
+def decay_phase(branches: pd.DataFrame, config: str, rung: str, top: dict,
+                target_flops: float | None) -> list[DecayRow]:
+    """The before/after rows of every rung and branch fraction with both values (`top`: the truth at the target,
+    {configuration: {seed: value}}, lower is better, as analysis.decide's); [] without branches."""
+    if branches.empty or not _has_values(branches, STABLE) or not _has_values(branches, AFTER):
+        return []
+    truth = _means(top)
+    fractions = pd.to_numeric(branches[BRANCH], errors="coerce")
+    rows = []
+    for fraction in sorted(set(fractions)):
+        sub = branches[fractions == fraction]
+        before, after = _values(sub, config, rung, STABLE), _values(sub, config, rung, AFTER)
+        for r in sorted(set(before) & set(after)):
+            b, a = _means(before[r]), _means(after[r])
+            agree, pairs = agreement(b, a)
+            if not pairs:
+                continue
+            spent = pd.to_numeric(sub["train_flops"], errors="coerce")[pd.to_numeric(sub[rung], errors="coerce") == r]\
+                .mean() if "train_flops" in sub else None
+            share = float(spent / target_flops) if target_flops and spent is not None and pd.notna(spent) else None
+            rows.append(DecayRow(r, float(fraction), share, len(set(b) & set(a) & set(truth)), agreement(b, truth)[0],
+                                 agreement(a, truth)[0], agree, pairs, _first(b), _first(a)))
+    return rows
+
+
+def decay_markdown(rows: list[DecayRow], rung: str) -> str:
+    """The before/after table as Markdown ("" without rows)."""
+    if not rows:
+        return ""
+    lines = ["Before and after the decay (WSD-S): the stable-phase loss at a branch's last step, and the decayed "
+             "branch's final loss, each against the target; agreement: the share of pairs the two order the same way", "",
+             f"| {rung} | branch | % of target compute | configurations | before: decision accuracy | "
+             "after: decision accuracy | agreement before vs after | first before | first after |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for row in rows:
+        share = "" if row.share is None else f"{100 * row.share:.3g}%"
+        lines.append(f"| {_num(row.rung)} | {row.fraction:g} | {share} | {row.configurations} | {row.before:.3f} | "
+                     f"{row.after:.3f} | {row.agreement:.3f} ({row.pairs} pairs) | {row.first_before or 'tie'} | "
+                     f"{row.first_after or 'tie'} |")
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["BRANCH", "STABLE", "DecayRow", "branch_runs", "decay_markdown", "decay_phase"]
