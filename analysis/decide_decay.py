@@ -86,21 +86,28 @@ def decay_phase(branches: pd.DataFrame, config: str, rung: str, top: dict,
     return rows
 
 
+TITLE = ("Before and after the decay (WSD-S): the stable-phase loss at a branch's last step, and the decayed branch's "
+         "final loss, each against the target; agreement: the share of pairs the two order the same way")
+
+
+def decay_table(rows: list[DecayRow], rung: str) -> list[dict[str, str]]:
+    """The before/after rows, each cell formatted as slm-decide prints it (the report shows the same)."""
+    return [{rung: _num(row.rung), "branch": f"{row.fraction:g}",
+             "% of target compute": "" if row.share is None else f"{100 * row.share:.3g}%",
+             "configurations": str(row.configurations), "before: decision accuracy": f"{row.before:.3f}",
+             "after: decision accuracy": f"{row.after:.3f}",
+             "agreement before vs after": f"{row.agreement:.3f} ({row.pairs} pairs)",
+             "first before": row.first_before or "tie", "first after": row.first_after or "tie"} for row in rows]
+
+
 def decay_markdown(rows: list[DecayRow], rung: str) -> str:
     """The before/after table as Markdown ("" without rows)."""
-    if not rows:
+    cells = decay_table(rows, rung)
+    if not cells:
         return ""
-    lines = ["Before and after the decay (WSD-S): the stable-phase loss at a branch's last step, and the decayed "
-             "branch's final loss, each against the target; agreement: the share of pairs the two order the same way", "",
-             f"| {rung} | branch | % of target compute | configurations | before: decision accuracy | "
-             "after: decision accuracy | agreement before vs after | first before | first after |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for row in rows:
-        share = "" if row.share is None else f"{100 * row.share:.3g}%"
-        lines.append(f"| {_num(row.rung)} | {row.fraction:g} | {share} | {row.configurations} | {row.before:.3f} | "
-                     f"{row.after:.3f} | {row.agreement:.3f} ({row.pairs} pairs) | {row.first_before or 'tie'} | "
-                     f"{row.first_after or 'tie'} |")
+    lines = [TITLE, "", "| " + " | ".join(cells[0]) + " |", "| " + " | ".join("---" for _ in cells[0]) + " |"]
+    lines += ["| " + " | ".join(row.values()) + " |" for row in cells]
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["BRANCH", "STABLE", "DecayRow", "branch_runs", "decay_markdown", "decay_phase"]
+__all__ = ["BRANCH", "STABLE", "TITLE", "DecayRow", "branch_runs", "decay_markdown", "decay_phase", "decay_table"]
