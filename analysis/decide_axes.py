@@ -53,14 +53,20 @@ def _means(by_config: dict) -> dict[str, float]:
 
 
 def tokens_per_param(table: pd.DataFrame) -> pd.Series:
-    """Each run's training tokens over its parameter budget (params_total without one); NaN where unknown."""
+    """Each run's planned training tokens (tokens seen x max_steps / steps: a run that diverged or stopped early keeps
+    its regime) over its parameter budget (params_total without one); NaN where unknown."""
     if "tokens" not in table:
         return pd.Series(math.nan, index=table.index)
+    tokens = pd.to_numeric(table["tokens"], errors="coerce")
+    if "steps" in table and "max_steps" in table:
+        steps, planned = pd.to_numeric(table["steps"], errors="coerce"), pd.to_numeric(table["max_steps"],
+                                                                                         errors="coerce")
+        tokens = (tokens * planned / steps.where(steps > 0)).fillna(tokens)
     size = pd.to_numeric(table["param_budget"], errors="coerce") if "param_budget" in table else \
         pd.Series(math.nan, index=table.index)
     if "params_total" in table:
         size = size.fillna(pd.to_numeric(table["params_total"], errors="coerce"))
-    return pd.to_numeric(table["tokens"], errors="coerce") / size
+    return tokens / size
 
 
 def regimes(table: pd.DataFrame) -> pd.Series:

@@ -215,3 +215,12 @@ def test_the_answer_says_the_axes_one_line_each():
     assert lines[start + 1] == "  - seeds: checked, held: A first in each of the 3 seeds at the target; noise ceiling " \
                                "1.000"
     assert lines[start + 5] == "  - decay phase: not checked: no decay branches (train.schedule.decay_branches)"
+
+
+def test_a_run_stopped_early_keeps_its_token_regime():
+    # a diverged seed saw 40 of its 100 steps' tokens: planned, it is still at 5 tokens per parameter, one regime
+    table = _base().assign(steps=100, max_steps=100)
+    table.loc[0, ["status", "steps", "tokens"]] = ["diverged", 40, table.loc[0, "tokens"] * 0.4]
+    result = decide(table, draws=0)
+    assert _axis(result, "tokens per parameter").state == NOT and "5 tokens per parameter" in \
+        _axis(result, "tokens per parameter").detail
