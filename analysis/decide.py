@@ -288,7 +288,7 @@ def decide(table: pd.DataFrame, config: str = "family", rung: str = "param_budge
     if not result.rows:
         raise DecideError(f"no two configurations ({config}) have completed runs both at the target {rung} = "
                           f"{_num(target)} and at another rung: nothing to compare")
-    result.decay = decay_phase(branches, config, rung, top, flops.get(target))
+    result.decay = decay_phase(branches, config, rung, top, flops.get(target), draws, seed)
     result.axes = axes(result, table, others, regime)
     return result
 

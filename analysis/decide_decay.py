@@ -14,8 +14,10 @@ the order after it, which measures Wen et al.'s flip directly.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import zlib
+from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
 from analysis.decide_values import _has_values, _means, _num, _values, agreement
@@ -43,6 +45,9 @@ class DecayRow:
     pairs: int
     first_before: str | None
     first_after: str | None
+    intervals: dict = field(default_factory=dict)
+    """{"before" | "after" | "agreement": (low, high)}: 95% intervals from redrawn seeds (a branch's before and after
+    redrawn together, as one run's), {} without redraws."""
 
 
 def branch_runs(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -61,10 +66,28 @@ def _first(means: dict[str, float]) -> str | None:
     return leaders[0] if len(leaders) == 1 else None
 
 
-def decay_phase(branches: pd.DataFrame, config: str, rung: str, top: dict,
-                target_flops: float | None) -> list[DecayRow]:
+def _redrawn(before: dict, after: dict, top: dict, draws: int, rng: np.random.Generator) -> dict:
+    """95% intervals of the three agreements over `draws` redraws of every configuration's seeds (with replacement):
+    the branches' seeds once for both before and after, the target's on their own."""
+    boot: dict[str, list[float]] = {"before": [], "after": [], "agreement": []}
+    names = sorted(set(before) & set(after))
+    for _ in range(draws):
+        b, a = {}, {}
+        for c in names:
+            seeds = sorted(set(before[c]) & set(after[c]), key=str)
+            pick = [seeds[i] for i in rng.choice(len(seeds), size=len(seeds), replace=True)]
+            b[c], a[c] = float(np.mean([before[c][s] for s in pick])), float(np.mean([after[c][s] for s in pick]))
+        truth = _means(top, rng)
+        for key, pair in (("before", (b, truth)), ("after", (a, truth)), ("agreement", (b, a))):
+            boot[key].append(agreement(*pair)[0])
+    return {k: (float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))) for k, v in boot.items()}
+
+
+def decay_phase(branches: pd.DataFrame, config: str, rung: str, top: dict, target_flops: float | None,
+                draws: int = 0, seed: int = 0) -> list[DecayRow]:
     """The before/after rows of every rung and branch fraction with both values (`top`: the truth at the target,
-    {configuration: {seed: value}}, lower is better, as analysis.decide's); [] without branches."""
+    {configuration: {seed: value}}, lower is better, as analysis.decide's), with 95% intervals from `draws` seed
+    redraws (each row its own generator, from `seed`, the fraction and the rung); [] without branches."""
     if branches.empty or not _has_values(branches, STABLE) or not _has_values(branches, AFTER):
         return []
     truth = _means(top)
@@ -81,8 +104,12 @@ def decay_phase(branches: pd.DataFrame, config: str, rung: str, top: dict,
             spent = pd.to_numeric(sub["train_flops"], errors="coerce")[pd.to_numeric(sub[rung], errors="coerce") == r]\
                 .mean() if "train_flops" in sub else None
             share = float(spent / target_flops) if target_flops and spent is not None and pd.notna(spent) else None
-            rows.append(DecayRow(r, float(fraction), share, len(set(b) & set(a) & set(truth)), agreement(b, truth)[0],
-                                 agreement(a, truth)[0], agree, pairs, _first(b), _first(a)))
+            row = DecayRow(r, float(fraction), share, len(set(b) & set(a) & set(truth)), agreement(b, truth)[0],
+                           agreement(a, truth)[0], agree, pairs, _first(b), _first(a))
+            if draws and any(len(v) > 1 for v in (*before[r].values(), *top.values())):
+                rng = np.random.default_rng([seed, zlib.crc32(f"decay {fraction!r} {r!r}".encode())])
+                row.intervals = _redrawn(before[r], after[r], top, draws, rng)
+            rows.append(row)
     return rows
 
 
@@ -90,13 +117,19 @@ TITLE = ("Before and after the decay (WSD-S): the stable-phase loss at a branch'
          "final loss, each against the target; agreement: the share of pairs the two order the same way")
 
 
+def _interval(row: DecayRow, key: str) -> str:
+    low_high = row.intervals.get(key)
+    return "" if low_high is None else f" ({low_high[0]:.3f}-{low_high[1]:.3f})"
+
+
 def decay_table(rows: list[DecayRow], rung: str) -> list[dict[str, str]]:
     """The before/after rows, each cell formatted as slm-decide prints it (the report shows the same)."""
     return [{rung: _num(row.rung), "branch": f"{row.fraction:g}",
              "% of target compute": "" if row.share is None else f"{100 * row.share:.3g}%",
-             "configurations": str(row.configurations), "before: decision accuracy": f"{row.before:.3f}",
-             "after: decision accuracy": f"{row.after:.3f}",
-             "agreement before vs after": f"{row.agreement:.3f} ({row.pairs} pairs)",
+             "configurations": str(row.configurations),
+             "before: decision accuracy": f"{row.before:.3f}" + _interval(row, "before"),
+             "after: decision accuracy": f"{row.after:.3f}" + _interval(row, "after"),
+             "agreement before vs after": f"{row.agreement:.3f}" + _interval(row, "agreement") + f", {row.pairs} pairs",
              "first before": row.first_before or "tie", "first after": row.first_after or "tie"} for row in rows]
 
 

@@ -120,7 +120,13 @@ def test_before_and_after_the_decay_by_hand():
     assert (row.first_before, row.first_after) == ("B", "A")
     decay = next(a for a in result.axes if a.name == "decay phase")
     assert decay.state == CHANGED and "B first before the decay, A after" in decay.detail
-    assert "Before and after the decay" in markdown(result)
+    assert "Before and after the decay" in markdown(result) and row.intervals == {}  # draws=0: no intervals
+    # every branch's seeds share one value, so every redraw gives the same three agreements: the intervals are points
+    redrawn = decide(pd.concat([_base(), branches], ignore_index=True), proxies=["val_nll"], draws=50).decay[0]
+    assert redrawn.intervals == {"before": (pytest.approx(2 / 3), pytest.approx(2 / 3)), "after": (1.0, 1.0),
+                                 "agreement": (pytest.approx(2 / 3), pytest.approx(2 / 3))}
+    assert "| 0.667 (0.667-0.667) | 1.000 (1.000-1.000) | 0.667 (0.667-0.667), 3 pairs | B | A |" in \
+        markdown(decide(pd.concat([_base(), branches], ignore_index=True), proxies=["val_nll"], draws=50))
     held = decide(pd.concat([_base(), _branches({"A": 2.8, "B": 2.9, "C": 3.0}, {"A": 2.7, "B": 2.75, "C": 2.8})],
                             ignore_index=True), proxies=["val_nll"], draws=0)
     assert [(a.state, a.detail) for a in held.axes if a.name == "decay phase"] == \
