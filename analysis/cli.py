@@ -497,9 +497,9 @@ def _decide_description() -> str:
 
 @_command("slm-decide", _decide_description, results="many")
 def decide_main(cmd: _Command, argv: list[str] | None = None) -> None:
-    from slm.metrics import read_part_way
+    from slm.metrics import read_averaged, read_part_way
 
-    proxies = ", ".join(["val_nll", "val_bpb", *(m.name for m in read_part_way())])
+    proxies = ", ".join(["val_nll", "val_bpb", *(m.name for m in (*read_averaged(), *read_part_way()))])
     cmd.add("--config", default=None, help="the column naming a configuration (default: a ladder sweep's points, by "
             "family where that names them, else family)")
     cmd.add("--rung", default="param_budget", help="the column naming a rung (default: param_budget)")

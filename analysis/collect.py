@@ -281,9 +281,10 @@ def collect(paths: str | os.PathLike | Iterable[str | os.PathLike],
                 if run_dir.parent not in multipliers:
                     multipliers[run_dir.parent] = _lr_multipliers(run_dir.parent)
                 lr_of, ladder = multipliers[run_dir.parent]
-                row["lr_multiplier"] = lr_of.get(run_dir.name)
-                row["lr_rule"] = (ladder.get(run_dir.name) or {}).get("lr_rule")
-                row["ladder_point"] = (ladder.get(run_dir.name) or {}).get("config")
+                job = (record.get("branch") or {}).get("of") or run_dir.name  # a decay branch: its run's job
+                row["lr_multiplier"] = lr_of.get(job)
+                row["lr_rule"] = (ladder.get(job) or {}).get("lr_rule")
+                row["ladder_point"] = (ladder.get(job) or {}).get("config")
                 rows.append(row)
         for job_dir in bare:
             if job_dir.resolve() not in seen:

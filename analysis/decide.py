@@ -22,14 +22,18 @@ target rung T (the largest by default) on the `truth` metric (val_nll, final, by
   where every configuration has one seed;
 - the signal-to-noise ratio: the spread across configurations (the standard deviation of their means) over the
   seed-to-seed spread (the pooled standard deviation within configurations), the ratio "Signal and Noise"
-  (Heineman et al. 2025, arXiv 2508.13144) ranks proxies by; None with one seed per configuration;
+  (Heineman et al. 2025, arXiv 2508.13144) ranks proxies by; None with one seed per configuration; beside it theirs in
+  their own normalisation (analysis.decide_snr: the relative range of the means over a run's relative late spread);
 - the share of the target's compute it costs: the mean `train_flops` of the rung's runs over the target's, times the
   fraction of training the proxy is read at (its slm.metrics entry's curve_at: part_read).
 
 The noise ceiling: how often one seed's order at the target agrees with another seed's on the truth (seeds matched
 by train.seed): the agreement a perfect proxy could reach. The cheapest rung whose decision accuracy reaches `level`
 is the number to plan with (`cheapest`). Two runs of one configuration at one rung, lr and seed are refused: the
-configurations differ in more than `config` (a ladder's table has ladder_point for that).
+configurations differ in more than `config` (a ladder's table has ladder_point for that). A decay branch's run (the
+table's `branch` column) and a run at another token regime of its configuration and rung are not such a second run:
+they are set aside, judged before and after the decay (analysis.decide_decay) and as the tokens-per-parameter axis
+(analysis.decide_axes), which lists the axes the verdict was checked across.
 """
 
 from __future__ import annotations
@@ -42,13 +46,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-BAD = ("failed", "diverged")
+from analysis.decide_axes import axes, split_regime
+from analysis.decide_decay import branch_runs, decay_markdown, decay_phase
+from analysis.decide_values import (BAD, DecideError, _completed, _has_values, _means, _num, _sign, _values,
+                                    agreement)
+
 MIN_DRAWS = 100
 """Fewer redraws than this give rough intervals (said in the notes and the answer)."""
-
-
-class DecideError(ValueError):
-    """A table slm-decide cannot read as a ladder: one line naming the column or value and what is needed."""
 
 
 @dataclass
@@ -66,6 +70,9 @@ class RungDecision:
     high: float | None
     """The 95% interval; None where every configuration has one seed (nothing to redraw)."""
     snr: float | None
+    snr_heineman: float | None = None
+    """Heineman et al.'s SNR (analysis.decide_snr): the relative range of the means over the runs' relative late
+    spread; None where the proxy has no late validations."""
 
 
 @dataclass
@@ -96,17 +103,15 @@ class DecideResult:
     """-1 where the truth is higher-is-better (the means and `top` are negated), else 1."""
     rungs: list[float] = field(default_factory=list)
     """Every rung of the table."""
+    decay: list = field(default_factory=list)
+    """Before and after the decay (analysis.decide_decay.DecayRow), where the runs have decay branches."""
+    axes: list = field(default_factory=list)
+    """The axes the verdict was checked across (analysis.decide_axes.Axis)."""
 
     def cheapest(self, proxy: str, level: float) -> RungDecision | None:
         """The lowest-compute rung below the target whose decision accuracy on `proxy` is at least `level`."""
         rows = [r for r in self.rows if r.proxy == proxy and r.accuracy >= level and (r.share is None or r.share < 1)]
         return min(rows, key=lambda r: (r.share if r.share is not None else math.inf, r.rung), default=None)
-
-
-def _completed(table: pd.DataFrame) -> pd.DataFrame:
-    if "status" in table:
-        return table[table["status"].fillna("completed") == "completed"]
-    return table
 
 
 def part_read(proxy: str) -> float:
@@ -116,63 +121,6 @@ def part_read(proxy: str) -> float:
 
     entry = declared(proxy)
     return entry.curve_at if entry is not None and entry.curve_at is not None else 1.0
-
-
-def _sign(table: pd.DataFrame, metric: str) -> float:
-    """+1 where lower is better (a loss; unknown columns too), -1 where higher is better (analysis.metrics)."""
-    from analysis.metrics import higher_is_better
-    from slm.metrics import metric as declared
-
-    known = declared(metric) is not None or str(metric).startswith(("score_", "avg_"))
-    return -1.0 if known and higher_is_better(table, metric) else 1.0
-
-
-def _values(table: pd.DataFrame, config: str, rung: str, proxy: str, chosen: dict | None = None,
-            edges: list | None = None) -> dict:
-    """{rung: {configuration: {seed: value}}} of the completed runs with a finite value (negated where higher is
-    better), each configuration at a rung at its best lr where it has several (`chosen` gets {(proxy, rung,
-    configuration): lr}; `edges` the best lrs at the edge of their grid). DecideError for two runs of one
-    configuration at one rung, lr and seed."""
-    sign = _sign(table, proxy)
-    status = table["status"].fillna("completed") if "status" in table else pd.Series("completed", index=table.index)
-    values = pd.to_numeric(table[proxy], errors="coerce")
-    seeds = table["seed"] if "seed" in table else pd.Series(range(len(table)), index=table.index)
-    lrs = pd.to_numeric(table["lr"], errors="coerce") if "lr" in table else pd.Series(math.nan, index=table.index)
-    cells: dict = {}
-    bad: dict = {}
-    for r, c, s, lr, v, st in zip(pd.to_numeric(table[rung], errors="coerce"), table[config].astype(str), seeds, lrs,
-                                  values, status):
-        if pd.isna(r):
-            continue
-        key = None if pd.isna(lr) else float(lr)
-        by_lr = cells.setdefault(float(r), {}).setdefault(c, {}).setdefault(key, {})
-        if st in BAD:
-            bad[(float(r), c, key)] = bad.get((float(r), c, key), 0) + 1
-        if st != "completed" or pd.isna(v) or not math.isfinite(v):
-            continue
-        if s in by_lr:
-            raise DecideError(f"two runs of {config} = {c} at {rung} = {_num(float(r))}, lr {key}, seed {s}: the "
-                              f"configurations differ in more than {config}; name the column that tells them apart "
-                              "with --config (a ladder sweep's table has ladder_point)")
-        by_lr[s] = sign * float(v)
-    out: dict = {}
-    for r, by_config in cells.items():
-        for c, by_lr in by_config.items():
-            ran = {lr: v for lr, v in by_lr.items() if v}
-            if not ran:
-                continue
-            if len(by_lr) == 1:
-                out.setdefault(r, {})[c] = next(iter(ran.values()))
-                continue
-            means = {lr: float(np.mean(list(v.values()))) for lr, v in ran.items()}
-            best = min(means, key=lambda lr: (bad.get((r, c, lr), 0) > 0, means[lr]))
-            out.setdefault(r, {})[c] = ran[best]
-            if chosen is not None:
-                chosen[(proxy, r, c)] = best
-            grid = sorted(lr for lr in by_lr if lr is not None)
-            if edges is not None and grid and best in (grid[0], grid[-1]):
-                edges.append((r, c, best))
-    return out
 
 
 def _coverage(values: dict, rungs: list[float], rung: str) -> list[str]:
@@ -190,29 +138,6 @@ def _coverage(values: dict, rungs: list[float], rung: str) -> list[str]:
         notes.append(f"seeds per configuration differ across rungs ({rung} {said}): each mean and interval uses the "
                      "seeds it has")
     return notes
-
-
-def agreement(a: dict[str, float], b: dict[str, float]) -> tuple[float, int]:
-    """(share of the pairs of configurations in both whose order in `a` is their order in `b`, a tie counting one
-    half; number of pairs)."""
-    names = sorted(set(a) & set(b))
-    total = 0.0
-    pairs = 0
-    for i, j in itertools.combinations(names, 2):
-        da, db = np.sign(a[i] - a[j]), np.sign(b[i] - b[j])
-        total += 0.5 if da == 0 or db == 0 else float(da == db)
-        pairs += 1
-    return (total / pairs if pairs else math.nan), pairs
-
-
-def _means(by_config: dict, rng: np.random.Generator | None = None) -> dict[str, float]:
-    out = {}
-    for name, seeds in by_config.items():
-        values = np.array(list(seeds.values()))
-        if rng is not None:
-            values = rng.choice(values, size=len(values), replace=True)
-        out[name] = float(values.mean())
-    return out
 
 
 def noise_ceiling(by_config: dict) -> float | None:
@@ -235,10 +160,6 @@ def snr(by_config: dict) -> float | None:
     return math.inf if within == 0 else spread / math.sqrt(within)
 
 
-def _has_values(table: pd.DataFrame, column: str) -> bool:
-    return column in table and pd.to_numeric(table[column], errors="coerce").notna().any()
-
-
 def _truth(table: pd.DataFrame, truth: str | None, proxies) -> str:
     """The truth asked for, else val_nll; DecideError where val_nll has no value (no silent other metric)."""
     if truth is not None:
@@ -251,12 +172,8 @@ def _truth(table: pd.DataFrame, truth: str | None, proxies) -> str:
                       + (f", e.g. --truth {others[0]}" if others else ""))
 
 
-def decide(table: pd.DataFrame, config: str = "family", rung: str = "param_budget", proxies=("val_nll",),
-           target: float | None = None, draws: int = 1000, seed: int = 0, truth: str | None = None,
-           progress=None) -> DecideResult:
-    """Decision accuracy of every rung and proxy against the truth's order at the target (the module docstring);
-    `progress(done, total)`, if given, is called before the redraws (done 0) and after each."""
-    truth = _truth(table, truth, proxies)
+def _check_columns(table: pd.DataFrame, config: str, rung: str, truth: str, proxies) -> None:
+    """DecideError for a column the table lacks or a proxy without values."""
     flags = {column: flag for flag, columns in (("--proxy", proxies), ("--truth", [truth]), ("--rung", [rung]),
                                                 ("--config", [config])) for column in columns}
     for column in dict.fromkeys((config, rung, truth, *proxies)):
@@ -266,18 +183,87 @@ def decide(table: pd.DataFrame, config: str = "family", rung: str = "param_budge
     for proxy in dict.fromkeys((truth, *proxies)):
         if not _has_values(table, proxy):
             raise DecideError(f"{flags[proxy]} {proxy}: no run has a value in that column")
+
+
+def _flops(table: pd.DataFrame, rung: str, rungs: list[float]) -> dict[float, float | None]:
+    """{rung: the mean train_flops of its runs} ({} without train_flops)."""
+    if "train_flops" not in table:
+        return {}
+    spent, at = pd.to_numeric(table["train_flops"], errors="coerce"), pd.to_numeric(table[rung], errors="coerce")
+    return {r: (None if pd.isna(m) else float(m)) for r in rungs for m in [spent[at == r].mean()]}
+
+
+def _tasks(table: pd.DataFrame, result: DecideResult, truth_values: dict, truth_edges: list) -> list:
+    """The (proxy, rung, values there, part read, redraw?) to judge, with the coverage and grid-edge notes."""
+    tasks = []
+    for proxy in result.proxies:
+        edges: list = truth_edges if proxy == result.truth else []
+        values = truth_values if proxy == result.truth else _values(table, result.config, result.rung, proxy,
+                                                                     result.chosen, edges)
+        for note in _coverage(values, result.rungs, result.rung):
+            if note not in result.notes:
+                result.notes.append(note)
+        if edges:
+            result.notes.append(f"{proxy}: the best lr is at the edge of the searched grid for "
+                                + ", ".join(f"{c} at {_num(r)} (lr {lr:g})" for r, c, lr in sorted(edges))
+                                + ": the search may not have found the optimum there")
+        part = part_read(proxy)
+        for r in result.rungs:
+            if r == result.target and part == 1.0:  # a whole run at the target is the truth itself: the ceiling
+                continue
+            here = values.get(r, {})
+            result.means[(proxy, r)] = _means(here)
+            if agreement(_means(here), _means(result.top))[1]:
+                repeats = any(len(v) > 1 for v in here.values()) or any(len(v) > 1 for v in result.top.values())
+                tasks.append((proxy, r, here, part, bool(result.draws and repeats)))
+    return tasks
+
+
+def _row(table: pd.DataFrame, result: DecideResult, task, flops: dict, seed: int, tick) -> RungDecision:
+    """One proxy at one rung: its accuracy, interval (redrawn seeds), both SNRs and share of the compute."""
+    from analysis import decide_snr
+
+    proxy, r, here, part, redraw = task
+    top, draws = result.top, result.draws
+    accuracy = agreement(_means(here), _means(top))[0]
+    low = high = None
+    if redraw:
+        boot, rng = [], redraws(seed, proxy, result.rungs.index(r))
+        for _ in range(draws):
+            boot.append(agreement(_means(here, rng), _means(top, rng))[0])
+            tick()
+        low, high = float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))
+        if not low <= accuracy <= high:
+            result.notes.append(f"{proxy} at {_num(r)}: the 95% interval {low:.3f}-{high:.3f} excludes the "
+                                f"accuracy {accuracy:.3f} of all the seeds: the redraws' accuracies lie mostly "
+                                f"{'above' if low > accuracy else 'below'} it (a skewed bootstrap"
+                                + (f"; {draws} redraws are few" if draws < MIN_DRAWS else "") + ")")
+    share = part * flops[r] / flops[result.target] if flops.get(r) and flops.get(result.target) else None
+    heineman = None
+    if decide_snr.applies(proxy):
+        noises = decide_snr.run_noises(table, result.config, result.rung, r, result.chosen, proxy)
+        heineman = decide_snr.rung_snr(_means(here), noises)
+    return RungDecision(proxy, r, share, len(set(here) & set(top)), accuracy, low, high, snr(here), heineman)
+
+
+def decide(table: pd.DataFrame, config: str = "family", rung: str = "param_budget", proxies=("val_nll",),
+           target: float | None = None, draws: int = 1000, seed: int = 0, truth: str | None = None,
+           progress=None) -> DecideResult:
+    """Decision accuracy of every rung and proxy against the truth's order at the target (the module docstring);
+    `progress(done, total)`, if given, is called before the redraws (done 0) and after each. Decay branches
+    (analysis.decide_decay) and runs of another token regime (analysis.decide_axes.split_regime) are set aside: they
+    are the decay-phase and tokens-per-parameter checks of result.axes."""
+    truth = _truth(table, truth, proxies)
+    _check_columns(table, config, rung, truth, proxies)
+    table, branches = branch_runs(table)
     rungs = sorted(set(pd.to_numeric(table[rung], errors="coerce").dropna().astype(float)))
     if len(rungs) < 2:
         raise DecideError(f"--rung {rung}: a ladder needs at least two rungs; the results have {len(rungs)}")
     target = rungs[-1] if target is None else float(target)
     if target not in rungs:
         raise DecideError(f"--target {target:g} is not a rung of {rung}; rungs: {', '.join(f'{r:g}' for r in rungs)}")
-    flops = {}
-    if "train_flops" in table:
-        spent = pd.to_numeric(table["train_flops"], errors="coerce")
-        for r in rungs:
-            mean = spent[pd.to_numeric(table[rung], errors="coerce") == r].mean()
-            flops[r] = None if pd.isna(mean) else float(mean)
+    table, others, regime = split_regime(table, config, rung, target)
+    flops = _flops(table, rung, rungs)
     result = DecideResult(config, rung, target, truth=truth, proxies=list(proxies), rungs=rungs)
     truth_edges: list = []
     truth_values = _values(table, config, rung, truth, result.chosen, truth_edges)
@@ -288,51 +274,22 @@ def decide(table: pd.DataFrame, config: str = "family", rung: str = "param_budge
                           f"{', '.join(_num(r) for r in rungs if truth_values.get(r)) or 'none'}")
     result.ceiling, result.top, result.draws, result.sign = noise_ceiling(top), top, draws, _sign(table, truth)
     result.values = truth_values
-    tasks = []
-    for proxy in proxies:
-        edges: list = truth_edges if proxy == truth else []
-        values = truth_values if proxy == truth else _values(table, config, rung, proxy, result.chosen, edges)
-        for note in _coverage(values, rungs, rung):
-            if note not in result.notes:
-                result.notes.append(note)
-        if edges:
-            result.notes.append(f"{proxy}: the best lr is at the edge of the searched grid for "
-                                + ", ".join(f"{c} at {_num(r)} (lr {lr:g})" for r, c, lr in sorted(edges))
-                                + ": the search may not have found the optimum there")
-        part = part_read(proxy)
-        for r in rungs:
-            if r == target and part == 1.0:  # a whole run at the target is the truth itself: its noise is the ceiling
-                continue
-            here = values.get(r, {})
-            result.means[(proxy, r)] = _means(here)
-            if agreement(_means(here), _means(top))[1]:
-                repeats = any(len(v) > 1 for v in here.values()) or any(len(v) > 1 for v in top.values())
-                tasks.append((proxy, r, here, part, bool(draws and repeats)))
-    total, done = draws * sum(t[-1] for t in tasks), 0
+    tasks = _tasks(table, result, truth_values, truth_edges)
+    total, done = draws * sum(t[-1] for t in tasks), [0]
     if progress is not None and total:
         progress(0, total)
-    for proxy, r, here, part, redraw in tasks:
-        accuracy, pairs = agreement(_means(here), _means(top))
-        low = high = None
-        if redraw:
-            boot, rng = [], redraws(seed, proxy, rungs.index(r))
-            for _ in range(draws):
-                boot.append(agreement(_means(here, rng), _means(top, rng))[0])
-                done += 1
-                if progress is not None:
-                    progress(done, total)
-            low, high = float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))
-            if not low <= accuracy <= high:
-                result.notes.append(f"{proxy} at {_num(r)}: the 95% interval {low:.3f}-{high:.3f} excludes the "
-                                    f"accuracy {accuracy:.3f} of all the seeds: the redraws' accuracies lie mostly "
-                                    f"{'above' if low > accuracy else 'below'} it (a skewed bootstrap"
-                                    + (f"; {draws} redraws are few" if draws < MIN_DRAWS else "") + ")")
-        share = part * flops[r] / flops[target] if flops.get(r) and flops.get(target) else None
-        common = len(set(here) & set(top))
-        result.rows.append(RungDecision(proxy, r, share, common, accuracy, low, high, snr(here)))
+
+    def tick():
+        done[0] += 1
+        if progress is not None:
+            progress(done[0], total)
+
+    result.rows = [_row(table, result, task, flops, seed, tick) for task in tasks]
     if not result.rows:
         raise DecideError(f"no two configurations ({config}) have completed runs both at the target {rung} = "
                           f"{_num(target)} and at another rung: nothing to compare")
+    result.decay = decay_phase(branches, config, rung, top, flops.get(target), draws, seed)
+    result.axes = axes(result, table, others, regime)
     return result
 
 
@@ -343,11 +300,6 @@ def redraws(seed: int, proxy: str, rung_index: int) -> np.random.Generator:
     return np.random.default_rng([seed, zlib.crc32(proxy.encode()), rung_index])
 
 
-def _num(value: float) -> str:
-    """A rung as written: 100000, 3198976, 0.5."""
-    return f"{value:.0f}" if float(value).is_integer() else f"{value:g}"
-
-
 def _interval(r: RungDecision) -> str:
     return "-" if r.low is None else f"{r.low:.3f}-{r.high:.3f}"
 
@@ -356,7 +308,8 @@ def table_rows(result: DecideResult) -> list[dict[str, str]]:
     """The decision-accuracy table's rows, each cell formatted as slm-decide prints it (the report shows the same)."""
     return [{"proxy": r.proxy, "rung": _num(r.rung), "% of target compute": "" if r.share is None else
              f"{100 * r.share:.3g}%", "configurations": str(r.configurations), "decision accuracy": f"{r.accuracy:.3f}",
-             "95% interval": _interval(r), "SNR": "" if r.snr is None else f"{r.snr:.3g}"} for r in result.rows]
+             "95% interval": _interval(r), "SNR": "" if r.snr is None else f"{r.snr:.3g}",
+             "SNR (Heineman)": "" if r.snr_heineman is None else f"{r.snr_heineman:.3g}"} for r in result.rows]
 
 
 def markdown(result: DecideResult, level: float = 0.8) -> str:
@@ -377,16 +330,19 @@ def markdown(result: DecideResult, level: float = 0.8) -> str:
             "" if best.share is None else f" ({100 * best.share:.3g}% of the target's compute)"))
         lines.append(f"- {proxy}: cheapest rung with decision accuracy >= {level:g}: {where}")
     lines += [f"- note: {note}" for note in result.notes]
+    if result.decay:
+        lines += ["", decay_markdown(result.decay, result.rung).rstrip("\n")]
     return "\n".join(lines) + "\n"
 
 
 def default_proxies(table: pd.DataFrame) -> list[str]:
-    """The proxies judged by default: the final losses, the curve's part-way (slm.metrics.read_part_way: at 50% and
-    25% of training), and the lm-eval scores, those with a value in the table."""
-    from slm.metrics import read_part_way
+    """The proxies judged by default: the final losses, the mean of the last validations (slm.metrics.read_averaged:
+    val_nll_last3, where the curve has that many), the curve's part-way (read_part_way: at 50% and 25% of training),
+    and the lm-eval scores, those with a value in the table."""
+    from slm.metrics import read_averaged, read_part_way
 
-    names = ["val_nll", "val_bpb", *(m.name for m in read_part_way())] + sorted(c for c in table.columns
-                                                                               if str(c).startswith("score_"))
+    names = ["val_nll", "val_bpb", *(m.name for m in read_averaged()), *(m.name for m in read_part_way())]
+    names += sorted(c for c in table.columns if str(c).startswith("score_"))
     return [c for c in names if c in table and pd.to_numeric(table[c], errors="coerce").notna().any()]
 
 
@@ -430,6 +386,9 @@ def ladder_table(table: pd.DataFrame, config: str, rung: str, proxy: str = "val_
     else params_total) and value (the proxy, a loss: lower is better): the table analysis.forecast reads."""
     if _sign(table, proxy) < 0:
         raise DecideError(f"{proxy} is higher-is-better: the rank flow and the forecast read a loss (e.g. val_nll)")
+    table = branch_runs(table)[0]
+    top = pd.to_numeric(table[rung], errors="coerce").max()
+    table = split_regime(table, config, rung, top)[0]
     chosen: dict = {}
     values = _values(table, config, rung, proxy, chosen)
     rows = _completed(table)

@@ -12,6 +12,7 @@ import pandas as pd
 from analysis import document as doc
 from analysis.decide import DecideError, DecideResult, decide, default_proxies, is_ladder, ladder_config, ladder_table
 from analysis.decide import table_rows
+from analysis.decide_decay import TITLE, decay_table
 from analysis.decide import markdown as decide_markdown
 
 LEVEL = 0.8
@@ -97,7 +98,13 @@ def ladder_parts(table: pd.DataFrame, figures: Path, draws: int = 1000) -> tuple
                     f"two configurations are ordered by a proxy at a lower rung as by {result.truth} at the top rung "
                     f"(decision accuracy, DataDecide's); `slm-decide` prints the same (docs/decisions.md)."]
     blocks.append(pd.DataFrame(table_rows(result)))
-    blocks.append(_paragraphs(decide_markdown(result, LEVEL))[-1])  # the ceiling, the cheapest rungs, the notes
+    said = _paragraphs(decide_markdown(result, LEVEL))
+    blocks += [p for p in said if p.startswith("- noise ceiling")]  # the ceiling, the cheapest rungs, the notes
+    if result.decay:
+        blocks += [TITLE, pd.DataFrame(decay_table(result.decay, result.rung))]
+    if result.axes:
+        blocks += ["The axes the verdict was checked across (checked, held / checked, changed / not checked):",
+                   pd.DataFrame([{"axis": a.name, "state": a.state, "what": a.detail} for a in result.axes])]
     text = _paragraphs(held_out_text(judged))
     blocks.append(text[0])
     if judged.check is not None:

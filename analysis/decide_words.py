@@ -1,7 +1,8 @@
 """A ladder's answer in words: the lines slm-decide prints before its tables (and the report's ladder section opens
 with). They say which configuration is best at the target, and the cheapest proxy and rung that decide the order at
---level. They also say the cheapest that names the best and how far to trust both. Where the evidence is too thin
-for that (the minimums below), they say "cannot decide" or give a warning, one line each.
+--level. They also say the cheapest that names the best, how far to trust both, and across which axes the verdict was
+checked (seeds, lr, scale, tokens per parameter, decay phase: analysis.decide_axes) and held or changed. Where the
+evidence is too thin for that (the minimums below), they say "cannot decide" or give a warning, one line each.
 
     print(answer(result, level=0.8, check=held_out_result, forecast=forecast_result))
 """
@@ -154,6 +155,15 @@ def _rungs(result: DecideResult, best: str | None, level: float) -> list[str]:
     return lines
 
 
+def _axes(result: DecideResult) -> list[str]:
+    """The axes the verdict was checked across (analysis.decide_axes), one line each."""
+    if not result.axes:
+        return []
+    best = _first({c: sum(v.values()) / len(v) for c, v in result.top.items()})
+    return [f"- Checked across, for {best} first (held / changed / not checked):"] + \
+        [f"  - {axis.line()}" for axis in result.axes]
+
+
 def _held_out(check) -> list[str]:
     if check is None or check.best_matches:
         return []
@@ -221,6 +231,7 @@ def answer(result: DecideResult, level: float = 0.8, check=None, forecast=None) 
     lines += (_rungs(result, best, level) if best is not None else []) + _trust(result, level, seeds, rungs)
     lines += _held_out(check)
     lines += _forecast(result, forecast)
+    lines += _axes(result) if best is not None else []
     return "\n".join(lines) + "\n"
 
 

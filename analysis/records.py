@@ -17,7 +17,7 @@ from pathlib import Path
 
 from analysis.readers import BadFile, shown
 from slm.eval import RENAMED_TASKS
-from slm.metrics import BOUND, NELBO, NLL_KINDS, VAL_CURVE, chance_level
+from slm.metrics import BOUND, LATE, NELBO, NLL_KINDS, VAL_CURVE, chance_level
 from slm.renames import TRAIN_MOVED, RenameError, upgrade_model_fields, upgrade_train_fields
 from slm.runs.health import describe
 from slm.runs.record import RESULT_FILE
@@ -342,19 +342,74 @@ def val_nll_kind(r):
     return kind or (NELBO.default if number(get(r.record, ("eval", "val_nll"))) is not None else None)
 
 
+def _curve(record: dict) -> tuple[list[tuple[float, float]], float | None]:
+    """(eval.val_curve's [(step, nll)] with numbers, training.max_steps); ([], None) without a curve."""
+    curve, steps = get(record, ("eval", VAL_CURVE)), number(get(record, ("training", "max_steps")))
+    if not isinstance(curve, list) or not steps:
+        return [], None
+    points = [(number(p[0]), number(p[1])) for p in curve if isinstance(p, (list, tuple)) and len(p) == 2]
+    return [(s, v) for s, v in points if s is not None and v is not None], steps
+
+
+def _at_step(record: dict, step: float) -> float | None:
+    """The validation of the record's curve nearest `step`, within 5% of its run's steps; None otherwise."""
+    points, steps = _curve(record)
+    if not points:
+        return None
+    near, value = min(points, key=lambda p: abs(p[0] - step))
+    return value if abs(near - step) <= 0.05 * steps else None
+
+
 def curve_at(r, fraction: float):
     """The validation NLL of eval.val_curve ([[step, nll], ...]) nearest `fraction` of training.max_steps, if it is
     within 5% of the steps of it; None otherwise (no curve, or no validation near there): the reader of every metric
     declared with curve_at (slm.metrics)."""
-    curve, steps = get(r.record, ("eval", VAL_CURVE)), number(get(r.record, ("training", "max_steps")))
-    if not isinstance(curve, list) or not steps:
+    steps = number(get(r.record, ("training", "max_steps")))
+    return _at_step(r.record, fraction * steps) if steps else None
+
+
+def validations(record: dict) -> list[float]:
+    """The curve's validation NLLs, one per distinct point of training, in step order: a validation within 5% of the
+    run's steps of the next one is that one (a ladder's last interval validation and its final one, 2 steps apart,
+    are one point; the later stands)."""
+    points, steps = _curve(record)
+    out: list[tuple[float, float]] = []
+    for step, value in sorted(points):
+        if out and step - out[-1][0] <= 0.05 * steps:
+            out[-1] = (step, value)
+        else:
+            out.append((step, value))
+    return [v for _, v in out]
+
+
+def curve_mean(r, last: int):
+    """The mean of the run's last `last` distinct validations (validations); None with fewer: the reader of every
+    metric declared with curve_last (slm.metrics)."""
+    late = validations(r.record)[-last:]
+    return sum(late) / last if len(late) == last else None
+
+
+def late_rsd(r):
+    """eval.val_curve's last 3 distinct validations: std / mean"""
+    late = validations(r.record)[-LATE:]
+    if len(late) < LATE:
         return None
-    points = [(number(p[0]), number(p[1])) for p in curve if isinstance(p, (list, tuple)) and len(p) == 2]
-    points = [(s, v) for s, v in points if s is not None and v is not None]
-    if not points:
+    mean = sum(late) / LATE
+    return math.sqrt(sum((v - mean) ** 2 for v in late) / LATE) / mean if mean else None
+
+
+def stable_loss(r):
+    """eval.val_curve of the run named by branch.of, at branch.steps"""
+    branch = r.record.get("branch") or {}
+    of, steps = branch.get("of"), number(branch.get("steps"))
+    if not of or steps is None:
         return None
-    step, value = min(points, key=lambda p: abs(p[0] - fraction * steps))
-    return value if abs(step - fraction * steps) <= 0.05 * steps else None
+    path = Path(r.run_dir).parent / str(of) / RESULT_FILE
+    try:
+        parent = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return _at_step(parent, steps) if isinstance(parent, dict) else None
 
 
 def _bound(r) -> bool:

@@ -177,6 +177,9 @@ _BEFORE_METRICS: tuple[Column, ...] = (
            "ladder", SWEEP, "text"),
     Column("ladder_point", "config", "a ladder job's configuration: its overrides without the rung's, the seed and the "
            "lr (sweep.json); one per point of the ladder", SWEEP, "text"),
+    Column("branch", "config", "a decay branch's fraction of the run it branched from (train.schedule.decay_branches: "
+           "the wsd run of that length; its lr rule and ladder point are its run's); empty: not a branch",
+           ("branch", "fraction")),
     Column("batch_size", "config", "sequences per optimizer step (train.batch_size)", read.train("batch_size"),
            "integer"),
     Column("schedule", "config", "learning-rate schedule (train.schedule: cosine, wsd, constant)",
@@ -292,6 +295,9 @@ def metric_column(entry: Metric) -> Column:
         return Column(entry.name, "metric", entry.doc, functools.partial(read.curve_at, fraction=entry.curve_at),
                       entry.value, entry.block, entry.where or f"eval.{VAL_CURVE} at {entry.curve_at:.0%} of "
                       "training.max_steps")
+    if entry.curve_last is not None:
+        return Column(entry.name, "metric", entry.doc, functools.partial(read.curve_mean, last=entry.curve_last),
+                      entry.value, entry.block, entry.where)
     source = entry.source if isinstance(entry.source, tuple) else getattr(read, entry.source)
     return Column(entry.name, "metric", entry.doc, source, entry.value, entry.block, entry.where)
 

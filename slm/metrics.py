@@ -41,6 +41,10 @@ VAL_CURVE = "val_curve"
 read from it."""
 CURVE = ("eval", VAL_CURVE)
 """The source of a metric read from the validation curve (Metric.curve_at)."""
+LATE = 3
+"""Validations a run's late window holds: val_nll_last3 averages them (Signal and Noise's averaged checkpoint scores)
+and val_nll_late_rsd is their spread (its noise of one run). A ladder validates 4 times (at 25%, 50%, 75%, 100%), so 3
+is the most that stays in the second half of training; a run that validates often averages a flatter, later stretch."""
 LOSS = "val_nll"
 """The loss every run records: the results table always has its column, and it is the default score of the
 commands that rank runs (slm-claims, slm-fit)."""
@@ -126,6 +130,9 @@ class Metric:
     """A value read part-way through training (0 < curve_at < 1): the validation in eval.val_curve nearest this
     fraction of training.max_steps, within 5% of the run's steps (analysis.records.curve_at); slm-decide proposes it
     as a proxy and judges it at the target rung too (stopping the target early is a cheaper rung)."""
+    curve_last: int | None = None
+    """A mean of the run's last k distinct validations in eval.val_curve (analysis.records.curve_mean; None with fewer):
+    Signal and Noise's averaged checkpoint scores. Read at the end of the run, it costs the whole run's compute."""
 
     @property
     def prefix(self) -> str | None:
@@ -178,6 +185,22 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
            "average of the parameters) at its last validation, on val_nll's windows; empty for a run without",
            ("eval", "val_nll_avg"), block="metrics", label="validation NLL of the averaged weights",
            short="val NLL avg", unit="nats/token", direction=LOWER, kind=PER_RUN, bound_when=NELBO, exact_only=True),
+    Metric(f"val_nll_last{LATE}", f"the mean validation NLL of the run's last {LATE} distinct validations in "
+           "eval.val_curve (a validation within 5% of the run's steps of the next is the same point; empty with "
+           "fewer): Signal and Noise's averaged checkpoint scores (Heineman et al. 2025)", CURVE,
+           f"the mean of eval.val_curve's last {LATE} distinct validations", block="metrics",
+           label=f"validation NLL, mean of the last {LATE} validations", short=f"val NLL last {LATE}",
+           unit="nats/token", direction=LOWER, kind=PER_RUN, bound_when=NELBO, exact_only=True, curve_last=LATE),
+    Metric("val_nll_late_rsd", f"the relative spread of the run's last {LATE} distinct validations (their standard "
+           "deviation, ddof 0, over their mean): the noise of one run in Heineman et al.'s SNR (slm-decide's SNR "
+           "(Heineman) column)", "late_rsd", f"eval.val_curve's last {LATE} distinct validations: std / mean",
+           block="metrics"),
+    Metric("val_nll_stable", "a decay branch's run: the validation NLL of the run it branched from at the branch's "
+           "last step, in its stable phase (WSD-S: the loss before the decay, at the step and compute of the branch's "
+           "val_nll after it); empty for other runs", "stable_loss",
+           "eval.val_curve of the run named by branch.of, at branch.steps", block="metrics",
+           label="validation NLL before the decay", short="val NLL stable", unit="nats/token", direction=LOWER,
+           kind=PER_RUN, bound_when=NELBO, exact_only=True),
     Metric("test_nll", "test NLL (nats/token) of the first train.validation.windows windows of the test split",
            ("eval", "test_nll"), label="test NLL", unit="nats/token", direction=LOWER, kind=PER_RUN,
            bound_when=NELBO, exact_only=True),
@@ -316,6 +339,11 @@ def read_part_way() -> list[Metric]:
     """The metrics read part-way through training (curve_at), latest first: slm-decide's proxies after the final
     losses."""
     return sorted((m for m in METRICS.values() if m.curve_at is not None), key=lambda m: -m.curve_at)
+
+
+def read_averaged() -> list[Metric]:
+    """The metrics averaged over a run's last validations (curve_last): slm-decide's proxies after the final losses."""
+    return [m for m in METRICS.values() if m.curve_last is not None]
 
 
 def metric(name: str) -> Metric | None:
