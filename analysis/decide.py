@@ -336,12 +336,13 @@ def markdown(result: DecideResult, level: float = 0.8) -> str:
 
 
 def default_proxies(table: pd.DataFrame) -> list[str]:
-    """The proxies judged by default: the final losses, the mean of the last validations (slm.metrics.read_averaged:
-    val_nll_last3, where the curve has that many), the curve's part-way (read_part_way: at 50% and 25% of training),
-    and the lm-eval scores, those with a value in the table."""
+    """The proxies judged by default: the final losses, the averaged weights' (val_nll_avg, where the runs averaged
+    them: train.validation.averaging), the mean of the last validations (slm.metrics.read_averaged: val_nll_last3,
+    where the curve has that many), the curve's part-way (read_part_way: at 50% and 25% of training), and the lm-eval
+    scores, those with a value in the table."""
     from slm.metrics import read_averaged, read_part_way
 
-    names = ["val_nll", "val_bpb", *(m.name for m in read_averaged()), *(m.name for m in read_part_way())]
+    names = ["val_nll", "val_bpb", "val_nll_avg", *(m.name for m in read_averaged()), *(m.name for m in read_part_way())]
     names += sorted(c for c in table.columns if str(c).startswith("score_"))
     return [c for c in names if c in table and pd.to_numeric(table[c], errors="coerce").notna().any()]
 
