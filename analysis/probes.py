@@ -56,7 +56,7 @@ class ProbeProxy:
     def share(self, target_flops: float) -> float | None:
         """The battery's mean compute over the configurations as a share of `target_flops` (a target run's)."""
         spent = [f for f in self.train_flops.values() if math.isfinite(f)]
-        return float(np.mean(spent)) / target_flops if spent and target_flops else None
+        return float(np.mean(spent)) / float(target_flops) if spent and target_flops else None
 
 
 def point_of(run: str) -> str:
@@ -74,14 +74,16 @@ def _configurations(table: pd.DataFrame, config: str) -> pd.Series:
     return table[config].astype(str)
 
 
-def proxies(table: pd.DataFrame, config: str = "family") -> dict[str, ProbeProxy]:
-    """{proxy name: ProbeProxy} of a probes sweep's results table (the module docstring)."""
+def proxies(table: pd.DataFrame, config: str = "family", tasks: list[str] | None = None) -> dict[str, ProbeProxy]:
+    """{proxy name: ProbeProxy} of a probes sweep's results table (the module docstring); `tasks`: the tasks averaged
+    (None: every task of the table), e.g. without one that every configuration saturates."""
     for column in (TASK, "seed", "train_flops"):
         if column not in table:
             raise ValueError(f"the results have no column {column!r}: not a probes sweep's table")
     done = table[table["status"].fillna("completed") == "completed"] if "status" in table else table
     rows = done.assign(_config=_configurations(done, config))
-    tasks = sorted(set(rows[TASK].dropna().astype(str)))
+    tasks = sorted(set(rows[TASK].dropna().astype(str))) if tasks is None else list(tasks)
+    rows = rows[rows[TASK].astype(str).isin(tasks)]
     out = {}
     for name, (metric, higher) in PROXIES.items():
         proxy = ProbeProxy(name, metric, higher, tasks=tasks)

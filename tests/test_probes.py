@@ -63,7 +63,7 @@ def test_each_task_holds_what_its_answer_needs():
 def test_every_tasks_records_read_through_the_records_reader(tmp_path):
     manifest = write_probes(tmp_path, SMALL, seed=0)
     tok = CharTokenizer(sorted(ALPHABET), unk=False, eot=False)
-    assert (tmp_path / "corpus.txt").read_text() == ALPHABET and manifest["tasks"] == list(TASKS)
+    assert manifest["tasks"] == list(TASKS) and manifest["alphabet"] == ALPHABET
     for name in TASKS:
         train, valid = tmp_path / f"{name}_train.jsonl", tmp_path / f"{name}_valid.jsonl"
         assert len(read_sft_records(train, tokenize=tok.encode, context_length=65)) == 300
@@ -136,11 +136,11 @@ def test_validation_adds_the_accuracies_and_keeps_the_nll(tmp_path, impl):
     assert list(extras) == ["token_acc", "exact_acc"] and 0 < right < tokens
 
 
-def test_an_sft_run_on_a_probe_records_the_accuracies_of_its_saved_weights(tmp_path, monkeypatch):
+def test_an_sft_run_on_a_probe_records_the_accuracies_of_its_saved_weights(tmp_path):
     probes = tmp_path / "probes"
     write_probes(probes, ProbeSizes(train=200, valid=40), seed=0, tasks=["recall"])
-    monkeypatch.setenv("SLM_PROBES_DIR", str(probes))
-    out = slm_train(tmp_path, "data=probes", "data.name=recall", "train.objective=sft", "model=llama3",
+    out = slm_train(tmp_path, "data=probes", "train.objective=sft", f"+data.records.train={probes}/recall_train.jsonl",
+                    f"+data.records.valid={probes}/recall_valid.jsonl", "model=llama3",
                     "model.n_layers=2", "model.d_model=32", "model.attention.head_dim=16", "model.attention.n_kv_heads=null",
                     "model.context_length=64",
                     "eval=none", "train.length.steps=12", "train.batch_size=16", "train.lr=3e-3",
@@ -201,3 +201,5 @@ def test_the_probe_proxy_is_the_mean_over_tasks_per_configuration_and_seed(tmp_p
     assert point_of("data.name=recall,model=moe,model.moe.top_k=1,train.seed=1") == "model=moe,model.moe.top_k=1"
     by_point = proxies(collect(tmp_path / "probes_cpu"), config="point")["probe_nll"]
     assert set(by_point.values) == {"model=gpt2", "model=llama3"}
+    two = proxies(collect(tmp_path / "probes_cpu"), tasks=["recall", "compression"])["probe_nll"]
+    assert two.values["gpt2"] == {0: pytest.approx(0.75), 1: pytest.approx(0.85)} and not two.notes

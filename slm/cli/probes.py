@@ -3,8 +3,8 @@
     slm-probes probes/                                  # every task: 8000 train and 256 valid records each, seed 0
     slm-probes probes/ --tasks recall,compression --train 2000 --seed 1
 
-Writes corpus.txt and corpus_valid.txt (the alphabet: what the char tokenizer is fitted on), <task>_train.jsonl and
-<task>_valid.jsonl for each task and manifest.json, each atomically; prints one line per file. Bad input (a count
+Writes <task>_train.jsonl and <task>_valid.jsonl for each task and manifest.json, each atomically; prints one line
+per file. Bad input (a count
 below 1, an unknown task, an output path that is a file) is one line on stderr and exit code 2, with nothing
 written.
 """

@@ -1,10 +1,11 @@
 """The probes' files (`slm-probes <dir>`), each written atomically (slm.atomic):
 
-  corpus.txt, corpus_valid.txt    the alphabet (slm.probes.tasks.ALPHABET) as text: what the char tokenizer is fitted
-                                  on (conf/data/probes.yaml), so every task and every run has the same ids
   <task>_train.jsonl, <task>_valid.jsonl
                                   TRL prompt/completion records of each task
   manifest.json                   the settings and what each file holds
+
+The tokenizer's text is not a file: data=probes's source (kind probes, slm.data.sources) is the alphabet
+(slm.probes.tasks.ALPHABET), so a char tokenizer has the same ids for every task and run.
 
 A record's split is decided by a hash of its prompt (VALID_SHARE of prompts are validation), whatever the seed: the
 splits never share a prompt, at any seed. Records are drawn from one seeded stream per task and kept where their
@@ -74,14 +75,11 @@ def _write(path: Path, text: str) -> None:
 
 
 def write_probes(out: Path, sizes: ProbeSizes = ProbeSizes(), seed: int = 0, tasks=TASKS) -> dict:
-    """Write the corpus and each task's files into `out` (made if missing); the manifest's contents. Every record is
+    """Write each task's files into `out` (made if missing); the manifest's contents. Every record is
     drawn before anything is written."""
     drawn = {name: generate(name, seed, sizes) for name in tasks}
     out.mkdir(parents=True, exist_ok=True)
     files: dict[str, dict] = {}
-    for name in ("corpus.txt", "corpus_valid.txt"):
-        _write(out / name, ALPHABET)  # no newline: the vocabulary is the alphabet alone
-        files[name] = {"characters": len(ALPHABET)}
     for name, records in drawn.items():
         for split, rows in records.items():
             _write(out / f"{name}_{split}.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
