@@ -113,14 +113,22 @@ def _fill(proxy: ProbeProxy, rows: pd.DataFrame, tasks: list[str]) -> None:
     proxy.train_flops = {name: float(np.mean(f)) for name, f in flops.items()}
 
 
-def judge(proxy: ProbeProxy, target: dict[str, dict], target_flops: float | None = None) -> dict:
+def judge(proxy: ProbeProxy, target: dict[str, dict], target_flops: float | None = None, draws: int = 1000,
+          seed: int = 0) -> dict:
     """The proxy against a target's values ({configuration: {seed: value}}, lower better, as analysis.decide holds
-    them): decision accuracy over the configurations both have (analysis.decide.agreement of the seed means), the
-    pairs it counts, the proxy's SNR (analysis.decide.snr) and its share of `target_flops`."""
+    them), over the configurations both have: decision accuracy (analysis.decide.agreement of the seed means) and
+    the pairs it counts, its 95% interval from `draws` redraws of every configuration's seeds at both (None where
+    each has one seed), the proxy's SNR (analysis.decide.snr) and its share of `target_flops`."""
     from analysis.decide import _means, agreement, snr
 
     mine = proxy.oriented()
     common = sorted(set(mine) & set(target))
-    accuracy, pairs = agreement(_means({c: mine[c] for c in common}), _means({c: target[c] for c in common}))
-    return {"accuracy": accuracy, "pairs": pairs, "snr": snr({c: mine[c] for c in common}),
+    here, top = {c: mine[c] for c in common}, {c: target[c] for c in common}
+    accuracy, pairs = agreement(_means(here), _means(top))
+    low = high = None
+    if draws and any(len(v) > 1 for v in (*here.values(), *top.values())):
+        rng = np.random.default_rng(seed)
+        boot = [agreement(_means(here, rng), _means(top, rng))[0] for _ in range(draws)]
+        low, high = float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))
+    return {"accuracy": accuracy, "pairs": pairs, "low": low, "high": high, "snr": snr(here),
             "share": proxy.share(target_flops) if target_flops else None}

@@ -197,6 +197,8 @@ def test_the_probe_proxy_is_the_mean_over_tasks_per_configuration_and_seed(tmp_p
     # judged against a target order: llama3 better at the target, as the probe says; the other way round, not
     agree = judge(nll, {"gpt2": {0: 2.0, 1: 2.1}, "llama3": {0: 1.9}}, target_flops=1e5)
     assert (agree["accuracy"], agree["pairs"]) == (1.0, 1) and agree["share"] == pytest.approx(0.0375)
+    assert agree["low"] <= agree["accuracy"] <= agree["high"] and agree["snr"] > 0  # llama3 has 2 seeds
+    assert judge(nll, {"gpt2": {0: 2.0}, "llama3": {0: 1.9}}, draws=0)["low"] is None
     assert judge(nll, {"gpt2": {0: 1.0}, "llama3": {0: 2.0}})["accuracy"] == 0.0
     assert point_of("data.name=recall,model=moe,model.moe.top_k=1,train.seed=1") == "model=moe,model.moe.top_k=1"
     by_point = proxies(collect(tmp_path / "probes_cpu"), config="point")["probe_nll"]
