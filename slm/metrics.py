@@ -211,6 +211,13 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
            "weighted)", ("eval", "val_bytes_per_token")),
     Metric("test_bytes_per_token", "UTF-8 bytes of text per token of the test split",
            ("eval", "test_bytes_per_token")),
+    # a records run's (train.objective=sft) greedy accuracies under teacher forcing: the synthetic probes' (docs/probes.md)
+    Metric("val_token_acc", "share of the validation completions' tokens that are their position's argmax (an sft "
+           "run, teacher-forced)", ("eval", "val_token_acc"), block="metrics", label="completion token accuracy",
+           short="token acc", unit="fraction", direction=HIGHER),
+    Metric("val_exact_acc", "share of the validation completions whose every token is its position's argmax (an "
+           "sft run, teacher-forced)", ("eval", "val_exact_acc"), block="metrics", label="exact completion accuracy",
+           short="exact acc", unit="fraction", direction=HIGHER),
     # lm-eval, per task and per suite
     Metric("score_<task>", "headline lm-eval value of the task (metric_<task> names it)", "score",
            "eval.lm_eval.scores[task]", label="<task>", direction=BY_METRIC, kind=PER_RUN, bound_when=NELBO_TASK,

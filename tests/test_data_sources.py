@@ -184,7 +184,7 @@ def test_bad_records(tmp_path):
 
 def test_bad_config_values(tmp_path):
     _one_line_error(tmp_path, [{"kind": "web"}],
-                    r"^data.sources.0.kind='web' is invalid: one of: tiny_shakespeare, local, hub, splits$")
+                    r"^data.sources.0.kind='web' is invalid: one of: tiny_shakespeare, local, hub, splits, probes$")
     _one_line_error(tmp_path, [{"kind": "local", "pathz": ["a"]}], r"^data.sources.0 has unknown key 'pathz' \(did you mean paths\?\): choose from name, kind")
     _one_line_error(tmp_path, [{"kind": "tiny_shakespeare", "weight": 0}], r"^data.sources.0.weight=0 is invalid: must be a number > 0$")
     _one_line_error(tmp_path, [{"kind": "tiny_shakespeare"}, {"kind": "tiny_shakespeare"}],

@@ -44,6 +44,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "lm-eval": ("slm.cli.lm_eval:main", "lm-evaluation-harness's own CLI with the slm model registered"),
     "toolcall": ("slm.cli.toolcall:main", "the function-calling task's files: corpus, SFT records, pairs, items"),
     "pairs": ("slm.cli.pairs:main", "preference pairs from a teacher run's verified samples on the function-calling task"),
+    "probes": ("slm.cli.probes:main", "the synthetic probes' files: MAD's six tasks as prompt/completion records"),
 }
 
 

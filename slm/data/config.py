@@ -87,7 +87,8 @@ class SourceConfig(Settings):
     """Label in records and in cache file names, distinct within a mix; empty derives it from kind/dataset."""
     kind: str = setting("tiny_shakespeare", choices=SOURCES)
     """Registry key: tiny_shakespeare (shipped corpus), local (files), hub (Hugging Face dataset, streamed),
-    splits (a corpus published as train/valid/test: a local directory, else the hub's three splits)."""
+    splits (a corpus published as train/valid/test: a local directory, else the hub's three splits), probes (the
+    synthetic probes' alphabet, docs/probes.md)."""
     weight: float = setting(1.0, gt=0)
     """Share of training samples (and validation batches) drawn from this source; normalised over the mix."""
     token_budget: int | None = setting(None, gt=0, null="its share of data.token_budget")

@@ -1,4 +1,4 @@
-"""Data sources (a registry): tiny_shakespeare, local, hub, splits.
+"""Data sources (a registry): tiny_shakespeare, local, hub, splits, probes.
 
 A source turns its `SourceConfig` into two `Stream`s, train and valid (and test where it has one): a function
 yielding the pieces of text to tokenize, a `key` that identifies that content (hashed into the shard's cache
@@ -308,3 +308,24 @@ class SplitCorpus(Source):
             return {**super().describe(), "dir": c.dir}
         return {**super().describe(), "dataset": c.dataset, "subset": c.subset, "splits": c.hub_splits,
                 "revision": c.revision}
+
+
+@SOURCES.register("probes")
+class ProbesAlphabet(Source):
+    """The synthetic probes' alphabet (slm.probes.tasks.ALPHABET) as the text of every split: what a fitted tokenizer
+    (char) learns its ids from under data=probes, whose records are data.records (docs/probes.md). Nothing to read
+    from disk, so every task and every run has the same ids."""
+
+    kind = "probes"
+
+    def streams(self) -> dict[str, Stream]:
+        from slm.probes.tasks import ALPHABET
+
+        digest = hashlib.sha256(ALPHABET.encode()).hexdigest()
+
+        def pieces() -> Iterator[Piece]:
+            yield ALPHABET, True
+
+        return {split: Stream(self.cfg.name, split, {"kind": self.kind, "sha256": digest}, pieces,
+                              self.budget if split == "train" else None, origin="the probes' alphabet (slm/probes)")
+                for split in ("train", "valid")}

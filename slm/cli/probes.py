@@ -1,0 +1,92 @@
+"""`slm-probes <out dir>`: the synthetic probes' files (MAD's six tasks as prompt/completion records, docs/probes.md).
+
+    slm-probes probes/                                  # every task: 8000 train and 256 valid records each, seed 0
+    slm-probes probes/ --tasks recall,compression --train 2000 --seed 1
+
+Writes <task>_train.jsonl and <task>_valid.jsonl for each task and manifest.json, each atomically; prints one line
+per file. Bad input (a count
+below 1, an unknown task, an output path that is a file) is one line on stderr and exit code 2, with nothing
+written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from slm.bad_input import OneLineParser, describe, fail
+from slm.pipes import quiet_on_closed_pipe
+
+PROG = "slm-probes"
+
+
+MOST = 1_000_000
+"""Records per split at most."""
+
+
+def _whole(least: int, most: int | None = None):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+        if value < least or (most is not None and value > most):
+            raise argparse.ArgumentTypeError(f"{text}: must be >= {least}" if value < least else
+                                             f"{text}: must be <= {most}")
+        return value
+    return parse
+
+
+def _tasks(text: str) -> list[str]:
+    from slm.probes.tasks import TASKS
+
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names or any(t not in TASKS for t in names):
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid: a comma-separated list of {', '.join(TASKS)}")
+    return list(dict.fromkeys(names))
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    from slm.probes.files import ProbeSizes
+    from slm.probes.tasks import TASKS
+
+    sizes = ProbeSizes()
+    parser = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0].split(": ", 1)[1],
+                           epilog="examples:\n" + __doc__.split("\n\n")[1],
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", type=Path, help="directory to write into (made if missing; its files are replaced)")
+    parser.add_argument("--tasks", type=_tasks, default=list(TASKS), help=f"comma-separated (default all: "
+                        f"{','.join(TASKS)})")
+    parser.add_argument("--train", type=_whole(1, MOST), default=sizes.train, help=f"training records per task (default "
+                        f"{sizes.train})")
+    parser.add_argument("--valid", type=_whole(1, MOST), default=sizes.valid, help=f"validation records per task (default "
+                        f"{sizes.valid})")
+    parser.add_argument("--seed", type=_whole(0), default=0, help="generator seed (default 0)")
+    return parser.parse_args(argv)
+
+
+def run(argv: list[str] | None = None) -> dict:
+    """Write the files; the manifest."""
+    args = parse_args(argv)
+    from slm.probes.files import ProbeSizes, write_probes
+
+    if args.out.exists() and not args.out.is_dir():
+        fail(PROG, f"{args.out} is not a directory: give a directory to write the probes' files into")
+    try:
+        manifest = write_probes(args.out, ProbeSizes(args.train, args.valid), args.seed, args.tasks)
+    except (OSError, ValueError) as err:
+        fail(PROG, describe(err))
+    for name, info in manifest["files"].items():
+        counts = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in info.items())
+        print(f"{PROG}: wrote {args.out / name} ({counts})")
+    return manifest
+
+
+@quiet_on_closed_pipe
+def main() -> None:
+    run(sys.argv[1:])
+
+
+if __name__ == "__main__":
+    main()
