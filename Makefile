@@ -20,6 +20,9 @@ help:
 	@echo "make decide     a ladder on CPU (5 families x 4 rungs x 3 seeds; lr searched per rung, and under muP searched at"
 	@echo "                the two lowest and carried up): decision accuracy per rung and proxy, the held-out forecast,"
 	@echo "                a forecast at 70M parameters, the report (docs/decisions.md)"
+	@echo "make decide-close  a close-call ladder on CPU (LLaMA3 and 6 one-component variants x 4 rungs, 66x in compute,"
+	@echo "                5/5/5/3 seeds, decay branches, EMA weights), its synthetic probes, and LFM2 vs Canon at 0.6-10"
+	@echo "                tokens per parameter: which proxy decides at 1% of the target's compute (docs/decisions.md)"
 	@echo "make halving    successive halving against the full grid on CPU (90 + 90 jobs): which configurations each"
 	@echo "                keeps, and the compute each spends (docs/halving.md)"
 	@echo "make dpo        issue 50's claim on CPU (docs/dpo.md): a teacher, its pairs, 3 student families x 8 arms (SFT,"
@@ -194,6 +197,27 @@ decide: install
 		$(BIN)/slm-report $(RUNS)/$$group/results.parquet -o $(RUNS)/$$group/report --score val_nll \
 			--title "slm $$group: a ladder of five families on CPU" || rc=1; \
 	done; exit $$rc
+
+# Close calls (docs/decisions.md, issue 51): sweeps/ladder_close.yaml (LLaMA3 and six one-component variants, 4 rungs
+# spanning 66x in compute, the lr searched at the two lowest and carried up under muP, 5/5/5/3 seeds: 336 jobs, each
+# with a decay branch and EMA weights), the synthetic probes of its configurations (slm-probes, then
+# sweeps/probes_close.yaml: 84 short jobs) and LFM2 against LLaMA3+Canon at 0.6-10 tokens per parameter
+# (sweeps/regimes_cpu.yaml: 36 jobs with 4 decay branches each), in CPU_JOBS one-thread copies; then the ladder's
+# table, slm-decide with the probes as a proxy (decide.md, decide/*.png), analysis.regimes (regimes.md) and the
+# report. Started again, it trains only what is missing.
+CLOSE_SWEEPS ?= ladder_close probes_close regimes_cpu
+.PHONY: decide-close
+decide-close: install
+	@SLM_RUNS=$(RUNS) $(BIN)/slm-probes $(RUNS)/probes >/dev/null && \
+	SLM_RUNS=$(RUNS) OMP_NUM_THREADS=1 $(BIN)/slm-workers $(CPU_JOBS) -- sh -c "rc=0; \
+		for sweep in $(CLOSE_SWEEPS); do $(BIN)/slm-train -m sweep=\$$sweep || rc=\$$?; done; exit \$$rc"; rc=$$?; \
+	$(BIN)/slm-collect $(RUNS)/ladder_close -o $(RUNS)/ladder_close/results.parquet && \
+	$(BIN)/slm-collect $(RUNS)/probes_close -o $(RUNS)/probes_close/results.parquet && \
+	$(BIN)/slm-decide $(RUNS)/ladder_close/results.parquet --probes $(RUNS)/probes_close/results.parquet \
+		-o $(RUNS)/ladder_close/decide.md --plot $(RUNS)/ladder_close/decide && \
+	$(BIN)/python -m analysis.regimes $(RUNS)/regimes_cpu -o $(RUNS)/regimes_cpu/regimes.md && \
+	$(BIN)/slm-report $(RUNS)/ladder_close/results.parquet -o $(RUNS)/ladder_close/report --score val_nll \
+		--title "slm ladder_close: close calls on CPU" || rc=1; exit $$rc
 
 # Successive halving against the full grid (docs/halving.md): sweeps/halving_cpu_grid.yaml (claims_cpu's 9 shapes x 5
 # lrs x 2 seeds, every job to its end, validated and branched at each rung) then sweeps/halving_cpu.yaml (the same

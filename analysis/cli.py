@@ -495,6 +495,17 @@ def _decide_description() -> str:
             "when the redraws take a while.")
 
 
+def _add_probes(cmd: _Command, judged, table, path: str, draws: int) -> None:
+    """The probes sweep's proxies added to the ladder's decision (analysis.probes.add_to); bad input is one line."""
+    from analysis.probes import add_to
+
+    probes = cmd.load(path)
+    try:
+        add_to(judged.result, table, probes, draws)
+    except ValueError as err:
+        cmd.fail(f"--probes {path}: {err}")
+
+
 @_command("slm-decide", _decide_description, results="many")
 def decide_main(cmd: _Command, argv: list[str] | None = None) -> None:
     from slm.metrics import read_averaged, read_part_way
@@ -510,6 +521,9 @@ def decide_main(cmd: _Command, argv: list[str] | None = None) -> None:
             "those present)")
     cmd.add("--level", type=float, default=0.8, help="decision accuracy to plan with (default: 0.8)")
     cmd.add("--draws", type=int, default=1000, help="bootstrap redraws of the seeds (default: 1000; 0: no intervals)")
+    cmd.add("--probes", default=None, metavar="RESULTS", help="a probes sweep's results table or run directory "
+            "(docs/probes.md): probe_nll and probe_acc, the mean over its tasks per configuration, judged as proxies "
+            "too, at the battery's share of a target run's compute")
     cmd.add("--forecast", default=None, metavar="params=N|flops=C",
             help="also extrapolate each configuration's --truth loss to this scale")
     cmd.output("-o", "--out", default=None, help="also write the answer and the tables to this Markdown file")
@@ -535,6 +549,8 @@ def decide_main(cmd: _Command, argv: list[str] | None = None) -> None:
     try:
         judged = judge(table, args.config, args.rung, args.proxy.split(",") if args.proxy else None, args.target,
                        args.draws, args.truth, progress=progress)
+        if args.probes:
+            _add_probes(cmd, judged, table, args.probes, args.draws)
         predicted = forecast(judged.ladder, draws=args.draws, progress=progress("forecast:"), **target) \
             if target else None
     except (DecideError, ForecastError) as err:

@@ -132,3 +132,40 @@ def judge(proxy: ProbeProxy, target: dict[str, dict], target_flops: float | None
         low, high = float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))
     return {"accuracy": accuracy, "pairs": pairs, "low": low, "high": high, "snr": snr(here),
             "share": proxy.share(target_flops) if target_flops else None}
+
+
+def add_to(result, ladder: pd.DataFrame, probes: pd.DataFrame, draws: int = 1000) -> list[str]:
+    """Judge each probe proxy against a ladder's decision (analysis.decide.DecideResult `result`, from the ladder's
+    table `ladder`) and append it to result.rows (its rung: the probes' mean param_budget; its share: the battery's
+    compute over a target run's mean train_flops) and its name to result.proxies. The configurations are matched by
+    the ladder's configuration column where the probes' table has it and shares at least two of its names, else by
+    the probes' points (the job key less task and seed). Returns the notes (also added to result.notes)."""
+    from analysis.decide import RungDecision
+
+    config = result.config if result.config in probes else POINT
+    if config != POINT and len(set(_configurations(probes, config)) & set(result.top)) < 2:
+        config = POINT
+    found = proxies(probes, config)
+    if "branch" in ladder:  # a decay branch is a shorter run: not a target run's compute
+        ladder = ladder[ladder["branch"].isna()]
+    at = pd.to_numeric(ladder[result.rung], errors="coerce") == result.target
+    flops = pd.to_numeric(ladder.loc[at, "train_flops"], errors="coerce").mean() if "train_flops" in ladder else None
+    budget = pd.to_numeric(probes.get("param_budget"), errors="coerce").mean() if "param_budget" in probes else None
+    notes = []
+    for name, proxy in found.items():
+        common = set(proxy.values) & set(result.top)
+        if len(common) < 2:
+            notes.append(f"{name}: fewer than two of the ladder's configurations among the probes' ({config}): "
+                         "not judged")
+            continue
+        got = judge(proxy, result.top, None if flops is None or pd.isna(flops) else float(flops), draws)
+        rung = float(budget) if budget is not None and not pd.isna(budget) else math.nan
+        result.rows.append(RungDecision(name, rung, got["share"], len(common), got["accuracy"], got["low"],
+                                        got["high"], got["snr"]))
+        result.proxies.append(name)
+        notes += [f"{name}: {n}" for n in proxy.notes]
+        missing = sorted(set(result.top) - set(proxy.values))
+        if missing:
+            notes.append(f"{name}: no probes of {', '.join(missing)}")
+    result.notes += notes
+    return notes

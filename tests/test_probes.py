@@ -205,3 +205,32 @@ def test_the_probe_proxy_is_the_mean_over_tasks_per_configuration_and_seed(tmp_p
     assert set(by_point.values) == {"model=gpt2", "model=llama3"}
     two = proxies(collect(tmp_path / "probes_cpu"), tasks=["recall", "compression"])["probe_nll"]
     assert two.values["gpt2"] == {0: pytest.approx(0.75), 1: pytest.approx(0.85)} and not two.notes
+
+
+def test_the_probe_proxies_join_a_ladders_decision_at_their_share_of_a_target_run(tmp_path):
+    """analysis.probes.add_to: the battery's order against the target's (worked by hand: b's probes are worse than
+    c's although b beats c at the target: 2 of 3 pairs agree), its share of a target run's compute (branch rows left
+    out), and a row in the decision's table."""
+    import pandas as pd
+
+    from analysis.decide import DecideResult, markdown
+    from analysis.probes import add_to
+
+    top = {"a": {0: 1.0, 1: 1.1}, "b": {0: 2.0, 1: 2.1}, "c": {0: 3.0, 1: 3.1}}  # the truth at the target, a < b < c
+    result = DecideResult(config="family", rung="param_budget", target=2e5, top=top, proxies=["val_nll"])
+    ladder = pd.DataFrame({"param_budget": [2e5, 2e5, 2e5], "train_flops": [1e12, 3e12, 0.5e12],
+                           "branch": [None, None, 0.5]})  # the target's runs: 2e12 on average, the branch aside
+    rows = []
+    probe_nll = {"a": 1.0, "b": 3.0, "c": 2.0}
+    for family, nll in probe_nll.items():
+        for seed in (0, 1):
+            for task in ("recall", "memorization"):
+                rows.append({"family": family, "data": task, "seed": seed, "status": "completed",
+                             "val_nll": nll + 0.1 * seed, "val_token_acc": 1 / nll, "train_flops": 1e10,
+                             "param_budget": 5e4, "run": f"model={family},data.name={task},train.seed={seed}"})
+    notes = add_to(result, ladder, pd.DataFrame(rows), draws=0)
+    assert notes == []
+    row = next(r for r in result.rows if r.proxy == "probe_nll")
+    assert row.accuracy == pytest.approx(2 / 3) and row.configurations == 3 and row.rung == 5e4
+    assert row.share == pytest.approx(2e10 / 2e12)  # two tasks of 1e10 for one seed, over 2e12
+    assert "probe_nll" in result.proxies and "| probe_nll | 50000 |" in markdown(result)
