@@ -279,9 +279,9 @@ dhara: install
 # parent's weights); within a stage DPO_JOBS one-thread copies share the jobs. Started again, it trains only what is
 # missing; the teacher is trained only while $(DPO_DIR)/teacher_pairs.jsonl is missing (pairs of your own there,
 # with teacher_pairs.correct.jsonl for RFT, skip it). The sizes below are kept in $(DPO_DIR)/sizes.txt: other sizes
-# need another DPO_DIR (the job keys do not hold them). DPO_LR_SEARCH: multipliers of each arm's lr
-# (hydra.sweeper.lr_search, e.g. [0.5,1,2]); analysis.dpo then keeps each family x arm at its lr of lowest
-# validation NLL. Opt-in: DPO_ARMS="... dpo_onpolicy", one round of on-policy DPO (slm-pairs of each SFT run on
+# need another DPO_DIR (the job keys do not hold them). DPO_LR_SEARCH: multipliers of each arm's lr, the SFT arm's
+# too (hydra.sweeper.lr_search, e.g. [0.5,1,2]); analysis.dpo then keeps each family x arm at its lr of lowest
+# validation NLL. The arms always start from the SFT run at its stated lr (x1). Opt-in: DPO_ARMS="... dpo_onpolicy", one round of on-policy DPO (slm-pairs of each SFT run on
 # its own samples into $(DPO_DIR)/onpolicy/, then DPO on them).
 DPO_DIR ?= $(RUNS)/dpo
 DPO_SEEDS ?= 5
@@ -329,7 +329,8 @@ dpo: install
 		--temperature $(DPO_TEMPERATURE) --seed 0; } || exit $$?; \
 	export OMP_NUM_THREADS=1; rc=0; \
 	$(BIN)/slm-workers $(DPO_JOBS) -- $(BIN)/slm-train -m sweep=dpo_pre model=$(DPO_FAMILIES) || rc=$$?; \
-	$(BIN)/slm-workers $(DPO_JOBS) -- $(BIN)/slm-train -m sweep=dpo_sft $(DPO_STUDENT) || rc=$$?; \
+	$(BIN)/slm-workers $(DPO_JOBS) -- $(BIN)/slm-train -m sweep=dpo_sft $(DPO_STUDENT) \
+		$(if $(DPO_LR_SEARCH),'hydra.sweeper.lr_search=$(DPO_LR_SEARCH)') || rc=$$?; \
 	$(if $(filter dpo_onpolicy,$(DPO_ARMS)),$(DPO_ONPOLICY_PAIRS)) \
 	$(BIN)/slm-workers $(DPO_JOBS) -- sh -c "rc=0; for sweep in $(DPO_ARMS); do \
 		$(BIN)/slm-train -m sweep=\$$sweep $(DPO_STUDENT) $(if $(DPO_LR_SEARCH),'hydra.sweeper.lr_search=$(DPO_LR_SEARCH)') \
