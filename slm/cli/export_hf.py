@@ -29,7 +29,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from slm.bad_input import OneLineParser, fail
+from slm.bad_input import doc_parser, fail
 from slm.cli.config import reports_user_errors
 from slm.pipes import quiet_on_closed_pipe
 
@@ -42,9 +42,7 @@ CHECK_TOLERANCE = 1e-4  # max |logit difference| allowed, relative to the larges
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0].split(": ", 1)[1],
-                           epilog="examples:\n" + __doc__.split("\n\n")[1] + "\n\n" + __doc__.split("\n\n")[2],
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = doc_parser(PROG, __doc__, examples=2)
     parser.add_argument("run", type=Path, help="run directory or checkpoint directory: a path, or a run under "
                         "$SLM_RUNS (default runs/) such as cpu_default/<job key>, or a run group of one run")
     parser.add_argument("out_dir", type=Path, help="transformers model directory to write")

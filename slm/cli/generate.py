@@ -32,7 +32,7 @@ import secrets
 import sys
 from pathlib import Path
 
-from slm.bad_input import OneLineParser
+from slm.bad_input import doc_parser
 from slm.cli.config import reports_user_errors
 from slm.pipes import quiet_on_closed_pipe
 
@@ -58,9 +58,7 @@ def _number(kind, low=None, high=None, low_open=False, what=""):
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0].split(": ", 1)[1],
-                           epilog="examples:\n" + __doc__.split("\n\n")[1],
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = doc_parser(PROG, __doc__)
     parser.add_argument("run", help="run directory or checkpoint directory: a path, or a run under $SLM_RUNS "
                         "(default runs/) such as cpu_default/<job key>, or a run group of one run")
     parser.add_argument("prompt", help="the text to continue ('-': read it from stdin; '': start from nothing)")

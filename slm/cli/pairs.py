@@ -23,7 +23,7 @@ import time
 import zlib
 from pathlib import Path
 
-from slm.bad_input import OneLineParser
+from slm.bad_input import doc_parser
 from slm.cli.config import reports_user_errors
 from slm.cli.generate import DTYPES, _number
 from slm.pipes import quiet_on_closed_pipe
@@ -34,9 +34,7 @@ MAX_NEW_TOKENS = 96
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0].split(": ", 1)[1],
-                           epilog="examples:\n" + __doc__.split("\n\n")[1],
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = doc_parser(PROG, __doc__)
     parser.add_argument("run", help="the teacher: a finished run directory (or a run under $SLM_RUNS)")
     parser.add_argument("out", type=Path, help="the pairs file to write (JSONL); its .summary.json and "
                         ".correct.jsonl go beside it")

@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from slm.bad_input import OneLineParser, describe, fail
+from slm.bad_input import comma_choices, describe, doc_parser, fail, whole_number
 from slm.pipes import quiet_on_closed_pipe
 
 PROG = "slm-probes"
@@ -25,44 +25,20 @@ MOST = 1_000_000
 """Records per split at most."""
 
 
-def _whole(least: int, most: int | None = None):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
-        if value < least or (most is not None and value > most):
-            raise argparse.ArgumentTypeError(f"{text}: must be >= {least}" if value < least else
-                                             f"{text}: must be <= {most}")
-        return value
-    return parse
-
-
-def _tasks(text: str) -> list[str]:
-    from slm.probes.tasks import TASKS
-
-    names = [t.strip() for t in text.split(",") if t.strip()]
-    if not names or any(t not in TASKS for t in names):
-        raise argparse.ArgumentTypeError(f"{text!r} is invalid: a comma-separated list of {', '.join(TASKS)}")
-    return list(dict.fromkeys(names))
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     from slm.probes.files import ProbeSizes
     from slm.probes.tasks import TASKS
 
     sizes = ProbeSizes()
-    parser = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0].split(": ", 1)[1],
-                           epilog="examples:\n" + __doc__.split("\n\n")[1],
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = doc_parser(PROG, __doc__)
     parser.add_argument("out", type=Path, help="directory to write into (made if missing; its files are replaced)")
-    parser.add_argument("--tasks", type=_tasks, default=list(TASKS), help=f"comma-separated (default all: "
+    parser.add_argument("--tasks", type=comma_choices(TASKS), default=list(TASKS), help=f"comma-separated (default all: "
                         f"{','.join(TASKS)})")
-    parser.add_argument("--train", type=_whole(1, MOST), default=sizes.train, help=f"training records per task (default "
+    parser.add_argument("--train", type=whole_number(1, MOST), default=sizes.train, help=f"training records per task (default "
                         f"{sizes.train})")
-    parser.add_argument("--valid", type=_whole(1, MOST), default=sizes.valid, help=f"validation records per task (default "
+    parser.add_argument("--valid", type=whole_number(1, MOST), default=sizes.valid, help=f"validation records per task (default "
                         f"{sizes.valid})")
-    parser.add_argument("--seed", type=_whole(0), default=0, help="generator seed (default 0)")
+    parser.add_argument("--seed", type=whole_number(0), default=0, help="generator seed (default 0)")
     return parser.parse_args(argv)
 
 

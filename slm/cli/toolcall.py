@@ -16,40 +16,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from slm.bad_input import OneLineParser, describe, fail
+from slm.bad_input import comma_choices, describe, doc_parser, fail, whole_number
 from slm.pipes import quiet_on_closed_pipe
 
 PROG = "slm-toolcall"
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text}: must be >= 1")
-    return value
-
-
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text}: must be >= 0")
-    return value
-
-
-def _modes(text: str) -> list[str]:
-    from slm.toolcall.corruptions import MODES
-
-    modes = [m.strip() for m in text.split(",") if m.strip()]
-    bad = [m for m in modes if m not in MODES]
-    if bad or not modes:
-        raise argparse.ArgumentTypeError(f"{text!r} is invalid: a comma-separated list of {', '.join(MODES)}")
-    return list(dict.fromkeys(modes))
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -57,19 +27,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     from slm.toolcall.files import TaskSizes
 
     sizes = TaskSizes()
-    parser = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0].split(": ", 1)[1],
-                           epilog="examples:\n" + __doc__.split("\n\n")[1],
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = doc_parser(PROG, __doc__)
     parser.add_argument("out", type=Path, help="directory to write into (made if missing; its files are replaced)")
-    parser.add_argument("--train", type=_count, default=sizes.train, help=f"SFT records and training pairs (default "
+    parser.add_argument("--train", type=whole_number(1), default=sizes.train, help=f"SFT records and training pairs (default "
                         f"{sizes.train})")
-    parser.add_argument("--corpus", type=_count, default=sizes.corpus, help=f"items in corpus.txt, other training "
+    parser.add_argument("--corpus", type=whole_number(1), default=sizes.corpus, help=f"items in corpus.txt, other training "
                         f"items than the SFT ones (default {sizes.corpus})")
-    parser.add_argument("--valid", type=_count, default=sizes.valid, help=f"validation items (default {sizes.valid})")
-    parser.add_argument("--test", type=_count, default=sizes.test, help=f"items of each evaluation split (default "
+    parser.add_argument("--valid", type=whole_number(1), default=sizes.valid, help=f"validation items (default {sizes.valid})")
+    parser.add_argument("--test", type=whole_number(1), default=sizes.test, help=f"items of each evaluation split (default "
                         f"{sizes.test}: the lm-eval tasks' documents at seed 0)")
-    parser.add_argument("--seed", type=_seed, default=0, help="generator seed (default 0)")
-    parser.add_argument("--corruptions", type=_modes, default=list(MODES),
+    parser.add_argument("--seed", type=whole_number(0), default=0, help="generator seed (default 0)")
+    parser.add_argument("--corruptions", type=comma_choices(MODES), default=list(MODES),
                         help=f"the pairs' failure modes, comma-separated (default all: {','.join(MODES)})")
     return parser.parse_args(argv)
 
