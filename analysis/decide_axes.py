@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analysis.decide_values import _num, _values
+from analysis.decide_values import _means as seed_means, _num, _values, first_of as _first
 
 HELD, CHANGED, NOT = "checked, held", "checked, changed", "not checked"
 SAME_REGIME = 1.2
@@ -40,16 +40,9 @@ class Axis:
         return f"{self.name}: {self.state}: {self.detail}"
 
 
-def _first(means: dict[str, float]) -> str | None:
-    if not means:
-        return None
-    low = min(means.values())
-    leaders = [c for c, v in means.items() if v == low]
-    return leaders[0] if len(leaders) == 1 else None
-
-
 def _means(by_config: dict) -> dict[str, float]:
-    return {c: float(np.mean(list(v.values()))) for c, v in by_config.items() if v}
+    """The seed mean of every configuration that has a seed."""
+    return seed_means({c: v for c, v in by_config.items() if v})
 
 
 def tokens_per_param(table: pd.DataFrame) -> pd.Series:

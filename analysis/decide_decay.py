@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from analysis.decide_values import _has_values, _means, _num, _values, agreement
+from analysis.decide_values import _has_values, _means, _num, _values, agreement, first_of as _first
 
 BRANCH = "branch"
 STABLE = "val_nll_stable"
@@ -56,14 +56,6 @@ def branch_runs(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         return table, table.iloc[:0]
     marked = pd.to_numeric(table[BRANCH], errors="coerce").notna()
     return table[~marked], table[marked]
-
-
-def _first(means: dict[str, float]) -> str | None:
-    if not means:
-        return None
-    low = min(means.values())
-    leaders = [c for c, v in means.items() if v == low]
-    return leaders[0] if len(leaders) == 1 else None
 
 
 def _redrawn(before: dict, after: dict, top: dict, draws: int, rng: np.random.Generator) -> dict:

@@ -93,6 +93,15 @@ def agreement(a: dict[str, float], b: dict[str, float]) -> tuple[float, int]:
     return (total / pairs if pairs else math.nan), pairs
 
 
+def first_of(means: dict[str, float]) -> str | None:
+    """The configuration with the lowest mean; None where none, or where two share it."""
+    if not means:
+        return None
+    low = min(means.values())
+    leaders = [c for c, v in means.items() if v == low]
+    return leaders[0] if len(leaders) == 1 else None
+
+
 def _means(by_config: dict, rng: np.random.Generator | None = None) -> dict[str, float]:
     out = {}
     for name, seeds in by_config.items():
