@@ -143,9 +143,7 @@ def main(argv=None) -> int:
     if args.output is None:
         sys.stdout.write(text)
     else:
-        from slm.atomic import atomic_write
-
-        atomic_write(args.output, lambda f: f.write(text.encode()))
+        args.output.write_text(text)
     return 0
 
 

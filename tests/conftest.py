@@ -45,3 +45,17 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
+def _logging_handlers():
+    """A file handler an in-process command adds to the root logger (Hydra's job logging: <run dir>/train.log) is
+    closed after its test: a later test's logging would write into a directory the first may have removed."""
+    import logging
+
+    root = logging.getLogger()
+    before = set(root.handlers)
+    yield
+    for handler in [h for h in root.handlers if h not in before and isinstance(h, logging.FileHandler)]:
+        root.removeHandler(handler)
+        handler.close()
