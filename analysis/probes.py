@@ -134,6 +134,13 @@ def judge(proxy: ProbeProxy, target: dict[str, dict], target_flops: float | None
             "share": proxy.share(target_flops) if target_flops else None}
 
 
+def same_name(configuration: str) -> str:
+    """A configuration's overrides with the YAML literals true, false and null in one spelling (lower case), so a
+    job key's `qk_norm=True` names the same configuration as a sweep file's `qk_norm=true`."""
+    return ",".join(re.sub(r"=(true|false|null|none)$", lambda m: "=" + m.group(1).lower(), part, flags=re.I)
+                    for part in str(configuration).split(","))
+
+
 def add_to(result, ladder: pd.DataFrame, probes: pd.DataFrame, draws: int = 1000) -> list[str]:
     """Judge each probe proxy against a ladder's decision (analysis.decide.DecideResult `result`, from the ladder's
     table `ladder`) and append it to result.rows (its rung: the probes' mean param_budget; its share: the battery's
@@ -143,9 +150,14 @@ def add_to(result, ladder: pd.DataFrame, probes: pd.DataFrame, draws: int = 1000
     from analysis.decide import RungDecision
 
     config = result.config if result.config in probes else POINT
-    if config != POINT and len(set(_configurations(probes, config)) & set(result.top)) < 2:
+    if config != POINT and len({same_name(c) for c in _configurations(probes, config)}
+                               & {same_name(c) for c in result.top}) < 2:
         config = POINT
     found = proxies(probes, config)
+    named = {same_name(c): c for c in result.top}
+    for proxy in found.values():  # a job key spells a value as Hydra does (=True), a ladder's point as written (=true)
+        proxy.values = {named.get(same_name(c), c): v for c, v in proxy.values.items()}
+        proxy.train_flops = {named.get(same_name(c), c): v for c, v in proxy.train_flops.items()}
     if "branch" in ladder:  # a decay branch is a shorter run: not a target run's compute
         ladder = ladder[ladder["branch"].isna()]
     at = pd.to_numeric(ladder[result.rung], errors="coerce") == result.target

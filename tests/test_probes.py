@@ -234,3 +234,11 @@ def test_the_probe_proxies_join_a_ladders_decision_at_their_share_of_a_target_ru
     assert row.accuracy == pytest.approx(2 / 3) and row.configurations == 3 and row.rung == 5e4
     assert row.share == pytest.approx(2e10 / 2e12)  # two tasks of 1e10 for one seed, over 2e12
     assert "probe_nll" in result.proxies and "| probe_nll | 50000 |" in markdown(result)
+
+
+def test_a_job_keys_spelling_of_a_literal_names_the_ladders_configuration():
+    from analysis.probes import same_name
+
+    assert same_name("model.attention.qk_norm=True,model.x=None") == "model.attention.qk_norm=true,model.x=none"
+    assert same_name("model.attention.qk_norm=true") == same_name("model.attention.qk_norm=True")
+    assert same_name("model.norm.kind=rmsnorm") == "model.norm.kind=rmsnorm"
