@@ -342,30 +342,32 @@ def val_nll_kind(r):
     return kind or (NELBO.default if number(get(r.record, ("eval", "val_nll"))) is not None else None)
 
 
-def _curve(record: dict) -> tuple[list[tuple[float, float]], float | None]:
-    """(eval.val_curve's [(step, nll)] with numbers, training.max_steps); ([], None) without a curve."""
-    curve, steps = get(record, ("eval", VAL_CURVE)), number(get(record, ("training", "max_steps")))
+def _curve(record: dict, field: str = VAL_CURVE) -> tuple[list[tuple[float, float]], float | None]:
+    """(eval.<field>'s [(step, nll)] with numbers, training.max_steps); ([], None) without a curve. The field is
+    eval.val_curve, or eval.val_curve_avg (the averaged weights', train.validation.averaging)."""
+    curve, steps = get(record, ("eval", field)), number(get(record, ("training", "max_steps")))
     if not isinstance(curve, list) or not steps:
         return [], None
     points = [(number(p[0]), number(p[1])) for p in curve if isinstance(p, (list, tuple)) and len(p) == 2]
     return [(s, v) for s, v in points if s is not None and v is not None], steps
 
 
-def _at_step(record: dict, step: float) -> float | None:
-    """The validation of the record's curve nearest `step`, within 5% of its run's steps; None otherwise."""
-    points, steps = _curve(record)
+def _at_step(record: dict, step: float, field: str = VAL_CURVE) -> float | None:
+    """The validation of the record's curve (eval.<field>) nearest `step`, within 5% of its run's steps; None
+    otherwise."""
+    points, steps = _curve(record, field)
     if not points:
         return None
     near, value = min(points, key=lambda p: abs(p[0] - step))
     return value if abs(near - step) <= 0.05 * steps else None
 
 
-def curve_at(r, fraction: float):
-    """The validation NLL of eval.val_curve ([[step, nll], ...]) nearest `fraction` of training.max_steps, if it is
-    within 5% of the steps of it; None otherwise (no curve, or no validation near there): the reader of every metric
-    declared with curve_at (slm.metrics)."""
+def curve_at(r, fraction: float, field: str = VAL_CURVE):
+    """The validation NLL of eval.<field> ([[step, nll], ...]; val_curve, or the averaged weights' val_curve_avg)
+    nearest `fraction` of training.max_steps, if it is within 5% of the steps of it; None otherwise (no curve, or no
+    validation near there): the reader of every metric declared with curve_at (slm.metrics)."""
     steps = number(get(r.record, ("training", "max_steps")))
-    return _at_step(r.record, fraction * steps) if steps else None
+    return _at_step(r.record, fraction * steps, field) if steps else None
 
 
 def validations(record: dict) -> list[float]:

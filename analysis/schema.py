@@ -292,9 +292,10 @@ def metric_column(entry: Metric) -> Column:
     """The results-table column of a metric (slm.metrics): read from its record path, by its reader in
     analysis.records (the entry's `where` says what that reads), or from the validation curve at its curve_at."""
     if entry.curve_at is not None:
-        return Column(entry.name, "metric", entry.doc, functools.partial(read.curve_at, fraction=entry.curve_at),
-                      entry.value, entry.block, entry.where or f"eval.{VAL_CURVE} at {entry.curve_at:.0%} of "
-                      "training.max_steps")
+        field = entry.source[-1]
+        return Column(entry.name, "metric", entry.doc,
+                      functools.partial(read.curve_at, fraction=entry.curve_at, field=field), entry.value,
+                      entry.block, entry.where or f"eval.{field} at {entry.curve_at:.0%} of training.max_steps")
     if entry.curve_last is not None:
         return Column(entry.name, "metric", entry.doc, functools.partial(read.curve_mean, last=entry.curve_last),
                       entry.value, entry.block, entry.where)

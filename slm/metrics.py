@@ -41,6 +41,8 @@ VAL_CURVE = "val_curve"
 read from it."""
 CURVE = ("eval", VAL_CURVE)
 """The source of a metric read from the validation curve (Metric.curve_at)."""
+AVG_CURVE = ("eval", "val_curve_avg")
+"""The averaged weights' validation curve (train.validation.averaging), read part-way as CURVE is."""
 LATE = 3
 """Validations a run's late window holds: val_nll_last3 averages them (Signal and Noise's averaged checkpoint scores)
 and val_nll_late_rsd is their spread (its noise of one run). A ladder validates 4 times (at 25%, 50%, 75%, 100%), so 3
@@ -87,7 +89,7 @@ class Metric:
     source: tuple[str, ...] | str
     """Where result.json holds it: a path of keys (("eval", "val_bpb")), or the name of the reader in
     analysis.records that applies a rule (a fallback for older records, a per-run condition, a per-task lookup).
-    With `curve_at`: the curve it is read from (CURVE)."""
+    With `curve_at`: the curve it is read from (CURVE, or AVG_CURVE: the averaged weights')."""
     where: str = ""
     """The source in words, for a reader (a path says itself)."""
     value: str = "number"
@@ -185,6 +187,13 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
            "average of the parameters) at its last validation, on val_nll's windows; empty for a run without",
            ("eval", "val_nll_avg"), block="metrics", label="validation NLL of the averaged weights",
            short="val NLL avg", unit="nats/token", direction=LOWER, kind=PER_RUN, bound_when=NELBO, exact_only=True),
+    *(Metric(f"val_nll_avg_{int(at * 100)}", f"the averaged weights' validation NLL at {at:.0%} of training: "
+             "eval.val_curve_avg's validation nearest there (as val_nll_25; empty for a run without "
+             "train.validation.averaging): the averaged weights read part-way", AVG_CURVE,
+             f"eval.val_curve_avg at {at:.0%} of training.max_steps", block="metrics",
+             label=f"validation NLL of the averaged weights at {at:.0%} of training",
+             short=f"val NLL avg @{at:.0%}", unit="nats/token", direction=LOWER, kind=PER_RUN, bound_when=NELBO,
+             exact_only=True, curve_at=at) for at in (0.5, 0.25)),
     Metric(f"val_nll_last{LATE}", f"the mean validation NLL of the run's last {LATE} distinct validations in "
            "eval.val_curve (a validation within 5% of the run's steps of the next is the same point; empty with "
            "fewer): Signal and Noise's averaged checkpoint scores (Heineman et al. 2025)", CURVE,

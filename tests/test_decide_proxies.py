@@ -72,6 +72,32 @@ def test_the_averaged_proxy_costs_the_whole_run_and_is_a_default_where_the_curve
     assert "val_nll_last3" not in default_proxies(table)
 
 
+def test_the_averaged_weights_read_part_way_by_hand():
+    """val_nll_avg_50 and val_nll_avg_25 read eval.val_curve_avg (the averaged weights' curve) as val_nll_50 and
+    val_nll_25 read eval.val_curve, and cost half and a quarter of the run."""
+    from analysis.schema import metric_column
+    from slm.metrics import METRICS
+
+    run = Run(CURVE)
+    # the averaged weights lag the raw ones early and lead them late: 3.2 at 25, 2.5 at 50 (of 100 steps)
+    run.record["eval"]["val_curve_avg"] = [[25, 3.2], [50, 2.5], [75, 2.25], [100, 2.15]]
+    read_avg = {name: metric_column(METRICS[name]).source for name in ("val_nll_avg_50", "val_nll_avg_25")}
+    assert read_avg["val_nll_avg_50"](run) == 2.5 and read_avg["val_nll_avg_25"](run) == 3.2
+    assert metric_column(METRICS["val_nll_50"]).source(run) == 2.6  # the raw curve's, not the averaged one's
+    assert part_read("val_nll_avg_50") == 0.5 and part_read("val_nll_avg_25") == 0.25
+    # nearest 50 is 62 here, 12 steps away: more than 5% of 100 steps, so no value
+    run.record["eval"]["val_curve_avg"] = [[62, 2.4], [100, 2.15]]
+    assert read_avg["val_nll_avg_50"](run) is None
+    del run.record["eval"]["val_curve_avg"]  # a run without train.validation.averaging
+    assert read_avg["val_nll_avg_50"](run) is None
+    table = _base()
+    table["val_nll_avg_50"] = table["val_nll"] + 0.3
+    assert default_proxies(table) == ["val_nll", "val_nll_avg_50"]
+    # read at 50%: the lower rung at 0.5 x 0.5 = 0.25 of the target, and the target itself stopped at 0.5
+    result = decide(table, proxies=["val_nll_avg_50"], draws=0)
+    assert [(r.rung, r.share, r.accuracy) for r in result.rows] == [(1000.0, 0.25, 1.0), (2000.0, 0.5, 1.0)]
+
+
 def test_heinemans_snr_is_their_formula_on_a_worked_example():
     # signal scores 2.0, 2.5, 3.0: range 1.0 over mean 2.5 = 0.4; noise scores 2.0, 2.2, 2.4: mean 2.2, deviations
     # -0.2, 0, +0.2, variance (ddof 0) 0.08 / 3 = 0.026667, std 0.163299, over the mean 0.074227; 0.4 / 0.074227
