@@ -48,6 +48,7 @@ import pandas as pd
 
 from analysis.decide_axes import axes, split_regime
 from analysis.decide_decay import branch_runs, decay_markdown, decay_phase
+from analysis.decide_effects import effects, effects_markdown
 from analysis.decide_values import (BAD, DecideError, _completed, _has_values, _means, _num, _sign, _values,
                                     agreement)
 
@@ -107,6 +108,8 @@ class DecideResult:
     """Before and after the decay (analysis.decide_decay.DecayRow), where the runs have decay branches."""
     axes: list = field(default_factory=list)
     """The axes the verdict was checked across (analysis.decide_axes.Axis)."""
+    effects: list = field(default_factory=list)
+    """Each intervention against its baseline at each rung (analysis.decide_effects.Effect)."""
 
     def cheapest(self, proxy: str, level: float) -> RungDecision | None:
         """The lowest-compute rung below the target whose decision accuracy on `proxy` is at least `level`."""
@@ -290,6 +293,7 @@ def decide(table: pd.DataFrame, config: str = "family", rung: str = "param_budge
                           f"{_num(target)} and at another rung: nothing to compare")
     result.decay = decay_phase(branches, config, rung, top, flops.get(target), draws, seed)
     result.axes = axes(result, table, others, regime)
+    result.effects = effects(table, branches, result, flops, draws, seed)
     return result
 
 
@@ -332,6 +336,8 @@ def markdown(result: DecideResult, level: float = 0.8) -> str:
     lines += [f"- note: {note}" for note in result.notes]
     if result.decay:
         lines += ["", decay_markdown(result.decay, result.rung).rstrip("\n")]
+    if result.effects:
+        lines += ["", effects_markdown(result.effects, result.rung).rstrip("\n")]
     return "\n".join(lines) + "\n"
 
 

@@ -102,6 +102,10 @@ def ladder_parts(table: pd.DataFrame, figures: Path, draws: int = 1000) -> tuple
     blocks += [p for p in said if p.startswith("- noise ceiling")]  # the ceiling, the cheapest rungs, the notes
     if result.decay:
         blocks += [TITLE, pd.DataFrame(decay_table(result.decay, result.rung))]
+    if result.effects:
+        from analysis import decide_effects
+
+        blocks += [decide_effects.TITLE, pd.DataFrame(decide_effects.effect_rows(result.effects, result.rung))]
     if result.axes:
         blocks += ["The axes the verdict was checked across (checked, held / checked, changed / not checked):",
                    pd.DataFrame([{"axis": a.name, "state": a.state, "what": a.detail} for a in result.axes])]

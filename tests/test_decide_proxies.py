@@ -256,3 +256,37 @@ def test_a_run_stopped_early_keeps_its_token_regime():
     result = decide(table, draws=0)
     assert _axis(result, "tokens per parameter").state == NOT and "5 tokens per parameter" in \
         _axis(result, "tokens per parameter").detail
+
+
+def test_an_intervention_s_effect_by_hand_and_its_interval_is_paired():
+    """analysis.decide_effects.judge: the proxy with an intervention against the same proxy without it, at one rung."""
+    from analysis.decide_effects import judge
+
+    top = {"A": {0: 1.0, 1: 1.2}, "B": {0: 2.0, 1: 2.2}, "C": {0: 3.0, 1: 3.2}}  # the target orders A < B < C
+    base = {"A": {0: 5.0, 1: 5.2}, "B": {0: 6.0, 1: 6.2}, "C": {0: 7.0, 1: 7.2}}  # the same order: 3 of 3 pairs
+    # with it: B and C swap (means 7.1 and 6.6): A<B, A<C right, B<C wrong: 2 of 3 pairs
+    proxy = {"A": {0: 5.0, 1: 5.2}, "B": {0: 7.0, 1: 7.2}, "C": {0: 6.5, 1: 6.7}}
+    e = judge("x", proxy, base, top, 1000.0, 0.01, 0, 0, ("p", "b"))
+    assert (e.accuracy, e.base_accuracy) == (pytest.approx(2 / 3), 1.0) and e.difference == pytest.approx(-1 / 3)
+    # slm's SNR of the base: means 5.1, 6.1, 7.1, std (ddof 1) 1.0; within each configuration the two seeds are 0.1
+    # from their mean: pooled variance (3 x 0.02) / 3 = 0.02, sd 0.141421: SNR 7.0711. The proxy: means 5.1, 7.1,
+    # 6.6, std 1.040833, the same seed spread: 7.3598
+    assert e.base_snr == pytest.approx(7.0711, abs=1e-4) and e.snr == pytest.approx(7.3598, abs=1e-4)
+    assert e.low is None and e.snr_ratio == pytest.approx(7.3598 / 7.0711, abs=1e-4)
+    # a proxy that is its own baseline differs by exactly 0 in every redraw: the redraws are paired (two independent
+    # redraws of the seeds would give differences on both sides of 0)
+    same = judge("x", base, base, top, 1000.0, 0.01, 200, 0, ("b", "b"))
+    assert (same.low, same.high, same.snr_low, same.snr_high) == (0.0, 0.0, 1.0, 1.0)
+    # configurations without seeds in common with the base are left out; fewer than two left: no effect
+    assert judge("x", {"A": {5: 1.0}, "B": {0: 1.0}}, base, top, 1000.0, None, 0, 0, ("p", "b")) is None
+
+
+def test_slm_decide_reports_each_intervention_beside_its_baseline(capsys):
+    """decide() judges every intervention whose two proxies it judged; the Markdown has the table."""
+    table = _base()
+    table["val_nll_last3"] = table["val_nll"] + 0.05  # the same order as the final loss
+    result = decide(table, proxies=["val_nll", "val_nll_last3"], draws=50)
+    assert [(e.intervention, e.proxy, e.base, e.rung) for e in result.effects] == [
+        ("averaged scores", "val_nll_last3", "val_nll", 1000.0)]
+    assert result.effects[0].difference == 0.0 and "| averaged scores | val_nll_last3 | val_nll | 1000 |" in markdown(result)
+    assert not decide(table, proxies=["val_nll_last3"], draws=0).effects  # the baseline not judged: no row
