@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from analysis.decide_axes import axes, split_regime
+from analysis.decide_axes import axes, branches_at, split_regime
 from analysis.decide_decay import branch_runs, decay_markdown, decay_phase
 from analysis.decide_effects import effects, effects_markdown
 from analysis.decide_values import (BAD, DecideError, _completed, _has_values, _means, _num, _sign, _values,
@@ -266,6 +266,7 @@ def decide(table: pd.DataFrame, config: str = "family", rung: str = "param_budge
     if target not in rungs:
         raise DecideError(f"--target {target:g} is not a rung of {rung}; rungs: {', '.join(f'{r:g}' for r in rungs)}")
     table, others, regime = split_regime(table, config, rung, target)
+    branches = branches_at(branches, regime)
     flops = _flops(table, rung, rungs)
     result = DecideResult(config, rung, target, truth=truth, proxies=list(proxies), rungs=rungs)
     truth_edges: list = []
@@ -361,11 +362,15 @@ def is_ladder(table: pd.DataFrame) -> bool:
 
 def ladder_points(table: pd.DataFrame) -> pd.Series | None:
     """A label per run for a ladder's configurations: `family` where it names each ladder_point (sweep.json: the
-    point's overrides without the rung, seed and lr) one to one, else ladder_point without the settings every point
-    shares; None for a table without ladder_point."""
+    point's overrides without the rung, seed and lr; the sweep=<file> choice dropped) one to one, else ladder_point
+    without the settings every point shares; None for a table without ladder_point."""
     if "ladder_point" not in table or table["ladder_point"].isna().all():
         return None
-    points = table["ladder_point"].astype("string")
+    # the sweep file's name (the command line's sweep=...) selects the sweep, not a setting of the configuration: two
+    # ladders of one configuration at two token regimes (ladder_close, ladder_close_t1) name the same point
+    points = table["ladder_point"].astype("string").map(
+        lambda text: text if pd.isna(text) else ",".join(p for p in str(text).split(",") if not p.startswith("sweep="))
+        or "(all alike)")
     if "family" in table:
         pairs = pd.DataFrame({"p": points, "f": table["family"].astype("string")}).dropna().drop_duplicates()
         if pairs["p"].is_unique and pairs["f"].is_unique:

@@ -77,6 +77,17 @@ def regimes(table: pd.DataFrame) -> pd.Series:
     return ratio.map(lambda v: label.get(v, math.nan))
 
 
+def branches_at(branches: pd.DataFrame, regime: float | None) -> pd.DataFrame:
+    """The decay branches of runs at token regime `regime` (all of them where it is None): a branch at fraction f of a
+    run trained f of its tokens, so its run's regime is its own over f. The branches of runs set aside (another
+    regime) are set aside with them."""
+    if regime is None or not len(branches) or "branch" not in branches:
+        return branches
+    parent = tokens_per_param(branches) / pd.to_numeric(branches["branch"], errors="coerce")
+    near = (parent / regime).map(lambda r: pd.notna(r) and 1 / SAME_REGIME <= r <= SAME_REGIME)
+    return branches[near.astype(bool)]
+
+
 def split_regime(table: pd.DataFrame, config: str, rung: str, target: float) -> tuple[pd.DataFrame, pd.DataFrame,
                                                                                      float | None]:
     """(the runs judged, the runs set aside, the target's token regime): where a configuration at a rung has runs at
@@ -160,12 +171,14 @@ def _tokens(others: pd.DataFrame, config: str, rung: str, result, regime: float 
             there = _first({c: m for c, m in _means(result.values[r]).items() if c in common})
             checked.append(r)
             if here != there:
-                changed.append(f"at {result.rung} = {_num(r)}, {label:g} tokens per parameter puts {here or 'a tie'} "
-                               f"first, {main}puts {there or 'a tie'} first")
+                changed.append((r, f"at {result.rung} = {_num(r)}, {label:g} tokens per parameter puts "
+                                   f"{here or 'a tie'} first, {main}puts {there or 'a tie'} first"))
     if not checked:
         return Axis("tokens per parameter", NOT, f"no rung has the same configurations at {main}and another regime")
     if changed:
-        return Axis("tokens per parameter", CHANGED, "; ".join(changed))
+        held = sorted(set(checked) - {r for r, _ in changed})
+        return Axis("tokens per parameter", CHANGED, "; ".join(text for _, text in changed) + (
+            f"; the same first at {result.rung} = {', '.join(_num(r) for r in held)}" if held else ""))
     return Axis("tokens per parameter", HELD, f"the same first at every rung run at {main}and another regime "
                                               f"({len(checked)} rung(s) compared)")
 

@@ -236,6 +236,32 @@ def test_tokens_per_parameter_axis_each_state():
                                                       "puts A first")
     table = pd.concat([_base(), second({"A": 2.5, "B": 2.6, "C": 2.7})], ignore_index=True)
     assert _axis(decide(table, draws=0), "tokens per parameter").state == HELD
+    # both rungs at both regimes: changed at the lower (1 token puts B first), held at the target (A first at both)
+    low = _base(low={"A": [2.6] * 3, "B": [2.5] * 3, "C": [2.7] * 3})
+    low = low[low["param_budget"] == 1000].assign(tokens=lambda t: t["param_budget"] * 1.0)
+    table = pd.concat([_base(), second({"A": 2.5, "B": 2.6, "C": 2.7}), low], ignore_index=True)
+    tokens = _axis(decide(table, draws=0), "tokens per parameter")
+    assert (tokens.state, tokens.detail) == (CHANGED, "at param_budget = 1000, 1 tokens per parameter puts B first, 5 "
+                                                      "puts A first; the same first at param_budget = 2000")
+
+
+def test_a_ladder_at_two_token_regimes_sets_aside_the_other_regime_s_decay_branches():
+    """Two ladders of the same points (a sweep and its copy at 1 token per parameter, the sweep=<file> choice in their
+    ladder_point) are one set of configurations, and the decay branches of the runs set aside are set aside too."""
+    from analysis.decide import ladder_config
+
+    def ladder(sweep, per_param):
+        rows = _base().assign(tokens=lambda t: t["param_budget"] * per_param, lr_rule="search")
+        rows["ladder_point"] = rows["family"].map(lambda f: f"model.x={f},sweep={sweep}")
+        branches = rows.assign(branch=0.5, val_nll_stable=rows["val_nll"] + 0.1,
+                               tokens=rows["tokens"] * 0.5, train_flops=rows["train_flops"] * 0.5)
+        return pd.concat([rows, branches], ignore_index=True).drop(columns="family")
+
+    table, config = ladder_config(pd.concat([ladder("close", 5.0), ladder("close_t1", 1.0)], ignore_index=True))
+    assert sorted(table[config].unique()) == ["model.x=A", "model.x=B", "model.x=C"]
+    result = decide(table, config, draws=0)  # no "two runs of one configuration" from the other regime's branches
+    assert [(d.rung, d.fraction) for d in result.decay] == [(1000.0, 0.5), (2000.0, 0.5)]
+    assert _axis(result, "tokens per parameter").state == HELD
 
 
 def test_the_answer_says_the_axes_one_line_each():
