@@ -202,11 +202,12 @@ decide: install
 # spanning 66x in compute, the lr searched at the two lowest and carried up under muP, 5/5/5/3 seeds: 336 jobs, each
 # with a decay branch and EMA weights), the same at 1 token per parameter (sweeps/ladder_close_t1.yaml: 210 jobs,
 # the verdict's tokens-per-parameter check), the synthetic probes of its configurations (slm-probes, then
-# sweeps/probes_close.yaml: 84 short jobs) and LFM2 against LLaMA3+Canon at 0.6-10 tokens per parameter
+# sweeps/probes_close.yaml: 84 short jobs; the memorization probe alone at 5 seeds, sweeps/probes_close_memo.yaml: 35)
+# and LFM2 against LLaMA3+Canon at 0.6-10 tokens per parameter
 # (sweeps/regimes_cpu.yaml: 36 jobs with 4 decay branches each), in CPU_JOBS one-thread copies; then the ladder's
 # table, slm-decide with the probes as a proxy (decide.md, decide/*.png), analysis.regimes (regimes.md) and the
 # report. Started again, it trains only what is missing.
-CLOSE_SWEEPS ?= ladder_close ladder_close_t1 probes_close regimes_cpu
+CLOSE_SWEEPS ?= ladder_close ladder_close_t1 probes_close probes_close_memo regimes_cpu
 .PHONY: decide-close
 decide-close: install
 	@SLM_RUNS=$(RUNS) $(BIN)/slm-probes $(RUNS)/probes >/dev/null && \
@@ -215,7 +216,9 @@ decide-close: install
 	$(BIN)/slm-collect $(RUNS)/ladder_close -o $(RUNS)/ladder_close/results.parquet && \
 	$(BIN)/slm-collect $(RUNS)/ladder_close_t1 -o $(RUNS)/ladder_close_t1/results.parquet && \
 	$(BIN)/slm-collect $(RUNS)/probes_close -o $(RUNS)/probes_close/results.parquet && \
-	$(BIN)/slm-decide $(RUNS)/ladder_close/results.parquet $(RUNS)/ladder_close_t1/results.parquet --probes $(RUNS)/probes_close/results.parquet \
+	$(BIN)/slm-collect $(RUNS)/probes_close_memo -o $(RUNS)/probes_close_memo/results.parquet && \
+	$(BIN)/slm-decide $(RUNS)/ladder_close/results.parquet $(RUNS)/ladder_close_t1/results.parquet \
+		--probes $(RUNS)/probes_close/results.parquet --probes $(RUNS)/probes_close_memo/results.parquet \
 		-o $(RUNS)/ladder_close/decide.md --plot $(RUNS)/ladder_close/decide && \
 	$(BIN)/python -m analysis.regimes $(RUNS)/regimes_cpu -o $(RUNS)/regimes_cpu/regimes.md && \
 	$(BIN)/slm-report $(RUNS)/ladder_close/results.parquet -o $(RUNS)/ladder_close/report --score val_nll \

@@ -521,9 +521,10 @@ def decide_main(cmd: _Command, argv: list[str] | None = None) -> None:
             "those present)")
     cmd.add("--level", type=float, default=0.8, help="decision accuracy to plan with (default: 0.8)")
     cmd.add("--draws", type=int, default=1000, help="bootstrap redraws of the seeds (default: 1000; 0: no intervals)")
-    cmd.add("--probes", default=None, metavar="RESULTS", help="a probes sweep's results table or run directory "
-            "(docs/probes.md): probe_nll and probe_acc, the mean over its tasks per configuration, judged as proxies "
-            "too, at the battery's share of a target run's compute")
+    cmd.add("--probes", action="append", default=None, metavar="RESULTS", help="a probes sweep's results table or "
+            "run directory (docs/probes.md): probe_nll and probe_acc, the mean over its tasks per configuration, "
+            "judged as proxies too, at the battery's share of a target run's compute; a sweep of one task gives "
+            "probe_nll_<task> and probe_acc_<task>. May be given more than once")
     cmd.add("--forecast", default=None, metavar="params=N|flops=C",
             help="also extrapolate each configuration's --truth loss to this scale")
     cmd.output("-o", "--out", default=None, help="also write the answer and the tables to this Markdown file")
@@ -549,8 +550,8 @@ def decide_main(cmd: _Command, argv: list[str] | None = None) -> None:
     try:
         judged = judge(table, args.config, args.rung, args.proxy.split(",") if args.proxy else None, args.target,
                        args.draws, args.truth, progress=progress)
-        if args.probes:
-            _add_probes(cmd, judged, table, args.probes, args.draws)
+        for path in args.probes or ():
+            _add_probes(cmd, judged, table, path, args.draws)
         predicted = forecast(judged.ladder, draws=args.draws, progress=progress("forecast:"), **target) \
             if target else None
     except (DecideError, ForecastError) as err:

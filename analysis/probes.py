@@ -144,7 +144,8 @@ def same_name(configuration: str) -> str:
 def add_to(result, ladder: pd.DataFrame, probes: pd.DataFrame, draws: int = 1000) -> list[str]:
     """Judge each probe proxy against a ladder's decision (analysis.decide.DecideResult `result`, from the ladder's
     table `ladder`) and append it to result.rows (its rung: the probes' mean param_budget; its share: the battery's
-    compute over a target run's mean train_flops) and its name to result.proxies. The configurations are matched by
+    compute over a target run's mean train_flops) and its name to result.proxies (probe_nll; probe_nll_<task> for a
+    table of one task). The configurations are matched by
     the ladder's configuration column where the probes' table has it and shares at least two of its names, else by
     the probes' points (the job key less task and seed). Returns the notes (also added to result.notes)."""
     from analysis.decide import RungDecision
@@ -154,6 +155,12 @@ def add_to(result, ladder: pd.DataFrame, probes: pd.DataFrame, draws: int = 1000
                                & {same_name(c) for c in result.top}) < 2:
         config = POINT
     found = proxies(probes, config)
+    tasks = next(iter(found.values())).tasks
+    if len(tasks) == 1:  # one task is a proxy of its own: probe_nll_memorization
+        found = {f"{name}_{tasks[0]}": proxy for name, proxy in found.items()}
+    for name in found:
+        if name in result.proxies:
+            raise ValueError(f"{name} is judged already (two probes tables of the same tasks); give one")
     named = {same_name(c): c for c in result.top}
     for proxy in found.values():  # a job key spells a value as Hydra does (=True), a ladder's point as written (=true)
         proxy.values = {named.get(same_name(c), c): v for c, v in proxy.values.items()}

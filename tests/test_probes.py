@@ -234,6 +234,16 @@ def test_the_probe_proxies_join_a_ladders_decision_at_their_share_of_a_target_ru
     assert row.accuracy == pytest.approx(2 / 3) and row.configurations == 3 and row.rung == 5e4
     assert row.share == pytest.approx(2e10 / 2e12)  # two tasks of 1e10 for one seed, over 2e12
     assert "probe_nll" in result.proxies and "| probe_nll | 50000 |" in markdown(result)
+    # a sweep of one task is a proxy of its own, named for it, judged beside the battery (memorization alone has the
+    # battery's values here, a 1.0 < c 2.0 < b 3.0: the same 2 of 3 pairs, at half the compute); the same table twice
+    # is refused
+    one = pd.DataFrame([r for r in rows if r["data"] == "memorization"])
+    add_to(result, ladder, one, draws=0)
+    alone = next(r for r in result.rows if r.proxy == "probe_nll_memorization")
+    assert alone.accuracy == pytest.approx(2 / 3) and alone.share == pytest.approx(1e10 / 2e12)
+    assert result.proxies[-2:] == ["probe_nll_memorization", "probe_acc_memorization"]
+    with pytest.raises(ValueError, match="probe_nll_memorization is judged already"):
+        add_to(result, ladder, one, draws=0)
 
 
 def test_a_job_keys_spelling_of_a_literal_names_the_ladders_configuration():
