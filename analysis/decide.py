@@ -110,6 +110,9 @@ class DecideResult:
     """The axes the verdict was checked across (analysis.decide_axes.Axis)."""
     effects: list = field(default_factory=list)
     """Each intervention against its baseline at each rung (analysis.decide_effects.Effect)."""
+    regime: float | None = None
+    """The target's token regime (tokens per parameter, analysis.decide_axes.regimes): the runs judged; runs of another
+    regime are set aside as the tokens-per-parameter check."""
 
     def cheapest(self, proxy: str, level: float) -> RungDecision | None:
         """The lowest-compute rung below the target whose decision accuracy on `proxy` is at least `level`."""
@@ -268,7 +271,7 @@ def decide(table: pd.DataFrame, config: str = "family", rung: str = "param_budge
     table, others, regime = split_regime(table, config, rung, target)
     branches = branches_at(branches, regime)
     flops = _flops(table, rung, rungs)
-    result = DecideResult(config, rung, target, truth=truth, proxies=list(proxies), rungs=rungs)
+    result = DecideResult(config, rung, target, truth=truth, proxies=list(proxies), rungs=rungs, regime=regime)
     truth_edges: list = []
     truth_values = _values(table, config, rung, truth, result.chosen, truth_edges)
     top = truth_values.get(target, {})

@@ -167,6 +167,10 @@ def add_to(result, ladder: pd.DataFrame, probes: pd.DataFrame, draws: int = 1000
         proxy.train_flops = {named.get(same_name(c), c): v for c, v in proxy.train_flops.items()}
     if "branch" in ladder:  # a decay branch is a shorter run: not a target run's compute
         ladder = ladder[ladder["branch"].isna()]
+    if getattr(result, "regime", None) is not None:  # a ladder at another token regime beside it: not the target's
+        from analysis.decide_axes import regimes
+
+        ladder = ladder[regimes(ladder) == result.regime]
     at = pd.to_numeric(ladder[result.rung], errors="coerce") == result.target
     flops = pd.to_numeric(ladder.loc[at, "train_flops"], errors="coerce").mean() if "train_flops" in ladder else None
     budget = pd.to_numeric(probes.get("param_budget"), errors="coerce").mean() if "param_budget" in probes else None
@@ -181,6 +185,8 @@ def add_to(result, ladder: pd.DataFrame, probes: pd.DataFrame, draws: int = 1000
         rung = float(budget) if budget is not None and not pd.isna(budget) else math.nan
         result.rows.append(RungDecision(name, rung, got["share"], len(common), got["accuracy"], got["low"],
                                         got["high"], got["snr"]))
+        oriented = proxy.oriented()
+        result.means[(name, rung)] = {c: float(np.mean(list(oriented[c].values()))) for c in common}
         result.proxies.append(name)
         notes += [f"{name}: {n}" for n in proxy.notes]
         missing = sorted(set(result.top) - set(proxy.values))

@@ -244,6 +244,15 @@ def test_the_probe_proxies_join_a_ladders_decision_at_their_share_of_a_target_ru
     assert result.proxies[-2:] == ["probe_nll_memorization", "probe_acc_memorization"]
     with pytest.raises(ValueError, match="probe_nll_memorization is judged already"):
         add_to(result, ladder, one, draws=0)
+    # a ladder at a second token regime beside the target's (1 token per parameter, a fifth of the compute): the
+    # share is of a run at the target's regime (5 tokens per parameter), the one the decision was judged at
+    both = pd.DataFrame({"param_budget": [2e5, 2e5, 2e5], "tokens": [1e6, 1e6, 2e5],
+                         "train_flops": [2e12, 2e12, 0.4e12], "branch": [None, None, None]})
+    judged = DecideResult(config="family", rung="param_budget", target=2e5, top=top, proxies=["val_nll"], regime=5.0)
+    add_to(judged, both, one, draws=0)
+    assert next(r for r in judged.rows if r.proxy == "probe_nll_memorization").share == pytest.approx(1e10 / 2e12)
+    assert judged.means[("probe_nll_memorization", 5e4)] == {"a": pytest.approx(1.05), "b": pytest.approx(3.05),
+                                                            "c": pytest.approx(2.05)}
 
 
 def test_a_job_keys_spelling_of_a_literal_names_the_ladders_configuration():
