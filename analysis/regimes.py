@@ -5,11 +5,12 @@ at several token regimes (sweeps/regimes_cpu.yaml, docs/decisions.md).
 
 A decay branch at fraction f of a wsd run is the wsd run of f times its length (slm.runs.branches), so a job with
 branches at 6%, 12.5%, 25% and 50% of a 10-tokens-per-parameter run has complete runs at 0.6, 1.25, 2.5, 5 and 10
-tokens per parameter. Per regime (tokens over the model's total parameters, rounded to 3 digits) and configuration (a
-job's overrides less train.seed and train.lr): the lr with the lowest mean final val_nll over its seeds (a failed or
-diverged seed ranks an lr last), its mean, the seed-to-seed standard deviation, and the seeds. Per regime: the
-order, the leader, its margin over the runner-up, and in how many seeds (matched by train.seed, each configuration
-at its own best lr) the leader is ahead. The answer names the regimes where the leader changes.
+tokens per parameter. Per regime (tokens over the model's total parameters; values within 20% of each other are one
+regime, named by their median to 3 digits) and configuration (a job's overrides less train.seed and train.lr): the lr
+with the lowest mean final val_nll over its seeds (a failed or diverged seed ranks an lr last), its mean, the
+seed-to-seed standard deviation, and the seeds. Per regime: the order, the leader, its margin over the runner-up, and
+in how many seeds (matched by train.seed, each configuration at its own best lr) the leader is ahead. The answer names
+the regimes where the leader changes.
 
 Reads result.json and sweep.json files only.
 """
@@ -61,9 +62,27 @@ def _point(record: dict) -> tuple[float, int, float] | None:
         tokens = float(record["training"]["tokens"])
         params = float(record["model"]["params_total"])
         train = record["config"]["train"]
-        return float(f"{tokens / params:.3g}"), int(train["seed"]), float(train["lr"])
+        return tokens / params, int(train["seed"]), float(train["lr"])
     except (KeyError, TypeError, ValueError, ZeroDivisionError):
         return None
+
+
+SAME = 1.2
+"""Tokens per parameter within this ratio of the previous value are one regime (analysis.decide_axes.SAME_REGIME):
+configurations sized to one budget differ a little in parameters, so one run length is 0.593 tokens per parameter for
+one and 0.607 for another."""
+
+
+def _clusters(values: list[float]) -> dict[float, list[float]]:
+    """{the median of a cluster, to 3 significant digits: its values} of sorted values, a value within SAME of the
+    previous one joining its cluster."""
+    groups: list[list[float]] = []
+    for v in values:
+        if groups and v <= groups[-1][-1] * SAME:
+            groups[-1].append(v)
+        else:
+            groups.append([v])
+    return {float(f"{statistics.median(g):.3g}"): g for g in groups}
 
 
 def regimes(sweep_dir: str | Path) -> list[Regime]:
@@ -77,10 +96,16 @@ def regimes(sweep_dir: str | Path) -> list[Regime]:
                 continue
             tpp, seed, lr = point
             cells.setdefault(tpp, {}).setdefault(name, {}).setdefault(lr, {})[seed] = value
+    merged: dict[float, dict[str, dict[float, dict[int, float]]]] = {}
+    for label, members in _clusters(sorted(cells)).items():
+        for tpp in members:
+            for name, by_lr in cells[tpp].items():
+                for lr, seeds in by_lr.items():
+                    merged.setdefault(label, {}).setdefault(name, {}).setdefault(lr, {}).update(seeds)
     out = []
-    for tpp in sorted(cells):
+    for tpp in sorted(merged):
         regime = Regime(tpp)
-        for name, by_lr in sorted(cells[tpp].items()):
+        for name, by_lr in sorted(merged[tpp].items()):
             lr = min(by_lr, key=lambda x: (statistics.fmean(by_lr[x].values()), x))
             regime.best[name], regime.lr[name] = by_lr[lr], lr
         out.append(regime)

@@ -57,3 +57,20 @@ def test_a_directory_without_a_sweep_is_one_line_and_exit_2(tmp_path, capsys):
     assert R.main([str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "has no sweep.json" in err and len(err.strip().splitlines()) == 1
+
+
+def test_configurations_a_little_apart_in_parameters_share_a_regime(tmp_path):
+    """One run length over two configurations' slightly different parameter counts (1000 and 1020: 10 and 9.80 tokens
+    per parameter, their branches 1 and 0.98) is one regime each, named by the median, 9.9 and 0.99."""
+    jobs = {}
+    for config, params, full, short in (("model=a", 1000, 1.5, 2.0), ("model=b", 1020, 1.4, 2.1)):
+        key = f"{config},train.lr=1,train.seed=0"
+        jobs[key] = [config, "train.lr=1", "train.seed=0"]
+        _record(tmp_path / key, "completed", full, 10000, params, 0, 1)
+        _record(tmp_path / f"{key},branch=0.1", "completed", short, 1000, params, 0, 1,
+                branch={"of": key, "fraction": 0.1, "step": 1, "steps": 2})
+    (tmp_path / "sweep.json").write_text(json.dumps({"jobs": jobs}))
+    found = R.regimes(tmp_path)
+    assert [r.tokens_per_param for r in found] == [0.99, 9.9]
+    assert [r.order() for r in found] == [["model=a", "model=b"], ["model=b", "model=a"]]
+    assert R._clusters([0.593, 0.607, 1.24, 1.27, 2.5]) == {0.6: [0.593, 0.607], 1.25: [1.24, 1.27], 2.5: [2.5]}
