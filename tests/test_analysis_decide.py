@@ -314,3 +314,37 @@ def test_a_proxy_s_interval_does_not_depend_on_the_other_proxies_judged():
     both = {(r.proxy, r.rung): (r.low, r.high)
             for r in decide(table, proxies=["val_nll_25", "val_nll"], draws=100, seed=3).rows}
     assert alone and all(both[k] == v for k, v in alone.items())
+
+
+def test_the_close_call_records_give_the_documented_tables(tmp_path, capsys):
+    """make decide-close's records in docs/decisions/runs/ (ladder_close and its 1-token copy, the probes, memorization
+    alone, LFM2 vs Canon at five lengths) judged afresh give the pages docs/decisions.md quotes: decision accuracy per
+    proxy, the interventions against their baselines, the axes; the memorization probe against ladder_cpu; the regimes."""
+    from pathlib import Path
+
+    from analysis import collect
+    from analysis import regimes
+
+    docs = Path(__file__).resolve().parents[1] / "docs" / "decisions"
+    runs = docs / "runs"
+    table = collect(runs / "ladder_close")
+    assert len(table) == 672 and (table["status"] == "completed").all() and table["branch"].notna().sum() == 336
+    decide_main([str(runs / "ladder_close"), str(runs / "ladder_close_t1"), "--probes", str(runs / "probes_close"),
+                 "--probes", str(runs / "probes_close_memo"), "--proxy", "val_nll,val_bpb,val_nll_avg,val_nll_last3,"
+                 "val_nll_50,val_nll_avg_50,val_nll_25,val_nll_avg_25", "-o", str(tmp_path / "close.md")])
+    decide_main([str(runs / "ladder_cpu"), "--proxy", "val_nll", "--probes", str(runs / "probes_cpu_memo"), "-o",
+                 str(tmp_path / "memorization.md")])
+    capsys.readouterr()
+    assert (tmp_path / "close.md").read_text() == (docs / "ladder_close.md").read_text()
+    assert (tmp_path / "memorization.md").read_text() == (docs / "ladder_cpu_memorization.md").read_text()
+    assert regimes.main([str(runs / "regimes_cpu"), "-o", str(tmp_path / "regimes.md")]) == 0
+    assert (tmp_path / "regimes.md").read_text() == (docs / "regimes_cpu.md").read_text()
+    page = (docs.parent / "decisions.md").read_text()  # the page quotes these figures
+    for quoted in ("| `val_nll` | lowest rung | 1.51% | **0.857** | 0.714–0.905 | 4.33 |",
+                   "| `probe_nll_memorization` | one probe, 200 steps | 0.495% | **0.952** | 0.857–1.000 | 1.38 |",
+                   "**Noise ceiling 0.968:**"):
+        assert quoted in page
+    close = (docs / "ladder_close.md").read_text()
+    assert "| val_nll | 50000 | 1.51% | 7 | 0.857 | 0.714-0.905 | 4.33 |" in close
+    assert "| probe_nll_memorization | 50000 | 0.495% | 7 | 0.952 | 0.857-1.000 | 1.38 |" in close
+    assert "noise ceiling 0.968" in close
