@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from slm.bad_input import comma_choices, describe, doc_parser, fail, whole_number
+from slm.bad_input import comma_choices, doc_parser, whole_number
 from slm.pipes import quiet_on_closed_pipe
 
 PROG = "slm-probes"
@@ -45,18 +45,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def run(argv: list[str] | None = None) -> dict:
     """Write the files; the manifest."""
     args = parse_args(argv)
+    from slm.cli.paths import write_files
     from slm.probes.files import ProbeSizes, write_probes
 
-    if args.out.exists() and not args.out.is_dir():
-        fail(PROG, f"{args.out} is not a directory: give a directory to write the probes' files into")
-    try:
-        manifest = write_probes(args.out, ProbeSizes(args.train, args.valid), args.seed, args.tasks)
-    except (OSError, ValueError) as err:
-        fail(PROG, describe(err))
-    for name, info in manifest["files"].items():
-        counts = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in info.items())
-        print(f"{PROG}: wrote {args.out / name} ({counts})")
-    return manifest
+    return write_files(PROG, args.out, "the probes' files", lambda out: write_probes(
+        out, ProbeSizes(args.train, args.valid), args.seed, args.tasks), errors=(OSError, ValueError))
 
 
 @quiet_on_closed_pipe

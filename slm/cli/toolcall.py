@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from slm.bad_input import comma_choices, describe, doc_parser, fail, whole_number
+from slm.bad_input import comma_choices, doc_parser, whole_number
 from slm.pipes import quiet_on_closed_pipe
 
 PROG = "slm-toolcall"
@@ -45,19 +45,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def run(argv: list[str] | None = None) -> dict:
     """Write the files; the manifest."""
     args = parse_args(argv)
+    from slm.cli.paths import write_files
     from slm.toolcall.files import TaskSizes, write_task
 
-    if args.out.exists() and not args.out.is_dir():
-        fail(PROG, f"{args.out} is not a directory: give a directory to write the task's files into")
-    try:
-        manifest = write_task(args.out, TaskSizes(args.train, args.corpus, args.valid, args.test), args.seed,
-                              args.corruptions)
-    except OSError as err:
-        fail(PROG, describe(err))
-    for name, info in manifest["files"].items():
-        counts = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in info.items() if isinstance(v, int))
-        print(f"{PROG}: wrote {args.out / name} ({counts})")
-    return manifest
+    return write_files(PROG, args.out, "the task's files", lambda out: write_task(
+        out, TaskSizes(args.train, args.corpus, args.valid, args.test), args.seed, args.corruptions))
 
 
 @quiet_on_closed_pipe
