@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analysis.decide_values import _means as seed_means, _num, _values, first_of as _first
+from analysis.decide_values import _means as seed_means, _num, _values, clusters, first_of as _first
 
 HELD, CHANGED, NOT = "checked, held", "checked, changed", "not checked"
 SAME_REGIME = 1.2
@@ -66,13 +66,7 @@ def regimes(table: pd.DataFrame) -> pd.Series:
     """Each run's token regime: the median tokens per parameter of its cluster (values within SAME_REGIME of the
     previous one, sorted, are one), to two significant figures; NaN where unknown."""
     ratio = tokens_per_param(table)
-    values = sorted(v for v in ratio.dropna().unique() if v > 0)
-    groups: list[list[float]] = []
-    for v in values:
-        if groups and v <= groups[-1][-1] * SAME_REGIME:
-            groups[-1].append(v)
-        else:
-            groups.append([v])
+    groups = clusters((v for v in ratio.dropna().unique() if v > 0), SAME_REGIME)
     label = {v: float(f"{np.median(g):.2g}") for g in groups for v in g}
     return ratio.map(lambda v: label.get(v, math.nan))
 

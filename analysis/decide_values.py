@@ -119,3 +119,15 @@ def _has_values(table: pd.DataFrame, column: str) -> bool:
 def _num(value: float) -> str:
     """A rung as written: 100000, 3198976, 0.5."""
     return f"{value:.0f}" if float(value).is_integer() else f"{value:g}"
+
+
+def clusters(values, ratio: float) -> list[list[float]]:
+    """Sorted positive `values` in runs where each is within `ratio` of the one before (token regimes: one run length
+    over configurations whose parameter counts differ a little)."""
+    groups: list[list[float]] = []
+    for v in sorted(values):
+        if groups and v <= groups[-1][-1] * ratio:
+            groups[-1].append(v)
+        else:
+            groups.append([v])
+    return groups

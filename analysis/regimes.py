@@ -68,7 +68,7 @@ def _point(record: dict) -> tuple[float, int, float] | None:
 
 
 SAME = 1.2
-"""Tokens per parameter within this ratio of the previous value are one regime (analysis.decide_axes.SAME_REGIME):
+"""Tokens per parameter within this ratio of the previous value are one regime (as analysis.decide_axes.SAME_REGIME):
 configurations sized to one budget differ a little in parameters, so one run length is 0.593 tokens per parameter for
 one and 0.607 for another."""
 
@@ -76,13 +76,9 @@ one and 0.607 for another."""
 def _clusters(values: list[float]) -> dict[float, list[float]]:
     """{the median of a cluster, to 3 significant digits: its values} of sorted values, a value within SAME of the
     previous one joining its cluster."""
-    groups: list[list[float]] = []
-    for v in values:
-        if groups and v <= groups[-1][-1] * SAME:
-            groups[-1].append(v)
-        else:
-            groups.append([v])
-    return {float(f"{statistics.median(g):.3g}"): g for g in groups}
+    from analysis.decide_values import clusters
+
+    return {float(f"{statistics.median(g):.3g}"): g for g in clusters(values, SAME)}
 
 
 def regimes(sweep_dir: str | Path) -> list[Regime]:
