@@ -41,6 +41,7 @@ from hydra_plugins.slm_sweeps import adapter as A
 from hydra_plugins.slm_sweeps.compose import compose_job
 from slm.sweeps import jobs as J
 from slm.sweeps.optuna_settings import SAMPLERS, OptunaSettings
+from slm.training.trial_link import TrialLink, make_pruner, open_storage
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +92,7 @@ class OptunaSweeper(Sweeper):
         self.study_name, self.storage, self.direction = settings.study_name, settings.storage, settings.direction
         self.n_trials, self.n_jobs, self.objective = settings.n_trials, settings.n_jobs, settings.objective
         self.sampler_cfg = dict(settings.sampler or {"name": "tpe"})
+        self.pruner_cfg = dict(settings.pruner) if settings.prunes() else None
         self.params = A.upgrade_params({str(k): v for k, v in (settings.params or {}).items() if v is not None})
         self.config: Optional[DictConfig] = None
         self.hydra_context: Optional[HydraContext] = None
@@ -102,15 +104,10 @@ class OptunaSweeper(Sweeper):
             hydra_context=hydra_context, task_function=task_function, config=config)
 
     # ------------------------------------------------------------------ study
-    def _storage(self, sweep_dir: Path):
-        import optuna
-
+    def _storage(self, sweep_dir: Path) -> str:
+        """The study's storage as every process names it: an RDB URL, or a journal file's absolute path."""
         url = self.storage or f"sqlite:///{(sweep_dir / 'optuna.db').resolve()}"
-        if "://" not in url:  # a file path: a journal file
-            from optuna.storages.journal import JournalFileBackend
-
-            return optuna.storages.JournalStorage(JournalFileBackend(str(Path(url).resolve())))
-        return url
+        return url if "://" in url else str(Path(url).resolve())
 
     def _sampler(self, n_existing: int):
         """The sampler; its seed is offset by the trials the study holds already, so that a resumed study
@@ -157,8 +154,9 @@ class OptunaSweeper(Sweeper):
         space, fixed = self._space(arguments)
         J.save_sweep_config(OmegaConf.to_yaml(self.config).encode(), sweep_dir)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        study = optuna.create_study(study_name=name, storage=self._storage(sweep_dir), direction=self.direction,
-                                    load_if_exists=True)
+        storage = self._storage(sweep_dir)
+        study = optuna.create_study(study_name=name, storage=open_storage(storage), direction=self.direction,
+                                    load_if_exists=True, pruner=make_pruner(self.pruner_cfg))
         study.sampler = self._sampler(len(study.get_trials(deepcopy=False)))
         # trials an interrupted driver left RUNNING: finish them first, with their own values
         stale = [optuna.Trial(study, t._trial_id) for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
@@ -172,12 +170,12 @@ class OptunaSweeper(Sweeper):
                 batch.append(study.ask(space))
             if not batch:
                 break
-            returns.append(self._run_batch(study, batch, fixed, space, job_idx))
+            returns.append(self._run_batch(study, batch, fixed, space, job_idx, storage))
             job_idx += len(batch)
         self._report(study, sweep_dir, name)
         return returns
 
-    def _run_batch(self, study, batch, fixed: List[str], space: dict, job_idx: int) -> list:
+    def _run_batch(self, study, batch, fixed: List[str], space: dict, job_idx: int, storage: str) -> list:
         from optuna.trial import TrialState
 
         from slm.runs.record import load_record
@@ -202,6 +200,13 @@ class OptunaSweeper(Sweeper):
             if job.cfg is None and job.run_dir not in skipped:
                 J.record_invalid(job, rerun=bool(self.config.get("rerun_failed", False)))
         runnable = [j for j in jobs if j.cfg is not None and j.run_dir not in skipped and not J.finished(j)]
+        if self.pruner_cfg is not None:  # the run reports each validation to its trial (slm.training.pruning)
+            first = {}
+            for trial, job in trial_jobs:
+                first.setdefault(job.run_dir, trial)
+            for job in runnable:
+                trial = first[job.run_dir]
+                TrialLink(storage, study.study_name, trial._trial_id, trial.number, self.pruner_cfg).write(job.run_dir)
         results = A.launch(self.launcher, runnable, job_idx) if runnable else []
         outcomes = {j.run_dir: J.outcome(j, error) for j, (_, error) in zip(runnable, results)}
         outcomes.update({j.run_dir: J.outcome(j) for j in jobs if j.run_dir not in outcomes})
@@ -209,7 +214,12 @@ class OptunaSweeper(Sweeper):
             o = outcomes[job.run_dir]
             value = _select(load_record(job.run_dir) or {}, self.objective) if o["status"] == "completed" else None
             trial.set_user_attr("status", o["status"])
-            if value is None:
+            if o["status"] == "pruned":  # its pruner stopped it at a validation: final, not failed
+                pruned = (load_record(job.run_dir) or {}).get("pruner") or {}
+                trial.set_user_attr("pruned", pruned.get("reason") or "pruned")
+                study.tell(trial, state=TrialState.PRUNED)
+                log.info(f"optuna: trial {trial.number} pruned: {pruned.get('reason') or ''} ({job.key})")
+            elif value is None:
                 trial.set_user_attr("error", o["error"] or f"no finite {self.objective} in result.json")
                 study.tell(trial, state=TrialState.FAIL)
                 log.warning(f"optuna: trial {trial.number} {o['status']}: {o['error'] or ''}")
@@ -224,14 +234,16 @@ class OptunaSweeper(Sweeper):
         trials = study.get_trials(deepcopy=False)
         done = [t for t in trials if t.state == TrialState.COMPLETE]
         failed = [t for t in trials if t.state == TrialState.FAIL]
+        pruned = [t for t in trials if t.state == TrialState.PRUNED]
         summary: Dict[str, Any] = {"study": name, "n_trials": len(trials), "complete": len(done), "failed": len(failed),
-                                   "objective": self.objective, "direction": self.direction}
+                                   "pruned": len(pruned), "objective": self.objective, "direction": self.direction}
         if done:
             best = study.best_trial
             summary.update(best_trial=best.number, best_value=best.value, best_params=best.params,
                            best_run_dir=best.user_attrs.get("run_dir"))
         (sweep_dir / "optuna_best.yaml").write_text(yaml.safe_dump(summary, sort_keys=False))
-        line = f"optuna study {name}: {len(trials)} trial{'' if len(trials) == 1 else 's'}: {len(done)} complete, {len(failed)} failed"
+        line = (f"optuna study {name}: {len(trials)} trial{'' if len(trials) == 1 else 's'}: {len(done)} complete, "
+                f"{len(pruned)} pruned, {len(failed)} failed")
         if done:
             line += f"; best #{summary['best_trial']} {self.objective}={summary['best_value']:.5g} {summary['best_params']}"
         print(f"{line} (details: {sweep_dir / 'optuna_best.yaml'}, slm-status {sweep_dir})")

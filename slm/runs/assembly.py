@@ -109,6 +109,8 @@ def build(job: PreparedJob, resume: Path | None) -> Built:
     from slm.training.checkpoint_io import AtomicCheckpointIO
     from slm.training.module import LanguageModelModule
     from slm.training.progress import ProgressLog, StartLine, StepsBar, interactive
+    from slm.training.pruning import ReportToTrial
+    from slm.training.trial_link import TrialLink
     from slm.training.routing import RoutingLoad
     from slm.training.weight_averaging import AverageWeights
 
@@ -134,6 +136,8 @@ def build(job: PreparedJob, resume: Path | None) -> Built:
     branches = BranchCheckpoints(_branch_points(job.branches))
     pause_step = train_cfg.length.pause_step(max_steps)
     pause = [PauseAt(pause_step, run_dir / CHECKPOINT)] if pause_step is not None else []
+    link = TrialLink.read(run_dir)  # an Optuna trial's run (hydra.sweeper.pruner): report, and stop where pruned
+    report = [ReportToTrial(link)] if link is not None else []
     routing = RoutingLoad(train_cfg.logging.interval)
     averaging = AverageWeights(train_cfg.validation.averaging) if train_cfg.validation.averaging.on else None
     bar = train_cfg.logging.progress_bar and interactive()  # a bar only on a terminal: in a file it is a stream of \r
@@ -166,9 +170,10 @@ def build(job: PreparedJob, resume: Path | None) -> Built:
         logger=loggers, plugins=plugins,
         # routing and averaging before anything that saves a checkpoint on a step's end (their state is in it);
         # branches and keep before preemption: a step that is also interrupted is saved before the run stops; the
-        # pause last (train.length.pause_at: it saves the step and stops the run)
+        # pause last (train.length.pause_at: it saves the step and stops the run); a trial's report after every
+        # other validation hook (it may stop the run there)
         callbacks=[*talk, routing, *([averaging] if averaging else []), checkpoint, throughput, *step_log, *history,
-                   branches, keep, preemption, *pause],
+                   branches, keep, preemption, *pause, *report],
         enable_progress_bar=bar, enable_model_summary=False, detect_anomaly=train_cfg.logging.detect_anomaly,
         use_distributed_sampler=False,
     )

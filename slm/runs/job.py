@@ -53,7 +53,8 @@ from slm.runs.assembly import Built, build
 from slm.runs.branches import has_checkpoint, mark, pending_branches, plan, seed_logs
 from slm.runs.errors import one_line
 from slm.runs.failures import RunFailed, machine_problem
-from slm.runs.job_record import record_completed, record_diverged, record_failure, record_paused, start
+from slm.runs.job_record import (record_completed, record_diverged, record_failure, record_paused, record_pruned,
+                                 start)
 from slm.runs.layout import CHECKPOINT
 from slm.runs.preflight import PreparedJob, prepare
 from slm.runs.record import load_record, now, settled, update_record
@@ -279,6 +280,8 @@ def _train(job: PreparedJob, resume: Path | None) -> dict:
             return record_diverged(job, built, training)
         if training.get("paused"):
             return record_paused(job, built, training)
+        if training.get("pruned"):
+            return record_pruned(job, built, training)
         restored = validate(job, built)
         if not is_rank_zero():  # the validations ran on every rank (collectively); saving and scoring are rank 0's
             return {"status": "completed", "error": None}
@@ -306,9 +309,10 @@ def fit(job: PreparedJob, built: Built, started: float) -> dict:
     record's training section. On a signal SignalCheckpoint has saved the step: the record counts the interruption
     (rank 0) and the exception goes on."""
     from slm.training.callbacks import RunPaused
+    from slm.training.pruning import RunPruned
 
     train_cfg, module, throughput, preemption = job.train_cfg, built.module, built.throughput, built.preemption
-    paused = None
+    paused = pruned = None
     try:
         with OtherWork() as other:  # what else used the CPUs meanwhile: tokens/s on a shared machine reads lower
             try:
@@ -317,6 +321,8 @@ def fit(job: PreparedJob, built: Built, started: float) -> dict:
                                   weights_only=True)
             except RunPaused as pause:  # train.length.pause_at: the step is saved as last.ckpt
                 paused = {"step": pause.step, "fraction": train_cfg.length.pause_at}
+            except RunPruned as stop:  # hydra.sweeper.pruner: the trial's pruner stopped it (final)
+                pruned = {"step": stop.step, "val_nll": stop.value, "reason": stop.reason}
     except BaseException:
         if preemption.step is not None and is_rank_zero():  # a requeue (submitit) or the same command resumes
             before = (load_record(job.run_dir) or {}).get("training", {}).get("interruptions", 0)
@@ -330,7 +336,7 @@ def fit(job: PreparedJob, built: Built, started: float) -> dict:
         "steps": steps, "tokens": steps * job.tokens_per_step, "wall_seconds": time.time() - started,
         **throughput.totals(), "final_train_loss": module.last_train_loss, "diverged": module.diverged,
         "resumed_from": built.resumed_from, "precision": train_cfg.precision, "other_cores_busy": other.cores,
-        **({"paused": paused} if paused else {}),
+        **({"paused": paused} if paused else {}), **({"pruned": pruned} if pruned else {}),
     }
     load = built.routing.summary()
     if load is not None:

@@ -203,6 +203,25 @@ def record_paused(job: PreparedJob, built: Built, training: dict) -> dict:
                          eval={"val_curve": curve, **averaged(job.run_dir, built)}, health=health(job, built, curve))
 
 
+def record_pruned(job: PreparedJob, built: Built, training: dict) -> dict:
+    """The run its Optuna trial's pruner stopped at a validation (slm.training.pruning): recorded `pruned`, a final
+    state, with `pruner` (the trial, the pruner, the step, val_nll there and the reason) and its validation curve;
+    rank 0 writes. No weights are saved: a pruned trial is not a result."""
+    from slm.training.trial_link import TrialLink
+
+    if not is_rank_zero():
+        return {"status": "pruned", "error": None}
+    module, stop = built.module, training.pop("pruned")
+    link = TrialLink.read(job.run_dir)
+    print(f"slm-train: pruned at step {stop['step']:,} of {job.max_steps:,} by the study's pruner: {stop['reason']}")
+    curve = val_curve(job.run_dir, module)
+    section = {**stop, "trial": link.number if link else None, "study": link.study if link else None,
+               "pruner": link.describe() if link else None}
+    return update_record(job.run_dir, status="pruned", pruner=section, training=training,
+                         data=_data_section(job, built.datamodule), eval={"val_curve": curve, **averaged(job.run_dir, built)},
+                         health=health(job, built, curve))
+
+
 def record_completed(job: PreparedJob, built: Built, training: dict, restored: dict | None) -> dict:
     """Save the weights and the tokenizer (model/), print how training ended and record the run `completed` with
     its validation (and test) metrics; rank 0. A non-finite validation NLL raises (the run is then failed)."""

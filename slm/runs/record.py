@@ -1,7 +1,8 @@
 """The run record: one `result.json` per run directory, always replaced atomically.
 
 Top-level sections (schema_version 1):
-  status       running | completed | failed | diverged | paused (train.length.pause_at) | pruned (halving)
+  status       running | completed | failed | diverged | paused (train.length.pause_at) | pruned (halving, or an
+               Optuna search's pruner)
   error        one line, or null
   config       the resolved Hydra config of the run (model, tokenizer, data, train, ...)
   model        every ModelConfig field (same names as conf/model) + params_* (params_active: per token) and
@@ -38,6 +39,8 @@ Top-level sections (schema_version 1):
                numbers it; from 0 in records without `rungs`) of `rungs`, fraction, step, configuration (what tells it
                from the sweep's others), score (its configuration's mean validation loss there), rank of `of`
                configurations, kept (how many went on)
+  pruner       a run an Optuna search's pruner stopped (status `pruned`; hydra.sweeper.pruner, slm.training.pruning):
+               step, val_nll there, reason (one line), trial (its number), study, pruner (its name and arguments)
   created_at, updated_at  ISO-8601 UTC
 """
 
@@ -55,7 +58,8 @@ SCHEMA_VERSION = 1
 RESULT_FILE = "result.json"
 STATUSES = ("running", "completed", "failed", "diverged", "paused", "pruned")
 FINAL = ("completed", "failed", "diverged", "pruned")  # a run that ended (running: in progress or interrupted; paused:
-# at train.length.pause_at, to go on; pruned: stopped there for good by successive halving, hydra.sweeper.halving)
+# at train.length.pause_at, to go on; pruned: stopped there for good by successive halving, hydra.sweeper.halving,
+# or by an Optuna search's pruner, hydra.sweeper.pruner)
 
 
 def settled(status: str | None, rerun_failed: bool = False) -> bool:

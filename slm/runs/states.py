@@ -13,7 +13,8 @@ first four are what result.json records (slm.runs.record.STATUSES); the others a
   pending                         a job of the sweep (sweep.json, multirun.yaml) with no run directory yet
   unreadable                      its result.json cannot be read or is not a record (the error says why)
   paused | pruned                 as recorded by successive halving; a pruned run's note is its rung, its
-                                  configuration's score and its rank there (its record's `halving`)
+                                  configuration's score and its rank there (its record's `halving`), or, where an
+                                  Optuna search's pruner stopped it, the step, the pruner and val_nll there (`pruner`)
 
 A job's time (job_seconds) is what a sweep's eta is made of (slm.runs.progress).
 """
@@ -168,6 +169,11 @@ def rung_number(entry: dict) -> int:
 
 def _halving_note(record: dict, status: str) -> str | None:
     """A pruned run's rung, score and rank (its record's `halving`); a paused one's step and validation loss there."""
+    if status == PRUNED and isinstance(record.get("pruner"), dict):  # an Optuna trial's pruner (hydra.sweeper.pruner)
+        p = record["pruner"]
+        value = number(p.get("val_nll"))
+        return (f"pruned at step {p.get('step')} by the study's pruner, {p.get('pruner')}"
+                + ("" if value is None else f": val_nll {value:.4f} there") + f" (trial {p.get('trial')})")
     if status == PRUNED:
         h = record.get("halving")
         if not isinstance(h, dict) or not isinstance(h.get("rung"), int):

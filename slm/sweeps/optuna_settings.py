@@ -36,12 +36,30 @@ class OptunaSettings(Settings):
     """{name: tpe | random | cmaes | qmc | gp | nsga2, ...}: the other keys go to the sampler class."""
     params: Optional[dict[str, Any]] = None
     """The search space (Hydra's override syntax); plain values are fixed overrides; null drops a key."""
+    pruner: Optional[dict[str, Any]] = None
+    """{name: none | median | percentile | successive_halving | hyperband | threshold | patient | wilcoxon, <the
+    Optuna class's own arguments>}: each validation of a trial is reported at its step and the trial stops where
+    the pruner says (recorded `pruned`; slm.training.pruning). successive_halving is ASHA. Needs the objective
+    eval.val_nll, minimised (the validation curve is what is reported). null: none."""
 
     def check(self, key: str, root) -> None:
+        from slm.training.trial_link import pruner_error
+
         name = (self.sampler or {}).get("name", "tpe")
         require((self.halving is None, f"{key}.halving", self.halving, "the grid sweeper's (successive halving over its "
-                 "grid); Optuna asks its trials one by one: drop halving, or use hydra/sweeper=grid"),
+                 "grid); Optuna prunes its trials with hydra.sweeper.pruner: drop halving, or use hydra/sweeper=grid"),
                 (name in SAMPLERS, f"{key}.sampler.name", name, f"choose one of: {', '.join(SAMPLERS)}"))
+        if not self.prunes():
+            return
+        wrong = pruner_error(self.pruner)
+        require((wrong is None, f"{key}.pruner", self.pruner, wrong or ""),
+                (self.objective == "eval.val_nll" and self.direction == "minimize", f"{key}.objective",
+                 f"{self.objective} ({self.direction})", "a pruner judges each trial's validation curve "
+                 "(val_nll at each validation): the objective must be eval.val_nll, minimised, or the pruner null"))
+
+    def prunes(self) -> bool:
+        """Whether a pruner other than none is set."""
+        return bool(self.pruner) and str((self.pruner or {}).get("name", "none")) != "none"
 
     @classmethod
     def read(cls, node: dict) -> "OptunaSettings":
