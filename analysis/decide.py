@@ -50,7 +50,7 @@ from analysis.decide_axes import axes, branches_at, split_regime
 from analysis.decide_decay import branch_runs, decay_markdown, decay_phase
 from analysis.decide_effects import effects, effects_markdown
 from analysis.decide_values import (BAD, DecideError, _completed, _has_values, _means, _num, _sign, _values,
-                                    agreement)
+                                    agreement, part_read, snr)
 
 MIN_DRAWS = 100
 """Fewer redraws than this give rough intervals (said in the notes and the answer)."""
@@ -120,15 +120,6 @@ class DecideResult:
         return min(rows, key=lambda r: (r.share if r.share is not None else math.inf, r.rung), default=None)
 
 
-def part_read(proxy: str) -> float:
-    """The fraction of a run's training (and compute) a proxy is read at: its slm.metrics entry's curve_at (val_nll_25:
-    0.25), else 1 (the final value)."""
-    from slm.metrics import metric as declared
-
-    entry = declared(proxy)
-    return entry.curve_at if entry is not None and entry.curve_at is not None else 1.0
-
-
 def _coverage(values: dict, rungs: list[float], rung: str) -> list[str]:
     """Notes on configurations missing at a rung and seeds that differ between rungs."""
     notes = []
@@ -154,16 +145,6 @@ def noise_ceiling(by_config: dict) -> float | None:
     scores = [agreement({c: v[s] for c, v in by_config.items()}, {c: v[t] for c, v in by_config.items()})[0]
               for s, t in itertools.permutations(seeds, 2)]
     return float(np.mean(scores))
-
-
-def snr(by_config: dict) -> float | None:
-    """Spread across configurations (std of their means) over the pooled seed-to-seed std; None without repeats."""
-    groups = [np.array(list(s.values())) for s in by_config.values()]
-    if len(groups) < 2 or not any(len(g) > 1 for g in groups):
-        return None
-    within = sum(((g - g.mean()) ** 2).sum() for g in groups) / sum(len(g) - 1 for g in groups)
-    spread = float(np.std([g.mean() for g in groups], ddof=1))
-    return math.inf if within == 0 else spread / math.sqrt(within)
 
 
 def _truth(table: pd.DataFrame, truth: str | None, proxies) -> str:

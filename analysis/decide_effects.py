@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analysis.decide_values import _num, _values, agreement
+from analysis.decide_values import _num, _values, agreement, part_read, snr
 
 PAIRS = (("averaged weights", "val_nll_avg", "val_nll"), ("averaged weights", "val_nll_avg_50", "val_nll_50"),
          ("averaged weights", "val_nll_avg_25", "val_nll_25"), ("averaged scores", "val_nll_last3", "val_nll"))
@@ -84,8 +84,6 @@ def judge(intervention: str, proxy: dict, base: dict, top: dict, rung: float, sh
           seed: int, names: tuple[str, str]) -> Effect | None:
     """The effect at one rung from {configuration: {seed: value}} of the proxy and the base there and the truth at the
     target; None where fewer than two configurations have seeds in both and at the target."""
-    from analysis.decide import snr
-
     configs = sorted(c for c in set(proxy) & set(base) & set(top) if set(proxy[c]) & set(base[c]))
     if len(configs) < 2:
         return None
@@ -117,8 +115,6 @@ def effects(table: pd.DataFrame, branches: pd.DataFrame, result, flops: dict, dr
     """Every PAIRS entry whose two proxies slm-decide judged, at each rung below the target (and at the target for a
     proxy read part-way), and DECAY on the decay branches' runs; `result` is analysis.decide's DecideResult (its
     config, rung, target, the truth at the target `top`), `flops` each rung's mean train_flops."""
-    from analysis.decide import part_read
-
     out: list[Effect] = []
     judged = set(result.proxies)
     for intervention, proxy, base in PAIRS:

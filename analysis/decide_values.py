@@ -131,3 +131,22 @@ def clusters(values, ratio: float) -> list[list[float]]:
         else:
             groups.append([v])
     return groups
+
+
+def part_read(proxy: str) -> float:
+    """The fraction of a run's training (and compute) a proxy is read at: its slm.metrics entry's curve_at (val_nll_25:
+    0.25), else 1 (the final value)."""
+    from slm.metrics import metric as declared
+
+    entry = declared(proxy)
+    return entry.curve_at if entry is not None and entry.curve_at is not None else 1.0
+
+
+def snr(by_config: dict) -> float | None:
+    """Spread across configurations (std of their means) over the pooled seed-to-seed std; None without repeats."""
+    groups = [np.array(list(s.values())) for s in by_config.values()]
+    if len(groups) < 2 or not any(len(g) > 1 for g in groups):
+        return None
+    within = sum(((g - g.mean()) ** 2).sum() for g in groups) / sum(len(g) - 1 for g in groups)
+    spread = float(np.std([g.mean() for g in groups], ddof=1))
+    return math.inf if within == 0 else spread / math.sqrt(within)
