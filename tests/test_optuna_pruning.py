@@ -94,6 +94,10 @@ def test_a_sweep_s_pruned_trials_are_recorded_pruned_final_and_shown(tmp_path):
     assert load_record(fast.user_attrs["run_dir"])["status"] == "completed"
     assert sorted(fast.intermediate_values) == [2, 4, 6, 8]
     assert "1 complete, 1 pruned, 0 failed" in out.stdout
+    # a line per trial as it ends (numbered from 1), with the counts and the best so far
+    assert "optuna study prune: trial 1 of 2 completed: eval.val_nll=" in out.stdout, out.stdout[-2000:]
+    assert ("optuna study prune: trial 2 of 2 pruned: threshold (upper=4.0) at step 2: val_nll 4.1808; 1 complete, "
+            "1 pruned, 0 failed; best #1 eval.val_nll=") in out.stdout
     status = slm(tmp_path, str(sweep), module="slm.cli.status")
     assert "pruned at step 2 by the study's pruner, threshold (upper=4.0): val_nll" in status.stdout, status.stdout
     before = load_record(slow.user_attrs["run_dir"])["updated_at"]

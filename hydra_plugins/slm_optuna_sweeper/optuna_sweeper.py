@@ -218,15 +218,32 @@ class OptunaSweeper(Sweeper):
                 pruned = (load_record(job.run_dir) or {}).get("pruner") or {}
                 trial.set_user_attr("pruned", pruned.get("reason") or "pruned")
                 study.tell(trial, state=TrialState.PRUNED)
-                log.info(f"optuna: trial {trial.number} pruned: {pruned.get('reason') or ''} ({job.key})")
+                self._progress(study, trial, f"pruned: {pruned.get('reason') or ''}")
             elif value is None:
                 trial.set_user_attr("error", o["error"] or f"no finite {self.objective} in result.json")
                 study.tell(trial, state=TrialState.FAIL)
-                log.warning(f"optuna: trial {trial.number} {o['status']}: {o['error'] or ''}")
+                self._progress(study, trial, f"{o['status']}: {o['error'] or ''}")
             else:
                 study.tell(trial, value)
-                log.info(f"optuna: trial {trial.number} {self.objective}={value:.5g} ({job.key})")
+                self._progress(study, trial, f"completed: {self.objective}={value:.5g}")
         return [r for r, _ in results if r is not None]
+
+    def _progress(self, study, trial, what: str) -> None:
+        """One line per trial as it ends, as the grid sweeper prints one per job: "optuna study s: trial 3 of 20
+        pruned: ...; 1 complete, 1 pruned, 0 failed; best #1 eval.val_nll=3.7534" (trial numbers from 1, as the
+        summary's line; optuna_best.yaml keeps Optuna's, from 0)."""
+        from optuna.trial import TrialState
+
+        trials = study.get_trials(deepcopy=False)
+        count = {state: sum(t.state == state for t in trials) for state in (TrialState.COMPLETE, TrialState.PRUNED,
+                                                                             TrialState.FAIL)}
+        line = (f"optuna study {study.study_name}: trial {trial.number + 1} of {self.n_trials} {what}; "
+                f"{count[TrialState.COMPLETE]} complete, {count[TrialState.PRUNED]} pruned, {count[TrialState.FAIL]} "
+                "failed")
+        if count[TrialState.COMPLETE]:
+            best = study.best_trial
+            line += f"; best #{best.number + 1} {self.objective}={best.value:.5g}"
+        print(line, flush=True)
 
     def _report(self, study, sweep_dir: Path, name: str) -> None:
         from optuna.trial import TrialState
@@ -245,7 +262,8 @@ class OptunaSweeper(Sweeper):
         line = (f"optuna study {name}: {len(trials)} trial{'' if len(trials) == 1 else 's'}: {len(done)} complete, "
                 f"{len(pruned)} pruned, {len(failed)} failed")
         if done:
-            line += f"; best #{summary['best_trial']} {self.objective}={summary['best_value']:.5g} {summary['best_params']}"
+            line += (f"; best #{summary['best_trial'] + 1} {self.objective}={summary['best_value']:.5g} "
+                     f"{summary['best_params']}")
         print(f"{line} (details: {sweep_dir / 'optuna_best.yaml'}, slm-status {sweep_dir})")
         if not done:
             sys.stdout.flush()
