@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analysis.decide_values import _num, _values, agreement, part_read, snr
+from analysis.decide_values import _means, _num, _values, agreement, part_read, snr
 
 PAIRS = (("averaged weights", "val_nll_avg", "val_nll"), ("averaged weights", "val_nll_avg_50", "val_nll_50"),
          ("averaged weights", "val_nll_avg_25", "val_nll_25"), ("averaged scores", "val_nll_last3", "val_nll"))
@@ -69,15 +69,7 @@ def _paired(proxy: dict, base: dict, top: dict, seeds_at: list, rng: np.random.G
         pick = rng.choice(len(keys), size=len(keys), replace=True)
         drawn_p[c] = {i: proxy[c][keys[k]] for i, k in enumerate(pick)}
         drawn_b[c] = {i: base[c][keys[k]] for i, k in enumerate(pick)}
-    top_means = {}
-    for c, seeds in top.items():
-        values = np.array(list(seeds.values()))
-        top_means[c] = float(rng.choice(values, size=len(values), replace=True).mean())
-    return drawn_p, drawn_b, top_means
-
-
-def _means_of(by_config: dict) -> dict[str, float]:
-    return {c: float(np.mean(list(s.values()))) for c, s in by_config.items()}
+    return drawn_p, drawn_b, _means(top, rng)
 
 
 def judge(intervention: str, proxy: dict, base: dict, top: dict, rung: float, share: float | None, draws: int,
@@ -91,9 +83,9 @@ def judge(intervention: str, proxy: dict, base: dict, top: dict, rung: float, sh
     p = {c: {s: proxy[c][s] for s in keys} for c, keys in seeds_at}
     b = {c: {s: base[c][s] for s in keys} for c, keys in seeds_at}
     target = {c: top[c] for c in configs}
-    top_means = _means_of(target)
-    effect = Effect(intervention, names[0], names[1], rung, share, agreement(_means_of(p), top_means)[0],
-                    agreement(_means_of(b), top_means)[0], None, None, snr(p), snr(b))
+    top_means = _means(target)
+    effect = Effect(intervention, names[0], names[1], rung, share, agreement(_means(p), top_means)[0],
+                    agreement(_means(b), top_means)[0], None, None, snr(p), snr(b))
     repeats = any(len(k) > 1 for _, k in seeds_at) or any(len(v) > 1 for v in target.values())
     if not draws or not repeats:
         return effect
@@ -101,7 +93,7 @@ def judge(intervention: str, proxy: dict, base: dict, top: dict, rung: float, sh
     differences, ratios = [], []
     for _ in range(draws):
         dp, db, tm = _paired(p, b, target, seeds_at, rng)
-        differences.append(agreement(_means_of(dp), tm)[0] - agreement(_means_of(db), tm)[0])
+        differences.append(agreement(_means(dp), tm)[0] - agreement(_means(db), tm)[0])
         sp, sb = snr(dp), snr(db)
         if sp is not None and sb and math.isfinite(sp) and math.isfinite(sb):
             ratios.append(sp / sb)

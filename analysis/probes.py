@@ -149,6 +149,7 @@ def add_to(result, ladder: pd.DataFrame, probes: pd.DataFrame, draws: int = 1000
     the ladder's configuration column where the probes' table has it and shares at least two of its names, else by
     the probes' points (the job key less task and seed). Returns the notes (also added to result.notes)."""
     from analysis.decide import RungDecision
+    from analysis.decide_values import _means
 
     config = result.config if result.config in probes else POINT
     if config != POINT and len({same_name(c) for c in _configurations(probes, config)}
@@ -185,8 +186,7 @@ def add_to(result, ladder: pd.DataFrame, probes: pd.DataFrame, draws: int = 1000
         rung = float(budget) if budget is not None and not pd.isna(budget) else math.nan
         result.rows.append(RungDecision(name, rung, got["share"], len(common), got["accuracy"], got["low"],
                                         got["high"], got["snr"]))
-        oriented = proxy.oriented()
-        result.means[(name, rung)] = {c: float(np.mean(list(oriented[c].values()))) for c in common}
+        result.means[(name, rung)] = _means({c: v for c, v in proxy.oriented().items() if c in common})
         result.proxies.append(name)
         notes += [f"{name}: {n}" for n in proxy.notes]
         missing = sorted(set(result.top) - set(proxy.values))
