@@ -18,6 +18,7 @@ from slm.sweeps.plan import plan_row
 from slm.cli.status import run as status_cli
 from slm.runs.record import RecordError, load_record
 from slm.sweeps.status import sweep_states
+from slm.training.trial_link import open_storage
 from tests.test_analysis_collect import make_record, write
 from tests.test_sweep_grid import TINY, slm
 
@@ -234,7 +235,7 @@ def test_optuna_trial_with_a_corrupt_record_fails_and_the_study_goes_on(tmp_path
     corrupt.write_text("[]")
     out = slm(tmp_path, "-m", *args, "train.lr=choice(0.001,0.002)")
     assert out.returncode == 0, out.stderr[-3000:]
-    trials = optuna.load_study(study_name="opt", storage=f"sqlite:///{sweep / 'optuna.db'}").get_trials()
+    trials = optuna.load_study(study_name="opt", storage=open_storage(str(sweep / "optuna.journal"))).get_trials()
     by_lr = {t.params["train.lr"]: t for t in trials}
     assert len(trials) == 3 and set(by_lr) == {0.001, 0.002}, [t.params for t in trials]
     assert by_lr[0.002].state == TrialState.FAIL and by_lr[0.002].user_attrs["status"] == "unreadable"

@@ -81,7 +81,7 @@ def test_a_sweep_s_pruned_trials_are_recorded_pruned_final_and_shown(tmp_path):
     out = slm(tmp_path, *args)
     assert out.returncode == 0, out.stderr[-3000:]
     sweep = tmp_path / "runs" / "prune"
-    trials = optuna.load_study(study_name="prune", storage=f"sqlite:///{sweep / 'optuna.db'}").trials
+    trials = optuna.load_study(study_name="prune", storage=open_storage(str(sweep / "optuna.journal"))).trials
     by_lr = {t.params["train.lr"]: t for t in trials}
     assert set(by_lr) == {1e-6, 1e-2}, [(t.params, t.state) for t in trials]
     slow, fast = by_lr[1e-6], by_lr[1e-2]
@@ -104,7 +104,7 @@ def test_a_sweep_s_pruned_trials_are_recorded_pruned_final_and_shown(tmp_path):
     again = slm(tmp_path, *args)
     assert again.returncode == 0, again.stderr[-3000:]
     assert load_record(slow.user_attrs["run_dir"])["updated_at"] == before
-    assert len(optuna.load_study(study_name="prune", storage=f"sqlite:///{sweep / 'optuna.db'}").trials) == 2
+    assert len(optuna.load_study(study_name="prune", storage=open_storage(str(sweep / "optuna.journal"))).trials) == 2
 
 
 @pytest.mark.parametrize("setting, needle", [
@@ -114,7 +114,7 @@ def test_a_sweep_s_pruned_trials_are_recorded_pruned_final_and_shown(tmp_path):
 def test_bad_pruner_settings_are_one_line_and_exit_2(tmp_path, setting, needle):
     out = slm(tmp_path, "-m", "hydra/sweeper=optuna", "run_group=bad", *TINY, setting)
     assert out.returncode == 2 and needle in out.stderr, out.stderr[-2000:]
-    assert not (tmp_path / "runs" / "bad" / "optuna.db").exists()
+    assert not (tmp_path / "runs" / "bad" / "optuna.journal").exists()
 
 
 def test_a_pruner_with_an_objective_it_cannot_judge_is_refused(tmp_path):

@@ -17,6 +17,7 @@ from optuna.trial import TrialState
 
 from hydra_plugins.slm_optuna_sweeper.optuna_sweeper import distribution
 from slm.runs.record import load_record
+from slm.training.trial_link import open_storage
 from tests.test_sweep_grid import TINY, slm
 
 
@@ -35,9 +36,9 @@ def test_search_space_syntax():
     assert dist("a=range(2, 9, 2)") == IntDistribution(2, 8, step=2)
 
 
-def _trials(storage: str, name: str):
+def _trials(journal, name: str):
     try:
-        return optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
+        return optuna.load_study(study_name=name, storage=open_storage(str(journal))).get_trials(deepcopy=False)
     except Exception:  # not created yet, or the database busy for a moment
         return []
 
@@ -46,12 +47,12 @@ def _trials(storage: str, name: str):
 def test_interrupted_study_resumes_to_exactly_n_trials(tmp_path):
     args = ["-m", "hydra/sweeper=optuna", "run_group=study", *TINY, "train.length.steps=4", "hydra.sweeper.n_trials=6"]
     sweep = tmp_path / "runs" / "study"
-    storage = f"sqlite:///{sweep / 'optuna.db'}"
+    storage = sweep / "optuna.journal"
     env = {**os.environ, "SLM_RUNS": str(tmp_path / "runs"), "SLM_CACHE": str(tmp_path.parent / "slm-cache")}
     proc = subprocess.Popen([sys.executable, "-m", "slm.cli.train", *args], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 400
-    while time.time() < deadline and proc.poll() is None:  # the database is read only once the driver is dead
+    while time.time() < deadline and proc.poll() is None:  # the study is read only once the driver is dead
         if len(list(sweep.glob("*/.hydra"))) >= 4:  # trial 3 has started (one trial at a time)
             break
         time.sleep(0.05)
@@ -75,7 +76,7 @@ def test_interrupted_study_resumes_to_exactly_n_trials(tmp_path):
         record = load_record(t.user_attrs["run_dir"])
         assert record["status"] == "completed" and t.value == record["eval"]["val_nll"]
         assert record["config"]["train"]["lr"] == pytest.approx(t.params["train.lr"], rel=1e-3)
-    assert "optuna study study: 6 trials: 6 complete, 0 failed" in out.stdout
+    assert "optuna study study: 6 trials: 6 complete, 0 pruned, 0 failed" in out.stdout
     assert (sweep / "optuna_best.yaml").exists()
 
 
@@ -84,7 +85,7 @@ def test_failed_trials_are_marked_failed_and_the_study_goes_on(tmp_path):
               "hydra.sweeper.n_trials=4", "hydra.sweeper.sampler.name=random", "hydra.sweeper.sampler.seed=3",
               "train.lr=interval(-0.01,0.01)")  # a negative learning rate is an invalid config
     assert out.returncode == 0, out.stderr[-3000:]
-    trials = _trials(f"sqlite:///{tmp_path / 'runs' / 'fails' / 'optuna.db'}", "fails")
+    trials = _trials(tmp_path / "runs" / "fails" / "optuna.journal", "fails")
     assert len(trials) == 4
     failed = [t for t in trials if t.state == TrialState.FAIL]
     done = [t for t in trials if t.state == TrialState.COMPLETE]

@@ -13,11 +13,13 @@ sweep overrides on the command line, e.g. 'train.lr=interval(1e-4,1e-2)', are di
     model.n_layers: range(2, 8, 2)              integers 2, 4, 6 (int distribution with a step)
     train.schedule.warmup_steps: int(interval(0, 500))   integers 0..500 (also tag(int, interval(0, 500)))
 
-The study lives in `storage` (default: SQLite at <sweep dir>/optuna.db; a path ending in .journal uses
-Optuna's JournalFileBackend; any RDB URL, e.g. postgresql://... on a cluster). `n_trials` is the size of
-the whole study: starting the same command again resumes it, first finishing the trials an interrupted
-run left RUNNING (same values, same run directory: their training resumes from its checkpoint), then
-asking only for the trials still missing. One driver per study at a time (a lock in the sweep dir).
+The study lives in `storage` (default: the journal file <sweep dir>/optuna.journal, Optuna's JournalFileBackend, or
+the optuna.db of a study begun there in SQLite; a path: a journal file; any RDB URL, e.g. postgresql://...).
+`n_trials` is the size of the whole study: starting the same command again resumes it, first finishing the trials an
+interrupted run left RUNNING (same values, same run directory: their training resumes from its checkpoint), then
+asking only for the trials still missing. Several drivers may share a journal or RDB study, with no barrier between
+them (slm-workers copies, or hydra.sweeper.workers tasks of one Slurm array): slm.sweeps.study_claims keeps them
+apart; a SQLite study has one driver.
 """
 
 from __future__ import annotations
@@ -39,8 +41,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from hydra_plugins.slm_sweeps import adapter as A
 from hydra_plugins.slm_sweeps.compose import compose_job
+from slm.atomic import atomic_write
 from slm.sweeps import jobs as J
 from slm.sweeps.optuna_settings import SAMPLERS, OptunaSettings
+from slm.sweeps.study_claims import Claims, driver_ordinal, next_batch, refuse_unshared, shareable, wait_for_run
 from slm.training.trial_link import TrialLink, make_pruner, open_storage
 
 log = logging.getLogger(__name__)
@@ -91,6 +95,7 @@ class OptunaSweeper(Sweeper):
             settings = OptunaSettings.read({k: A.plain(v) for k, v in keys.items()})
         self.study_name, self.storage, self.direction = settings.study_name, settings.storage, settings.direction
         self.n_trials, self.n_jobs, self.objective = settings.n_trials, settings.n_jobs, settings.objective
+        self.workers = settings.workers
         self.sampler_cfg = dict(settings.sampler or {"name": "tpe"})
         self.pruner_cfg = dict(settings.pruner) if settings.prunes() else None
         self.params = A.upgrade_params({str(k): v for k, v in (settings.params or {}).items() if v is not None})
@@ -105,19 +110,26 @@ class OptunaSweeper(Sweeper):
 
     # ------------------------------------------------------------------ study
     def _storage(self, sweep_dir: Path) -> str:
-        """The study's storage as every process names it: an RDB URL, or a journal file's absolute path."""
-        url = self.storage or f"sqlite:///{(sweep_dir / 'optuna.db').resolve()}"
+        """The study's storage as every process names it: an RDB URL, or a journal file's absolute path. Unset: the
+        journal file <sweep dir>/optuna.journal, or the SQLite optuna.db of a study begun there before."""
+        if self.storage:
+            url = self.storage
+        elif (sweep_dir / "optuna.db").exists():
+            url = f"sqlite:///{(sweep_dir / 'optuna.db').resolve()}"
+        else:
+            url = str(sweep_dir / "optuna.journal")
         return url if "://" in url else str(Path(url).resolve())
 
-    def _sampler(self, n_existing: int):
-        """The sampler; its seed is offset by the trials the study holds already, so that a resumed study
-        does not draw its first (random start-up) points again."""
+    def _sampler(self, n_existing: int, ordinal: int):
+        """The sampler; its seed is offset by the trials the study holds already, so that a resumed study does not
+        draw its first (random start-up) points again, and by this driver's ordinal among the study's drivers, so
+        that drivers started together do not draw the same ones."""
         import optuna
 
         cfg = dict(self.sampler_cfg)
         name = str(cfg.pop("name", "tpe"))
         if cfg.get("seed") is not None:
-            cfg["seed"] = int(cfg["seed"]) + n_existing
+            cfg["seed"] = int(cfg["seed"]) + n_existing + 7919 * ordinal
         return getattr(optuna.samplers, SAMPLERS[name])(**cfg)
 
     def _space(self, arguments: List[str]):
@@ -137,43 +149,70 @@ class OptunaSweeper(Sweeper):
     # ------------------------------------------------------------------ sweep
     def sweep(self, arguments: List[str]) -> Any:
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
+        from slm.runs.lock import run_lock
+        from slm.sweeps.progress import copies
+
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        storage = self._storage(sweep_dir)
+        drivers = max(self.workers, copies() or 1)
+        refused = refuse_unshared(storage, drivers)
+        if refused:
+            raise HydraException(f"optuna sweeper: {refused}")
+        if self.workers > 1 and not hasattr(self.launcher, "submit_workers"):
+            raise HydraException(f"optuna sweeper: hydra.sweeper.workers={self.workers} submits the workers as one "
+                                 "Slurm array: add hydra/launcher=slurm; locally run the command in copies instead, "
+                                 f"slm-workers {self.workers} -- slm-train -m ... (and workers=1)")
         sweep_dir.mkdir(parents=True, exist_ok=True)
         name = self.study_name or str(self.config.get("run_group", sweep_dir.name))
-        from slm.runs.lock import run_lock
-
-        with run_lock(sweep_dir, attempts=1, name=".optuna.lock") as held:
+        if shareable(storage):
+            return self._optimize(arguments, sweep_dir, name, storage)
+        with run_lock(sweep_dir, attempts=1, name=".optuna.lock") as held:  # SQLite: one driver
             if not held:
-                raise HydraException(f"optuna sweeper: another process is driving the study in {sweep_dir}")
-            return self._optimize(arguments, sweep_dir, name)
+                raise HydraException(f"optuna sweeper: another driver runs the study in {storage}: "
+                                     f"{refuse_unshared(storage, 2)}")
+            return self._optimize(arguments, sweep_dir, name, storage)
 
-    def _optimize(self, arguments: List[str], sweep_dir: Path, name: str) -> list:
+    def _optimize(self, arguments: List[str], sweep_dir: Path, name: str, storage: str) -> list:
         import optuna
-        from optuna.trial import TrialState
 
         space, fixed = self._space(arguments)
         J.save_sweep_config(OmegaConf.to_yaml(self.config).encode(), sweep_dir)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        storage = self._storage(sweep_dir)
-        study = optuna.create_study(study_name=name, storage=open_storage(storage), direction=self.direction,
-                                    load_if_exists=True, pruner=make_pruner(self.pruner_cfg))
-        study.sampler = self._sampler(len(study.get_trials(deepcopy=False)))
-        # trials an interrupted driver left RUNNING: finish them first, with their own values
-        stale = [optuna.Trial(study, t._trial_id) for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
-        if stale:
-            log.info(f"optuna: resuming {len(stale)} interrupted trial(s): {[t.number for t in stale]}")
+        claims = Claims(sweep_dir)
+        with claims.asking():  # one driver creates the study; the others load it
+            study = optuna.create_study(study_name=name, storage=open_storage(storage), direction=self.direction,
+                                        load_if_exists=True, pruner=make_pruner(self.pruner_cfg))
+            n_existing = len(study.get_trials(deepcopy=False))
+            ordinal = driver_ordinal(study)
+        if self.workers > 1:
+            return self._workers(study, sweep_dir, name)
+        study.sampler = self._sampler(n_existing, ordinal)
         returns, job_idx = [], 0
         while True:
-            finished = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)))
-            batch = [stale.pop(0) for _ in range(min(self.n_jobs, len(stale)))]
-            while len(batch) < self.n_jobs and finished + len(batch) + len(stale) < self.n_trials:
-                batch.append(study.ask(space))
+            batch, resumed = next_batch(study, space, self.n_trials, self.n_jobs, claims)
+            if resumed:
+                log.info(f"optuna: resuming {len(resumed)} interrupted trial(s): {resumed}")
             if not batch:
                 break
-            returns.append(self._run_batch(study, batch, fixed, space, job_idx, storage))
+            try:
+                returns.append(self._run_batch(study, batch, fixed, space, job_idx, storage))
+            finally:
+                claims.release_all()
             job_idx += len(batch)
         self._report(study, sweep_dir, name)
         return returns
+
+    def _workers(self, study, sweep_dir: Path, name: str) -> list:
+        """hydra.sweeper.workers > 1: submit the workers as one Slurm array (each this command as one driver with
+        the basic launcher, slm.sweeps.study_claims), wait for them, and report the study."""
+        hydra_overrides = [o for o in self.config.hydra.overrides.hydra
+                           if not o.startswith(("hydra/launcher=", "hydra.launcher.", "hydra.sweeper.workers=",
+                                                "hydra.sweeper.n_jobs="))]
+        argv = ["-m", *hydra_overrides, *self.config.hydra.overrides.task, "hydra/launcher=basic",
+                "hydra.sweeper.workers=1", "hydra.sweeper.n_jobs=1"]
+        self.launcher.submit_workers(argv, self.workers)
+        self._report(study, sweep_dir, name)
+        return []
 
     def _run_batch(self, study, batch, fixed: List[str], space: dict, job_idx: int, storage: str) -> list:
         from optuna.trial import TrialState
@@ -199,7 +238,10 @@ class OptunaSweeper(Sweeper):
         for job in jobs:
             if job.cfg is None and job.run_dir not in skipped:
                 J.record_invalid(job, rerun=bool(self.config.get("rerun_failed", False)))
-        runnable = [j for j in jobs if j.cfg is not None and j.run_dir not in skipped and not J.finished(j)]
+        candidates = [j for j in jobs if j.cfg is not None and j.run_dir not in skipped]
+        for job in candidates:  # trained by another process: another driver's trial of the same values, or the
+            wait_for_run(job.run_dir)  # Slurm job of a driver that is gone; then its record tells the trial
+        runnable = [j for j in candidates if not J.finished(j)]
         if self.pruner_cfg is not None:  # the run reports each validation to its trial (slm.training.pruning)
             first = {}
             for trial, job in trial_jobs:
@@ -252,19 +294,22 @@ class OptunaSweeper(Sweeper):
         done = [t for t in trials if t.state == TrialState.COMPLETE]
         failed = [t for t in trials if t.state == TrialState.FAIL]
         pruned = [t for t in trials if t.state == TrialState.PRUNED]
+        running = [t for t in trials if t.state == TrialState.RUNNING]  # other drivers' (or left by one that is gone)
         summary: Dict[str, Any] = {"study": name, "n_trials": len(trials), "complete": len(done), "failed": len(failed),
-                                   "pruned": len(pruned), "objective": self.objective, "direction": self.direction}
+                                   "pruned": len(pruned), "running": len(running), "objective": self.objective,
+                                   "direction": self.direction}
         if done:
             best = study.best_trial
             summary.update(best_trial=best.number, best_value=best.value, best_params=best.params,
                            best_run_dir=best.user_attrs.get("run_dir"))
-        (sweep_dir / "optuna_best.yaml").write_text(yaml.safe_dump(summary, sort_keys=False))
+        text = yaml.safe_dump(summary, sort_keys=False).encode()
+        atomic_write(sweep_dir / "optuna_best.yaml", lambda f: f.write(text))  # drivers of one study may end together
         line = (f"optuna study {name}: {len(trials)} trial{'' if len(trials) == 1 else 's'}: {len(done)} complete, "
-                f"{len(pruned)} pruned, {len(failed)} failed")
+                f"{len(pruned)} pruned, {len(failed)} failed" + (f", {len(running)} running" if running else ""))
         if done:
             line += (f"; best #{summary['best_trial'] + 1} {self.objective}={summary['best_value']:.5g} "
                      f"{summary['best_params']}")
         print(f"{line} (details: {sweep_dir / 'optuna_best.yaml'}, slm-status {sweep_dir})")
-        if not done:
+        if not done and not running:
             sys.stdout.flush()
             sys.exit(1)

@@ -65,6 +65,42 @@ class ArrayTask:
         return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
 
 
+class WorkerTask:
+    """One worker of an Optuna study shared by a Slurm array (hydra.sweeper.workers; slm.sweeps.study_claims):
+    slm-train's sweep command, run in this process as one driver with the basic launcher, so that it asks for a trial,
+    trains it, tells it and asks again until the study holds its trials. On USR2 or a preemption the trial's run
+    checkpoints and submitit requeues the task as it is; its next attempt (or another worker) takes the trial up
+    again, since no live driver claims it any more."""
+
+    def __init__(self, argv: list[str], workers: int) -> None:
+        self.argv, self.workers = list(argv), workers
+
+    def __call__(self) -> int:
+        import os
+        import sys
+
+        from slm.sweeps.status import WORKERS_ENV
+
+        os.environ[WORKERS_ENV] = str(self.workers)  # a copy among `workers`: SQLite refused, summaries partial
+        sys.argv = ["slm-train", *self.argv]
+        from slm.cli.train import main
+
+        try:
+            main()
+        except SystemExit as stop:
+            if stop.code == -1:  # submitit's own exit once it has requeued this task: no result for this attempt
+                raise
+            if stop.code not in (0, None):
+                raise RuntimeError(f"the worker's driver exited {stop.code}") from None
+        return 0
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
+        """Resubmit this worker as it is (submitit calls this on USR2 or a preemption, then requeues the task)."""
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
+
+
 class SlurmLauncher(SubmititSlurmLauncher):
     def array_limit(self) -> int | None:
         """The most jobs one array may hold on this cluster (MaxArraySize, read once), None when unknown."""
@@ -116,6 +152,23 @@ class SlurmLauncher(SubmititSlurmLauncher):
         log.info(f"Submitted {len(jobs)} job{'s' if len(jobs) != 1 else ''} as Slurm array "
                  f"{str(jobs[0].job_id).split('_')[0]}")
         return jobs
+
+    def submit_workers(self, argv: list[str], count: int) -> list[str]:
+        """Submit `count` WorkerTasks of `argv` (slm-train's arguments) as one array and wait for every one; the
+        errors of those that died, one line each (a worker that died leaves its trial to the others)."""
+        assert self.config is not None
+        executor = self.executor()
+        executor.update_parameters(slurm_array_parallelism=count)
+        jobs = executor.submit_array([WorkerTask(argv, count) for _ in range(count)])
+        log.info(f"Submitted {count} workers of the study as Slurm array {str(jobs[0].job_id).split('_')[0]}")
+        errors = []
+        for job in jobs:
+            try:
+                job.results()
+            except Exception as err:  # the worker died: its trial is taken up by the others, or the next start
+                errors.append(f"Slurm job {job.job_id}: {' '.join(str(err).split())[:500]}")
+                log.error(errors[-1])
+        return errors
 
     def collect(self, jobs: list, job_overrides: Sequence[Sequence[str]]) -> list[JobReturn]:
         """Each job's JobReturn, waited for one by one; a job that died without a result is FAILED with its error."""

@@ -21,7 +21,8 @@ class OptunaSettings(Settings):
     study_name: Optional[str] = None
     """The study's name; null: the run group."""
     storage: Optional[str] = None
-    """null: SQLite at <sweep dir>/optuna.db; a path ending .journal: a journal file; or an RDB URL shared by a cluster."""
+    """null: a journal file, <sweep dir>/optuna.journal (or the SQLite <sweep dir>/optuna.db of a study begun there
+    before); a path: a journal file; or an RDB URL. SQLite (sqlite:///...) takes one driver only."""
     direction: Literal["minimize", "maximize"] = "minimize"
     """Whether the objective is minimised or maximised."""
     objective: str = "eval.val_nll"
@@ -29,7 +30,11 @@ class OptunaSettings(Settings):
     n_trials: int = setting(20, gt=0)
     """Trials in the whole study (counting those of earlier, interrupted runs)."""
     n_jobs: int = setting(1, gt=0)
-    """Trials launched at once (one Slurm array of n_jobs with hydra/launcher=slurm)."""
+    """Trials this driver launches at once (one Slurm array of n_jobs with hydra/launcher=slurm), told together."""
+    workers: int = setting(1, gt=0)
+    """Drivers sharing the study with no barrier (each asks, trains, tells, asks again): >1 needs
+    hydra/launcher=slurm, which submits them as one array of worker tasks and waits; locally run the command in
+    copies instead (slm-workers N -- slm-train -m ...). slm.sweeps.study_claims."""
     halving: Optional[Any] = None
     """The grid sweeper's successive halving: refused here (Optuna asks its trials one by one)."""
     sampler: Optional[dict[str, Any]] = field(default_factory=lambda: {"name": "tpe"})

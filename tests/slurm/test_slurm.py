@@ -1,7 +1,8 @@
 """Sweeps through hydra/launcher=slurm on a real single-node Slurm cluster (tests/slurm/start.sh;
 `make test-slurm` installs, starts, runs these and stops it): the smoke sweep, a preemption that
 checkpoints, requeues and resumes to the weights of an uninterrupted run, failing jobs reported, an
-Optuna study whose trials run as Slurm jobs, and successive halving with one array per rung."""
+Optuna study whose trials run as Slurm jobs, an Optuna study shared by an array of workers of which one is
+preempted, and successive halving with one array per rung."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+
+from slm.training.trial_link import open_storage
 
 pytestmark = pytest.mark.slurm
 
@@ -180,7 +183,7 @@ def test_optuna_trials_run_as_slurm_jobs(tmp_path):
                 "train.validation.batches=1", "train.logging.progress_bar=false", "hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2")
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
     sweep_dir = tmp_path / "runs" / "opt"
-    study = optuna.load_study(study_name="opt", storage=f"sqlite:///{sweep_dir / 'optuna.db'}")
+    study = optuna.load_study(study_name="opt", storage=open_storage(str(sweep_dir / "optuna.journal")))
     trials = study.get_trials(deepcopy=False)
     assert len(trials) == 4 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
     runs = {p.name: record(p) for p in sweep_dir.glob("model=debug,*")}
@@ -235,3 +238,38 @@ def test_successive_halving_runs_each_rung_as_one_array_and_prunes_the_rest(tmp_
     assert all(r["halving"]["step"] == 8 and r["training"]["steps"] == 8 for r in pruned)
     again = sweep(tmp_path, *args)
     assert again.returncode == 0 and tasks(sweep_dir) == submitted, (again.stdout + again.stderr)[-3000:]
+
+
+def test_optuna_workers_share_a_study_and_a_preempted_one_s_trial_resumes_as_itself(tmp_path):
+    """hydra.sweeper.workers=2: one array of 2 worker tasks, each a driver asking, training and telling trials of one
+    journal study until it holds 3. One worker is preempted (USR2) in the middle of a trial: its run checkpoints,
+    submitit requeues the task, and the trial is taken up again with its own values and run directory, resumed from
+    its checkpoint: 3 trials in all, none failed, and the requeue in Slurm's accounting."""
+    import optuna
+
+    proc, log = start(tmp_path, "hydra/sweeper=optuna", "run_group=async", *LONG, "hydra.sweeper.n_trials=3",
+                      "hydra.sweeper.workers=2", "hydra.sweeper.params=null",
+                      "train.lr=tag(log, interval(1e-4, 1e-2))")
+    sweep_dir = tmp_path / "runs" / "async"
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:  # both workers are training a trial
+        if sum(last_step(p) >= 100 for p in sweep_dir.glob("model=debug,*")) >= 2:
+            break
+        time.sleep(0.2)
+    (array,) = {t.split("_")[0] for t in tasks(sweep_dir)}
+    subprocess.run(["scancel", "--signal=USR2", f"{array}_0"], check=True, timeout=60)
+    proc.wait(timeout=900)
+    out = log.read_text()
+    assert proc.returncode == 0, out[-3000:]
+    study = optuna.load_study(study_name="async", storage=open_storage(str(sweep_dir / "optuna.journal")))
+    trials = study.get_trials(deepcopy=False)
+    assert [t.number for t in trials] == [0, 1, 2], [(t.number, t.state) for t in trials]
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    runs = {t.user_attrs["run_dir"]: record(Path(t.user_attrs["run_dir"])) for t in trials}
+    assert len(runs) == 3 and all(r["status"] == "completed" for r in runs.values())
+    resumed = [r for r in runs.values() if r["training"].get("interruptions")]
+    assert len(resumed) == 1 and resumed[0]["training"]["resumed_from"] == "checkpoints/last.ckpt"
+    assert resumed[0]["training"]["interrupted"]["signal"] == "SIGUSR2"
+    assert "REQUEUED" in sacct(f"{array}_0") and sacct(f"{array}_0")[-1] == "COMPLETED"
+    assert "optuna study async: 3 trials: 3 complete, 0 pruned, 0 failed" in out
+    assert "failed during processing" not in out  # the preempted attempt is requeued, not reported a dead worker
