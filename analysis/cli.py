@@ -571,3 +571,28 @@ if __name__ == "__main__":  # python -m analysis.cli collect|plot|report|ladder|
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
         fail("analysis.cli", f"usage: python -m analysis.cli {{{'|'.join(commands)}}} ...")
     commands[sys.argv[1]](sys.argv[2:])
+
+
+@_command("slm-search", "The report on an Optuna sweep (analysis/search.py): the search's best first, every trial (the "
+          "pruned ones with the step they stopped at), the settings' importances (Optuna's fANOVA), and with --rerun "
+          "whether its best configurations keep their order when rerun at a larger rung.")
+def search_main(cmd: _Command, argv: list[str] | None = None) -> None:
+    cmd.add("sweep", help="the Optuna sweep's directory (runs/<run_group>, holding its study)")
+    cmd.add("--rerun", default=None, help="a grid sweep's directory that reran the search's best points at a larger "
+            "rung (e.g. sweeps/search_cpu_top.yaml: runs/search_cpu_top)")
+    cmd.add("--top", type=int, default=None, help="compare only the search's best K configurations (default: all "
+            "the rerun holds)")
+    cmd.output("-o", "--out", default=None, help="also write the report to this Markdown file")
+    args = cmd.parse(argv)
+    from analysis.search import report
+    from slm.sweeps.study_files import NoStudy
+
+    sweep = Path(cmd.where(args.sweep, "Optuna sweep directory"))
+    rerun = Path(cmd.where(args.rerun, "rerun sweep directory")) if args.rerun else None
+    if args.top is not None and args.top < 2:
+        cmd.fail(f"--top {args.top}: compare at least 2 configurations")
+    try:
+        text = report(sweep, rerun, args.top)
+    except NoStudy as err:
+        cmd.fail(str(err))
+    cmd.print_and_write(text, args.out)

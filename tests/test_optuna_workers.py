@@ -9,7 +9,6 @@ import sys
 
 import optuna
 import pytest
-from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState
 
 from slm.sweeps.study_claims import Claims, next_batch, refuse_unshared
@@ -17,7 +16,7 @@ from slm.runs.record import load_record
 from slm.training.trial_link import open_storage
 from tests.test_sweep_grid import TINY, slm
 
-SPACE = {"x": FloatDistribution(0.0, 1.0)}
+SAMPLE = lambda trial: trial.suggest_float("x", 0.0, 1.0)  # noqa: E731
 
 
 def study_in(path):
@@ -29,16 +28,16 @@ def study_in(path):
 def test_claims_keep_drivers_apart_and_a_gone_driver_s_trial_is_taken_up_with_its_own_values(tmp_path):
     study = study_in(tmp_path)
     a, b, c = Claims(tmp_path), Claims(tmp_path), Claims(tmp_path)  # each its own descriptors: three drivers to flock
-    first, resumed = next_batch(study, SPACE, n_trials=3, n_jobs=2, claims=a)
+    first, resumed = next_batch(study, SAMPLE, n_trials=3, n_jobs=2, claims=a)
     assert [t.number for t in first] == [0, 1] and resumed == []
-    second, resumed = next_batch(study, SPACE, n_trials=3, n_jobs=2, claims=b)
+    second, resumed = next_batch(study, SAMPLE, n_trials=3, n_jobs=2, claims=b)
     assert [t.number for t in second] == [2] and resumed == []  # a's two are claimed; the study is full at 3
-    assert next_batch(study, SPACE, n_trials=3, n_jobs=2, claims=c) == ([], [])
+    assert next_batch(study, SAMPLE, n_trials=3, n_jobs=2, claims=c) == ([], [])
     study.tell(first[0], 1.0)
     a.release(first[0].number)
     x = first[1].params["x"]
     a.release_all()  # a dies with trial 1 unfinished: its claim goes with it
-    taken, resumed = next_batch(study, SPACE, n_trials=3, n_jobs=2, claims=c)
+    taken, resumed = next_batch(study, SAMPLE, n_trials=3, n_jobs=2, claims=c)
     assert [t.number for t in taken] == [1] and resumed == [1]  # taken up, not asked again; the told one left alone
     assert study.trials[1].params == {"x": x}
     assert len(study.trials) == 3 and study.trials[1].state == TrialState.RUNNING
@@ -48,12 +47,12 @@ def test_claims_keep_drivers_apart_and_a_gone_driver_s_trial_is_taken_up_with_it
 def test_a_trial_told_while_another_driver_looks_is_not_taken_up(tmp_path, monkeypatch):
     study = study_in(tmp_path)
     a, b = Claims(tmp_path), Claims(tmp_path)
-    (trial,), _ = next_batch(study, SPACE, n_trials=1, n_jobs=1, claims=a)
+    (trial,), _ = next_batch(study, SAMPLE, n_trials=1, n_jobs=1, claims=a)
     stale = study.get_trials(deepcopy=False)  # b reads trial 0 RUNNING ...
     study.tell(trial, 0.5)  # ... a tells it and lets go before b takes the claim
     a.release(trial.number)
     monkeypatch.setattr(type(study), "get_trials", lambda self, deepcopy=False, states=None: stale)
-    assert next_batch(study, SPACE, n_trials=1, n_jobs=1, claims=b) == ([], [])
+    assert next_batch(study, SAMPLE, n_trials=1, n_jobs=1, claims=b) == ([], [])
 
 
 def test_sqlite_is_refused_for_more_than_one_driver():

@@ -44,6 +44,7 @@ from hydra_plugins.slm_sweeps.compose import compose_job
 from slm.atomic import atomic_write
 from slm.sweeps import jobs as J
 from slm.sweeps.optuna_settings import SAMPLERS, OptunaSettings
+from slm.sweeps.optuna_space import Dimension, SearchSpace, conditional_error
 from slm.sweeps.study_claims import Claims, driver_ordinal, next_batch, refuse_unshared, shareable, wait_for_run
 from slm.training.trial_link import TrialLink, make_pruner, open_storage
 
@@ -98,7 +99,9 @@ class OptunaSweeper(Sweeper):
         self.workers = settings.workers
         self.sampler_cfg = dict(settings.sampler or {"name": "tpe"})
         self.pruner_cfg = dict(settings.pruner) if settings.prunes() else None
-        self.params = A.upgrade_params({str(k): v for k, v in (settings.params or {}).items() if v is not None})
+        params = {str(k): v for k, v in (settings.params or {}).items() if v is not None}
+        upgraded = A.upgrade_params({k: v for k, v in params.items() if not isinstance(v, dict)})
+        self.params = {k: v for k, v in {**params, **upgraded}.items() if k in upgraded or isinstance(v, dict)}
         self.config: Optional[DictConfig] = None
         self.hydra_context: Optional[HydraContext] = None
         self.launcher = None
@@ -120,7 +123,7 @@ class OptunaSweeper(Sweeper):
             url = str(sweep_dir / "optuna.journal")
         return url if "://" in url else str(Path(url).resolve())
 
-    def _sampler(self, n_existing: int, ordinal: int):
+    def _sampler(self, n_existing: int, ordinal: int, space: SearchSpace):
         """The sampler; its seed is offset by the trials the study holds already, so that a resumed study does not
         draw its first (random start-up) points again, and by this driver's ordinal among the study's drivers, so
         that drivers started together do not draw the same ones."""
@@ -130,21 +133,64 @@ class OptunaSweeper(Sweeper):
         name = str(cfg.pop("name", "tpe"))
         if cfg.get("seed") is not None:
             cfg["seed"] = int(cfg["seed"]) + n_existing + 7919 * ordinal
+        if name == "grid":  # every point of the space once, in an order drawn from the seed
+            try:
+                cfg["search_space"] = space.grid()
+            except ValueError as err:
+                raise HydraException(f"optuna sweeper: hydra.sweeper.sampler.name=grid: {err}") from None
         return getattr(optuna.samplers, SAMPLERS[name])(**cfg)
 
-    def _space(self, arguments: List[str]):
+    def _space(self, arguments: List[str]) -> SearchSpace:
+        """hydra.sweeper.params, then the command line's sweep overrides, as a SearchSpace (slm.sweeps.optuna_space):
+        a string is Hydra's override syntax (a sweep: a dimension; a plain value: a fixed override); a mapping is a
+        bundle ({choose: {label: [overrides]}}) or a conditional dimension ({values: <sweep>, when: {...}})."""
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
-        lines = [f"{k}={v}" for k, v in self.params.items()] + list(arguments)
-        space, fixed = {}, []
-        for override in parser.parse_overrides(lines):
+        dims: Dict[str, Dimension] = {}
+        fixed: List[str] = []
+
+        def parse(line: str, when: dict) -> None:
+            (override,) = parser.parse_overrides([line])
+            key = override.get_key_element()
             if override.is_sweep_override():
-                space[override.get_key_element()] = distribution(override)
+                dims[key] = Dimension(key, distribution(override), when)
+            elif when:
+                raise HydraException(f"optuna sweeper: {key}.values={override.get_value_element_as_str()} is one "
+                                     "value: a conditional dimension needs a sweep, e.g. choice(2, 4)")
             else:
-                fixed.append(f"{override.get_key_element()}={override.get_value_element_as_str()}")
-        if not space:
+                fixed.append(f"{key}={override.get_value_element_as_str()}")
+
+        for key, value in self.params.items():
+            if not isinstance(value, dict):
+                parse(f"{key}={value}", {})
+                continue
+            unknown = set(value) - {"values", "choose", "when"}
+            if unknown or ("values" in value) == ("choose" in value):
+                raise HydraException(f"optuna sweeper: hydra.sweeper.params.{key}={value} is invalid: give a sweep "
+                                     "string, {values: <sweep>, when: {...}} or {choose: {<label>: [overrides]}, "
+                                     "when: {...}}")
+            when = value.get("when")
+            if isinstance(when, dict):
+                when = {k: list(v) if isinstance(v, (list, tuple)) else [v] for k, v in when.items()}
+            wrong = conditional_error(key, when, dims) if "when" in value else None
+            if wrong:
+                raise HydraException(f"optuna sweeper: hydra.sweeper.params.{wrong}")
+            if "values" in value:
+                parse(f"{key}={value['values']}", when or {})
+                continue
+            choose = value["choose"]
+            if not isinstance(choose, dict) or not choose or not all(isinstance(v, list) for v in choose.values()):
+                raise HydraException(f"optuna sweeper: hydra.sweeper.params.{key}.choose={choose} is invalid: give "
+                                     "{<label>: [<override>, ...], ...}")
+            from optuna.distributions import CategoricalDistribution
+
+            dims[key] = Dimension(key, CategoricalDistribution(list(choose)), when or {},
+                                  {str(k): [str(o) for o in v] for k, v in choose.items()})
+        for line in arguments:
+            parse(line, {})
+        if not dims:
             raise HydraException("optuna sweeper: no search space: give hydra.sweeper.params, e.g. "
                                  "'train.lr: tag(log, interval(1e-4, 1e-2))'")
-        return space, fixed
+        return SearchSpace(list(dims.values()), fixed)
 
     # ------------------------------------------------------------------ sweep
     def sweep(self, arguments: List[str]) -> Any:
@@ -175,7 +221,7 @@ class OptunaSweeper(Sweeper):
     def _optimize(self, arguments: List[str], sweep_dir: Path, name: str, storage: str) -> list:
         import optuna
 
-        space, fixed = self._space(arguments)
+        space = self._space(arguments)
         J.save_sweep_config(OmegaConf.to_yaml(self.config).encode(), sweep_dir)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         claims = Claims(sweep_dir)
@@ -186,16 +232,16 @@ class OptunaSweeper(Sweeper):
             ordinal = driver_ordinal(study)
         if self.workers > 1:
             return self._workers(study, sweep_dir, name)
-        study.sampler = self._sampler(n_existing, ordinal)
+        study.sampler = self._sampler(n_existing, ordinal, space)
         returns, job_idx = [], 0
         while True:
-            batch, resumed = next_batch(study, space, self.n_trials, self.n_jobs, claims)
+            batch, resumed = next_batch(study, space.sample, self.n_trials, self.n_jobs, claims)
             if resumed:
                 log.info(f"optuna: resuming {len(resumed)} interrupted trial(s): {resumed}")
             if not batch:
                 break
             try:
-                returns.append(self._run_batch(study, batch, fixed, space, job_idx, storage))
+                returns.append(self._run_batch(study, batch, space, job_idx, storage))
             finally:
                 claims.release_all()
             job_idx += len(batch)
@@ -214,7 +260,7 @@ class OptunaSweeper(Sweeper):
         self._report(study, sweep_dir, name)
         return []
 
-    def _run_batch(self, study, batch, fixed: List[str], space: dict, job_idx: int, storage: str) -> list:
+    def _run_batch(self, study, batch, space: SearchSpace, job_idx: int, storage: str) -> list:
         from optuna.trial import TrialState
 
         from slm.runs.record import load_record
@@ -223,15 +269,16 @@ class OptunaSweeper(Sweeper):
         by_dir: Dict[Path, J.Job] = {}
         trial_jobs = []
         for trial in batch:
-            if set(trial.params) != set(space):  # a resumed trial asked under another search space
+            if not space.matches(trial.params):  # a resumed trial asked under another search space
                 trial.set_user_attr("error", f"search space changed since this trial was asked: {sorted(trial.params)}")
                 study.tell(trial, state=TrialState.FAIL)
                 continue
-            overrides = fixed + [f"{k}={_value_str(trial.params[k])}" for k in space]
+            overrides = space.overrides(trial.params, _value_str)
             job = compose_job(loader, self.config, overrides)
             job = by_dir.setdefault(job.run_dir, job)  # equal values: one run serves both trials
             trial.set_user_attr("run_dir", str(job.run_dir))
             trial.set_user_attr("overrides", overrides)
+            trial.set_user_attr("point", space.point(trial.params, _value_str))
             trial_jobs.append((trial, job))
         jobs = list(by_dir.values())
         skipped = {j.run_dir for j in jobs if J.unreadable(j)}
@@ -297,7 +344,7 @@ class OptunaSweeper(Sweeper):
         running = [t for t in trials if t.state == TrialState.RUNNING]  # other drivers' (or left by one that is gone)
         summary: Dict[str, Any] = {"study": name, "n_trials": len(trials), "complete": len(done), "failed": len(failed),
                                    "pruned": len(pruned), "running": len(running), "objective": self.objective,
-                                   "direction": self.direction}
+                                   "direction": self.direction, "storage": self._storage(sweep_dir)}
         if done:
             best = study.best_trial
             summary.update(best_trial=best.number, best_value=best.value, best_params=best.params,

@@ -414,6 +414,19 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("slm_job_key", _job_key)
     if not OmegaConf.has_resolver("slm_run_group"):
         OmegaConf.register_new_resolver("slm_run_group", _run_group)
+    if not OmegaConf.has_resolver("slm_top_trials"):
+        OmegaConf.register_new_resolver("slm_top_trials", _top_trials)
+
+
+def _top_trials(sweep_dir: str, k: int) -> list:
+    """`${slm_top_trials:<sweep dir>,<k>}` (hydra.sweeper.points of a grid sweep): the points of the k best complete
+    trials of the Optuna study run into that directory, best first (slm.sweeps.study_files.top_points)."""
+    from slm.sweeps.study_files import NoStudy, top_points
+
+    try:
+        return top_points(sweep_dir, int(k))
+    except NoStudy as err:
+        raise SettingError(f"hydra.sweeper.points=${{slm_top_trials:{sweep_dir},{k}}} is invalid: {err}") from None
 
 
 def _job_key(overrides, exclude=(), parent=None) -> str:

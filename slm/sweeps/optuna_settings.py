@@ -10,7 +10,7 @@ from slm.settings import Settings, require, setting
 
 KEY = "hydra.sweeper"
 SAMPLERS = {"tpe": "TPESampler", "random": "RandomSampler", "cmaes": "CmaEsSampler", "qmc": "QMCSampler",
-            "gp": "GPSampler", "nsga2": "NSGAIISampler"}
+            "gp": "GPSampler", "nsga2": "NSGAIISampler", "grid": "GridSampler"}
 """sampler.name -> its class in optuna.samplers."""
 
 
@@ -38,9 +38,12 @@ class OptunaSettings(Settings):
     halving: Optional[Any] = None
     """The grid sweeper's successive halving: refused here (Optuna asks its trials one by one)."""
     sampler: Optional[dict[str, Any]] = field(default_factory=lambda: {"name": "tpe"})
-    """{name: tpe | random | cmaes | qmc | gp | nsga2, ...}: the other keys go to the sampler class."""
+    """{name: tpe | random | cmaes | qmc | gp | nsga2 | grid, ...}: the other keys go to the sampler class (grid: every
+    point of a space of choices once, in an order drawn from its seed)."""
     params: Optional[dict[str, Any]] = None
-    """The search space (Hydra's override syntax); plain values are fixed overrides; null drops a key."""
+    """The search space (Hydra's override syntax); plain values are fixed overrides; null drops a key; a mapping is a
+    bundle {choose: {label: [overrides]}} or a conditional {values: <sweep>, when: {dimension: value(s)}}
+    (slm.sweeps.optuna_space)."""
     pruner: Optional[dict[str, Any]] = None
     """{name: none | median | percentile | successive_halving | hyperband | threshold | patient | wilcoxon, <the
     Optuna class's own arguments>}: each validation of a trial is reported at its step and the trial stops where

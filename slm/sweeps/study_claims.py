@@ -27,7 +27,7 @@ import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from slm.runs.lock import lock_held
 
@@ -95,10 +95,12 @@ class Claims:
             self.release(number)
 
 
-def next_batch(study: Any, space: dict, n_trials: int, n_jobs: int, claims: Claims) -> tuple[list, list[int]]:
+def next_batch(study: Any, sample: Callable[[Any], None], n_trials: int, n_jobs: int,
+               claims: Claims) -> tuple[list, list[int]]:
     """Up to `n_jobs` trials for this driver, claimed: first those RUNNING that no driver claims (their driver is
     gone: taken up with their own values), then new ones asked of the study while it holds fewer than `n_trials`
-    trials in all (every driver's, whatever their state). Returns (the trials, the numbers of those taken up)."""
+    trials in all (every driver's, whatever their state), each given its values by `sample(trial)` (the search
+    space's suggestions). Returns (the trials, the numbers of those taken up)."""
     import optuna
     from optuna.trial import TrialState
 
@@ -114,7 +116,8 @@ def next_batch(study: Any, space: dict, n_trials: int, n_jobs: int, claims: Clai
         resumed = [t.number for t in batch]
         total = len(trials)
         while len(batch) < n_jobs and total < n_trials:
-            trial = study.ask(space)
+            trial = study.ask()
+            sample(trial)
             if trial.number >= total:  # a new trial (an enqueued, WAITING one was counted already)
                 total += 1
             claims.take(trial.number)
