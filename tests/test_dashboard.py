@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -93,6 +94,20 @@ def test_serves_the_sweeps_study_and_its_trials(tmp_path):
             _get(f"{base}/api/studies/{study_id}/rename", data=b'{"study_name": "x"}')
         assert refused.value.code == 403 and "read-only" in json.loads(refused.value.read())["reason"]
         assert len(json.loads(_get(f"{base}/api/studies")[1])["study_summaries"]) == 1
+        import optuna  # live: a trial the sweep adds now is served once optuna-dashboard's cache expires (2 s)
+
+        from slm.training.trial_link import open_storage
+
+        study = optuna.load_study(study_name="look", storage=open_storage(str(sweep / "optuna.journal")))
+        running = study.ask({"train.lr": optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True)})
+        running.report(4.5, 2)
+        for _ in range(40):
+            trials = json.loads(_get(f"{base}/api/studies/{study_id}")[1])["trials"]
+            if len(trials) == 5:
+                break
+            time.sleep(0.5)
+        assert [(t["state"], t["intermediate_values"]) for t in trials if t["number"] == 4] == [
+            ("Running", [{"step": 2, "value": 4.5}])]
     finally:
         assert _stop(proc) == 0
 
@@ -147,7 +162,8 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
         assert exit_.value.code == 2 and err.count("\n") == 1 and err.startswith("slm-dashboard: error:"), err
         assert all(n in err for n in needles), err
     assert not (tmp_path / "none.db").exists()  # nothing written
-    (sweep / "multirun.yaml").write_text("hydra:\n  sweeper:\n    _target_: x.OptunaSweeper\n    storage: gone.journal\n")
+    (sweep / "multirun.yaml").write_text("hydra:\n  sweeper:\n    _target_: x.OptunaSweeper\n"
+                                         "    storage: gone.journal\n")
     with pytest.raises(SystemExit):
         run([str(sweep)])
     assert "multirun.yaml is gone.journal, which does not exist" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""`slm-dashboard <sweep dir or storage> [--host H] [--port P]`: a live view of an Optuna study in the browser (optuna-dashboard).
+"""`slm-dashboard <sweep dir or storage> [--host H] [--port P]`: an Optuna study live in the browser (optuna-dashboard).
 
     slm-dashboard runs/lr_search                  # a hydra/sweeper=optuna sweep: http://127.0.0.1:8080/dashboard/...
     slm-dashboard lr_search --port 8081           # a run group under $SLM_RUNS (default runs/)
@@ -19,6 +19,7 @@ import errno
 import json
 import socket
 import sys
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from socketserver import ThreadingMixIn
@@ -103,7 +104,7 @@ def find_storage(arg: str) -> Found:
         if (path / name).is_file():
             return _file_storage(path / name, study, str(path / name))
     fail(PROG, f"{arg}: no Optuna study there (no {JOURNAL}, {SQLITE}, nor hydra.sweeper.storage in {SAVED_CONFIG}); "
-         f"give {ALLOWED}")
+         f"give {ALLOWED} (a grid sweep's curves: tensorboard --logdir {path}, docs/sweeps.md)")
 
 
 def open_found(found: Found):
@@ -120,13 +121,9 @@ def open_found(found: Found):
         storage = open_storage(found.storage)
         if isinstance(storage, str):
             storage = optuna.storages.RDBStorage(storage, skip_compatibility_check=False, skip_table_creation=True)
-        studies = []
-        for s in storage.get_all_studies():
-            trials = storage.get_all_trials(s._study_id, deepcopy=False)
-            states = {}
-            for t in trials:
-                states[t.state.name.lower()] = states.get(t.state.name.lower(), 0) + 1
-            studies.append((s._study_id, s.study_name, states))
+        studies = [(s._study_id, s.study_name, Counter(t.state.name.lower() for t in
+                                                       storage.get_all_trials(s._study_id, deepcopy=False)))
+                   for s in storage.get_all_studies()]
     except Exception as err:  # a file that is not a journal, a server that does not answer: say which and why
         fail(PROG, f"{found.storage} (from {found.where}): not readable as an Optuna study's storage: {describe(err)}")
     if not studies:
