@@ -26,6 +26,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "eval": ("slm.cli.eval:main", "score a run with lm-eval and merge the scores into its result.json"),
     "generate": ("slm.cli.generate:main", "text from a trained run, with its own tokenizer"),
     "status": ("slm.cli.status:main", "the jobs of a run group by status, with progress and errors"),
+    "dashboard": ("slm.cli.dashboard:main", "an Optuna sweep's study live in the browser (optuna-dashboard)"),
     "collect": ("analysis.cli:collect_main", "every run's result.json under the given directories -> one table"),
     "report": ("analysis.cli:report_main", "the Markdown and HTML report of a results table"),
     "plot": ("analysis.cli:plot_main", "the study's plots (PNG and SVG) from a results table"),
