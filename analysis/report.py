@@ -35,6 +35,7 @@ from analysis.claims import judge, seeds_summary, tokens_caution
 from analysis.collect import ALL_STATUSES, load_results
 from analysis.document import fmt as _fmt
 from analysis.halving import lrs_tried, one_lr_reason, report_blocks as halving_blocks
+from analysis.search import report_blocks as search_blocks
 from analysis.labels import run_labels
 from analysis.metrics import (LOSS, average_members, bound_rows, higher_is_better, metric, name_of, nll_column,
                               single_task_average)
@@ -373,7 +374,7 @@ def _tier_blocks(study: Study, table: pd.DataFrame) -> list:
 
 def _unfinished_blocks(table: pd.DataFrame) -> list:
     """The "Runs that did not complete" section: one row per run that started and did not end as its sweep meant it
-    to (a pruned run did: the Successive halving section lists them), with its error or, for a stopped run, the
+    to (a pruned run did: the Successive halving or Optuna search section lists them), with its error or, for a stopped run, the
     signal and step; the jobs that never started in one line (their keys would make tall rows of nothing)."""
     if "status" not in table:
         return []
@@ -426,8 +427,11 @@ def sections(table: pd.DataFrame, results_path: str, score: str | None = None, s
     halving = halving_blocks(table)
     if halving:
         out.append(("Successive halving", halving))
+    search = search_blocks(table)
+    if search:
+        out.append(("Optuna search", search))
 
-    # a pruned run ended as its sweep meant it to (the Successive halving section lists them)
+    # a pruned run ended as its sweep meant it to (the Successive halving or Optuna search section lists it)
     out += _unfinished_blocks(table)
 
     health = health_blocks(table)

@@ -121,6 +121,14 @@ def agreement(search: list[float], rerun: list[list[float]], draws: int = AGREEM
     return point, drawn[int(0.025 * draws)], drawn[min(draws - 1, int(0.975 * draws))]
 
 
+def _named(cfg: Any) -> str:
+    """{name: x, k: v} as "x (k=v)"; "not recorded" for a study whose summary predates it."""
+    if not isinstance(cfg, dict):
+        return "not recorded"
+    rest = {k: v for k, v in cfg.items() if k != "name"}
+    return str(cfg.get("name", "?")) + (f" ({', '.join(f'{k}={v}' for k, v in rest.items())})" if rest else "")
+
+
 def _fmt(value: float | None) -> str:
     return "" if value is None else f"{value:.4f}"
 
@@ -150,8 +158,9 @@ def report(sweep_dir: Path, rerun_dir: Path | None = None, top: int | None = Non
                      f"`{' '.join(best.point)}`.")
     lines += ["", f"{len(table)} trials: {counts['complete']} complete, {counts['pruned']} pruned by the study's "
               f"pruner, {counts['fail']} failed" + (f", {counts['running']} running" if counts["running"] else "")
-              + f". Sampler {type(study.sampler).__name__}, pruner {type(study.pruner).__name__}. Trials are "
-              "numbered from 1; a pruned trial's value is its last reported val_nll, at the step it stopped.", ""]
+              + f". Sampler {_named((summary or {}).get('sampler'))}, pruner {_named((summary or {}).get('pruner'))}. "
+              "Trials are numbered from 1; a pruned trial's value is its last reported val_nll, at the step it "
+              "stopped.", ""]
     lines += ["## Trials, best first", "", f"| rank | trial | state | {objective} | where it ended | values |",
               "|---:|---:|---|---:|---|---|"]
     for i, r in enumerate(table, 1):
@@ -198,4 +207,37 @@ def rerun_section(table: list[Row], rerun_dir: Path, top: int | None, objective:
     return out
 
 
-__all__ = ["agreement", "importances", "report", "rerun_scores", "rows"]
+
+
+
+def report_blocks(table) -> list:
+    """slm-report's "Optuna search" section for a table with runs of Optuna sweeps: per study, its counts and every run
+    its pruner stopped (the step and the val_nll there), which the "Runs that did not complete" section leaves out;
+    slm-search gives the whole report. [] when no run of the table is of an Optuna sweep."""
+    import pandas as pd
+
+    from slm.sweeps.study_files import NoStudy, load_search
+
+    if "run_dir" not in table:
+        return []
+    blocks: list = []
+    for sweep_dir in sorted({Path(str(x)).parent for x in table["run_dir"].dropna()}):
+        if not any((sweep_dir / f).is_file() for f in ("optuna_best.yaml", "optuna.journal", "optuna.db")):
+            continue
+        try:
+            study = load_search(sweep_dir)
+        except NoStudy:
+            continue
+        table_rows = rows(study)
+        counts = {s: sum(r.state == s for r in table_rows) for s in ("complete", "pruned", "fail")}
+        blocks.append(f"{sweep_dir.name}: an Optuna study of {len(table_rows)} trials: {counts['complete']} complete, "
+                      f"{counts['pruned']} pruned by its pruner (below: final, not failed), {counts['fail']} failed. "
+                      f"`slm-search {sweep_dir}` reports it whole: every trial best first, the settings' importances, "
+                      "and with --rerun whether its best hold at a larger rung.")
+        pruned = [r for r in table_rows if r.state == "pruned"]
+        if pruned:
+            blocks.append(pd.DataFrame({"trial": [r.number + 1 for r in pruned], "where it ended": [r.stopped for r in
+                                                                                                 pruned],
+                                        "values": [" ".join(r.point) for r in pruned]}))
+    return blocks
+__all__ = ["agreement", "importances", "report", "report_blocks", "rerun_scores", "rows"]

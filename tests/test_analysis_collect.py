@@ -234,10 +234,10 @@ def _imports(path: Path) -> set[str]:
 
 
 LIGHT_SLM = ("slm.runs", "slm.bad_input", "slm.pipes", "slm.renames", "slm.eval", "slm.eval.score_lines",
-             "slm.metrics", "slm.words", "slm.sweeps", "slm.sweeps.store")
+             "slm.metrics", "slm.words", "slm.sweeps", "slm.sweeps.store", "slm.sweeps.study_files")
 """What analysis may import of slm: modules that load neither torch nor lightning (slm.eval: its __init__ only;
 slm.metrics: the metric registry, slm.words: counted words, both standard library only; slm.sweeps.store: a sweep's
-sweep.json)."""
+sweep.json; slm.sweeps.study_files: an Optuna sweep's study, read back with optuna)."""
 
 
 def test_layering_analysis_imports_only_light_slm_modules_and_slm_never_imports_analysis():

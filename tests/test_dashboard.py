@@ -147,8 +147,9 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
     (tmp_path / "junk.journal").write_text("not a journal\n")
     cases = [
         ([str(tmp_path / "nowhere")], ["nowhere: no such sweep directory or study storage"]),
-        ([str(tmp_path / "grid")], ["grid: no Optuna study there (no optuna.journal, optuna.db, nor hydra.sweeper."
-                                    "storage in multirun.yaml)", "give a sweep directory of hydra/sweeper=optuna"]),
+        ([str(tmp_path / "grid")], ["grid: no Optuna study there (no optuna.journal, optuna.db, nor a storage named "
+                                    "in optuna_best.yaml or multirun.yaml)",
+                                    "give a sweep directory of hydra/sweeper=optuna"]),
         ([str(tmp_path / "empty.journal")], ["empty.journal (from the command line) holds no Optuna study yet"]),
         ([str(tmp_path / "junk.journal")], ["junk.journal (from the command line) is neither an Optuna journal nor a "
                                                  "SQLite file"]),
@@ -166,7 +167,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
                                          "    storage: gone.journal\n")
     with pytest.raises(SystemExit):
         run([str(sweep)])
-    assert "multirun.yaml is gone.journal, which does not exist" in capsys.readouterr().err
+    assert "gone.journal, which does not exist" in capsys.readouterr().err
     (sweep / "multirun.yaml").unlink()
     make_study(str(sweep / "optuna.journal"), "look")
     with socket.socket() as taken:  # a port in use

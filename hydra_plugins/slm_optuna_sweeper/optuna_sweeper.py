@@ -44,7 +44,7 @@ from hydra_plugins.slm_sweeps.compose import compose_job
 from slm.atomic import atomic_write
 from slm.sweeps import jobs as J
 from slm.sweeps.optuna_settings import SAMPLERS, OptunaSettings
-from slm.sweeps.optuna_space import Dimension, SearchSpace, conditional_error
+from slm.sweeps.optuna_space import Dimension, SearchSpace, conditional_error, grid_sampler
 from slm.sweeps.study_claims import Claims, driver_ordinal, next_batch, refuse_unshared, shareable, wait_for_run
 from slm.training.trial_link import TrialLink, make_pruner, open_storage
 
@@ -135,7 +135,7 @@ class OptunaSweeper(Sweeper):
             cfg["seed"] = int(cfg["seed"]) + n_existing + 7919 * ordinal
         if name == "grid":  # every point of the space once, in an order drawn from the seed
             try:
-                cfg["search_space"] = space.grid()
+                return grid_sampler(space, cfg.get("seed"))
             except ValueError as err:
                 raise HydraException(f"optuna sweeper: hydra.sweeper.sampler.name=grid: {err}") from None
         return getattr(optuna.samplers, SAMPLERS[name])(**cfg)
@@ -344,7 +344,8 @@ class OptunaSweeper(Sweeper):
         running = [t for t in trials if t.state == TrialState.RUNNING]  # other drivers' (or left by one that is gone)
         summary: Dict[str, Any] = {"study": name, "n_trials": len(trials), "complete": len(done), "failed": len(failed),
                                    "pruned": len(pruned), "running": len(running), "objective": self.objective,
-                                   "direction": self.direction, "storage": self._storage(sweep_dir)}
+                                   "direction": self.direction, "storage": self._storage(sweep_dir),
+                                   "sampler": self.sampler_cfg, "pruner": self.pruner_cfg or {"name": "none"}}
         if done:
             best = study.best_trial
             summary.update(best_trial=best.number, best_value=best.value, best_params=best.params,

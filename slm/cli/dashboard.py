@@ -30,7 +30,7 @@ from slm.cli.paths import resolve_path
 from slm.pipes import quiet_on_closed_pipe
 
 PROG = "slm-dashboard"
-JOURNAL, SQLITE, SAVED_CONFIG = "optuna.journal", "optuna.db", "multirun.yaml"
+JOURNAL, SQLITE, SAVED_CONFIG = "optuna.journal", "optuna.db", "multirun.yaml"  # as slm.sweeps.study_files reads them
 ALLOWED = (f"a sweep directory of hydra/sweeper=optuna (with {JOURNAL}, {SQLITE}, or hydra.sweeper.storage in its "
            f"{SAVED_CONFIG}), a journal or SQLite file, or an RDB URL")
 READS = ("GET", "HEAD", "OPTIONS")
@@ -68,21 +68,6 @@ def _file_storage(path: Path, study: str | None, where: str) -> Found:
     return Found(str(path), study, where)
 
 
-def _saved(sweep_dir: Path) -> tuple[str | None, str | None]:
-    """(hydra.sweeper.storage, the study's name) from the sweep's saved config (slm.sweeps.jobs.save_sweep_config
-    writes multirun.yaml); (None, None) where there is none or it is not an Optuna sweep's."""
-    import yaml
-
-    try:
-        cfg = yaml.safe_load((sweep_dir / SAVED_CONFIG).read_text()) or {}
-    except (OSError, yaml.YAMLError):
-        return None, None
-    sweeper = ((cfg.get("hydra") or {}).get("sweeper") or {}) if isinstance(cfg, dict) else {}
-    if "optuna" not in str(sweeper.get("_target_", "")).lower():
-        return None, None
-    return sweeper.get("storage"), str(sweeper.get("study_name") or cfg.get("run_group") or sweep_dir.name)
-
-
 def find_storage(arg: str) -> Found:
     """The storage `arg` names (see the module's docstring); one line and exit 2 where it names none."""
     if "://" in arg:
@@ -90,21 +75,18 @@ def find_storage(arg: str) -> Found:
     path = resolve_path(arg, PROG, what="sweep directory or study storage")
     if path.is_file():
         return _file_storage(path, None, "the command line")
-    storage, study = _saved(path)
-    study = study or path.name  # the sweeper's default study name: the run group
-    if storage:  # a path is read from the current directory, as the sweeper resolved it
-        where = f"hydra.sweeper.storage in {path / SAVED_CONFIG}"
-        if "://" in storage:
-            return Found(storage, study, where)
-        if not Path(storage).is_file():
-            fail(PROG, f"{arg}: {where} is {storage}, which does not exist (a relative path is read from the current "
-                 "directory, as the sweeper did): run slm-dashboard where the sweep was started, or give the storage")
-        return _file_storage(Path(storage), study, where)
-    for name in (SQLITE, JOURNAL):  # the sweeper's order: a study begun in SQLite keeps it
-        if (path / name).is_file():
-            return _file_storage(path / name, study, str(path / name))
-    fail(PROG, f"{arg}: no Optuna study there (no {JOURNAL}, {SQLITE}, nor hydra.sweeper.storage in {SAVED_CONFIG}); "
-         f"give {ALLOWED} (a grid sweep's curves: tensorboard --logdir {path}, docs/sweeps.md)")
+    from slm.sweeps.study_files import NoStudy, study_storage
+
+    try:
+        storage, study, where = study_storage(path)  # the sweeper's own order (slm.sweeps.study_files)
+    except NoStudy as err:
+        fail(PROG, f"{err}; give {ALLOWED} (a grid sweep's curves: tensorboard --logdir {path}, docs/sweeps.md)")
+    if "://" in storage:
+        return Found(storage, study, where)
+    if not Path(storage).is_file():
+        fail(PROG, f"{arg}: {where} names {storage}, which does not exist (a relative path is read from the current "
+             "directory, as the sweeper did): run slm-dashboard where the sweep was started, or give the storage")
+    return _file_storage(Path(storage), study, where)
 
 
 def open_found(found: Found):

@@ -101,6 +101,18 @@ class SearchSpace:
         return grid
 
 
+def grid_sampler(space: SearchSpace, seed: int | None = None):
+    """Optuna's GridSampler over `space` (SearchSpace.grid), less its stop at the last point: ask/tell outside
+    study.optimize cannot be stopped (study.stop raises there), and the sweeper stops at n_trials itself."""
+    import optuna
+
+    class Grid(optuna.samplers.GridSampler):
+        def after_trial(self, study, trial, state, values) -> None:
+            return None
+
+    return Grid(space.grid(), seed=seed)
+
+
 def _holds(distribution: Any, value: Any) -> bool:
     try:
         return bool(distribution._contains(distribution.to_internal_repr(value)))
@@ -126,4 +138,4 @@ def conditional_error(name: str, when: Any, earlier: dict[str, Dimension]) -> st
     return None
 
 
-__all__ = ["Dimension", "SearchSpace", "conditional_error"]
+__all__ = ["Dimension", "SearchSpace", "conditional_error", "grid_sampler"]

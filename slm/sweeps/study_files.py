@@ -11,27 +11,46 @@ import yaml
 
 SUMMARY = "optuna_best.yaml"
 """The sweeper's summary beside the runs: the study's name and storage, its counts and its best trial."""
+SAVED_CONFIG = "multirun.yaml"
+"""The sweep's config as the sweeper saved it (slm.sweeps.jobs.save_sweep_config)."""
 
 
 class NoStudy(ValueError):
     """The directory holds no Optuna study (or not the trials asked of it): one line."""
 
 
-def study_storage(sweep_dir: Path) -> tuple[str, str]:
-    """(storage, study name) of the study run into `sweep_dir`: as the sweeper's summary names them, else the default
-    files (optuna.journal, an older optuna.db) and the directory's name."""
+def study_storage(sweep_dir: Path) -> tuple[str, str, str]:
+    """(storage, study name, what named it) of the study run into `sweep_dir`, in the sweeper's own order: the storage
+    its summary names (written as each driver ends), else hydra.sweeper.storage in the sweep's saved config
+    (multirun.yaml; a relative path from the current directory, as the sweeper read it), else an older study's
+    optuna.db, else optuna.journal. NoStudy where none is there."""
     sweep_dir = Path(sweep_dir)
-    summary = sweep_dir / SUMMARY
-    info: dict = yaml.safe_load(summary.read_text()) or {} if summary.exists() else {}
-    name = str(info.get("study") or sweep_dir.name)
+    info = _yaml(sweep_dir / SUMMARY)
+    saved = _yaml(sweep_dir / SAVED_CONFIG)
+    sweeper = ((saved.get("hydra") or {}).get("sweeper") or {})
+    if "optuna" not in str(sweeper.get("_target_", "")).lower():
+        sweeper = {}
+    name = str(info.get("study") or sweeper.get("study_name") or saved.get("run_group") or sweep_dir.name)
     if info.get("storage"):
-        return str(info["storage"]), name
-    for file, storage in (("optuna.journal", str((sweep_dir / "optuna.journal").resolve())),
-                          ("optuna.db", f"sqlite:///{(sweep_dir / 'optuna.db').resolve()}")):
-        if (sweep_dir / file).exists():
-            return storage, name
-    raise NoStudy(f"{sweep_dir}: no Optuna study there (no {SUMMARY}, optuna.journal or optuna.db): run the search "
-                  "into it first (slm-train -m hydra/sweeper=optuna ...)")
+        return str(info["storage"]), name, str(sweep_dir / SUMMARY)
+    if sweeper.get("storage"):
+        storage = str(sweeper["storage"])
+        return (storage if "://" in storage else str(Path(storage).resolve())), name, \
+            f"hydra.sweeper.storage in {sweep_dir / SAVED_CONFIG}"
+    for file, storage in (("optuna.db", f"sqlite:///{(sweep_dir / 'optuna.db').resolve()}"),
+                          ("optuna.journal", str((sweep_dir / "optuna.journal").resolve()))):
+        if (sweep_dir / file).is_file():
+            return storage, name, str(sweep_dir / file)
+    raise NoStudy(f"{sweep_dir}: no Optuna study there (no optuna.journal, optuna.db, nor a storage named in "
+                  f"{SUMMARY} or {SAVED_CONFIG}): run the search into it first (slm-train -m hydra/sweeper=optuna ...)")
+
+
+def _yaml(path: Path) -> dict:
+    try:
+        data = yaml.safe_load(path.read_text()) if path.is_file() else {}
+    except (OSError, yaml.YAMLError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def load_search(sweep_dir: Path) -> Any:
@@ -40,7 +59,7 @@ def load_search(sweep_dir: Path) -> Any:
 
     from slm.training.trial_link import open_storage
 
-    storage, name = study_storage(sweep_dir)
+    storage, name, _ = study_storage(sweep_dir)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         return optuna.load_study(study_name=name, storage=open_storage(storage))
