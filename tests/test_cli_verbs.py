@@ -319,7 +319,8 @@ def test_default_model_is_the_laptop_sized_one_and_every_sweep_names_its_model()
             sweep = compose("config", overrides=[f"sweep={path.stem}"], return_hydra_config=True)
             if "run_group" not in (yaml.safe_load(path.read_text()) or {}):
                 continue  # not a sweep by itself
-            points = OmegaConf.to_container(OmegaConf.select(sweep, "hydra.sweeper.points") or OmegaConf.create([]))
+            points = OmegaConf.select(sweep, "hydra.sweeper.points", throw_on_resolution_failure=False)  # None: a
+            points = OmegaConf.to_container(points or OmegaConf.create([]))  # study's best (search_cpu_top), not there
             named = all(any(str(o).startswith("model=") for o in p) for p in points) and points
             assert named or sweep.model.family != "debug" or path.stem == "smoke", path.stem
 
