@@ -207,7 +207,8 @@ def sync_halving(jobs: list[GridJob], eta: float, workers: int, launch_s: float 
                  best: str | None = None) -> tuple[Outcome, list[list[str]]]:
     """Synchronous successive halving over `jobs` (in the order given: which job a free worker takes next) with a
     barrier at each rung; returns the outcome and the configurations trained at each rung. A single rung is the full
-    grid."""
+    grid. `best`: the grid's best configuration (default: the lowest mean final val_nll of `jobs`)."""
+    best = best or ranked(mean_scores(jobs, -1))[0]
     alive = sorted({j.config for j in jobs})
     trained, t, busy, ends = [], 0.0, 0.0, {}
     for rung in range(len(jobs[0].rungs)):
@@ -241,6 +242,7 @@ def optuna_search(jobs: list[GridJob], eta: int, workers: int, method: str = "as
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    best = best or ranked(mean_scores(jobs, -1))[0]
     last = len(jobs[0].rungs) - 1
     study = optuna.create_study(study_name=name, direction="minimize", pruner=_pruner(method, eta, last + 1),
                                 sampler=optuna.samplers.RandomSampler(seed=0))
@@ -347,7 +349,8 @@ def markdown(result: dict) -> str:
     r, order = result, result["order"]
     rungs = ", ".join(str(Fraction(f).limit_denominator(1000)) for f in r["fractions"])
     seeds = f"{r['seed']}-{r['seed'] + r['reps'] - 1}" if r["reps"] > 1 else str(r["seed"])
-    lines = [f"{r['configurations']} configurations x up to {r['seeds']} seeds = {r['jobs']} jobs of "
+    lines = [f"{r['configurations']} configurations x {'up to ' if r['seeds'] > 1 else ''}{r['seeds']} "
+             f"seed{'s' if r['seeds'] > 1 else ''} = {r['jobs']} jobs of "
              f"{', '.join(map(str, r['steps']))} steps; {r['serial']:.4g} s of training in all (one worker, the grid "
              f"pace). Rungs at {rungs} of each job's steps, eta {r['eta']}"
              + (f", a rung read at the grid's validation at most {r['snap']} steps from it" if r["snap"] else "")
