@@ -320,11 +320,18 @@ def simulate(jobs: list[GridJob], fractions: list[float], eta: int, workers: lis
             "steps": sorted({j.steps for j in jobs}), "serial": sum(j.pace * j.reached for j in jobs)}
 
 
-def _spread(values: list[float], fmt: str = "{:.4g}") -> str:
-    """The mean, and the range in brackets where the repetitions differ."""
-    mean = fmt.format(statistics.fmean(values))
-    return mean if max(values) - min(values) <= 1e-9 * max(1.0, abs(max(values))) else \
-        f"{mean} ({fmt.format(min(values))}–{fmt.format(max(values))})"
+def _seconds(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
+def _share(x: float) -> str:
+    return f"{x:.0%}"
+
+
+def _spread(values: list[float], fmt=_seconds) -> str:
+    """The mean, and the range in brackets where the repetitions differ (as printed)."""
+    low, high = fmt(min(values)), fmt(max(values))
+    return fmt(statistics.fmean(values)) + ("" if low == high else f" ({low}–{high})")
 
 
 def _row(method: str, workers: int, outs: list[Outcome], order: list[str], grid_busy: float) -> str:
@@ -334,7 +341,7 @@ def _row(method: str, workers: int, outs: list[Outcome], order: list[str], grid_
     busy = [o.busy for o in outs]
     return (f"| {method} | {workers} | {_spread([o.end for o in outs])} | {best} | {ranks} | {_spread(busy)} "
             f"({statistics.fmean(busy) / grid_busy:.0%}) | {_spread([o.idle for o in outs])} | "
-            f"{_spread([o.utilisation for o in outs], '{:.0%}')} |")
+            f"{_spread([o.utilisation for o in outs], _share)} |")
 
 
 LEFT_OUT = ("Left out: launch and scheduling delays (except --launch-s per launch: a sync job launches once per rung, "
@@ -351,7 +358,7 @@ def markdown(result: dict) -> str:
     seeds = f"{r['seed']}-{r['seed'] + r['reps'] - 1}" if r["reps"] > 1 else str(r["seed"])
     lines = [f"{r['configurations']} configurations x {'up to ' if r['seeds'] > 1 else ''}{r['seeds']} "
              f"seed{'s' if r['seeds'] > 1 else ''} = {r['jobs']} jobs of "
-             f"{', '.join(map(str, r['steps']))} steps; {r['serial']:.4g} s of training in all (one worker, the grid "
+             f"{', '.join(map(str, r['steps']))} steps; {_seconds(r['serial'])} s of training in all (one worker, the grid "
              f"pace). Rungs at {rungs} of each job's steps, eta {r['eta']}"
              + (f", a rung read at the grid's validation at most {r['snap']} steps from it" if r["snap"] else "")
              + f"; launch {r['launch_s']:g} s; {r['reps']} repetition{'s' if r['reps'] != 1 else ''} (the jobs' order "
