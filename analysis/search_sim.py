@@ -41,11 +41,11 @@ import heapq
 import math
 import random
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
 
-from slm.runs.keys import configuration, short_names, configuration_parts
+from slm.runs.keys import configuration, configuration_parts, short_names
 from slm.runs.record import RecordError, load_record
 from slm.sweeps.store import sweep_sections
 
@@ -67,6 +67,8 @@ class GridJob:
     reached: int
     curve: dict[int, float]
     final: float
+    parts: list[str] = field(default_factory=list)
+    """The overrides its configuration is made of (slm.runs.keys.configuration_parts)."""
     rungs: list[int] = field(default_factory=list)
     """The step each rung ends at (round(fraction x steps), at least 1)."""
     scores: list[float] = field(default_factory=list)
@@ -76,6 +78,10 @@ class GridJob:
         """How far the job trains by the end of `rung` (-1: nothing): the rung's step, or where it stopped."""
         return 0 if rung < 0 else min(self.rungs[rung], self.reached)
 
+    def to_the_end(self) -> "GridJob":
+        """The job with its last rung only: as the full grid trains it."""
+        return replace(self, rungs=self.rungs[-1:], scores=self.scores[-1:])
+
 
 def parse_rungs(text: str) -> list[float]:
     """`1/9,1/3,1` -> [0.111.., 0.333.., 1.0]; SimError unless increasing fractions in (0, 1], the last 1."""
@@ -83,9 +89,10 @@ def parse_rungs(text: str) -> list[float]:
         values = [float(Fraction(t.strip())) for t in text.split(",")]
     except (ValueError, ZeroDivisionError):
         raise SimError(f"--rungs={text} is invalid: comma-separated fractions of each job's steps, e.g. 1/9,1/3,1")
-    if any(not 0 < v <= 1 for v in values) or any(a >= b for a, b in zip(values, values[1:])) or values[-1] != 1:
-        raise SimError(f"--rungs={text} is invalid: increasing fractions of each job's steps in (0, 1], the last 1, "
-                       "e.g. 1/9,1/3,1")
+    if len(values) < 2 or any(not 0 < v <= 1 for v in values) or any(a >= b for a, b in zip(values, values[1:])) \
+            or values[-1] != 1:
+        raise SimError(f"--rungs={text} is invalid: two or more increasing fractions of each job's steps in (0, 1], "
+                       "the last 1, e.g. 1/9,1/3,1")
     return values
 
 
@@ -122,20 +129,24 @@ def _job(sweep_dir: Path, key: str, overrides: list[str]) -> GridJob | None:
              for s, v in ev.get("val_curve") or [] if _number(s) is not None}
     done = status == "completed" and _number(ev.get("val_nll")) is not None
     return GridJob(key, configuration(overrides), seconds / timed, int(total), int(total) if done else int(steps or 0),
-                   curve, float(ev["val_nll"]) if done else math.inf)
+                   curve, float(ev["val_nll"]) if done else math.inf, configuration_parts(overrides))
 
 
 def read_grid(sweep_dir: Path) -> list[GridJob]:
-    """Every job of the grid with a record (sweep.json's jobs); SimError when there are none."""
+    """Every job of the grid (sweep.json's jobs) from its record; SimError when one has none (or all)."""
     try:
         jobs = sweep_sections(sweep_dir, ("jobs",))["jobs"]
     except RecordError as err:
         raise SimError(str(err))
-    out = [j for key, overrides in sorted(jobs.items()) if (j := _job(sweep_dir, key, overrides)) is not None]
-    if not out:
+    found = {key: _job(sweep_dir, key, overrides) for key, overrides in sorted(jobs.items())}
+    missing = [key for key, job in found.items() if job is None]
+    if not jobs or len(missing) == len(jobs):
         raise SimError(f"{sweep_dir}: no records of a sweep's jobs here (sweep.json's jobs, each <key>/result.json): "
                        "name the run group directory of a finished grid sweep")
-    return out
+    if missing:
+        raise SimError(f"{sweep_dir}: {len(missing)} of the sweep's {len(jobs)} jobs have no record (e.g. "
+                       f"{missing[0]}): the simulation replays a finished grid; run the sweep to its end first")
+    return [job for job in found.values() if job is not None]
 
 
 def place_rungs(jobs: list[GridJob], fractions: list[float], snap: int = 0) -> None:
@@ -143,6 +154,9 @@ def place_rungs(jobs: list[GridJob], fractions: list[float], snap: int = 0) -> N
     rung's step of a job that got there (with `snap`: its validation nearest the step, at most `snap` steps away)."""
     for job in jobs:
         job.rungs = [pause_step(f, job.steps) for f in fractions]
+        if len(set(job.rungs)) < len(job.rungs):
+            raise SimError(f"--rungs: the rungs fall at steps {job.rungs} of run {job.key} ({job.steps} steps): each "
+                           "rung must be a step of its own (halving refuses this too); use fewer rungs")
         job.scores = []
         for i, step in enumerate(job.rungs):
             if i == len(job.rungs) - 1:
@@ -293,9 +307,7 @@ def replay(jobs: list[GridJob], method: str, eta: int, workers: int, seed: int, 
     """One replay of `method` with the jobs in the seed's random order."""
     order = random.Random(seed).sample(jobs, len(jobs))
     if method == "grid":
-        full = [GridJob(j.key, j.config, j.pace, j.steps, j.reached, j.curve, j.final, [j.rungs[-1]],
-                        [j.scores[-1]]) for j in order]
-        return sync_halving(full, eta, workers, launch_s, best)[0]
+        return sync_halving([j.to_the_end() for j in order], eta, workers, launch_s, best)[0]
     if method == "sync":
         return sync_halving(order, eta, workers, launch_s, best)[0]
     return optuna_search(order, eta, workers, method, launch_s, best, name=f"search-sim-{seed}")[0]
@@ -308,7 +320,7 @@ def simulate(jobs: list[GridJob], fractions: list[float], eta: int, workers: lis
     place_rungs(jobs, fractions, snap)
     truth = mean_scores(jobs, -1)
     order = ranked(truth)
-    labels = short_names({c: configuration_parts(c.split(",")) for c in truth})
+    labels = short_names({j.config: j.parts for j in jobs})
     runs = {(m, w): [replay(jobs, m, eta, w, seed + r, launch_s, order[0]) for r in range(reps)]
             for m in methods for w in workers}
     seeds: dict[str, int] = {}

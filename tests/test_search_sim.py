@@ -56,17 +56,10 @@ def test_one_worker_ends_when_the_sum_of_what_it_trained_is_spent(tmp_path):
     assert sync.best_done == 30 + 6  # a, first of rung 2's queue, ends its last rung at 36
     # worst first: each newcomer is the best so far, so Optuna promotes every one and ASHA trains the whole grid
     asha, fate = optuna_search(by_name(jobs, "dcba"), eta=2, workers=1)
-    grid, _ = sync_halving([_full(j) for j in jobs], eta=2, workers=1)
+    grid, _ = sync_halving([j.to_the_end() for j in jobs], eta=2, workers=1)
     assert set(fate.values()) == {"completed"}
     assert asha.end == asha.busy == grid.end == grid.busy == 9 * (1 + 2 + 3 + 4)
     assert asha.pick == grid.pick == "model.x=a"
-
-
-def _full(job):
-    """The job with its last rung only (the full grid)."""
-    from dataclasses import replace
-
-    return replace(job, rungs=job.rungs[-1:], scores=job.scores[-1:])
 
 
 def test_sync_halving_on_many_workers_waits_for_the_slowest_at_every_rung(tmp_path):
@@ -183,8 +176,10 @@ def test_the_command_prints_a_row_per_search_and_worker_count(tmp_path):
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["--rungs", "0,1"], "--rungs=0,1 is invalid: increasing fractions of each job's steps in (0, 1]"),
+    (["--rungs", "0,1"], "--rungs=0,1 is invalid: two or more increasing fractions of each job's steps in (0, 1]"),
     (["--rungs", "1/3,3/2"], "--rungs=1/3,3/2 is invalid"),
+    (["--rungs", "1"], "--rungs=1 is invalid: two or more"),
+    (["--rungs", "1/100,1/50,1"], "the rungs fall at steps [1, 1, 9] of run model.x=a,train.seed=0"),
     (["--rungs", "1/4,1"], "rung 1 falls at step 2 of 9 in run model.x=a,train.seed=0, which its grid did not "
                            "validate (it validated at steps 3, 9)"),
     (["--eta", "1"], "argument --eta: 1: must be >= 2"),
@@ -196,11 +191,18 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
     assert (code, out) == (2, "") and len(err.strip().splitlines()) == 1 and needle in err, err
 
 
-def test_a_directory_without_records_is_refused(tmp_path):
+def test_a_directory_without_records_or_a_grid_not_finished_is_refused(tmp_path):
     code, _, err = _cli(tmp_path, tmp_path)
     assert code == 2 and "no records of a sweep's jobs here" in err and len(err.strip().splitlines()) == 1
     (tmp_path / "sweep.json").write_text(json.dumps({"jobs": {"k": ["train.seed=0"]}}))
     assert "no records" in _cli(tmp_path, tmp_path)[2]
+    (tmp_path / "sweep.json").unlink()
+    four(tmp_path)
+    listing = json.loads((tmp_path / "sweep.json").read_text())
+    listing["jobs"]["model.x=e,train.seed=0"] = ["train.seed=0", "model.x=e"]
+    (tmp_path / "sweep.json").write_text(json.dumps(listing))
+    code, _, err = _cli(tmp_path, tmp_path)
+    assert code == 2 and "1 of the sweep's 5 jobs have no record (e.g. model.x=e,train.seed=0)" in err
 
 
 def test_snap_reads_a_rung_at_the_nearest_validation(tmp_path):
