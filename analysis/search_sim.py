@@ -106,8 +106,10 @@ def _number(value) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _job(sweep_dir: Path, key: str, overrides: list[str]) -> GridJob | None:
-    """The job's GridJob from its record, None without one; SimError for a record the simulation cannot replay."""
+def _job(sweep_dir: Path, key: str, overrides: list[str], searched: bool = False) -> GridJob | None:
+    """The job's GridJob from its record, None without one; SimError for a record the simulation cannot replay.
+    `searched`: the sweep searched lr (hydra.sweeper.lr_search), so the configuration is named with its lr, as
+    halving names it."""
     try:
         record = load_record(sweep_dir / key)
     except RecordError as err:
@@ -128,17 +130,20 @@ def _job(sweep_dir: Path, key: str, overrides: list[str]) -> GridJob | None:
     curve = {int(s): (float(v) if _number(v) is not None and math.isfinite(v) else math.inf)
              for s, v in ev.get("val_curve") or [] if _number(s) is not None}
     done = status == "completed" and _number(ev.get("val_nll")) is not None
-    return GridJob(key, configuration(overrides), seconds / timed, int(total), int(total) if done else int(steps or 0),
-                   curve, float(ev["val_nll"]) if done else math.inf, configuration_parts(overrides))
+    lr = _number(((record.get("config") or {}).get("train") or {}).get("lr")) if searched else None
+    return GridJob(key, configuration(overrides, lr), seconds / timed, int(total),
+                   int(total) if done else int(steps or 0), curve, float(ev["val_nll"]) if done else math.inf,
+                   configuration_parts(overrides, lr))
 
 
 def read_grid(sweep_dir: Path) -> list[GridJob]:
     """Every job of the grid (sweep.json's jobs) from its record; SimError when one has none (or all)."""
     try:
-        jobs = sweep_sections(sweep_dir, ("jobs",))["jobs"]
+        sections = sweep_sections(sweep_dir, ("jobs", "lr_multipliers"))
     except RecordError as err:
         raise SimError(str(err))
-    found = {key: _job(sweep_dir, key, overrides) for key, overrides in sorted(jobs.items())}
+    jobs, searched = sections["jobs"], bool(sections["lr_multipliers"])
+    found = {key: _job(sweep_dir, key, overrides, searched) for key, overrides in sorted(jobs.items())}
     missing = [key for key, job in found.items() if job is None]
     if not jobs or len(missing) == len(jobs):
         raise SimError(f"{sweep_dir}: no records of a sweep's jobs here (sweep.json's jobs, each <key>/result.json): "

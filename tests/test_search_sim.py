@@ -211,3 +211,20 @@ def test_snap_reads_a_rung_at_the_nearest_validation(tmp_path):
     place_rungs(jobs, parse_rungs("1/4,1"), snap=1)  # step 2, read at 3
     assert [j.scores[0] for j in jobs] == [1.0, 2.0, 3.0, 4.0] and {j.rungs[0] for j in jobs} == {2}
     assert math.isfinite(sync_halving(jobs, 2, 2)[0].end)
+
+
+def test_an_lr_searchs_configurations_are_named_with_their_lr_as_halving_names_them(tmp_path):
+    from slm.sweeps import halving as H
+    from slm.sweeps.jobs import Job
+
+    four(tmp_path)
+    listing = json.loads((tmp_path / "sweep.json").read_text())
+    listing["lr_multipliers"] = {key: 1.0 for key in listing["jobs"]}
+    (tmp_path / "sweep.json").write_text(json.dumps(listing))
+    for key in listing["jobs"]:
+        record = json.loads((tmp_path / key / "result.json").read_text())
+        (tmp_path / key / "result.json").write_text(json.dumps({**record, "config": {"train": {"lr": 0.004}}}))
+    names = {j.key: j.config for j in read_grid(tmp_path)}
+    assert names == {key: H.configuration(Job(o, tmp_path / key, cfg={"train": {"lr": 0.004}}), searched=True)
+                     for key, o in listing["jobs"].items()}
+    assert all(n.endswith(",train.lr=0.004") for n in names.values())
