@@ -198,7 +198,7 @@ class Outcome:
 
     end: float
     best_done: float | None
-    pick: str
+    pick: str | None
     busy: float
     workers: int
 
@@ -303,7 +303,8 @@ def optuna_search(jobs: list[GridJob], eta: int, workers: int, method: str = "as
                 begin(w, t, rung + 1, job, trial)
                 continue
         take(w, t)
-    pick = trial_job[study.best_trial.number].config
+    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    pick = trial_job[study.best_trial.number].config if complete else None  # None: every trial failed
     return Outcome(t, max(done) if done else None, pick, busy, workers), fate
 
 
@@ -354,7 +355,7 @@ def _spread(values: list[float], fmt=_seconds) -> str:
 def _row(method: str, workers: int, outs: list[Outcome], order: list[str], grid_busy: float) -> str:
     kept = [o.best_done for o in outs if o.best_done is not None]
     best = (_spread(kept) + (f" ({len(kept)} of {len(outs)})" if len(kept) < len(outs) else "")) if kept else "pruned"
-    ranks = ", ".join(f"#{order.index(o.pick) + 1}" for o in outs)
+    ranks = ", ".join(f"#{order.index(o.pick) + 1}" if o.pick is not None else "none" for o in outs)
     busy = [o.busy for o in outs]
     return (f"| {method} | {workers} | {_spread([o.end for o in outs])} | {best} | {ranks} | {_spread(busy)} "
             f"({statistics.fmean(busy) / grid_busy:.0%}) | {_spread([o.idle for o in outs])} | "
@@ -386,7 +387,7 @@ def markdown(result: dict) -> str:
     busy = {w: statistics.fmean(o.busy for o in outs) for (m, w), outs in r["runs"].items() if m == "grid"}
     for (method, workers), outs in r["runs"].items():
         lines.append(_row(method, workers, outs, order, busy.get(workers) or statistics.fmean(o.busy for o in outs)))
-    picked = sorted({order.index(o.pick) for outs in r["runs"].values() for o in outs})
+    picked = sorted({order.index(o.pick) for outs in r["runs"].values() for o in outs if o.pick is not None})
     lines += ["", "Picks (rank in the grid by final val_nll, the mean over seeds): "
               + "; ".join(f"#{i + 1} {r['labels'][order[i]]} ({r['truth'][order[i]]:.4f})" for i in picked) + "."]
     many = [w for (m, w) in r["runs"] if m == "grid" and w > r["jobs"]]

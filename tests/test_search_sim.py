@@ -228,3 +228,12 @@ def test_an_lr_searchs_configurations_are_named_with_their_lr_as_halving_names_t
     assert names == {key: H.configuration(Job(o, tmp_path / key, cfg={"train": {"lr": 0.004}}), searched=True)
                      for key, o in listing["jobs"].items()}
     assert all(n.endswith(",train.lr=0.004") for n in names.values())
+
+
+def test_asha_with_every_trial_failed_picks_none(tmp_path):
+    for name in "ab":
+        write_job(tmp_path, name, 0, 1.0, {}, status="failed", reached=1)
+    jobs = read_grid(tmp_path)
+    place_rungs(jobs, parse_rungs("1/3,1"))
+    out, fate = optuna_search(jobs, eta=2, workers=2)
+    assert out.pick is None and set(fate.values()) == {"failed"} and out.busy == out.end * 2 == 2
