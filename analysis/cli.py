@@ -24,7 +24,7 @@ import logging
 import sys
 from pathlib import Path
 
-from slm.bad_input import OneLineParser, fail  # standard library only: no Hydra, no torch
+from slm.bad_input import OneLineParser, fail, whole_number  # standard library only: no Hydra, no torch
 from slm.pipes import quiet_on_closed_pipe
 
 
@@ -564,10 +564,53 @@ def decide_main(cmd: _Command, argv: list[str] | None = None) -> None:
         print(f"{cmd.prog}: drew {', '.join(map(str, paths))}")
 
 
-if __name__ == "__main__":  # python -m analysis.cli collect|plot|report|ladder|lr_transfer|compare|fit|plan|claims|decide ...
+def _positive_list(cmd: _Command, flag: str, text: str) -> list[int]:
+    try:
+        values = [int(t) for t in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or any(v < 1 for v in values):
+        cmd.fail(f"{flag}={text} is invalid: comma-separated whole numbers >= 1, e.g. 8,64,512")
+    return values
+
+
+@_command("slm-search-sim", "A finished grid's measured job durations and validation curves replayed through "
+          "synchronous successive halving, ASHA and Hyperband (Optuna's own pruners) on 8, 64, 512 workers: time "
+          "to the answer, the pick's rank in the grid, busy and idle worker-time (analysis/search_sim.py, "
+          "docs/search.md).")
+def search_sim_main(cmd: _Command, argv: list[str] | None = None) -> None:
+    cmd.add("sweep", help="the run group directory of a finished grid sweep (sweep.json, <job key>/result.json)")
+    cmd.add("--eta", type=whole_number(2), default=3, help="keep 1/eta of the configurations at each rung: a whole "
+            "number >= 2, Optuna's reduction_factor (default 3)")
+    cmd.add("--rungs", default="1/9,1/3,1", help="the rungs as fractions of each job's steps, increasing, the last 1 "
+            "(default 1/9,1/3,1)")
+    cmd.add("--workers", default="8,64,512", help="worker counts (default 8,64,512)")
+    cmd.add("--seed", type=int, default=0, help="the first repetition's seed of the jobs' order (default 0)")
+    cmd.add("--reps", type=whole_number(1), default=3, help="repetitions, seeds seed..seed+reps-1 (default 3)")
+    cmd.add("--launch-s", type=float, default=0.0, help="seconds each launch of a job costs (default 0)")
+    cmd.add("--snap", type=whole_number(0), default=0, help="read a rung the grid did not validate at its validation "
+            "at most this many steps away (default 0: refuse)")
+    cmd.output("-o", "--out", help="also write the markdown here")
+    args = cmd.parse(argv)
+    from analysis.search_sim import SimError, markdown, parse_rungs, read_grid, simulate
+
+    if not 0 <= args.launch_s < float("inf"):
+        cmd.fail(f"--launch-s={args.launch_s:g} is invalid: seconds >= 0")
+    workers = _positive_list(cmd, "--workers", args.workers)
+    sweep = Path(cmd.where(args.sweep, "sweep directory"))
+    try:
+        result = simulate(read_grid(sweep), parse_rungs(args.rungs), args.eta, workers, args.seed, args.reps,
+                          args.launch_s, snap=args.snap)
+    except SimError as err:
+        cmd.fail(str(err))
+    cmd.print_and_write(markdown(result), args.out)
+
+
+if __name__ == "__main__":  # python -m analysis.cli collect|plot|report|ladder|lr_transfer|compare|fit|plan|claims|decide|search_sim ...
     commands = {"collect": collect_main, "plot": plot_main, "report": report_main, "ladder": ladder_main,
                 "lr_transfer": lr_transfer_main, "compare": compare_main,
-                "fit": fit_main, "plan": plan_main, "claims": claims_main, "decide": decide_main}
+                "fit": fit_main, "plan": plan_main, "claims": claims_main, "decide": decide_main,
+                "search_sim": search_sim_main}
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
         fail("analysis.cli", f"usage: python -m analysis.cli {{{'|'.join(commands)}}} ...")
     commands[sys.argv[1]](sys.argv[2:])
