@@ -6,7 +6,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN        := $(VENV)/bin
 STAMP      := $(VENV)/.slm-installed
 
-.PHONY: help install test test-slow sweep bench bench-gpu clean reproduce-2512 lr-transfer coordcheck claims conf decide halving dpo
+.PHONY: help install test test-slow sweep bench bench-gpu clean reproduce-2512 lr-transfer coordcheck claims conf decide halving dpo search
 
 help:
 	@echo "make install    create $(VENV): torch ($(TORCH_SPEC)) first, then slm with its dev extras"
@@ -25,6 +25,8 @@ help:
 	@echo "                tokens per parameter: which proxy decides at 1% of the target's compute (docs/decisions.md)"
 	@echo "make halving    successive halving against the full grid on CPU (90 + 90 jobs): which configurations each"
 	@echo "                keeps, and the compute each spends (docs/halving.md)"
+	@echo "make search     grid vs synchronous halving vs Optuna's ASHA and Hyperband vs TPE + ASHA over the component"
+	@echo "                space, on CPU, with 2 workers sharing each study; the simulation at 8-512 workers (docs/search.md)"
 	@echo "make dpo        issue 50's claim on CPU (docs/dpo.md): a teacher, its pairs, 3 student families x 8 arms (SFT,"
 	@echo "                its token-matched control, DPO at 2 betas, DPO+SFT, IPO, ORPO, RFT) x DPO_SEEDS seeds, scored"
 	@echo "                on the function-calling task; DPO_DIR/dpo.md (default runs/dpo): exact match and format validity per arm"
@@ -235,6 +237,34 @@ halving: install
 	OMP_NUM_THREADS=1 $(BIN)/slm-workers $(CPU_JOBS) -- $(BIN)/slm-train -m sweep=halving_cpu || rc=$$?; \
 	$(BIN)/python -m analysis.halving $(RUNS)/halving_cpu_grid $(RUNS)/halving_cpu -o $(RUNS)/halving_cpu/halving.md \
 		&& exit $$rc
+
+# Search that prunes (docs/search.md): on halving_cpu's 45 configurations (claims_cpu's 9 shapes x 5 lrs), the full grid
+# and synchronous halving (make halving's two sweeps), then Optuna over the same configurations with ASHA and with
+# Hyperband (the grid sampler, seeds 0-2), and TPE + ASHA over the component space (sweeps/search_cpu.yaml, seeds 0-2),
+# each in CPU_JOBS one-thread copies sharing its study; then search_cpu's 5 best rerun at 2x its budget and steps
+# (sweeps/search_cpu_top.yaml), the comparison ($(RUNS)/search.md), the search's own report
+# ($(RUNS)/search_cpu/search.md) and the utilisation simulation at 8, 64 and 512 workers ($(RUNS)/search_sim.md).
+# Started again, it trains only what is missing.
+SEARCH_SEEDS ?= 0 1 2
+SEARCH_RUN = OMP_NUM_THREADS=1 $(BIN)/slm-workers $(CPU_JOBS) -- $(BIN)/slm-train -m
+HYPERBAND = 'hydra.sweeper.pruner={name: hyperband, min_resource: 12, max_resource: 108, reduction_factor: 3}'
+.PHONY: search
+search: install
+	@rc=0; $(SEARCH_RUN) sweep=halving_cpu_grid || rc=$$?; $(SEARCH_RUN) sweep=halving_cpu || rc=$$?; \
+	for s in $(SEARCH_SEEDS); do \
+	  $(SEARCH_RUN) hydra/sweeper=optuna sweep=search_cpu_grid run_group=search_cpu_asha_s$$s \
+	    hydra.sweeper.sampler.seed=$$s || rc=$$?; \
+	  $(SEARCH_RUN) hydra/sweeper=optuna sweep=search_cpu_grid run_group=search_cpu_hb_s$$s \
+	    hydra.sweeper.sampler.seed=$$s $(HYPERBAND) || rc=$$?; \
+	  group=search_cpu_s$$s; [ $$s = 0 ] && group=search_cpu; \
+	  $(SEARCH_RUN) hydra/sweeper=optuna sweep=search_cpu run_group=$$group hydra.sweeper.sampler.seed=$$s || rc=$$?; \
+	done; \
+	$(SEARCH_RUN) sweep=search_cpu_top || rc=$$?; \
+	$(BIN)/python -m analysis.search_compare $(RUNS) -o $(RUNS)/search.md > /dev/null || rc=$$?; \
+	$(BIN)/slm-search $(RUNS)/search_cpu --rerun $(RUNS)/search_cpu_top -o $(RUNS)/search_cpu/search.md \
+	  > /dev/null || rc=$$?; \
+	$(BIN)/slm-search-sim $(RUNS)/halving_cpu_grid -o $(RUNS)/search_sim.md > /dev/null || rc=$$?; \
+	cat $(RUNS)/search.md; exit $$rc
 
 # Scaling law on CPU (analysis/fit.py): sweeps/cpu_scaling.yaml (5 widths x 5 token budgets of the llama3 block, 25
 # short jobs, 2 one-thread workers, no lm-eval), then slm-fit: L(N, D) = E + A/N^alpha + B/D^beta with bootstrap intervals, approach 2's

@@ -36,6 +36,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "plan": ("analysis.cli:plan_main", "what a compute budget buys under a scaling law (published, or slm fit's)"),
     "claims": ("analysis.cli:claims_main", "the verdict on a depth x width study's claims"),
     "decide": ("analysis.cli:decide_main", "decision accuracy of a ladder: how far a small scale's ranking holds"),
+    "search": ("analysis.cli:search_main", "the report on an Optuna sweep: best first, pruned, importances, a rerun"),
     "search-sim": ("analysis.cli:search_sim_main", "a grid's durations replayed through halving, ASHA, Hyperband"),
     "ladder": ("analysis.cli:ladder_main", "arXiv 2512.20877's tables: the ladder runs beside the paper's numbers"),
     "lr-transfer": ("analysis.cli:lr_transfer_main", "the best learning rate per width and depth, how far it moves"),
