@@ -109,7 +109,13 @@ def test_a_malformed_space_is_one_line_and_exit_2(tmp_path, params, needle):
     assert out.returncode == 2 and needle in out.stderr and out.stderr.count("\n") == 1, out.stderr[-2000:]
 
 
-def test_a_grid_sweep_file_of_the_optuna_sweeper_without_it_says_what_to_add(tmp_path):
-    out = slm(tmp_path, "-m", "sweep=search_cpu_grid", "hydra.sweeper.n_trials=1")
-    assert out.returncode == 2 and "hydra.sweeper.n_trials is the Optuna sweeper's: add hydra/sweeper=optuna" \
-        in out.stderr, out.stderr[-2000:]
+@pytest.mark.parametrize("args, needle", [
+    (["sweep=search_cpu_grid", "hydra.sweeper.n_trials=1"], "hydra.sweeper.n_trials is the Optuna sweeper's"),
+    (["model=debug", "+hydra.sweeper.pruner={name: median}"], "hydra.sweeper.pruner is the Optuna sweeper's"),
+    (["model=debug", "hydra.sweeper.pruner={name: median}"], "no field 'pruner': it is the Optuna sweeper's"),
+])
+def test_an_optuna_setting_without_the_optuna_sweeper_says_what_to_add(tmp_path, args, needle):
+    """A pruner (or an Optuna sweep file) given to the grid sweeper, which cannot prune: one line, exit 2."""
+    out = slm(tmp_path, "-m", *args)
+    assert out.returncode == 2 and needle in out.stderr and "add hydra/sweeper=optuna" in out.stderr \
+        and out.stderr.count("\n") == 1, out.stderr[-2000:]

@@ -31,13 +31,11 @@ from slm.sweeps.settings import SweepSettings
 
 class GridSweeper(BasicSweeper):
     def __init__(self, **keys: Any) -> None:
-        from dataclasses import fields
+        from slm.sweeps.optuna_settings import optuna_only
 
-        from slm.sweeps.optuna_settings import OptunaSettings
-
-        optuna_only = sorted({f.name for f in fields(OptunaSettings)} - {f.name for f in fields(SweepSettings)} & set(keys))
-        if optuna_only:  # a sweep file of the Optuna sweeper's, run without it (a sweep file cannot choose its sweeper)
-            raise HydraException(f"hydra.sweeper.{optuna_only[0]} is the Optuna sweeper's: add hydra/sweeper=optuna "
+        theirs = optuna_only(keys)
+        if theirs:  # a sweep file of the Optuna sweeper's, run without it (a sweep file cannot choose its sweeper)
+            raise HydraException(f"hydra.sweeper.{theirs[0]} is the Optuna sweeper's: add hydra/sweeper=optuna "
                                  "to the command (a sweep file cannot choose its sweeper: the main config picks grid)")
         with A.refusals_as_hydras():
             self.settings = SweepSettings.read({k: A.plain(v) for k, v in keys.items()})

@@ -73,6 +73,10 @@ def explain(err: BaseException, overrides: list[str]) -> str:
             from slm.renames import closest
 
             return f"{given}: {where}{closest(parent, leaf, known)}"
+        from slm.sweeps.optuna_settings import optuna_only
+
+        if parent == "hydra.sweeper" and optuna_only([leaf]):
+            return f"{given}: {where}: it is the Optuna sweeper's: add hydra/sweeper=optuna"
         return f"{given}: {where}{did_you_mean(leaf, known, f'{parent}.' if parent else '')}"
     return " ".join(part.strip() for part in str(err).split("Config search path:")[0].splitlines() if part.strip())
 

@@ -75,3 +75,14 @@ class OptunaSettings(Settings):
         settings = cls.from_node(node, KEY)
         settings.settle(KEY)
         return settings
+
+
+def optuna_only(keys) -> list[str]:
+    """Those of `keys` (hydra.sweeper's) that only the Optuna sweeper has (pruner, n_trials, ...), sorted: given to the
+    grid sweeper they mean hydra/sweeper=optuna was left out."""
+    from dataclasses import fields
+
+    from slm.sweeps.settings import SweepSettings
+
+    return sorted(({f.name for f in fields(OptunaSettings)} - {f.name for f in fields(SweepSettings)}) & set(keys))
+
