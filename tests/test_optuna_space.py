@@ -107,6 +107,7 @@ def test_a_malformed_space_is_one_line_and_exit_2(tmp_path, params, needle):
     space = [f"+hydra.sweeper.params.{p}" for p in params]
     out = slm(tmp_path, "-m", "hydra/sweeper=optuna", "run_group=bad", *TINY, "hydra.sweeper.params=null", *space, *extra)
     assert out.returncode == 2 and needle in out.stderr and out.stderr.count("\n") == 1, out.stderr[-2000:]
+    assert not (tmp_path / "runs" / "bad" / "optuna.journal").exists()  # refused before the study is made
 
 
 @pytest.mark.parametrize("args, needle", [

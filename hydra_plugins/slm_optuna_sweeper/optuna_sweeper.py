@@ -222,6 +222,10 @@ class OptunaSweeper(Sweeper):
         import optuna
 
         space = self._space(arguments)
+        try:
+            self._sampler(0, 0, space)  # a sampler the settings cannot make: refused before the study is made
+        except (TypeError, ValueError) as err:
+            raise HydraException(f"optuna sweeper: hydra.sweeper.sampler={self.sampler_cfg}: {err}") from None
         J.save_sweep_config(OmegaConf.to_yaml(self.config).encode(), sweep_dir)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         claims = Claims(sweep_dir)
