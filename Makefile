@@ -247,7 +247,7 @@ halving: install
 # Started again, it trains only what is missing.
 SEARCH_SEEDS ?= 0 1 2
 SEARCH_RUN = OMP_NUM_THREADS=1 $(BIN)/slm-workers $(CPU_JOBS) -- $(BIN)/slm-train -m
-HYPERBAND = 'hydra.sweeper.pruner={name: hyperband, min_resource: 12, max_resource: 108, reduction_factor: 3}'
+HYPERBAND = '~hydra.sweeper.pruner' '+hydra.sweeper.pruner={name: hyperband, min_resource: 12, max_resource: 108, reduction_factor: 3}'
 .PHONY: search
 search: install
 	@rc=0; $(SEARCH_RUN) sweep=halving_cpu_grid || rc=$$?; $(SEARCH_RUN) sweep=halving_cpu || rc=$$?; \

@@ -62,9 +62,13 @@ def test_sqlite_is_refused_for_more_than_one_driver():
     assert "cannot be shared by 2 drivers" in line and "storage=<path>.journal" in line and "\n" not in line
 
 
-def test_two_copies_share_one_study_each_trial_run_once(tmp_path):
+@pytest.mark.parametrize("sampler, space", [("tpe", "tag(log, interval(1e-4, 1e-2))"),
+                                            ("grid", "choice(1e-4, 1e-3, 3e-3, 1e-2)")])
+def test_two_copies_share_one_study_each_trial_run_once(tmp_path, sampler, space):
+    """Two slm-workers copies of one command: 4 trials in all, each run once. With the grid sampler, each of the grid's
+    4 points once (its drivers share one order: a grid id means a point only under the seed that drew the order)."""
     args = ["-m", "hydra/sweeper=optuna", "run_group=two", *TINY, "train.length.steps=4", "hydra.sweeper.n_trials=4",
-            "hydra.sweeper.params=null", "train.lr=tag(log, interval(1e-4, 1e-2))"]
+            "hydra.sweeper.params=null", f"train.lr={space}", f"hydra.sweeper.sampler={{name: {sampler}, seed: 0}}"]
     out = slm(tmp_path, "2", "--stagger", "0.3", "--", sys.executable, "-m", "slm.cli.train", *args, module="slm.cli.workers")
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
     trials = optuna.load_study(study_name="two", storage=open_storage(str(tmp_path / "runs" / "two" /

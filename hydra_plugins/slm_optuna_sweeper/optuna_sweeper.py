@@ -126,18 +126,18 @@ class OptunaSweeper(Sweeper):
     def _sampler(self, n_existing: int, ordinal: int, space: SearchSpace):
         """The sampler; its seed is offset by the trials the study holds already, so that a resumed study does not
         draw its first (random start-up) points again, and by this driver's ordinal among the study's drivers, so
-        that drivers started together do not draw the same ones."""
+        that drivers started together do not draw the same ones (not the grid sampler's: see below)."""
         import optuna
 
         cfg = dict(self.sampler_cfg)
         name = str(cfg.pop("name", "tpe"))
-        if cfg.get("seed") is not None:
-            cfg["seed"] = int(cfg["seed"]) + n_existing + 7919 * ordinal
-        if name == "grid":  # every point of the space once, in an order drawn from the seed
-            try:
+        if name == "grid":  # every point once, in an order drawn from the seed: the same seed in every driver and on
+            try:            # every resume, since a trial's grid id means a point only under one order
                 return grid_sampler(space, cfg.get("seed"))
             except ValueError as err:
                 raise HydraException(f"optuna sweeper: hydra.sweeper.sampler.name=grid: {err}") from None
+        if cfg.get("seed") is not None:
+            cfg["seed"] = int(cfg["seed"]) + n_existing + 7919 * ordinal
         return getattr(optuna.samplers, SAMPLERS[name])(**cfg)
 
     def _space(self, arguments: List[str]) -> SearchSpace:
