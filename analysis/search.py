@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,11 +32,13 @@ class Row:
     stopped: str
 
 
-def _stopped(trial) -> str:
+def _stopped(trial, sweep_dir: Path) -> str:
     """Where a trial ended: its pruner's step and val_nll, its error, or its last step for a complete one."""
-    run_dir = trial.user_attrs.get("run_dir")
+    from slm.sweeps.study_files import trial_run_dir
+
+    run_dir = trial_run_dir(sweep_dir, trial)
     record: dict = {}
-    if run_dir and (Path(run_dir) / "result.json").exists():
+    if run_dir and (run_dir / "result.json").exists():
         try:
             record = read_json(Path(run_dir) / "result.json")
         except BadFile:
@@ -52,7 +55,7 @@ def _stopped(trial) -> str:
     return trial.state.name.lower()
 
 
-def rows(study) -> list[Row]:
+def rows(study, sweep_dir: Path) -> list[Row]:
     """Every trial: the complete ones best first, then the pruned ones by their last reported value, then the rest."""
     sign = -1 if study.direction.name == "MAXIMIZE" else 1
     out = []
@@ -60,7 +63,7 @@ def rows(study) -> list[Row]:
         point = [str(o) for o in t.user_attrs.get("point") or [f"{k}={v}" for k, v in t.params.items()]]
         last = t.intermediate_values[max(t.intermediate_values)] if t.intermediate_values else None
         value = t.value if t.state.name == "COMPLETE" else (last if t.state.name == "PRUNED" else None)
-        out.append(Row(t.number, t.state.name.lower(), value, point, _stopped(t)))
+        out.append(Row(t.number, t.state.name.lower(), value, point, _stopped(t, sweep_dir)))
     order = {"complete": 0, "pruned": 1}
     return sorted(out, key=lambda r: (order.get(r.state, 2), math.inf if r.value is None else sign * r.value,
                                       r.number))
@@ -145,7 +148,7 @@ def report(sweep_dir: Path, rerun_dir: Path | None = None, top: int | None = Non
     from slm.sweeps.study_files import load_search
 
     study = load_search(sweep_dir)
-    table = rows(study)
+    table = rows(study, sweep_dir)
     counts = {s: sum(r.state == s for r in table) for s in ("complete", "pruned", "fail", "running")}
     summary = read_yaml(sweep_dir / "optuna_best.yaml") if (sweep_dir / "optuna_best.yaml").exists() else {}
     objective = str((summary or {}).get("objective") or "eval.val_nll")
@@ -199,9 +202,13 @@ def rerun_section(table: list[Row], rerun_dir: Path, top: int | None, objective:
                    f"{rank[i]} | `{' '.join(r.point)}` |")
     share, low, high = agreement([r.value for r, _ in kept], [s for _, s in kept])
     first = rank[0]
+    span, noise = max(means) - min(means), statistics.median(_sd(s) for _, s in kept)
     out += ["", f"**The search's order holds on {share:.0%} of the {len(kept) * (len(kept) - 1) // 2} pairs** "
             f"[95%: {low:.0%}, {high:.0%}, from {AGREEMENT_DRAWS} redraws of each configuration's seeds]. The search's "
-            + ("best is the rerun's best too." if first == 1 else f"best is {first} of {len(kept)} in the rerun."),
+            + ("best is the rerun's best too." if first == 1 else f"best is {first} of {len(kept)} in the rerun.")
+            + f" The rerun's means span {span:.4f} nats, and a configuration's seeds spread {noise:.4f} (the median "
+            "sd)" + (": these configurations are within the seeds' noise of each other at the larger rung, so no "
+                     "order among them is to be read from it, the search's or the rerun's." if span < noise else "."),
             "", "The rerun trains each configuration at the larger rung with the search's own values, lr included "
             "(no transfer rule): a configuration whose best lr moves with scale is judged at the wrong lr there."]
     return out
@@ -228,7 +235,7 @@ def report_blocks(table) -> list:
             study = load_search(sweep_dir)
         except NoStudy:
             continue
-        table_rows = rows(study)
+        table_rows = rows(study, sweep_dir)
         counts = {s: sum(r.state == s for r in table_rows) for s in ("complete", "pruned", "fail")}
         blocks.append(f"{sweep_dir.name}: an Optuna study of {len(table_rows)} trials: {counts['complete']} complete, "
                       f"{counts['pruned']} pruned by its pruner (below: final, not failed), {counts['fail']} failed. "

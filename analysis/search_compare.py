@@ -47,7 +47,7 @@ def config_key(record: dict) -> tuple:
 
 def label(key: tuple) -> str:
     family, depth, layers, canon, lr = key
-    name = family + ("_canon" if canon else "") + (f"[{','.join(layers)}]" if layers not in ((), ("attn",)) else "")
+    name = family + ("_canon" if canon and "canon" not in family else "") + (f"[{','.join(layers)}]" if layers not in ((), ("attn",)) else "")
     return f"{name} x{depth}, lr {lr:g}"
 
 
@@ -75,21 +75,22 @@ def wall_seconds(runs: list[dict]) -> float:
 def _row(method: str, pick: tuple | None, value: float | None, runs: list[dict], truth: dict, grid_flops: float) -> dict:
     ranking = sorted(truth, key=truth.get)
     spent = sum(flops(r) for r in runs)
+    seeds = len({r["config"]["train"].get("seed") for r in runs}) or 1
     return {"method": method, "pick": label(pick) if pick else "none", "value": value,
             "rank": (ranking.index(pick) + 1) if pick in truth else None, "in_grid": pick in truth,
-            "flops": spent, "share": spent / grid_flops if grid_flops else float("nan"),
+            "flops": spent, "share": spent / grid_flops if grid_flops else float("nan"), "seeds": seeds,
             "wall": wall_seconds(runs) if runs else float("nan"), "runs": len(runs)}
 
 
 def _optuna_pick(sweep_dir: Path, runs: list[dict]) -> tuple[tuple | None, float | None]:
-    from slm.sweeps.study_files import load_search
+    from slm.sweeps.study_files import load_search, trial_run_dir
 
     study = load_search(sweep_dir)
     best = min((t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"), key=lambda t: t.value,
                default=None)
     if best is None:
         return None, None
-    record = next((r for r in runs if Path(r["_dir"]) == Path(best.user_attrs.get("run_dir", ""))), None)
+    record = next((r for r in runs if Path(r["_dir"]) == trial_run_dir(sweep_dir, best)), None)
     return (config_key(record) if record else None), best.value
 
 
@@ -101,7 +102,7 @@ def compare(runs_dir: Path) -> dict:
     grid_main = [r for r in grid if not r.get("branch")]
     grid_flops = sum(flops(r) for r in grid_main)
     best = min(truth, key=truth.get)
-    rows = [_row("full grid (2 seeds)", best, truth[best], grid_main, truth, grid_flops)]
+    rows = [_row("full grid", best, truth[best], grid_main, truth, grid_flops)]
     halved = records(runs_dir / HALVING)
     if halved:
         finals: dict[tuple, list[float]] = {}
@@ -109,7 +110,7 @@ def compare(runs_dir: Path) -> dict:
             if _value(r) is not None:
                 finals.setdefault(config_key(r), []).append(_value(r))
         pick = min(finals, key=lambda k: statistics.fmean(finals[k])) if finals else None
-        rows.append(_row("synchronous halving (2 seeds)", pick, statistics.fmean(finals[pick]) if pick else None,
+        rows.append(_row("synchronous halving", pick, statistics.fmean(finals[pick]) if pick else None,
                          halved, truth, grid_flops))
     for method, pattern in SEARCHES.items():
         for rep in REPS:
@@ -125,15 +126,17 @@ def compare(runs_dir: Path) -> dict:
 def markdown(result: dict) -> str:
     lines = [f"The full grid's best of its {result['configurations']} configurations: {result['best']} "
              f"({result['best_value']:.4f}, the mean of 2 seeds).", "",
-             "| search | its pick | its value | rank in the full grid | training FLOPs | share of the grid's | runs | "
-             "wall time (2 workers) |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+             "| search | seeds | its pick | its value | rank in the full grid | training FLOPs | share of the grid's | "
+             "share per seed | runs | wall time (2 workers) |", "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    grid_seeds = result["rows"][0]["seeds"]
     for r in result["rows"]:
         rank = f"{r['rank']} of {result['configurations']}" if r["rank"] else "outside the grid"
         value = "" if r["value"] is None else f"{r['value']:.4f}"
-        lines.append(f"| {r['method']} | {r['pick']} | {value} | {rank} | {r['flops']:.3g} | {r['share']:.1%} | "
-                     f"{r['runs']} | {r['wall']:.0f} s |")
-    lines += ["", "An Optuna search's value is its best trial's (one seed, train.seed 0); the grid's and halving's are "
-              "means over 2 seeds. Wall time runs from the first record's creation to the last record's last write."]
+        lines.append(f"| {r['method']} | {r['seeds']} | {r['pick']} | {value} | {rank} | {r['flops']:.3g} | "
+                     f"{r['share']:.1%} | {r['share'] * grid_seeds / r['seeds']:.1%} | {r['runs']} | {r['wall']:.0f} s |")
+    lines += ["", "An Optuna trial is one run (train.seed 0): a search's value is its best trial's, where the grid's and "
+              "halving's are means over their seeds. *Share per seed* is the FLOPs against a grid of as many seeds as "
+              "the search ran. Wall time runs from the first record's creation to the last record's last write."]
     return "\n".join(lines) + "\n"
 
 

@@ -280,7 +280,7 @@ class OptunaSweeper(Sweeper):
             overrides = space.overrides(trial.params, _value_str)
             job = compose_job(loader, self.config, overrides)
             job = by_dir.setdefault(job.run_dir, job)  # equal values: one run serves both trials
-            trial.set_user_attr("run_dir", str(job.run_dir))
+            trial.set_user_attr("run_dir", str(job.run_dir.resolve()))
             trial.set_user_attr("overrides", overrides)
             trial.set_user_attr("point", space.point(trial.params, _value_str))
             trial_jobs.append((trial, job))

@@ -67,6 +67,13 @@ def load_search(sweep_dir: Path) -> Any:
         raise NoStudy(f"{sweep_dir}: {storage} holds no study named {name!r}") from None
 
 
+def trial_run_dir(sweep_dir: Path, trial: Any) -> Path | None:
+    """The run directory of a trial of the study in `sweep_dir`: its job key (the name the sweeper recorded) under
+    `sweep_dir`, wherever the sweep was run from or has been moved to; None for a trial with none."""
+    recorded = trial.user_attrs.get("run_dir")
+    return Path(sweep_dir) / Path(str(recorded)).name if recorded else None
+
+
 def top_points(sweep_dir: Path | str, k: int) -> list[list[str]]:
     """The overrides of the study's `k` best complete trials, best first (their search dimensions only: the trial's
     `point`), each configuration once; NoStudy where the study holds fewer."""
@@ -86,4 +93,4 @@ def top_points(sweep_dir: Path | str, k: int) -> list[list[str]]:
     return points[: int(k)]
 
 
-__all__ = ["NoStudy", "SUMMARY", "load_search", "study_storage", "top_points"]
+__all__ = ["NoStudy", "SUMMARY", "load_search", "study_storage", "top_points", "trial_run_dir"]
