@@ -32,10 +32,10 @@ def study_storage(sweep_dir: Path) -> tuple[str, str, str]:
         sweeper = {}
     name = str(info.get("study") or sweeper.get("study_name") or saved.get("run_group") or sweep_dir.name)
     if info.get("storage"):
-        return str(info["storage"]), name, str(sweep_dir / SUMMARY)
+        return _here(str(info["storage"]), sweep_dir), name, str(sweep_dir / SUMMARY)
     if sweeper.get("storage"):
         storage = str(sweeper["storage"])
-        return (storage if "://" in storage else str(Path(storage).resolve())), name, \
+        return (storage if "://" in storage else _here(str(Path(storage).resolve()), sweep_dir)), name, \
             f"hydra.sweeper.storage in {sweep_dir / SAVED_CONFIG}"
     for file, storage in (("optuna.db", f"sqlite:///{(sweep_dir / 'optuna.db').resolve()}"),
                           ("optuna.journal", str((sweep_dir / "optuna.journal").resolve()))):
@@ -43,6 +43,14 @@ def study_storage(sweep_dir: Path) -> tuple[str, str, str]:
             return storage, name, str(sweep_dir / file)
     raise NoStudy(f"{sweep_dir}: no Optuna study there (no optuna.journal, optuna.db, nor a storage named in "
                   f"{SUMMARY} or {SAVED_CONFIG}): run the search into it first (slm-train -m hydra/sweeper=optuna ...)")
+
+
+def _here(storage: str, sweep_dir: Path) -> str:
+    """A recorded storage file that is gone but whose copy lies in the sweep directory (a sweep moved or shipped, as
+    docs/search/runs): the copy; anything else as recorded."""
+    if "://" in storage or Path(storage).exists() or not (sweep_dir / Path(storage).name).is_file():
+        return storage
+    return str((sweep_dir / Path(storage).name).resolve())
 
 
 def _yaml(path: Path) -> dict:
