@@ -27,7 +27,7 @@ def test_the_search_s_own_report_is_rebuilt_from_its_study_and_its_rerun():
 
     text = report(RUNS / "search_cpu", RUNS / "search_cpu_top")
     assert text == (ROOT / "docs/search/search_cpu.md").read_text()
-    assert "**The search's order holds on 10% of the 10 pairs**" in text
+    assert "**The search's order holds on 90% of the 10 pairs**" in text
 
 
 def test_the_simulation_is_rebuilt_from_the_shipped_grid(capsys):
