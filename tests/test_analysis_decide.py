@@ -316,6 +316,7 @@ def test_a_proxy_s_interval_does_not_depend_on_the_other_proxies_judged():
     assert alone and all(both[k] == v for k, v in alone.items())
 
 
+@pytest.mark.slow  # ~20 s idle (1,416 records): make test-slow runs it; make test stays under ~10 min on 2 cores
 def test_the_close_call_records_give_the_documented_tables(tmp_path, capsys):
     """make decide-close's records in docs/decisions/runs/ (ladder_close and its 1-token copy, the probes, memorization
     alone, LFM2 vs Canon at five lengths) judged afresh give the pages docs/decisions.md quotes: decision accuracy per

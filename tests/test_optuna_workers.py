@@ -62,8 +62,9 @@ def test_sqlite_is_refused_for_more_than_one_driver():
     assert "cannot be shared by 2 drivers" in line and "storage=<path>.journal" in line and "\n" not in line
 
 
-@pytest.mark.parametrize("sampler, space", [("tpe", "tag(log, interval(1e-4, 1e-2))"),
-                                            ("grid", "choice(1e-4, 1e-3, 3e-3, 1e-2)")])
+@pytest.mark.parametrize("sampler, space", [
+    pytest.param("tpe", "tag(log, interval(1e-4, 1e-2))", marks=pytest.mark.slow),  # ~7 s; the grid one covers make test
+    ("grid", "choice(1e-4, 1e-3, 3e-3, 1e-2)")])
 def test_two_copies_share_one_study_each_trial_run_once(tmp_path, sampler, space):
     """Two slm-workers copies of one command: 4 trials in all, each run once. With the grid sampler, each of the grid's
     4 points once (its drivers share one order: a grid id means a point only under the seed that drew the order)."""
