@@ -45,6 +45,7 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
 
+from slm.metrics import VAL_CURVE
 from slm.runs.keys import configuration, configuration_parts, short_names
 from slm.runs.record import RecordError, load_record
 from slm.sweeps.store import sweep_sections
@@ -128,7 +129,7 @@ def _job(sweep_dir: Path, key: str, overrides: list[str], searched: bool = False
         raise SimError(f"{sweep_dir / key}: training.train_seconds, steps and max_steps are needed for its pace "
                        f"(seconds per step); this record has {seconds}, {steps} and {total}")
     curve = {int(s): (float(v) if _number(v) is not None and math.isfinite(v) else math.inf)
-             for s, v in ev.get("val_curve") or [] if _number(s) is not None}
+             for s, v in ev.get(VAL_CURVE) or [] if _number(s) is not None}
     done = status == "completed" and _number(ev.get("val_nll")) is not None
     lr = _number(((record.get("config") or {}).get("train") or {}).get("lr")) if searched else None
     return GridJob(key, configuration(overrides, lr), seconds / timed, int(total),

@@ -95,6 +95,23 @@ def test_a_grid_sweep_reruns_the_top_trials_and_refuses_a_search_with_too_few(tm
     assert "hydra.sweeper.points=${slm_top_trials:" in empty.stderr and "no Optuna study there" in empty.stderr
 
 
+def test_the_shipped_searches_land_within_the_budget_at_their_corners():
+    """search_cpu_grid's 9 shapes, and search_cpu's heaviest and lightest corners (depth, mixer, Canon, position, MLP):
+    the budget solver reaches 2e5 parameters within its tolerance (a trial it could not would be recorded failed)."""
+    from omegaconf import OmegaConf
+
+    from tests.test_budget import ROOT, check_lands
+
+    shapes = OmegaConf.load(ROOT / "sweeps" / "search_cpu_grid.yaml").hydra.sweeper.params.shape.choose
+    check_lands("search_cpu_grid", [list(v) for v in shapes.values()])
+    corners = [(8, "conv,attn", "ABCD", "learned", "gelu"), (8, "attn", "ABCD", "learned", "swiglu"),
+               (2, "attn", "", "none", "swiglu"), (2, "conv,attn", "ABCD", "learned", "gelu"),
+               (8, "attn", "", "rope", "gelu"), (4, "conv,attn", "AC", "rope", "swiglu")]
+    check_lands("search_cpu", [[f"model.n_layers={n}", f"model.layer_types=[{mix}]", f"model.canon.set={canon}",
+                                f"model.position.kind={pos}", f"model.mlp.kind={mlp}"]
+                               for n, mix, canon, pos, mlp in corners])
+
+
 @pytest.mark.parametrize("params, needle", [
     (["x={values: 'choice(1,2)', when: {nowhere: 1}}"], "names 'nowhere', which is not a dimension above it"),
     (["a={choose: {p: [], q: []}}", "x={values: 'choice(1,2)', when: {a: r}}"], "a='r' is not one of a's choices"),
