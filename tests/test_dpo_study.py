@@ -33,6 +33,7 @@ def make_dpo(study: Path, *more: str) -> subprocess.CompletedProcess:
     return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
 
 
+@pytest.mark.slow  # ~40 s on one core: make test-slow runs it (make test stays under ~10 min on 2 cores)
 def test_make_dpo_shrunk_chains_scores_reports_and_resumes(tmp_path):
     study = tmp_path / "study"
     toolcall([str(study / "data"), "--train", "40", "--corpus", "400", "--seed", "0"])  # what make dpo would write
