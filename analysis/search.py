@@ -9,7 +9,6 @@ it trains nothing."""
 from __future__ import annotations
 
 import math
-import random
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,18 +109,21 @@ def rerun_scores(points: list[list[str]], rerun_dir: Path, objective: str = "eva
 
 def agreement(search: list[float], rerun: list[list[float]], draws: int = AGREEMENT_DRAWS,
               seed: int = 0) -> tuple[float, float, float]:
-    """The share of pairs of configurations that the rerun (mean over seeds) orders as the search did, with a 95%
-    interval from redrawing each configuration's seeds with replacement: (share, low, high)."""
-    pairs = [(i, j) for i in range(len(search)) for j in range(i + 1, len(search))]
+    """The share of pairs of configurations that the rerun (mean over seeds) orders as the search did, a tie counting
+    one half (analysis.decide_values.agreement, the ladder's decision accuracy), with a 95% interval from redrawing
+    each configuration's seeds with replacement (decide_values._means): (share, low, high)."""
+    import numpy as np
 
-    def share(means: list[float]) -> float:
-        same = sum((search[i] < search[j]) == (means[i] < means[j]) for i, j in pairs)
-        return same / len(pairs)
+    from analysis.decide_values import _means
+    from analysis.decide_values import agreement as pairs_alike
 
-    point = share([sum(v) / len(v) for v in rerun])
-    rng = random.Random(seed)
-    drawn = sorted(share([sum(rng.choice(v) for _ in v) / len(v) for v in rerun]) for _ in range(draws))
-    return point, drawn[int(0.025 * draws)], drawn[min(draws - 1, int(0.975 * draws))]
+    searched = dict(enumerate(search))
+    by_config = {i: dict(enumerate(values)) for i, values in enumerate(rerun)}
+    point, _ = pairs_alike(searched, _means(by_config))
+    rng = np.random.default_rng(seed)
+    drawn = [pairs_alike(searched, _means(by_config, rng))[0] for _ in range(draws)]
+    low, high = np.percentile(drawn, [2.5, 97.5])
+    return point, float(low), float(high)
 
 
 def _named(cfg: Any) -> str:
@@ -137,10 +139,7 @@ def _fmt(value: float | None) -> str:
 
 
 def _sd(values: list[float]) -> float:
-    if len(values) < 2:
-        return 0.0
-    mean = sum(values) / len(values)
-    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    return statistics.stdev(values) if len(values) > 1 else 0.0
 
 
 def report(sweep_dir: Path, rerun_dir: Path | None = None, top: int | None = None) -> str:

@@ -45,6 +45,7 @@ from slm.atomic import atomic_write
 from slm.sweeps import jobs as J
 from slm.sweeps.optuna_settings import SAMPLERS, OptunaSettings
 from slm.sweeps.optuna_space import Dimension, SearchSpace, conditional_error, grid_sampler
+from slm.sweeps.study_files import default_storage
 from slm.sweeps.study_claims import Claims, driver_ordinal, next_batch, refuse_unshared, shareable, wait_for_run
 from slm.training.trial_link import TrialLink, make_pruner, open_storage
 
@@ -115,13 +116,9 @@ class OptunaSweeper(Sweeper):
     def _storage(self, sweep_dir: Path) -> str:
         """The study's storage as every process names it: an RDB URL, or a journal file's absolute path. Unset: the
         journal file <sweep dir>/optuna.journal, or the SQLite optuna.db of a study begun there before."""
-        if self.storage:
-            url = self.storage
-        elif (sweep_dir / "optuna.db").exists():
-            url = f"sqlite:///{(sweep_dir / 'optuna.db').resolve()}"
-        else:
-            url = str(sweep_dir / "optuna.journal")
-        return url if "://" in url else str(Path(url).resolve())
+        if not self.storage:
+            return default_storage(sweep_dir)
+        return self.storage if "://" in self.storage else str(Path(self.storage).resolve())
 
     def _sampler(self, n_existing: int, ordinal: int, space: SearchSpace):
         """The sampler; its seed is offset by the trials the study holds already, so that a resumed study does not

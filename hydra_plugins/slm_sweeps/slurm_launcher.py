@@ -44,7 +44,17 @@ def max_array_size() -> int | None:
     return int(found.group(1)) if found else None
 
 
-class ArrayTask:
+class Requeued:
+    """A task submitit resubmits as it is on USR2 or a preemption (submitit.helpers.Checkpointable's rule, without
+    importing submitit when Hydra discovers the plugin)."""
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
+
+
+class ArrayTask(Requeued):
     """One job of an array: the stock launcher's call with its arguments, the launcher and Hydra's state read from the
     file every job of the array shares (`shared`: a pickle of (launcher, Singleton state))."""
 
@@ -58,14 +68,8 @@ class ArrayTask:
             launcher, singleton_state = pickle.load(f)
         return launcher(self.overrides, "hydra.sweep.dir", self.job_num, f"job_id_for_{self.job_num}", singleton_state)
 
-    def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
-        """Resubmit this task as it is (submitit calls this on USR2 or a preemption, then requeues the job)."""
-        import submitit
 
-        return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
-
-
-class WorkerTask:
+class WorkerTask(Requeued):
     """One worker of an Optuna study shared by a Slurm array (hydra.sweeper.workers; slm.sweeps.study_claims):
     slm-train's sweep command, run in this process as one driver with the basic launcher, so that it asks for a trial,
     trains it, tells it and asks again until the study holds its trials. On USR2 or a preemption the trial's run
@@ -93,12 +97,6 @@ class WorkerTask:
             if stop.code not in (0, None):
                 raise RuntimeError(f"the worker's driver exited {stop.code}") from None
         return 0
-
-    def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
-        """Resubmit this worker as it is (submitit calls this on USR2 or a preemption, then requeues the task)."""
-        import submitit
-
-        return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
 
 
 class SlurmLauncher(SubmititSlurmLauncher):

@@ -19,6 +19,13 @@ class NoStudy(ValueError):
     """The directory holds no Optuna study (or not the trials asked of it): one line."""
 
 
+def default_storage(sweep_dir: Path) -> str:
+    """The storage of a study whose sweep names none: the SQLite optuna.db of a study begun there before (it keeps
+    it), else the journal file optuna.journal, which several drivers can share; absolute, as every process names it."""
+    db = Path(sweep_dir) / "optuna.db"
+    return f"sqlite:///{db.resolve()}" if db.exists() else str((Path(sweep_dir) / "optuna.journal").resolve())
+
+
 def study_storage(sweep_dir: Path) -> tuple[str, str, str]:
     """(storage, study name, what named it) of the study run into `sweep_dir`, in the sweeper's own order: the storage
     its summary names (written as each driver ends), else hydra.sweeper.storage in the sweep's saved config
@@ -37,10 +44,9 @@ def study_storage(sweep_dir: Path) -> tuple[str, str, str]:
         storage = str(sweeper["storage"])
         return (storage if "://" in storage else _here(str(Path(storage).resolve()), sweep_dir)), name, \
             f"hydra.sweeper.storage in {sweep_dir / SAVED_CONFIG}"
-    for file, storage in (("optuna.db", f"sqlite:///{(sweep_dir / 'optuna.db').resolve()}"),
-                          ("optuna.journal", str((sweep_dir / "optuna.journal").resolve()))):
-        if (sweep_dir / file).is_file():
-            return storage, name, str(sweep_dir / file)
+    if any((sweep_dir / f).is_file() for f in ("optuna.db", "optuna.journal")):
+        storage = default_storage(sweep_dir)
+        return storage, name, str(sweep_dir / ("optuna.db" if storage.startswith("sqlite") else "optuna.journal"))
     raise NoStudy(f"{sweep_dir}: no Optuna study there (no optuna.journal, optuna.db, nor a storage named in "
                   f"{SUMMARY} or {SAVED_CONFIG}): run the search into it first (slm-train -m hydra/sweeper=optuna ...)")
 
@@ -101,4 +107,4 @@ def top_points(sweep_dir: Path | str, k: int) -> list[list[str]]:
     return points[: int(k)]
 
 
-__all__ = ["NoStudy", "SUMMARY", "load_search", "study_storage", "top_points", "trial_run_dir"]
+__all__ = ["NoStudy", "SUMMARY", "default_storage", "load_search", "study_storage", "top_points", "trial_run_dir"]
